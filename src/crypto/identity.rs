@@ -1,0 +1,284 @@
+//! An agent's keys: Ed25519 for signing, X25519 for receiving sealed mail.
+
+use std::fmt;
+use std::fs::{self, OpenOptions};
+use std::io::Write;
+use std::os::unix::fs::{OpenOptionsExt, PermissionsExt};
+use std::path::{Path, PathBuf};
+
+use ed25519_dalek::{SigningKey, VerifyingKey};
+use hpke::kem::X25519HkdfSha256;
+use hpke::{Deserializable, Kem, Serializable};
+use serde::{Deserialize, Serialize};
+use sha2::{Digest, Sha256};
+use zeroize::{Zeroize, Zeroizing};
+
+use crate::protocol::{FINGERPRINT_BYTES, Fingerprint, b64};
+
+type SealSecret = <X25519HkdfSha256 as Kem>::PrivateKey;
+pub(crate) type SealPublic = <X25519HkdfSha256 as Kem>::PublicKey;
+
+const FINGERPRINT_DOMAIN: &[u8] = b"mailslot/v1/fingerprint\0";
+const KEY_FILE_VERSION: u8 = 1;
+
+/// Why a key file could not be read or written.
+#[derive(Debug, thiserror::Error)]
+pub enum KeyFileError {
+    /// The file system refused.
+    #[error("{path}: {source}")]
+    Io {
+        /// The key file.
+        path: PathBuf,
+        /// What the OS said.
+        source: std::io::Error,
+    },
+    /// Others can read the private keys.
+    #[error("{path} is readable by other users (mode {mode:o}); run `chmod 600 {path}`")]
+    Permissions {
+        /// The key file.
+        path: PathBuf,
+        /// Its permission bits.
+        mode: u32,
+    },
+    /// The file is not a mailslot key file.
+    #[error("{path} is not a valid mailslot key file: {problem}")]
+    Malformed {
+        /// The key file.
+        path: PathBuf,
+        /// What is wrong.
+        problem: String,
+    },
+    /// `init` would overwrite existing keys.
+    #[error("{path} already exists; mailslot never overwrites keys")]
+    Exists {
+        /// The key file.
+        path: PathBuf,
+    },
+}
+
+/// The private half. Never printed: `Debug` shows only the fingerprint.
+pub struct Identity {
+    signing: SigningKey,
+    sealing: SealSecret,
+    public: PublicIdentity,
+}
+
+/// The public half, which relays and contacts hold.
+#[derive(Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(try_from = "PublicWire", into = "PublicWire")]
+pub struct PublicIdentity {
+    signing: VerifyingKey,
+    sealing: SealPublic,
+}
+
+#[derive(Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct PublicWire {
+    #[serde(with = "b64")]
+    signing: Vec<u8>,
+    #[serde(with = "b64")]
+    sealing: Vec<u8>,
+}
+
+#[derive(Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct KeyFile {
+    v: u8,
+    signing_key: String,
+    sealing_key: String,
+}
+
+fn random_32() -> Zeroizing<[u8; 32]> {
+    let mut seed = Zeroizing::new([0u8; 32]);
+    getrandom::fill(seed.as_mut()).expect("the OS random number generator is unavailable");
+    seed
+}
+
+impl Identity {
+    /// Fresh keys from the OS random number generator.
+    pub fn generate() -> Self {
+        let signing = SigningKey::from_bytes(&random_32());
+        let (sealing, _) = X25519HkdfSha256::derive_keypair(random_32().as_ref());
+        Self::from_parts(signing, sealing)
+    }
+
+    fn from_parts(signing: SigningKey, sealing: SealSecret) -> Self {
+        let public = PublicIdentity {
+            signing: signing.verifying_key(),
+            sealing: X25519HkdfSha256::sk_to_pk(&sealing),
+        };
+        Self { signing, sealing, public }
+    }
+
+    /// The public keys.
+    pub fn public(&self) -> &PublicIdentity {
+        &self.public
+    }
+
+    /// The fingerprint of the public keys.
+    pub fn fingerprint(&self) -> Fingerprint {
+        self.public.fingerprint()
+    }
+
+    pub(crate) fn signing_key(&self) -> &SigningKey {
+        &self.signing
+    }
+
+    pub(crate) fn sealing_key(&self) -> &SealSecret {
+        &self.sealing
+    }
+
+    /// Writes a new key file with mode 0600; refuses to overwrite one.
+    pub fn save_new(&self, path: &Path) -> Result<(), KeyFileError> {
+        let io = |source| KeyFileError::Io { path: path.to_owned(), source };
+        let mut file = KeyFile {
+            v: KEY_FILE_VERSION,
+            signing_key: b64::encode(self.signing.as_bytes()),
+            sealing_key: b64::encode(&self.sealing.to_bytes()),
+        };
+        let mut text = serde_json::to_vec(&file).expect("a key file always serializes");
+        file.signing_key.zeroize();
+        file.sealing_key.zeroize();
+        let tmp = path.with_extension("tmp");
+        let _ = fs::remove_file(&tmp);
+        let written = (|| {
+            let mut f = OpenOptions::new().write(true).create_new(true).mode(0o600).open(&tmp)?;
+            f.write_all(&text)?;
+            f.sync_all()
+        })();
+        text.zeroize();
+        written.map_err(io)?;
+        // hard_link fails if the target exists, so two racing `init`s cannot both win.
+        let linked = fs::hard_link(&tmp, path);
+        let _ = fs::remove_file(&tmp);
+        match linked {
+            Ok(()) => Ok(()),
+            Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => Err(KeyFileError::Exists { path: path.to_owned() }),
+            Err(e) => Err(io(e)),
+        }
+    }
+
+    /// Reads a key file, refusing one that other users can read.
+    pub fn load(path: &Path) -> Result<Self, KeyFileError> {
+        let io = |source| KeyFileError::Io { path: path.to_owned(), source };
+        let malformed = |problem: &str| KeyFileError::Malformed { path: path.to_owned(), problem: problem.to_owned() };
+        let meta = fs::metadata(path).map_err(io)?;
+        let mode = meta.permissions().mode() & 0o777;
+        if mode & 0o077 != 0 {
+            return Err(KeyFileError::Permissions { path: path.to_owned(), mode });
+        }
+        if meta.len() > 4096 {
+            return Err(malformed("larger than 4096 bytes"));
+        }
+        let text = Zeroizing::new(fs::read(path).map_err(io)?);
+        let mut file: KeyFile = serde_json::from_slice(&text).map_err(|e| malformed(&e.to_string()))?;
+        if file.v != KEY_FILE_VERSION {
+            return Err(malformed(&format!("version {} is not {KEY_FILE_VERSION}", file.v)));
+        }
+        let signing = Zeroizing::new(b64::decode(&file.signing_key).map_err(|_| malformed("signing_key is not base64"))?);
+        let sealing = Zeroizing::new(b64::decode(&file.sealing_key).map_err(|_| malformed("sealing_key is not base64"))?);
+        file.signing_key.zeroize();
+        file.sealing_key.zeroize();
+        let signing: &[u8; 32] = signing.as_slice().try_into().map_err(|_| malformed("signing_key is not 32 bytes"))?;
+        let sealing = SealSecret::from_bytes(&sealing).map_err(|_| malformed("sealing_key is not an X25519 key"))?;
+        Ok(Self::from_parts(SigningKey::from_bytes(signing), sealing))
+    }
+}
+
+impl fmt::Debug for Identity {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Identity").field("fingerprint", &self.fingerprint()).finish_non_exhaustive()
+    }
+}
+
+impl PublicIdentity {
+    /// The human-comparable digest of both public keys.
+    pub fn fingerprint(&self) -> Fingerprint {
+        let digest = Sha256::new()
+            .chain_update(FINGERPRINT_DOMAIN)
+            .chain_update(self.signing.as_bytes())
+            .chain_update(self.sealing.to_bytes())
+            .finalize();
+        let mut short = [0u8; FINGERPRINT_BYTES];
+        short.copy_from_slice(&digest[..FINGERPRINT_BYTES]);
+        Fingerprint::from_digest(&short)
+    }
+
+    pub(crate) fn verifying_key(&self) -> &VerifyingKey {
+        &self.signing
+    }
+
+    pub(crate) fn sealing_key(&self) -> &SealPublic {
+        &self.sealing
+    }
+}
+
+impl fmt::Debug for PublicIdentity {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "PublicIdentity({})", self.fingerprint())
+    }
+}
+
+impl TryFrom<PublicWire> for PublicIdentity {
+    type Error = String;
+    fn try_from(w: PublicWire) -> Result<Self, String> {
+        let signing: &[u8; 32] = w.signing.as_slice().try_into().map_err(|_| "signing key is not 32 bytes")?;
+        let signing = VerifyingKey::from_bytes(signing).map_err(|_| "signing key is not an Ed25519 point")?;
+        let sealing = SealPublic::from_bytes(&w.sealing).map_err(|_| "sealing key is not an X25519 key")?;
+        Ok(Self { signing, sealing })
+    }
+}
+
+impl From<PublicIdentity> for PublicWire {
+    fn from(p: PublicIdentity) -> Self {
+        Self {
+            signing: p.signing.to_bytes().to_vec(),
+            sealing: p.sealing.to_bytes().to_vec(),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn key_file_round_trip_with_mode_0600() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("identity.key");
+        let id = Identity::generate();
+        id.save_new(&path).unwrap();
+        assert_eq!(fs::metadata(&path).unwrap().permissions().mode() & 0o777, 0o600);
+        let loaded = Identity::load(&path).unwrap();
+        assert_eq!(loaded.public(), id.public());
+        assert!(matches!(Identity::generate().save_new(&path), Err(KeyFileError::Exists { .. })));
+        assert_eq!(Identity::load(&path).unwrap().public(), id.public(), "overwritten");
+    }
+
+    #[test]
+    fn refuses_a_world_readable_key_file() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("identity.key");
+        Identity::generate().save_new(&path).unwrap();
+        fs::set_permissions(&path, fs::Permissions::from_mode(0o644)).unwrap();
+        let err = Identity::load(&path).unwrap_err();
+        assert!(err.to_string().contains("chmod 600"), "{err}");
+    }
+
+    #[test]
+    fn debug_never_shows_secrets() {
+        let id = Identity::generate();
+        let shown = format!("{id:?}");
+        assert!(!shown.contains(&b64::encode(id.signing.as_bytes())));
+        assert!(shown.contains(id.fingerprint().as_str()));
+    }
+
+    #[test]
+    fn public_identity_serde_round_trip() {
+        let id = Identity::generate();
+        let json = serde_json::to_string(id.public()).unwrap();
+        let back: PublicIdentity = serde_json::from_str(&json).unwrap();
+        assert_eq!(&back, id.public());
+        assert_eq!(back.fingerprint(), id.fingerprint());
+    }
+}

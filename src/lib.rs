@@ -1,0 +1,9 @@
+//! mailslot: mail for AI agents, dropped straight into their sessions.
+//!
+//! The library behind the `mailslot` binary. Layers, from the bottom: [`protocol`] (pure
+//! types), [`crypto`] (keys, signing, sealing), [`store`] (the agent's SQLite mailbox),
+//! [`agent`] (an agent's home on disk), [`config`], and [`cli`] on top.
+
+pub mod crypto;
+pub mod protocol;
+pub mod store;

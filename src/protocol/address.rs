@@ -1,0 +1,255 @@
+//! Agent names and addresses: `name` on one relay, `name@host[:port]` across relays.
+
+use std::fmt;
+use std::str::FromStr;
+
+use serde::{Deserialize, Serialize};
+
+use super::ValidationError;
+
+/// The longest agent name, in characters.
+pub const MAX_NAME_LEN: usize = 64;
+/// The longest host part of an address (DNS names stop at 253), plus room for `:port`.
+pub const MAX_HOST_LEN: usize = 253 + 6;
+
+/// An agent's name: `[a-z0-9][a-z0-9._-]{0,63}`.
+#[derive(Debug, Clone, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
+#[serde(try_from = "String", into = "String")]
+pub struct AgentName(String);
+
+impl AgentName {
+    /// Validates `name`; the error says which character or length is wrong.
+    pub fn new(name: &str) -> Result<Self, ValidationError> {
+        const FIELD: &str = "agent name";
+        if name.is_empty() {
+            return Err(ValidationError::new(FIELD, "is empty; use lowercase letters, digits, '.', '_' or '-'"));
+        }
+        let len = name.chars().count();
+        if len > MAX_NAME_LEN {
+            return Err(ValidationError::too_long(FIELD, len, MAX_NAME_LEN, "characters"));
+        }
+        for (i, c) in name.chars().enumerate() {
+            let ok = c.is_ascii_lowercase()
+                || c.is_ascii_digit()
+                || (i > 0 && matches!(c, '.' | '_' | '-'));
+            if !ok {
+                return Err(ValidationError::new(
+                    FIELD,
+                    format!(
+                        "{name:?} has {c:?} at position {}; a name is lowercase letters, digits, '.', '_' and '-', and starts with a letter or digit",
+                        i + 1
+                    ),
+                ));
+            }
+        }
+        Ok(Self(name.to_owned()))
+    }
+
+    /// Makes a valid name out of arbitrary text (a folder name), or `None` if nothing usable is left.
+    pub fn sanitize(raw: &str) -> Option<Self> {
+        let mapped: String = raw
+            .chars()
+            .flat_map(char::to_lowercase)
+            .map(|c| {
+                if c.is_ascii_lowercase() || c.is_ascii_digit() || matches!(c, '.' | '_' | '-') {
+                    c
+                } else {
+                    '-'
+                }
+            })
+            .collect();
+        let trimmed: String = mapped
+            .trim_start_matches(['.', '_', '-'])
+            .chars()
+            .take(MAX_NAME_LEN)
+            .collect();
+        Self::new(trimmed.trim_end_matches(['.', '_', '-'])).ok()
+    }
+
+    /// The name as text.
+    pub fn as_str(&self) -> &str {
+        &self.0
+    }
+}
+
+impl fmt::Display for AgentName {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(&self.0)
+    }
+}
+
+impl FromStr for AgentName {
+    type Err = ValidationError;
+    fn from_str(s: &str) -> Result<Self, Self::Err> {
+        Self::new(s)
+    }
+}
+
+impl TryFrom<String> for AgentName {
+    type Error = ValidationError;
+    fn try_from(s: String) -> Result<Self, Self::Error> {
+        Self::new(&s)
+    }
+}
+
+impl From<AgentName> for String {
+    fn from(n: AgentName) -> Self {
+        n.0
+    }
+}
+
+/// Where an agent receives mail: a name, and the relay host when it is not the local one.
+#[derive(Debug, Clone, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
+#[serde(try_from = "String", into = "String")]
+pub struct Address {
+    name: AgentName,
+    host: Option<String>,
+}
+
+impl Address {
+    /// An address on the agent's own relay.
+    pub fn local(name: AgentName) -> Self {
+        Self { name, host: None }
+    }
+
+    /// Parses `name` or `name@host[:port]`; hosts are lowercase DNS names, IPv4, or `[IPv6]`.
+    pub fn parse(s: &str) -> Result<Self, ValidationError> {
+        let (name, host) = match s.split_once('@') {
+            None => (s, None),
+            Some((name, host)) => (name, Some(host)),
+        };
+        let name = AgentName::new(name)?;
+        let host = host.map(validate_host).transpose()?;
+        Ok(Self { name, host })
+    }
+
+    /// The agent name part.
+    pub fn name(&self) -> &AgentName {
+        &self.name
+    }
+
+    /// The relay host part, if the address names one.
+    pub fn host(&self) -> Option<&str> {
+        self.host.as_deref()
+    }
+}
+
+fn validate_host(host: &str) -> Result<String, ValidationError> {
+    const FIELD: &str = "address host";
+    if host.len() > MAX_HOST_LEN {
+        return Err(ValidationError::too_long(FIELD, host.len(), MAX_HOST_LEN, "bytes"));
+    }
+    let (hostname, port) = if let Some(rest) = host.strip_prefix('[') {
+        let (v6, after) = rest
+            .split_once(']')
+            .ok_or_else(|| ValidationError::new(FIELD, format!("{host:?} opens '[' without ']'")))?;
+        if v6.parse::<std::net::Ipv6Addr>().is_err() {
+            return Err(ValidationError::new(FIELD, format!("{v6:?} is not an IPv6 address")));
+        }
+        let port = match after {
+            "" => None,
+            p => Some(p.strip_prefix(':').ok_or_else(|| {
+                ValidationError::new(FIELD, format!("{host:?} has {p:?} after ']'; expected ':port'"))
+            })?),
+        };
+        (None, port)
+    } else {
+        match host.rsplit_once(':') {
+            Some((h, p)) => (Some(h), Some(p)),
+            None => (Some(host), None),
+        }
+    };
+    if let Some(h) = hostname {
+        let ok = !h.is_empty()
+            && h.split('.').all(|label| {
+                !label.is_empty()
+                    && label.len() <= 63
+                    && !label.starts_with('-')
+                    && !label.ends_with('-')
+                    && label.chars().all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || c == '-')
+            });
+        if !ok {
+            return Err(ValidationError::new(
+                FIELD,
+                format!("{h:?} is not a lowercase host name (labels of a-z, 0-9 and '-', joined by '.')"),
+            ));
+        }
+    }
+    if let Some(p) = port {
+        let valid = !p.starts_with('0') && p.parse::<u16>().is_ok_and(|n| n > 0);
+        if !valid {
+            return Err(ValidationError::new(FIELD, format!("port {p:?} is not a number from 1 to 65535")));
+        }
+    }
+    Ok(host.to_owned())
+}
+
+impl fmt::Display for Address {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match &self.host {
+            None => write!(f, "{}", self.name),
+            Some(h) => write!(f, "{}@{h}", self.name),
+        }
+    }
+}
+
+impl FromStr for Address {
+    type Err = ValidationError;
+    fn from_str(s: &str) -> Result<Self, Self::Err> {
+        Self::parse(s)
+    }
+}
+
+impl TryFrom<String> for Address {
+    type Error = ValidationError;
+    fn try_from(s: String) -> Result<Self, Self::Error> {
+        Self::parse(&s)
+    }
+}
+
+impl From<Address> for String {
+    fn from(a: Address) -> Self {
+        a.to_string()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn names_at_the_length_limit() {
+        assert!(AgentName::new(&"a".repeat(64)).is_ok());
+        let err = AgentName::new(&"a".repeat(65)).unwrap_err();
+        assert_eq!(err.field, "agent name");
+        assert!(err.problem.contains("65") && err.problem.contains("64"), "{err}");
+    }
+
+    #[test]
+    fn names_reject_bad_characters() {
+        for bad in ["", "Alice", "-bob", ".x", "a b", "é", "a@b"] {
+            assert!(AgentName::new(bad).is_err(), "{bad:?} accepted");
+        }
+        for good in ["a", "0", "a.b_c-d", "agent-7"] {
+            assert!(AgentName::new(good).is_ok(), "{good:?} refused");
+        }
+    }
+
+    #[test]
+    fn sanitize_folder_names() {
+        assert_eq!(AgentName::sanitize("My Project").unwrap().as_str(), "my-project");
+        assert_eq!(AgentName::sanitize("__x__").unwrap().as_str(), "x");
+        assert!(AgentName::sanitize("___").is_none());
+        assert_eq!(AgentName::sanitize(&"z".repeat(100)).unwrap().as_str().len(), 64);
+    }
+
+    #[test]
+    fn addresses_round_trip() {
+        for s in ["bob", "bob@relay.example.com", "bob@127.0.0.1:7878", "bob@[::1]:7878", "bob@[::1]"] {
+            assert_eq!(Address::parse(s).unwrap().to_string(), s);
+        }
+        for bad in ["bob@", "bob@Relay.com", "bob@x:0", "bob@x:70000", "bob@x:07", "bob@[zz]", "@x", "bob@a..b"] {
+            assert!(Address::parse(bad).is_err(), "{bad:?} accepted");
+        }
+    }
+}

@@ -1,0 +1,314 @@
+//! The message: what one agent writes to others, before sealing and after opening.
+
+use std::collections::HashSet;
+
+use jiff::Timestamp;
+use serde::{Deserialize, Serialize};
+use serde_json::Value;
+use sha2::{Digest, Sha256};
+
+use super::{Address, Limits, MessageId, ThreadId, ValidationError, b64};
+
+/// A message. Fields are public for building; [`Message::validate`] runs at every boundary
+/// (sealing, opening, storing), so an invalid one never travels or lands.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Message {
+    /// Chosen by the sender; also the idempotency key.
+    pub id: MessageId,
+    /// The sender. Receivers check it against the verified signing key, never trust it alone.
+    pub from: Address,
+    /// Primary recipients.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub to: Vec<Address>,
+    /// Copied recipients, visible to all.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub cc: Vec<Address>,
+    /// Blind copies. The sender's copy lists all; a BCC recipient's copy lists only itself;
+    /// everyone else's copy lists none.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub bcc: Vec<Address>,
+    /// The conversation this message belongs to.
+    pub thread: ThreadId,
+    /// The message this one answers.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub in_reply_to: Option<MessageId>,
+    /// One line, no control characters.
+    pub subject: String,
+    /// Text or Markdown.
+    pub body: String,
+    /// Optional structured payload.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub data: Option<Value>,
+    /// Optional snapshot of where the sender's work stands.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub context: Option<Value>,
+    /// Files carried inline.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub attachments: Vec<Attachment>,
+    /// When the sender wrote it.
+    pub sent_at: Timestamp,
+}
+
+/// A file carried inside a message.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Attachment {
+    /// File name, without any directory.
+    pub name: String,
+    /// Media type, like `text/plain`.
+    pub media_type: String,
+    /// Length of `bytes`.
+    pub size: u32,
+    /// Lowercase hex SHA-256 of `bytes`.
+    pub sha256: String,
+    /// The content.
+    #[serde(with = "b64")]
+    pub bytes: Vec<u8>,
+}
+
+impl Attachment {
+    /// Builds an attachment, computing its size and digest.
+    pub fn new(name: impl Into<String>, media_type: impl Into<String>, bytes: Vec<u8>) -> Self {
+        Self {
+            name: name.into(),
+            media_type: media_type.into(),
+            size: u32::try_from(bytes.len()).unwrap_or(u32::MAX),
+            sha256: sha256_hex(&bytes),
+            bytes,
+        }
+    }
+
+    fn validate(&self, limits: &Limits) -> Result<(), ValidationError> {
+        let name_len = self.name.chars().count();
+        if name_len == 0 {
+            return Err(ValidationError::new("name", "is empty; give the file a name"));
+        }
+        if name_len > limits.attachment_name_chars {
+            return Err(ValidationError::too_long("name", name_len, limits.attachment_name_chars, "characters"));
+        }
+        if self.name.chars().any(|c| c == '/' || c == '\\' || c.is_control()) || self.name == "." || self.name == ".." {
+            return Err(ValidationError::new("name", "must be a plain file name: no '/', '\\', control characters, '.' or '..'"));
+        }
+        let mt_len = self.media_type.chars().count();
+        if mt_len > limits.media_type_chars {
+            return Err(ValidationError::too_long("media_type", mt_len, limits.media_type_chars, "characters"));
+        }
+        let valid_media_type = self.media_type.split_once('/').is_some_and(|(t, s)| {
+            let token = |x: &str| !x.is_empty() && x.bytes().all(|b| b.is_ascii_alphanumeric() || b"!#$&-^_.+".contains(&b));
+            token(t) && token(s)
+        });
+        if !valid_media_type {
+            return Err(ValidationError::new("media_type", format!("{:?} is not a media type like text/plain", self.media_type)));
+        }
+        if self.size as usize != self.bytes.len() {
+            return Err(ValidationError::new("size", format!("says {} but the content is {} bytes", self.size, self.bytes.len())));
+        }
+        if self.sha256 != sha256_hex(&self.bytes) {
+            return Err(ValidationError::new("sha256", "does not match the content; the attachment is corrupt"));
+        }
+        Ok(())
+    }
+}
+
+fn sha256_hex(bytes: &[u8]) -> String {
+    Sha256::digest(bytes).iter().map(|b| format!("{b:02x}")).collect()
+}
+
+impl Message {
+    /// A new message in a new thread, sent now, with no optional parts.
+    pub fn new(from: Address, to: Vec<Address>, subject: impl Into<String>, body: impl Into<String>) -> Self {
+        Self {
+            id: MessageId::new(),
+            from,
+            to,
+            cc: Vec::new(),
+            bcc: Vec::new(),
+            thread: ThreadId::new(),
+            in_reply_to: None,
+            subject: subject.into(),
+            body: body.into(),
+            data: None,
+            context: None,
+            attachments: Vec::new(),
+            sent_at: now_millis(),
+        }
+    }
+
+    /// Every recipient: to, then cc, then bcc.
+    pub fn recipients(&self) -> impl Iterator<Item = &Address> {
+        self.to.iter().chain(&self.cc).chain(&self.bcc)
+    }
+
+    /// Checks every field against `limits`; the error names the field and the limit.
+    pub fn validate(&self, limits: &Limits) -> Result<(), ValidationError> {
+        let total = self.to.len() + self.cc.len() + self.bcc.len();
+        if total == 0 {
+            return Err(ValidationError::new("to", "is empty; name at least one recipient in to, cc or bcc"));
+        }
+        if total > limits.recipients {
+            return Err(ValidationError::new(
+                "to",
+                format!("to, cc and bcc name {total} recipients, over the limit of {}; send several messages", limits.recipients),
+            ));
+        }
+        let mut seen = HashSet::new();
+        for (field, list) in [("to", &self.to), ("cc", &self.cc), ("bcc", &self.bcc)] {
+            for (i, addr) in list.iter().enumerate() {
+                if !seen.insert(addr) {
+                    return Err(ValidationError::new(format!("{field}[{i}]"), format!("repeats {addr}; name each recipient once")));
+                }
+            }
+        }
+        let subject_len = self.subject.chars().count();
+        if subject_len > limits.subject_chars {
+            return Err(ValidationError::too_long("subject", subject_len, limits.subject_chars, "characters"));
+        }
+        if let Some(pos) = self.subject.chars().position(char::is_control) {
+            return Err(ValidationError::new(
+                "subject",
+                format!("has a control character at position {}; keep it to one line and put the rest in the body", pos + 1),
+            ));
+        }
+        if self.body.len() > limits.body_bytes {
+            return Err(ValidationError::too_long("body", self.body.len(), limits.body_bytes, "bytes"));
+        }
+        for (field, value, limit) in [("data", &self.data, limits.data_bytes), ("context", &self.context, limits.context_bytes)] {
+            if let Some(v) = value {
+                let len = serde_json::to_vec(v).map(|b| b.len()).unwrap_or(usize::MAX);
+                if len > limit {
+                    return Err(ValidationError::too_long(field, len, limit, "bytes of JSON"));
+                }
+            }
+        }
+        if self.attachments.len() > limits.attachments {
+            return Err(ValidationError::new(
+                "attachments",
+                format!("has {} files, over the limit of {}", self.attachments.len(), limits.attachments),
+            ));
+        }
+        for (i, a) in self.attachments.iter().enumerate() {
+            a.validate(limits).map_err(|e| e.within(&format!("attachments[{i}]")))?;
+        }
+        Ok(())
+    }
+}
+
+/// Now, truncated to milliseconds so it survives every storage format unchanged.
+pub fn now_millis() -> Timestamp {
+    Timestamp::from_millisecond(Timestamp::now().as_millisecond()).unwrap_or(Timestamp::UNIX_EPOCH)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::protocol::AgentName;
+
+    fn addr(s: &str) -> Address {
+        Address::parse(s).unwrap()
+    }
+
+    fn msg() -> Message {
+        Message::new(Address::local(AgentName::new("alice").unwrap()), vec![addr("bob")], "hi", "body")
+    }
+
+    fn field_of(m: &Message, limits: &Limits) -> String {
+        m.validate(limits).unwrap_err().field
+    }
+
+    #[test]
+    fn subject_limit() {
+        let limits = Limits::default();
+        let mut m = msg();
+        m.subject = "é".repeat(256);
+        m.validate(&limits).unwrap();
+        m.subject.push('x');
+        let err = m.validate(&limits).unwrap_err();
+        assert_eq!(err.field, "subject");
+        assert!(err.problem.contains("257") && err.problem.contains("256"), "{err}");
+        m.subject = "two\nlines".into();
+        assert_eq!(field_of(&m, &limits), "subject");
+    }
+
+    #[test]
+    fn body_limit() {
+        let limits = Limits::default();
+        let mut m = msg();
+        m.body = "x".repeat(limits.body_bytes);
+        m.validate(&limits).unwrap();
+        m.body.push('x');
+        let err = m.validate(&limits).unwrap_err();
+        assert_eq!(err.field, "body");
+        assert!(err.problem.contains("65536"), "{err}");
+    }
+
+    #[test]
+    fn recipient_limits() {
+        let limits = Limits::default();
+        let mut m = msg();
+        m.to = (0..limits.recipients).map(|i| addr(&format!("r{i}"))).collect();
+        m.validate(&limits).unwrap();
+        m.cc.push(addr("one-more"));
+        assert_eq!(field_of(&m, &limits), "to");
+        m.to.clear();
+        m.cc.clear();
+        assert_eq!(field_of(&m, &limits), "to");
+        m.to = vec![addr("bob")];
+        m.bcc = vec![addr("bob")];
+        assert_eq!(field_of(&m, &limits), "bcc[0]");
+    }
+
+    #[test]
+    fn data_and_context_limits() {
+        let limits = Limits::default();
+        for which in ["data", "context"] {
+            let mut m = msg();
+            // A JSON string of n characters serializes to n + 2 bytes.
+            let set = |m: &mut Message, n: usize| {
+                let v = Some(Value::String("x".repeat(n)));
+                if which == "data" { m.data = v } else { m.context = v }
+            };
+            set(&mut m, limits.data_bytes - 2);
+            m.validate(&limits).unwrap();
+            set(&mut m, limits.data_bytes - 1);
+            assert_eq!(field_of(&m, &limits), which);
+        }
+    }
+
+    #[test]
+    fn attachment_limits() {
+        let limits = Limits::default();
+        let mut m = msg();
+        m.attachments = (0..limits.attachments).map(|i| Attachment::new(format!("f{i}.txt"), "text/plain", vec![1, 2])).collect();
+        m.validate(&limits).unwrap();
+        m.attachments.push(Attachment::new("late.txt", "text/plain", vec![]));
+        assert_eq!(field_of(&m, &limits), "attachments");
+
+        let mut m = msg();
+        m.attachments = vec![Attachment::new("n".repeat(limits.attachment_name_chars), "text/plain", vec![])];
+        m.validate(&limits).unwrap();
+        m.attachments[0].name.push('n');
+        assert_eq!(field_of(&m, &limits), "attachments[0].name");
+
+        let mut a = Attachment::new("a.bin", format!("application/{}", "x".repeat(limits.media_type_chars - 12)), vec![]);
+        m.attachments = vec![a.clone()];
+        m.validate(&limits).unwrap();
+        a.media_type.push('x');
+        m.attachments = vec![a];
+        assert_eq!(field_of(&m, &limits), "attachments[0].media_type");
+
+        for (bad, field) in [("../etc", "name"), ("bad type", "media_type")] {
+            let mut a = Attachment::new("ok.txt", "text/plain", vec![1]);
+            if field == "name" { a.name = bad.into() } else { a.media_type = bad.into() }
+            m.attachments = vec![a];
+            assert_eq!(field_of(&m, &limits), format!("attachments[0].{field}"));
+        }
+        let mut a = Attachment::new("ok.txt", "text/plain", vec![1]);
+        a.bytes = vec![2];
+        m.attachments = vec![a.clone()];
+        assert_eq!(field_of(&m, &limits), "attachments[0].sha256");
+        a.bytes = vec![1, 1];
+        m.attachments = vec![a];
+        assert_eq!(field_of(&m, &limits), "attachments[0].size");
+    }
+}

@@ -1,0 +1,19 @@
+//! Pure types shared by the relay and the client: addresses, ids, fingerprints, the message
+//! and its sealed envelope, and their limits. No I/O, no keys.
+
+mod address;
+pub mod b64;
+mod envelope;
+mod error;
+mod fingerprint;
+mod ids;
+mod limits;
+mod message;
+
+pub use address::{Address, AgentName, MAX_NAME_LEN};
+pub use envelope::{ENVELOPE_VERSION, KeyWrap, SealedEnvelope};
+pub use error::ValidationError;
+pub use fingerprint::{FINGERPRINT_BYTES, Fingerprint};
+pub use ids::{MemoryId, MessageId, ThreadId};
+pub use limits::Limits;
+pub use message::{Attachment, Message, now_millis};

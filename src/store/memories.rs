@@ -1,0 +1,175 @@
+//! Memories: notes an agent keeps across context resets, recalled by relevance and recency.
+
+use jiff::Timestamp;
+use rusqlite::{Row, params};
+use serde::Serialize;
+
+use super::search::{CANDIDATES, blended_score, fts_query};
+use super::time::{from_ms, to_ms};
+use super::{Store, StoreError};
+use crate::protocol::{MemoryId, ValidationError, now_millis};
+
+/// The longest memory text.
+pub const MAX_MEMORY_BYTES: usize = 64 * 1024;
+/// The longest title, in characters.
+pub const MAX_TITLE_CHARS: usize = 200;
+/// The most tags on one memory.
+pub const MAX_TAGS: usize = 16;
+const MAX_TAG_CHARS: usize = 32;
+/// An untitled memory takes this many characters of its first line as title.
+const AUTO_TITLE_CHARS: usize = 80;
+
+/// A stored memory.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct Memory {
+    /// Its id.
+    pub id: MemoryId,
+    /// A short title.
+    pub title: String,
+    /// The text.
+    pub body: String,
+    /// Lowercase tags.
+    pub tags: Vec<String>,
+    /// When it was written.
+    pub created_at: Timestamp,
+    /// When it last changed.
+    pub updated_at: Timestamp,
+}
+
+/// A memory found by [`Store::recall`], with its score (higher is better; 0 without a query).
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct Recalled {
+    /// The memory.
+    pub memory: Memory,
+    /// Relevance blended with recency.
+    pub score: f64,
+}
+
+fn validate(text: &str, title: Option<&str>, tags: &[String]) -> Result<(String, Vec<String>), ValidationError> {
+    if text.trim().is_empty() {
+        return Err(ValidationError::new("text", "is empty; write what to remember"));
+    }
+    if text.len() > MAX_MEMORY_BYTES {
+        return Err(ValidationError::too_long("text", text.len(), MAX_MEMORY_BYTES, "bytes"));
+    }
+    let title = match title {
+        Some(t) => {
+            let len = t.chars().count();
+            if len > MAX_TITLE_CHARS {
+                return Err(ValidationError::too_long("title", len, MAX_TITLE_CHARS, "characters"));
+            }
+            if t.chars().any(char::is_control) {
+                return Err(ValidationError::new("title", "has a control character; keep it to one line"));
+            }
+            t.trim().to_owned()
+        }
+        None => text.trim().lines().next().unwrap_or("").chars().take(AUTO_TITLE_CHARS).collect(),
+    };
+    if tags.len() > MAX_TAGS {
+        return Err(ValidationError::new("tags", format!("has {} tags, over the limit of {MAX_TAGS}", tags.len())));
+    }
+    let mut clean = Vec::with_capacity(tags.len());
+    for (i, tag) in tags.iter().enumerate() {
+        let t = tag.trim().to_lowercase();
+        let ok = !t.is_empty()
+            && t.chars().count() <= MAX_TAG_CHARS
+            && t.chars().all(|c| c.is_alphanumeric() || c == '-' || c == '_');
+        if !ok {
+            return Err(ValidationError::new(
+                format!("tags[{i}]"),
+                format!("{tag:?} is not a tag: use 1 to {MAX_TAG_CHARS} letters, digits, '-' or '_'"),
+            ));
+        }
+        if !clean.contains(&t) {
+            clean.push(t);
+        }
+    }
+    Ok((title, clean))
+}
+
+fn from_row(row: &Row<'_>) -> rusqlite::Result<(String, String, String, String, i64, i64)> {
+    Ok((row.get(0)?, row.get(1)?, row.get(2)?, row.get(3)?, row.get(4)?, row.get(5)?))
+}
+
+fn decode(raw: (String, String, String, String, i64, i64)) -> Result<Memory, StoreError> {
+    let (id, title, body, tags, created_at, updated_at) = raw;
+    Ok(Memory {
+        id: MemoryId::parse(&id).map_err(|e| StoreError::Corrupt { what: "memory", detail: e.to_string() })?,
+        title,
+        body,
+        tags: tags.split_whitespace().map(str::to_owned).collect(),
+        created_at: from_ms(created_at)?,
+        updated_at: from_ms(updated_at)?,
+    })
+}
+
+const COLUMNS: &str = "m.id, m.title, m.body, m.tags, m.created_at, m.updated_at";
+
+impl Store {
+    /// Stores a memory. Without a title, the first line of the text is used.
+    pub fn remember(&mut self, text: &str, title: Option<&str>, tags: &[String]) -> Result<Memory, StoreError> {
+        self.remember_at(text, title, tags, now_millis())
+    }
+
+    /// [`Store::remember`] with an explicit time, for imports and tests of ranking.
+    pub fn remember_at(
+        &mut self,
+        text: &str,
+        title: Option<&str>,
+        tags: &[String],
+        at: Timestamp,
+    ) -> Result<Memory, StoreError> {
+        let (title, tags) = validate(text, title, tags)?;
+        let memory = Memory { id: MemoryId::new(), title, body: text.to_owned(), tags, created_at: at, updated_at: at };
+        self.conn.prepare_cached(
+            "INSERT INTO memories (id, title, body, tags, created_at, updated_at) VALUES (?1, ?2, ?3, ?4, ?5, ?5)",
+        )?
+        .execute(params![memory.id.to_string(), memory.title, memory.body, memory.tags.join(" "), to_ms(at)])?;
+        Ok(memory)
+    }
+
+    /// With a query: the best matches by BM25 blended with recency. Without: the most recent.
+    pub fn recall(&self, query: Option<&str>, limit: usize) -> Result<Vec<Recalled>, StoreError> {
+        let fts = match query {
+            Some(q) => fts_query(q)?,
+            None => None,
+        };
+        let Some(fts) = fts else {
+            if query.is_some() {
+                return Ok(Vec::new());
+            }
+            let mut stmt = self
+                .conn
+                .prepare_cached(&format!("SELECT {COLUMNS} FROM memories m ORDER BY m.updated_at DESC, m.seq DESC LIMIT ?1"))?;
+            let rows = stmt.query_map([limit as i64], from_row)?;
+            return rows.map(|r| Ok(Recalled { memory: decode(r?)?, score: 0.0 })).collect();
+        };
+        let mut stmt = self.conn.prepare_cached(&format!(
+            "SELECT {COLUMNS}, bm25(memories_fts, 3.0, 1.0, 2.0)
+             FROM memories_fts JOIN memories m ON m.seq = memories_fts.rowid
+             WHERE memories_fts MATCH ?1
+             ORDER BY rank LIMIT ?2"
+        ))?;
+        let now = now_millis();
+        let rows = stmt.query_map(params![fts, CANDIDATES as i64], |row| Ok((from_row(row)?, row.get::<_, f64>(6)?)))?;
+        let mut found = Vec::new();
+        for row in rows {
+            let (raw, bm25) = row?;
+            let memory = decode(raw)?;
+            found.push(Recalled { score: blended_score(bm25, memory.updated_at, now), memory });
+        }
+        found.sort_by(|a, b| b.score.total_cmp(&a.score));
+        found.truncate(limit);
+        Ok(found)
+    }
+
+    /// Deletes a memory; `false` if there was none with that id.
+    pub fn forget(&mut self, id: &MemoryId) -> Result<bool, StoreError> {
+        Ok(self.conn.execute("DELETE FROM memories WHERE id = ?1", [id.to_string()])? == 1)
+    }
+
+    /// How many memories the store holds.
+    pub fn memory_count(&self) -> Result<u64, StoreError> {
+        Ok(self.conn.query_row("SELECT count(*) FROM memories", [], |r| r.get::<_, i64>(0))? as u64)
+    }
+}

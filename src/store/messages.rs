@@ -1,0 +1,291 @@
+//! Messages in and out, their threads, read state and full-text search.
+
+use jiff::Timestamp;
+use rusqlite::{OptionalExtension, Row, Transaction, params};
+use serde::{Deserialize, Serialize};
+
+use super::search::{CANDIDATES, blended_score, fts_query};
+use super::time::{from_ms, to_ms};
+use super::{Store, StoreError};
+use crate::protocol::{Address, Message, MessageId, ThreadId, now_millis};
+
+/// Whether this agent received or sent a message.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Direction {
+    /// Received from another agent.
+    In,
+    /// Sent by this agent.
+    Out,
+}
+
+/// How far a message's sender is vouched for.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Trust {
+    /// This agent wrote it.
+    Own,
+    /// Signed by the sender's pinned key.
+    Verified,
+    /// Signed by a key that differs from the one pinned for the sender: do not trust it.
+    KeyChanged,
+    /// Not verified.
+    Unverified,
+}
+
+impl Direction {
+    fn as_str(self) -> &'static str {
+        match self {
+            Direction::In => "in",
+            Direction::Out => "out",
+        }
+    }
+}
+
+impl Trust {
+    fn as_str(self) -> &'static str {
+        match self {
+            Trust::Own => "own",
+            Trust::Verified => "verified",
+            Trust::KeyChanged => "key_changed",
+            Trust::Unverified => "unverified",
+        }
+    }
+
+    fn parse(s: &str) -> Result<Self, StoreError> {
+        Ok(match s {
+            "own" => Trust::Own,
+            "verified" => Trust::Verified,
+            "key_changed" => Trust::KeyChanged,
+            "unverified" => Trust::Unverified,
+            other => return Err(StoreError::Corrupt { what: "message", detail: format!("unknown trust {other:?}") }),
+        })
+    }
+}
+
+/// A message as the store holds it.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct StoredMessage {
+    /// The message itself.
+    pub message: Message,
+    /// Received or sent.
+    pub direction: Direction,
+    /// How far the sender is vouched for.
+    pub trust: Trust,
+    /// When it reached this store.
+    pub stored_at: Timestamp,
+    /// When it was read, if it was.
+    pub read_at: Option<Timestamp>,
+}
+
+/// Which received messages to list.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct InboxQuery {
+    /// Only unread ones.
+    pub unread_only: bool,
+    /// Only from this sender.
+    pub from: Option<Address>,
+    /// Only in this thread.
+    pub thread: Option<ThreadId>,
+    /// At most this many.
+    pub limit: usize,
+}
+
+impl Default for InboxQuery {
+    fn default() -> Self {
+        Self { unread_only: true, from: None, thread: None, limit: 50 }
+    }
+}
+
+/// What the unread-mail footer shows.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct UnreadSummary {
+    /// Unread received messages.
+    pub count: u32,
+    /// The newest unread message's sender and subject.
+    pub newest: Option<(Address, String)>,
+}
+
+const COLUMNS: &str = "json, direction, trust, stored_at, read_at";
+
+fn from_row(row: &Row<'_>) -> rusqlite::Result<(String, String, String, i64, Option<i64>)> {
+    Ok((row.get(0)?, row.get(1)?, row.get(2)?, row.get(3)?, row.get(4)?))
+}
+
+fn decode(raw: (String, String, String, i64, Option<i64>)) -> Result<StoredMessage, StoreError> {
+    let (json, direction, trust, stored_at, read_at) = raw;
+    let message: Message =
+        serde_json::from_str(&json).map_err(|e| StoreError::Corrupt { what: "message", detail: e.to_string() })?;
+    Ok(StoredMessage {
+        message,
+        direction: if direction == "out" { Direction::Out } else { Direction::In },
+        trust: Trust::parse(&trust)?,
+        stored_at: from_ms(stored_at)?,
+        read_at: read_at.map(from_ms).transpose()?,
+    })
+}
+
+/// Inserts messages inside the caller's transaction; per message, whether it was new.
+pub(super) fn insert_batch(tx: &Transaction<'_>, batch: &[(&Message, Direction, Trust)]) -> Result<Vec<bool>, StoreError> {
+    let now = to_ms(now_millis());
+    let mut inserted = Vec::with_capacity(batch.len());
+    let mut insert = tx.prepare_cached(
+        "INSERT INTO messages (id, direction, sender, thread_id, subject, body, sent_at, stored_at, read_at, trust, json)
+         VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11)
+         ON CONFLICT (id) DO NOTHING",
+    )?;
+    let mut thread = tx.prepare_cached(
+        "INSERT INTO threads (id, subject, first_at, last_at, message_count) VALUES (?1, ?2, ?3, ?3, 1)
+         ON CONFLICT (id) DO UPDATE SET
+            first_at = min(first_at, excluded.first_at),
+            last_at = max(last_at, excluded.last_at),
+            message_count = message_count + 1",
+    )?;
+    for (m, direction, trust) in batch {
+        let sent_at = to_ms(m.sent_at);
+        let json = serde_json::to_string(m).expect("a message always serializes");
+        // Own mail is born read.
+        let read_at = (*direction == Direction::Out).then_some(now);
+        let n = insert.execute(params![
+            m.id.to_string(),
+            direction.as_str(),
+            m.from.to_string(),
+            m.thread.to_string(),
+            m.subject,
+            m.body,
+            sent_at,
+            now,
+            read_at,
+            trust.as_str(),
+            json
+        ])?;
+        // The thread row may follow its first message: the foreign key is deferred.
+        if n == 1 {
+            thread.execute(params![m.thread.to_string(), m.subject, sent_at])?;
+        }
+        inserted.push(n == 1);
+    }
+    Ok(inserted)
+}
+
+impl Store {
+    /// Stores one message; `false` if its id was already stored (nothing changes then).
+    pub fn insert_message(&mut self, message: &Message, direction: Direction, trust: Trust) -> Result<bool, StoreError> {
+        Ok(self.insert_messages(&[(message, direction, trust)])?[0])
+    }
+
+    /// Stores a batch in one transaction (one fsync); per message, whether it was new.
+    pub fn insert_messages(&mut self, batch: &[(&Message, Direction, Trust)]) -> Result<Vec<bool>, StoreError> {
+        let tx = self.conn.transaction()?;
+        let inserted = insert_batch(&tx, batch)?;
+        tx.commit()?;
+        Ok(inserted)
+    }
+
+    /// One message by id.
+    pub fn message(&self, id: &MessageId) -> Result<Option<StoredMessage>, StoreError> {
+        self.conn
+            .query_row(&format!("SELECT {COLUMNS} FROM messages WHERE id = ?1"), [id.to_string()], from_row)
+            .optional()?
+            .map(decode)
+            .transpose()
+    }
+
+    /// Received messages: unread first, newest first within each group.
+    pub fn inbox(&self, q: &InboxQuery) -> Result<Vec<StoredMessage>, StoreError> {
+        let mut stmt = self.conn.prepare_cached(&format!(
+            "SELECT {COLUMNS} FROM messages
+             WHERE direction = 'in'
+               AND (?1 = 0 OR read_at IS NULL)
+               AND (?2 IS NULL OR sender = ?2)
+               AND (?3 IS NULL OR thread_id = ?3)
+             ORDER BY read_at IS NOT NULL, seq DESC
+             LIMIT ?4"
+        ))?;
+        let rows = stmt.query_map(
+            params![
+                q.unread_only,
+                q.from.as_ref().map(ToString::to_string),
+                q.thread.map(|t| t.to_string()),
+                q.limit as i64
+            ],
+            from_row,
+        )?;
+        rows.map(|r| decode(r?)).collect()
+    }
+
+    /// Every message of a thread, in and out, oldest first.
+    pub fn thread(&self, id: &ThreadId) -> Result<Vec<StoredMessage>, StoreError> {
+        let mut stmt = self
+            .conn
+            .prepare_cached(&format!("SELECT {COLUMNS} FROM messages WHERE thread_id = ?1 ORDER BY sent_at, seq"))?;
+        let rows = stmt.query_map([id.to_string()], from_row)?;
+        rows.map(|r| decode(r?)).collect()
+    }
+
+    /// Marks messages read; returns how many were unread before.
+    pub fn mark_read(&mut self, ids: &[MessageId]) -> Result<usize, StoreError> {
+        let tx = self.conn.transaction()?;
+        let now = to_ms(now_millis());
+        let mut changed = 0;
+        {
+            let mut stmt = tx.prepare_cached("UPDATE messages SET read_at = ?2 WHERE id = ?1 AND read_at IS NULL")?;
+            for id in ids {
+                changed += stmt.execute(params![id.to_string(), now])?;
+            }
+        }
+        tx.commit()?;
+        Ok(changed)
+    }
+
+    /// Full-text search over subject, body and sender, best first (relevance and recency).
+    pub fn search_messages(&self, query: &str, limit: usize) -> Result<Vec<StoredMessage>, StoreError> {
+        let Some(fts) = fts_query(query)? else { return Ok(Vec::new()) };
+        let mut stmt = self.conn.prepare_cached(&format!(
+            "SELECT {COLUMNS}, bm25(messages_fts, 3.0, 1.0, 2.0), m.sent_at
+             FROM messages_fts JOIN messages m ON m.seq = messages_fts.rowid
+             WHERE messages_fts MATCH ?1
+             ORDER BY rank LIMIT ?2"
+        ))?;
+        let now = now_millis();
+        let mut scored = Vec::new();
+        let rows = stmt.query_map(params![fts, CANDIDATES as i64], |row| {
+            Ok((from_row(row)?, row.get::<_, f64>(5)?, row.get::<_, i64>(6)?))
+        })?;
+        for row in rows {
+            let (raw, bm25, sent_at) = row?;
+            scored.push((blended_score(bm25, from_ms(sent_at)?, now), raw));
+        }
+        scored.sort_by(|a, b| b.0.total_cmp(&a.0));
+        scored.into_iter().take(limit).map(|(_, raw)| decode(raw)).collect()
+    }
+
+    /// The unread count and the newest unread message's sender and subject.
+    pub fn unread_summary(&self) -> Result<UnreadSummary, StoreError> {
+        let count: u32 = self.conn.query_row(
+            "SELECT count(*) FROM messages WHERE direction = 'in' AND read_at IS NULL",
+            [],
+            |r| r.get(0),
+        )?;
+        let newest = self
+            .conn
+            .query_row(
+                "SELECT sender, subject FROM messages WHERE direction = 'in' AND read_at IS NULL ORDER BY seq DESC LIMIT 1",
+                [],
+                |r| Ok((r.get::<_, String>(0)?, r.get::<_, String>(1)?)),
+            )
+            .optional()?
+            .map(|(sender, subject)| {
+                Address::parse(&sender)
+                    .map(|a| (a, subject))
+                    .map_err(|e| StoreError::Corrupt { what: "message", detail: e.to_string() })
+            })
+            .transpose()?;
+        Ok(UnreadSummary { count, newest })
+    }
+
+    /// How many messages the store holds.
+    pub fn message_count(&self) -> Result<u64, StoreError> {
+        Ok(self.conn.query_row("SELECT count(*) FROM messages", [], |r| r.get::<_, i64>(0))? as u64)
+    }
+}

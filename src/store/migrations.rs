@@ -1,0 +1,128 @@
+//! Versioned schema migrations, tracked in SQLite's `user_version`.
+
+use rusqlite::Connection;
+
+use super::StoreError;
+
+/// Each entry moves the schema one version up; never edit one that has shipped.
+const MIGRATIONS: &[&str] = &[
+    // 1: the first schema.
+    r#"
+    CREATE TABLE meta (
+        key   TEXT PRIMARY KEY,
+        value TEXT NOT NULL
+    ) STRICT;
+
+    CREATE TABLE threads (
+        id            TEXT PRIMARY KEY,
+        subject       TEXT NOT NULL,
+        first_at      INTEGER NOT NULL,
+        last_at       INTEGER NOT NULL,
+        message_count INTEGER NOT NULL
+    ) STRICT;
+
+    CREATE TABLE messages (
+        seq       INTEGER PRIMARY KEY,
+        id        TEXT NOT NULL UNIQUE,
+        direction TEXT NOT NULL CHECK (direction IN ('in', 'out')),
+        sender    TEXT NOT NULL,
+        thread_id TEXT NOT NULL REFERENCES threads(id) DEFERRABLE INITIALLY DEFERRED,
+        subject   TEXT NOT NULL,
+        body      TEXT NOT NULL,
+        sent_at   INTEGER NOT NULL,
+        stored_at INTEGER NOT NULL,
+        read_at   INTEGER,
+        trust     TEXT NOT NULL CHECK (trust IN ('own', 'verified', 'key_changed', 'unverified')),
+        json      TEXT NOT NULL
+    ) STRICT;
+    CREATE INDEX messages_inbox ON messages(direction, read_at, seq);
+    CREATE INDEX messages_thread ON messages(thread_id, sent_at);
+    CREATE INDEX messages_sender ON messages(sender, seq);
+
+    -- Subject, body and sender never change after insert, so no update trigger is needed.
+    CREATE VIRTUAL TABLE messages_fts USING fts5(
+        subject, body, sender,
+        content = 'messages', content_rowid = 'seq',
+        tokenize = 'porter unicode61 remove_diacritics 2'
+    );
+    CREATE TRIGGER messages_fts_insert AFTER INSERT ON messages BEGIN
+        INSERT INTO messages_fts(rowid, subject, body, sender)
+        VALUES (new.seq, new.subject, new.body, new.sender);
+    END;
+    CREATE TRIGGER messages_fts_delete AFTER DELETE ON messages BEGIN
+        INSERT INTO messages_fts(messages_fts, rowid, subject, body, sender)
+        VALUES ('delete', old.seq, old.subject, old.body, old.sender);
+    END;
+
+    CREATE TABLE memories (
+        seq        INTEGER PRIMARY KEY,
+        id         TEXT NOT NULL UNIQUE,
+        title      TEXT NOT NULL,
+        body       TEXT NOT NULL,
+        tags       TEXT NOT NULL,
+        created_at INTEGER NOT NULL,
+        updated_at INTEGER NOT NULL
+    ) STRICT;
+    CREATE INDEX memories_recent ON memories(updated_at);
+
+    CREATE VIRTUAL TABLE memories_fts USING fts5(
+        title, body, tags,
+        content = 'memories', content_rowid = 'seq',
+        tokenize = 'porter unicode61 remove_diacritics 2'
+    );
+    CREATE TRIGGER memories_fts_insert AFTER INSERT ON memories BEGIN
+        INSERT INTO memories_fts(rowid, title, body, tags)
+        VALUES (new.seq, new.title, new.body, new.tags);
+    END;
+    CREATE TRIGGER memories_fts_delete AFTER DELETE ON memories BEGIN
+        INSERT INTO memories_fts(memories_fts, rowid, title, body, tags)
+        VALUES ('delete', old.seq, old.title, old.body, old.tags);
+    END;
+
+    CREATE TABLE contacts (
+        address     TEXT PRIMARY KEY,
+        keys        TEXT NOT NULL,
+        fingerprint TEXT NOT NULL,
+        first_seen  INTEGER NOT NULL,
+        last_seen   INTEGER NOT NULL
+    ) STRICT;
+
+    CREATE TABLE key_changes (
+        seq             INTEGER PRIMARY KEY,
+        address         TEXT NOT NULL REFERENCES contacts(address),
+        pinned          TEXT NOT NULL,
+        presented       TEXT NOT NULL,
+        presented_keys  TEXT NOT NULL,
+        seen_at         INTEGER NOT NULL
+    ) STRICT;
+
+    CREATE TABLE outbox (
+        seq        INTEGER PRIMARY KEY,
+        message_id TEXT NOT NULL,
+        copy       INTEGER NOT NULL,
+        envelope   BLOB NOT NULL,
+        queued_at  INTEGER NOT NULL,
+        attempts   INTEGER NOT NULL DEFAULT 0,
+        last_error TEXT,
+        UNIQUE (message_id, copy)
+    ) STRICT;
+    "#,
+];
+
+/// The schema version this build writes.
+pub const SCHEMA_VERSION: u32 = MIGRATIONS.len() as u32;
+
+/// Brings the database up to [`SCHEMA_VERSION`], one transaction per step.
+pub fn migrate(conn: &mut Connection) -> Result<(), StoreError> {
+    let current: u32 = conn.query_row("PRAGMA user_version", [], |r| r.get(0))?;
+    if current > SCHEMA_VERSION {
+        return Err(StoreError::NewerSchema { found: current, known: SCHEMA_VERSION });
+    }
+    for (i, sql) in MIGRATIONS.iter().enumerate().skip(current as usize) {
+        let tx = conn.transaction()?;
+        tx.execute_batch(sql)?;
+        tx.pragma_update(None, "user_version", i as u32 + 1)?;
+        tx.commit()?;
+    }
+    Ok(())
+}

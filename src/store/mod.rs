@@ -1,0 +1,77 @@
+//! The agent's local store: one SQLite database (WAL, `synchronous=FULL`) holding messages,
+//! threads, memories, contacts and their pinned keys, the outbox, and a little metadata.
+//!
+//! [`Store`] is synchronous; async code goes through [`StoreHandle`], which runs it on a
+//! dedicated thread so SQLite never blocks the runtime.
+
+mod contacts;
+mod error;
+mod handle;
+mod memories;
+mod messages;
+mod meta;
+mod migrations;
+mod outbox;
+mod search;
+mod time;
+
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+use rusqlite::{Connection, OpenFlags};
+
+pub use contacts::{Contact, KeyCheck};
+pub use error::StoreError;
+pub use handle::StoreHandle;
+pub use memories::{MAX_MEMORY_BYTES, MAX_TAGS, MAX_TITLE_CHARS, Memory, Recalled};
+pub use messages::{Direction, InboxQuery, StoredMessage, Trust, UnreadSummary};
+pub use meta::MAX_STATUS_BYTES;
+pub use migrations::SCHEMA_VERSION;
+pub use outbox::OutboxItem;
+pub use search::MAX_QUERY_CHARS;
+
+/// How long a writer waits for another process's transaction before failing.
+const BUSY_TIMEOUT: Duration = Duration::from_secs(10);
+
+/// An open agent store.
+pub struct Store {
+    conn: Connection,
+    path: PathBuf,
+}
+
+impl Store {
+    /// Opens (creating if needed) and migrates the store at `path`.
+    pub fn open(path: &Path) -> Result<Self, StoreError> {
+        let open_err = |source| StoreError::Open { path: path.to_owned(), source };
+        let flags = OpenFlags::SQLITE_OPEN_READ_WRITE | OpenFlags::SQLITE_OPEN_CREATE | OpenFlags::SQLITE_OPEN_NO_MUTEX;
+        let mut conn = Connection::open_with_flags(path, flags).map_err(open_err)?;
+        conn.busy_timeout(BUSY_TIMEOUT).map_err(open_err)?;
+        // journal_mode answers with a row, so it is read rather than updated.
+        let mode: String = conn.query_row("PRAGMA journal_mode = WAL", [], |r| r.get(0)).map_err(open_err)?;
+        if !mode.eq_ignore_ascii_case("wal") {
+            return Err(open_err(rusqlite::Error::InvalidParameterName(format!(
+                "journal_mode is {mode}, not wal: put the store on a local file system"
+            ))));
+        }
+        // FULL: a committed message survives power loss, since the relay deletes what we ack.
+        conn.pragma_update(None, "synchronous", "FULL").map_err(open_err)?;
+        conn.pragma_update(None, "foreign_keys", "ON").map_err(open_err)?;
+        migrations::migrate(&mut conn)?;
+        Ok(Self { conn, path: path.to_owned() })
+    }
+
+    /// The database file.
+    pub fn path(&self) -> &Path {
+        &self.path
+    }
+
+    /// Runs SQLite's own consistency check; `Ok` means it said "ok".
+    pub fn check_integrity(&self) -> Result<(), StoreError> {
+        let result: String = self.conn.query_row("PRAGMA integrity_check", [], |r| r.get(0))?;
+        if result == "ok" {
+            Ok(())
+        } else {
+            Err(StoreError::Corrupt { what: "database", detail: result })
+        }
+    }
+}
