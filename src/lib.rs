@@ -4,6 +4,10 @@
 //! types), [`crypto`] (keys, signing, sealing), [`store`] (the agent's SQLite mailbox),
 //! [`agent`] (an agent's home on disk), [`config`], and [`cli`] on top.
 
+pub mod agent;
+pub mod bench;
+pub mod cli;
+pub mod config;
 pub mod crypto;
 pub mod protocol;
 pub mod store;

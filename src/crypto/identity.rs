@@ -107,7 +107,11 @@ impl Identity {
             signing: signing.verifying_key(),
             sealing: X25519HkdfSha256::sk_to_pk(&sealing),
         };
-        Self { signing, sealing, public }
+        Self {
+            signing,
+            sealing,
+            public,
+        }
     }
 
     /// The public keys.
@@ -130,7 +134,10 @@ impl Identity {
 
     /// Writes a new key file with mode 0600; refuses to overwrite one.
     pub fn save_new(&self, path: &Path) -> Result<(), KeyFileError> {
-        let io = |source| KeyFileError::Io { path: path.to_owned(), source };
+        let io = |source| KeyFileError::Io {
+            path: path.to_owned(),
+            source,
+        };
         let mut file = KeyFile {
             v: KEY_FILE_VERSION,
             signing_key: b64::encode(self.signing.as_bytes()),
@@ -142,7 +149,11 @@ impl Identity {
         let tmp = path.with_extension("tmp");
         let _ = fs::remove_file(&tmp);
         let written = (|| {
-            let mut f = OpenOptions::new().write(true).create_new(true).mode(0o600).open(&tmp)?;
+            let mut f = OpenOptions::new()
+                .write(true)
+                .create_new(true)
+                .mode(0o600)
+                .open(&tmp)?;
             f.write_all(&text)?;
             f.sync_all()
         })();
@@ -153,41 +164,66 @@ impl Identity {
         let _ = fs::remove_file(&tmp);
         match linked {
             Ok(()) => Ok(()),
-            Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => Err(KeyFileError::Exists { path: path.to_owned() }),
+            Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => Err(KeyFileError::Exists {
+                path: path.to_owned(),
+            }),
             Err(e) => Err(io(e)),
         }
     }
 
     /// Reads a key file, refusing one that other users can read.
     pub fn load(path: &Path) -> Result<Self, KeyFileError> {
-        let io = |source| KeyFileError::Io { path: path.to_owned(), source };
-        let malformed = |problem: &str| KeyFileError::Malformed { path: path.to_owned(), problem: problem.to_owned() };
+        let io = |source| KeyFileError::Io {
+            path: path.to_owned(),
+            source,
+        };
+        let malformed = |problem: &str| KeyFileError::Malformed {
+            path: path.to_owned(),
+            problem: problem.to_owned(),
+        };
         let meta = fs::metadata(path).map_err(io)?;
         let mode = meta.permissions().mode() & 0o777;
         if mode & 0o077 != 0 {
-            return Err(KeyFileError::Permissions { path: path.to_owned(), mode });
+            return Err(KeyFileError::Permissions {
+                path: path.to_owned(),
+                mode,
+            });
         }
         if meta.len() > 4096 {
             return Err(malformed("larger than 4096 bytes"));
         }
         let text = Zeroizing::new(fs::read(path).map_err(io)?);
-        let mut file: KeyFile = serde_json::from_slice(&text).map_err(|e| malformed(&e.to_string()))?;
+        let mut file: KeyFile =
+            serde_json::from_slice(&text).map_err(|e| malformed(&e.to_string()))?;
         if file.v != KEY_FILE_VERSION {
-            return Err(malformed(&format!("version {} is not {KEY_FILE_VERSION}", file.v)));
+            return Err(malformed(&format!(
+                "version {} is not {KEY_FILE_VERSION}",
+                file.v
+            )));
         }
-        let signing = Zeroizing::new(b64::decode(&file.signing_key).map_err(|_| malformed("signing_key is not base64"))?);
-        let sealing = Zeroizing::new(b64::decode(&file.sealing_key).map_err(|_| malformed("sealing_key is not base64"))?);
+        let signing = Zeroizing::new(
+            b64::decode(&file.signing_key).map_err(|_| malformed("signing_key is not base64"))?,
+        );
+        let sealing = Zeroizing::new(
+            b64::decode(&file.sealing_key).map_err(|_| malformed("sealing_key is not base64"))?,
+        );
         file.signing_key.zeroize();
         file.sealing_key.zeroize();
-        let signing: &[u8; 32] = signing.as_slice().try_into().map_err(|_| malformed("signing_key is not 32 bytes"))?;
-        let sealing = SealSecret::from_bytes(&sealing).map_err(|_| malformed("sealing_key is not an X25519 key"))?;
+        let signing: &[u8; 32] = signing
+            .as_slice()
+            .try_into()
+            .map_err(|_| malformed("signing_key is not 32 bytes"))?;
+        let sealing = SealSecret::from_bytes(&sealing)
+            .map_err(|_| malformed("sealing_key is not an X25519 key"))?;
         Ok(Self::from_parts(SigningKey::from_bytes(signing), sealing))
     }
 }
 
 impl fmt::Debug for Identity {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.debug_struct("Identity").field("fingerprint", &self.fingerprint()).finish_non_exhaustive()
+        f.debug_struct("Identity")
+            .field("fingerprint", &self.fingerprint())
+            .finish_non_exhaustive()
     }
 }
 
@@ -222,9 +258,15 @@ impl fmt::Debug for PublicIdentity {
 impl TryFrom<PublicWire> for PublicIdentity {
     type Error = String;
     fn try_from(w: PublicWire) -> Result<Self, String> {
-        let signing: &[u8; 32] = w.signing.as_slice().try_into().map_err(|_| "signing key is not 32 bytes")?;
-        let signing = VerifyingKey::from_bytes(signing).map_err(|_| "signing key is not an Ed25519 point")?;
-        let sealing = SealPublic::from_bytes(&w.sealing).map_err(|_| "sealing key is not an X25519 key")?;
+        let signing: &[u8; 32] = w
+            .signing
+            .as_slice()
+            .try_into()
+            .map_err(|_| "signing key is not 32 bytes")?;
+        let signing =
+            VerifyingKey::from_bytes(signing).map_err(|_| "signing key is not an Ed25519 point")?;
+        let sealing =
+            SealPublic::from_bytes(&w.sealing).map_err(|_| "sealing key is not an X25519 key")?;
         Ok(Self { signing, sealing })
     }
 }
@@ -248,11 +290,21 @@ mod tests {
         let path = dir.path().join("identity.key");
         let id = Identity::generate();
         id.save_new(&path).unwrap();
-        assert_eq!(fs::metadata(&path).unwrap().permissions().mode() & 0o777, 0o600);
+        assert_eq!(
+            fs::metadata(&path).unwrap().permissions().mode() & 0o777,
+            0o600
+        );
         let loaded = Identity::load(&path).unwrap();
         assert_eq!(loaded.public(), id.public());
-        assert!(matches!(Identity::generate().save_new(&path), Err(KeyFileError::Exists { .. })));
-        assert_eq!(Identity::load(&path).unwrap().public(), id.public(), "overwritten");
+        assert!(matches!(
+            Identity::generate().save_new(&path),
+            Err(KeyFileError::Exists { .. })
+        ));
+        assert_eq!(
+            Identity::load(&path).unwrap().public(),
+            id.public(),
+            "overwritten"
+        );
     }
 
     #[test]

@@ -94,7 +94,10 @@ pub fn seal(
     let mut letter = message.clone();
     letter.bcc.clear();
     if !visible.is_empty() {
-        let recipients = visible.into_iter().map(|a| Ok((a, key_of(a)?))).collect::<Result<Vec<_>, SealError>>()?;
+        let recipients = visible
+            .into_iter()
+            .map(|a| Ok((a, key_of(a)?)))
+            .collect::<Result<Vec<_>, SealError>>()?;
         copies.push(seal_copy(&letter, sender, &recipients, limits)?);
     }
     for b in &message.bcc {
@@ -112,12 +115,39 @@ fn seal_copy(
 ) -> Result<SealedEnvelope, SealError> {
     let json = serde_json::to_vec(letter).expect("a message always serializes");
     let signed = Zeroizing::new(sign::sign(sender, Domain::Letter, &json));
+    let envelope = encrypt_signed(&signed, letter, recipients);
+    let size = envelope.to_bytes().len();
+    if size > limits.envelope_bytes {
+        return Err(ValidationError::too_long(
+            "envelope",
+            size,
+            limits.envelope_bytes,
+            "bytes sealed",
+        )
+        .into());
+    }
+    Ok(envelope)
+}
+
+/// Encrypts signed letter bytes under a fresh content key wrapped for each recipient; the
+/// routing header is copied from `letter`.
+fn encrypt_signed(
+    signed: &[u8],
+    letter: &Message,
+    recipients: &[(&Address, &PublicIdentity)],
+) -> SealedEnvelope {
     let content_key = random::<CONTENT_KEY_LEN>();
     let nonce = random::<NONCE_LEN>();
     let cipher = XChaCha20Poly1305::new(&(*content_key).into());
     let aad = content_aad(&letter.id, &letter.from, &letter.sent_at);
     let ciphertext = cipher
-        .encrypt(&XNonce::from(*nonce), Payload { msg: &signed, aad: &aad })
+        .encrypt(
+            &XNonce::from(*nonce),
+            Payload {
+                msg: signed,
+                aad: &aad,
+            },
+        )
         .expect("encryption of an in-memory buffer cannot fail");
     let keys = recipients
         .iter()
@@ -130,10 +160,14 @@ fn seal_copy(
                 &wrap_aad(&letter.id, to),
             )
             .expect("HPKE sealing to a valid public key cannot fail");
-            KeyWrap { to: (*to).clone(), enc: enc.to_bytes().to_vec(), key }
+            KeyWrap {
+                to: (*to).clone(),
+                enc: enc.to_bytes().to_vec(),
+                key,
+            }
         })
         .collect();
-    let envelope = SealedEnvelope {
+    SealedEnvelope {
         v: ENVELOPE_VERSION,
         id: letter.id,
         from: letter.from.clone(),
@@ -141,12 +175,7 @@ fn seal_copy(
         nonce: nonce.to_vec(),
         ciphertext,
         keys,
-    };
-    let size = envelope.to_bytes().len();
-    if size > limits.envelope_bytes {
-        return Err(ValidationError::too_long("envelope", size, limits.envelope_bytes, "bytes sealed").into());
     }
-    Ok(envelope)
 }
 
 /// Opens an envelope addressed to `me`, verifying it was signed by `sender` (the keys the
@@ -159,14 +188,22 @@ pub fn open(
     limits: &Limits,
 ) -> Result<Message, OpenError> {
     if envelope.v != ENVELOPE_VERSION {
-        return Err(OpenError::Malformed(format!("version {} is not {ENVELOPE_VERSION}", envelope.v)));
+        return Err(OpenError::Malformed(format!(
+            "version {} is not {ENVELOPE_VERSION}",
+            envelope.v
+        )));
     }
-    let nonce: [u8; NONCE_LEN] = envelope
-        .nonce
-        .as_slice()
-        .try_into()
-        .map_err(|_| OpenError::Malformed(format!("nonce is {} bytes, not {NONCE_LEN}", envelope.nonce.len())))?;
-    let wrap = envelope.keys.iter().find(|k| &k.to == me).ok_or_else(|| OpenError::NotForMe(me.clone()))?;
+    let nonce: [u8; NONCE_LEN] = envelope.nonce.as_slice().try_into().map_err(|_| {
+        OpenError::Malformed(format!(
+            "nonce is {} bytes, not {NONCE_LEN}",
+            envelope.nonce.len()
+        ))
+    })?;
+    let wrap = envelope
+        .keys
+        .iter()
+        .find(|k| &k.to == me)
+        .ok_or_else(|| OpenError::NotForMe(me.clone()))?;
     let enc = EncappedKey::from_bytes(&wrap.enc).map_err(|_| OpenError::Decrypt)?;
     let content_key = Zeroizing::new(
         hpke::single_shot_open::<HpkeChaCha, HkdfSha256, X25519HkdfSha256>(
@@ -179,16 +216,26 @@ pub fn open(
         )
         .map_err(|_| OpenError::Decrypt)?,
     );
-    let content_key: [u8; CONTENT_KEY_LEN] = content_key.as_slice().try_into().map_err(|_| OpenError::Decrypt)?;
+    let content_key: [u8; CONTENT_KEY_LEN] = content_key
+        .as_slice()
+        .try_into()
+        .map_err(|_| OpenError::Decrypt)?;
     let cipher = XChaCha20Poly1305::new(&content_key.into());
     let aad = content_aad(&envelope.id, &envelope.from, &envelope.sent_at);
     let signed = Zeroizing::new(
         cipher
-            .decrypt(&XNonce::from(nonce), Payload { msg: &envelope.ciphertext, aad: &aad })
+            .decrypt(
+                &XNonce::from(nonce),
+                Payload {
+                    msg: &envelope.ciphertext,
+                    aad: &aad,
+                },
+            )
             .map_err(|_| OpenError::Decrypt)?,
     );
     let json = sign::verify(sender, Domain::Letter, &signed)?;
-    let message: Message = serde_json::from_slice(json).map_err(|e| OpenError::Malformed(format!("letter: {e}")))?;
+    let message: Message =
+        serde_json::from_slice(json).map_err(|e| OpenError::Malformed(format!("letter: {e}")))?;
     message.validate(limits).map_err(OpenError::Invalid)?;
     if message.id != envelope.id {
         return Err(OpenError::Mismatch("id"));
@@ -205,4 +252,60 @@ pub fn open(
         return Err(OpenError::NotAddressed(me.clone()));
     }
     Ok(message)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::protocol::AgentName;
+
+    fn addr(name: &str) -> Address {
+        Address::local(AgentName::new(name).unwrap())
+    }
+
+    #[test]
+    fn a_forwarded_letter_is_refused() {
+        let (alice, bob, carol) = (
+            Identity::generate(),
+            Identity::generate(),
+            Identity::generate(),
+        );
+        let letter = Message::new(addr("alice"), vec![addr("bob")], "for bob only", "the plan");
+        let limits = Limits::default();
+        let to_bob = seal(
+            &letter,
+            &alice,
+            &[(addr("bob"), bob.public().clone())],
+            &limits,
+        )
+        .unwrap()
+        .remove(0);
+        // Bob opens it, keeps alice's signed bytes, and re-encrypts them to carol.
+        let wrap = &to_bob.keys[0];
+        let key = hpke::single_shot_open::<HpkeChaCha, HkdfSha256, X25519HkdfSha256>(
+            &OpModeR::Base,
+            bob.sealing_key(),
+            &EncappedKey::from_bytes(&wrap.enc).unwrap(),
+            KEY_WRAP_INFO,
+            &wrap.key,
+            &wrap_aad(&to_bob.id, &addr("bob")),
+        )
+        .unwrap();
+        let key: [u8; CONTENT_KEY_LEN] = key.as_slice().try_into().unwrap();
+        let signed = XChaCha20Poly1305::new(&key.into())
+            .decrypt(
+                &XNonce::from(<[u8; NONCE_LEN]>::try_from(to_bob.nonce.as_slice()).unwrap()),
+                Payload {
+                    msg: &to_bob.ciphertext,
+                    aad: &content_aad(&to_bob.id, &to_bob.from, &to_bob.sent_at),
+                },
+            )
+            .unwrap();
+        let carol_addr = addr("carol");
+        let forwarded = encrypt_signed(&signed, &letter, &[(&carol_addr, carol.public())]);
+        assert_eq!(
+            open(&forwarded, &carol_addr, &carol, alice.public(), &limits),
+            Err(OpenError::NotAddressed(carol_addr.clone()))
+        );
+    }
 }

@@ -25,7 +25,9 @@ impl Domain {
 
 /// The signature did not verify.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
-#[error("the signature does not match the sender's key: the message was altered or not written by its claimed sender")]
+#[error(
+    "the signature does not match the sender's key: the message was altered or not written by its claimed sender"
+)]
 pub struct VerifyError;
 
 fn domain_bytes(domain: Domain, bytes: &[u8]) -> Vec<u8> {
@@ -46,7 +48,11 @@ pub fn sign(identity: &Identity, domain: Domain, bytes: &[u8]) -> Vec<u8> {
 }
 
 /// Verifies `signature ‖ bytes` and returns the bytes, which are safe to parse only now.
-pub fn verify<'a>(key: &PublicIdentity, domain: Domain, signed: &'a [u8]) -> Result<&'a [u8], VerifyError> {
+pub fn verify<'a>(
+    key: &PublicIdentity,
+    domain: Domain,
+    signed: &'a [u8],
+) -> Result<&'a [u8], VerifyError> {
     if signed.len() < SIGNATURE_LEN {
         return Err(VerifyError);
     }

@@ -22,11 +22,19 @@ impl AgentName {
     pub fn new(name: &str) -> Result<Self, ValidationError> {
         const FIELD: &str = "agent name";
         if name.is_empty() {
-            return Err(ValidationError::new(FIELD, "is empty; use lowercase letters, digits, '.', '_' or '-'"));
+            return Err(ValidationError::new(
+                FIELD,
+                "is empty; use lowercase letters, digits, '.', '_' or '-'",
+            ));
         }
         let len = name.chars().count();
         if len > MAX_NAME_LEN {
-            return Err(ValidationError::too_long(FIELD, len, MAX_NAME_LEN, "characters"));
+            return Err(ValidationError::too_long(
+                FIELD,
+                len,
+                MAX_NAME_LEN,
+                "characters",
+            ));
         }
         for (i, c) in name.chars().enumerate() {
             let ok = c.is_ascii_lowercase()
@@ -137,19 +145,30 @@ impl Address {
 fn validate_host(host: &str) -> Result<String, ValidationError> {
     const FIELD: &str = "address host";
     if host.len() > MAX_HOST_LEN {
-        return Err(ValidationError::too_long(FIELD, host.len(), MAX_HOST_LEN, "bytes"));
+        return Err(ValidationError::too_long(
+            FIELD,
+            host.len(),
+            MAX_HOST_LEN,
+            "bytes",
+        ));
     }
     let (hostname, port) = if let Some(rest) = host.strip_prefix('[') {
-        let (v6, after) = rest
-            .split_once(']')
-            .ok_or_else(|| ValidationError::new(FIELD, format!("{host:?} opens '[' without ']'")))?;
+        let (v6, after) = rest.split_once(']').ok_or_else(|| {
+            ValidationError::new(FIELD, format!("{host:?} opens '[' without ']'"))
+        })?;
         if v6.parse::<std::net::Ipv6Addr>().is_err() {
-            return Err(ValidationError::new(FIELD, format!("{v6:?} is not an IPv6 address")));
+            return Err(ValidationError::new(
+                FIELD,
+                format!("{v6:?} is not an IPv6 address"),
+            ));
         }
         let port = match after {
             "" => None,
             p => Some(p.strip_prefix(':').ok_or_else(|| {
-                ValidationError::new(FIELD, format!("{host:?} has {p:?} after ']'; expected ':port'"))
+                ValidationError::new(
+                    FIELD,
+                    format!("{host:?} has {p:?} after ']'; expected ':port'"),
+                )
             })?),
         };
         (None, port)
@@ -166,19 +185,26 @@ fn validate_host(host: &str) -> Result<String, ValidationError> {
                     && label.len() <= 63
                     && !label.starts_with('-')
                     && !label.ends_with('-')
-                    && label.chars().all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || c == '-')
+                    && label
+                        .chars()
+                        .all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || c == '-')
             });
         if !ok {
             return Err(ValidationError::new(
                 FIELD,
-                format!("{h:?} is not a lowercase host name (labels of a-z, 0-9 and '-', joined by '.')"),
+                format!(
+                    "{h:?} is not a lowercase host name (labels of a-z, 0-9 and '-', joined by '.')"
+                ),
             ));
         }
     }
     if let Some(p) = port {
         let valid = !p.starts_with('0') && p.parse::<u16>().is_ok_and(|n| n > 0);
         if !valid {
-            return Err(ValidationError::new(FIELD, format!("port {p:?} is not a number from 1 to 65535")));
+            return Err(ValidationError::new(
+                FIELD,
+                format!("port {p:?} is not a number from 1 to 65535"),
+            ));
         }
     }
     Ok(host.to_owned())
@@ -222,7 +248,10 @@ mod tests {
         assert!(AgentName::new(&"a".repeat(64)).is_ok());
         let err = AgentName::new(&"a".repeat(65)).unwrap_err();
         assert_eq!(err.field, "agent name");
-        assert!(err.problem.contains("65") && err.problem.contains("64"), "{err}");
+        assert!(
+            err.problem.contains("65") && err.problem.contains("64"),
+            "{err}"
+        );
     }
 
     #[test]
@@ -237,18 +266,42 @@ mod tests {
 
     #[test]
     fn sanitize_folder_names() {
-        assert_eq!(AgentName::sanitize("My Project").unwrap().as_str(), "my-project");
+        assert_eq!(
+            AgentName::sanitize("My Project").unwrap().as_str(),
+            "my-project"
+        );
         assert_eq!(AgentName::sanitize("__x__").unwrap().as_str(), "x");
         assert!(AgentName::sanitize("___").is_none());
-        assert_eq!(AgentName::sanitize(&"z".repeat(100)).unwrap().as_str().len(), 64);
+        assert_eq!(
+            AgentName::sanitize(&"z".repeat(100))
+                .unwrap()
+                .as_str()
+                .len(),
+            64
+        );
     }
 
     #[test]
     fn addresses_round_trip() {
-        for s in ["bob", "bob@relay.example.com", "bob@127.0.0.1:7878", "bob@[::1]:7878", "bob@[::1]"] {
+        for s in [
+            "bob",
+            "bob@relay.example.com",
+            "bob@127.0.0.1:7878",
+            "bob@[::1]:7878",
+            "bob@[::1]",
+        ] {
             assert_eq!(Address::parse(s).unwrap().to_string(), s);
         }
-        for bad in ["bob@", "bob@Relay.com", "bob@x:0", "bob@x:70000", "bob@x:07", "bob@[zz]", "@x", "bob@a..b"] {
+        for bad in [
+            "bob@",
+            "bob@Relay.com",
+            "bob@x:0",
+            "bob@x:70000",
+            "bob@x:07",
+            "bob@[zz]",
+            "@x",
+            "bob@a..b",
+        ] {
             assert!(Address::parse(bad).is_err(), "{bad:?} accepted");
         }
     }

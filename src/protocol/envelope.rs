@@ -65,26 +65,51 @@ impl SealedEnvelope {
         serde_json::to_vec(self).expect("an envelope always serializes")
     }
 
-    /// Parses the wire form, refusing oversized input before reading it.
+    /// Parses the wire form, refusing oversized input before reading it and any encoding
+    /// other than the canonical one [`SealedEnvelope::to_bytes`] writes.
     pub fn from_bytes(bytes: &[u8], limits: &Limits) -> Result<Self, ValidationError> {
         if bytes.len() > limits.envelope_bytes {
-            return Err(ValidationError::too_long("envelope", bytes.len(), limits.envelope_bytes, "bytes"));
+            return Err(ValidationError::too_long(
+                "envelope",
+                bytes.len(),
+                limits.envelope_bytes,
+                "bytes",
+            ));
         }
-        let env: Self = serde_json::from_slice(bytes)
-            .map_err(|e| ValidationError::new("envelope", format!("is not a valid sealed envelope: {e}")))?;
+        let env: Self = serde_json::from_slice(bytes).map_err(|e| {
+            ValidationError::new("envelope", format!("is not a valid sealed envelope: {e}"))
+        })?;
         if env.v != ENVELOPE_VERSION {
             return Err(ValidationError::new(
                 "envelope.v",
-                format!("is {}; this build reads version {ENVELOPE_VERSION}; upgrade mailslot", env.v),
+                format!(
+                    "is {}; this build reads version {ENVELOPE_VERSION}; upgrade mailslot",
+                    env.v
+                ),
+            ));
+        }
+        // One value, one encoding: any other spelling (whitespace, key order, `t` for `T` in a
+        // time) is refused, so an envelope cannot change in transit without being noticed.
+        if env.to_bytes() != bytes {
+            return Err(ValidationError::new(
+                "envelope",
+                "is not in canonical form (compact JSON, fields in order)",
             ));
         }
         if env.keys.is_empty() {
-            return Err(ValidationError::new("envelope.keys", "is empty; an envelope needs at least one recipient"));
+            return Err(ValidationError::new(
+                "envelope.keys",
+                "is empty; an envelope needs at least one recipient",
+            ));
         }
         if env.keys.len() > limits.recipients {
             return Err(ValidationError::new(
                 "envelope.keys",
-                format!("has {} recipients, over the limit of {}", env.keys.len(), limits.recipients),
+                format!(
+                    "has {} recipients, over the limit of {}",
+                    env.keys.len(),
+                    limits.recipients
+                ),
             ));
         }
         Ok(env)

@@ -82,42 +82,89 @@ impl Attachment {
     fn validate(&self, limits: &Limits) -> Result<(), ValidationError> {
         let name_len = self.name.chars().count();
         if name_len == 0 {
-            return Err(ValidationError::new("name", "is empty; give the file a name"));
+            return Err(ValidationError::new(
+                "name",
+                "is empty; give the file a name",
+            ));
         }
         if name_len > limits.attachment_name_chars {
-            return Err(ValidationError::too_long("name", name_len, limits.attachment_name_chars, "characters"));
+            return Err(ValidationError::too_long(
+                "name",
+                name_len,
+                limits.attachment_name_chars,
+                "characters",
+            ));
         }
-        if self.name.chars().any(|c| c == '/' || c == '\\' || c.is_control()) || self.name == "." || self.name == ".." {
-            return Err(ValidationError::new("name", "must be a plain file name: no '/', '\\', control characters, '.' or '..'"));
+        if self
+            .name
+            .chars()
+            .any(|c| c == '/' || c == '\\' || c.is_control())
+            || self.name == "."
+            || self.name == ".."
+        {
+            return Err(ValidationError::new(
+                "name",
+                "must be a plain file name: no '/', '\\', control characters, '.' or '..'",
+            ));
         }
         let mt_len = self.media_type.chars().count();
         if mt_len > limits.media_type_chars {
-            return Err(ValidationError::too_long("media_type", mt_len, limits.media_type_chars, "characters"));
+            return Err(ValidationError::too_long(
+                "media_type",
+                mt_len,
+                limits.media_type_chars,
+                "characters",
+            ));
         }
         let valid_media_type = self.media_type.split_once('/').is_some_and(|(t, s)| {
-            let token = |x: &str| !x.is_empty() && x.bytes().all(|b| b.is_ascii_alphanumeric() || b"!#$&-^_.+".contains(&b));
+            let token = |x: &str| {
+                !x.is_empty()
+                    && x.bytes()
+                        .all(|b| b.is_ascii_alphanumeric() || b"!#$&-^_.+".contains(&b))
+            };
             token(t) && token(s)
         });
         if !valid_media_type {
-            return Err(ValidationError::new("media_type", format!("{:?} is not a media type like text/plain", self.media_type)));
+            return Err(ValidationError::new(
+                "media_type",
+                format!("{:?} is not a media type like text/plain", self.media_type),
+            ));
         }
         if self.size as usize != self.bytes.len() {
-            return Err(ValidationError::new("size", format!("says {} but the content is {} bytes", self.size, self.bytes.len())));
+            return Err(ValidationError::new(
+                "size",
+                format!(
+                    "says {} but the content is {} bytes",
+                    self.size,
+                    self.bytes.len()
+                ),
+            ));
         }
         if self.sha256 != sha256_hex(&self.bytes) {
-            return Err(ValidationError::new("sha256", "does not match the content; the attachment is corrupt"));
+            return Err(ValidationError::new(
+                "sha256",
+                "does not match the content; the attachment is corrupt",
+            ));
         }
         Ok(())
     }
 }
 
 fn sha256_hex(bytes: &[u8]) -> String {
-    Sha256::digest(bytes).iter().map(|b| format!("{b:02x}")).collect()
+    Sha256::digest(bytes)
+        .iter()
+        .map(|b| format!("{b:02x}"))
+        .collect()
 }
 
 impl Message {
     /// A new message in a new thread, sent now, with no optional parts.
-    pub fn new(from: Address, to: Vec<Address>, subject: impl Into<String>, body: impl Into<String>) -> Self {
+    pub fn new(
+        from: Address,
+        to: Vec<Address>,
+        subject: impl Into<String>,
+        body: impl Into<String>,
+    ) -> Self {
         Self {
             id: MessageId::new(),
             from,
@@ -144,51 +191,86 @@ impl Message {
     pub fn validate(&self, limits: &Limits) -> Result<(), ValidationError> {
         let total = self.to.len() + self.cc.len() + self.bcc.len();
         if total == 0 {
-            return Err(ValidationError::new("to", "is empty; name at least one recipient in to, cc or bcc"));
+            return Err(ValidationError::new(
+                "to",
+                "is empty; name at least one recipient in to, cc or bcc",
+            ));
         }
         if total > limits.recipients {
             return Err(ValidationError::new(
                 "to",
-                format!("to, cc and bcc name {total} recipients, over the limit of {}; send several messages", limits.recipients),
+                format!(
+                    "to, cc and bcc name {total} recipients, over the limit of {}; send several messages",
+                    limits.recipients
+                ),
             ));
         }
         let mut seen = HashSet::new();
         for (field, list) in [("to", &self.to), ("cc", &self.cc), ("bcc", &self.bcc)] {
             for (i, addr) in list.iter().enumerate() {
                 if !seen.insert(addr) {
-                    return Err(ValidationError::new(format!("{field}[{i}]"), format!("repeats {addr}; name each recipient once")));
+                    return Err(ValidationError::new(
+                        format!("{field}[{i}]"),
+                        format!("repeats {addr}; name each recipient once"),
+                    ));
                 }
             }
         }
         let subject_len = self.subject.chars().count();
         if subject_len > limits.subject_chars {
-            return Err(ValidationError::too_long("subject", subject_len, limits.subject_chars, "characters"));
+            return Err(ValidationError::too_long(
+                "subject",
+                subject_len,
+                limits.subject_chars,
+                "characters",
+            ));
         }
         if let Some(pos) = self.subject.chars().position(char::is_control) {
             return Err(ValidationError::new(
                 "subject",
-                format!("has a control character at position {}; keep it to one line and put the rest in the body", pos + 1),
+                format!(
+                    "has a control character at position {}; keep it to one line and put the rest in the body",
+                    pos + 1
+                ),
             ));
         }
         if self.body.len() > limits.body_bytes {
-            return Err(ValidationError::too_long("body", self.body.len(), limits.body_bytes, "bytes"));
+            return Err(ValidationError::too_long(
+                "body",
+                self.body.len(),
+                limits.body_bytes,
+                "bytes",
+            ));
         }
-        for (field, value, limit) in [("data", &self.data, limits.data_bytes), ("context", &self.context, limits.context_bytes)] {
+        for (field, value, limit) in [
+            ("data", &self.data, limits.data_bytes),
+            ("context", &self.context, limits.context_bytes),
+        ] {
             if let Some(v) = value {
                 let len = serde_json::to_vec(v).map(|b| b.len()).unwrap_or(usize::MAX);
                 if len > limit {
-                    return Err(ValidationError::too_long(field, len, limit, "bytes of JSON"));
+                    return Err(ValidationError::too_long(
+                        field,
+                        len,
+                        limit,
+                        "bytes of JSON",
+                    ));
                 }
             }
         }
         if self.attachments.len() > limits.attachments {
             return Err(ValidationError::new(
                 "attachments",
-                format!("has {} files, over the limit of {}", self.attachments.len(), limits.attachments),
+                format!(
+                    "has {} files, over the limit of {}",
+                    self.attachments.len(),
+                    limits.attachments
+                ),
             ));
         }
         for (i, a) in self.attachments.iter().enumerate() {
-            a.validate(limits).map_err(|e| e.within(&format!("attachments[{i}]")))?;
+            a.validate(limits)
+                .map_err(|e| e.within(&format!("attachments[{i}]")))?;
         }
         Ok(())
     }
@@ -209,7 +291,12 @@ mod tests {
     }
 
     fn msg() -> Message {
-        Message::new(Address::local(AgentName::new("alice").unwrap()), vec![addr("bob")], "hi", "body")
+        Message::new(
+            Address::local(AgentName::new("alice").unwrap()),
+            vec![addr("bob")],
+            "hi",
+            "body",
+        )
     }
 
     fn field_of(m: &Message, limits: &Limits) -> String {
@@ -225,7 +312,10 @@ mod tests {
         m.subject.push('x');
         let err = m.validate(&limits).unwrap_err();
         assert_eq!(err.field, "subject");
-        assert!(err.problem.contains("257") && err.problem.contains("256"), "{err}");
+        assert!(
+            err.problem.contains("257") && err.problem.contains("256"),
+            "{err}"
+        );
         m.subject = "two\nlines".into();
         assert_eq!(field_of(&m, &limits), "subject");
     }
@@ -246,7 +336,9 @@ mod tests {
     fn recipient_limits() {
         let limits = Limits::default();
         let mut m = msg();
-        m.to = (0..limits.recipients).map(|i| addr(&format!("r{i}"))).collect();
+        m.to = (0..limits.recipients)
+            .map(|i| addr(&format!("r{i}")))
+            .collect();
         m.validate(&limits).unwrap();
         m.cc.push(addr("one-more"));
         assert_eq!(field_of(&m, &limits), "to");
@@ -266,7 +358,11 @@ mod tests {
             // A JSON string of n characters serializes to n + 2 bytes.
             let set = |m: &mut Message, n: usize| {
                 let v = Some(Value::String("x".repeat(n)));
-                if which == "data" { m.data = v } else { m.context = v }
+                if which == "data" {
+                    m.data = v
+                } else {
+                    m.context = v
+                }
             };
             set(&mut m, limits.data_bytes - 2);
             m.validate(&limits).unwrap();
@@ -279,18 +375,29 @@ mod tests {
     fn attachment_limits() {
         let limits = Limits::default();
         let mut m = msg();
-        m.attachments = (0..limits.attachments).map(|i| Attachment::new(format!("f{i}.txt"), "text/plain", vec![1, 2])).collect();
+        m.attachments = (0..limits.attachments)
+            .map(|i| Attachment::new(format!("f{i}.txt"), "text/plain", vec![1, 2]))
+            .collect();
         m.validate(&limits).unwrap();
-        m.attachments.push(Attachment::new("late.txt", "text/plain", vec![]));
+        m.attachments
+            .push(Attachment::new("late.txt", "text/plain", vec![]));
         assert_eq!(field_of(&m, &limits), "attachments");
 
         let mut m = msg();
-        m.attachments = vec![Attachment::new("n".repeat(limits.attachment_name_chars), "text/plain", vec![])];
+        m.attachments = vec![Attachment::new(
+            "n".repeat(limits.attachment_name_chars),
+            "text/plain",
+            vec![],
+        )];
         m.validate(&limits).unwrap();
         m.attachments[0].name.push('n');
         assert_eq!(field_of(&m, &limits), "attachments[0].name");
 
-        let mut a = Attachment::new("a.bin", format!("application/{}", "x".repeat(limits.media_type_chars - 12)), vec![]);
+        let mut a = Attachment::new(
+            "a.bin",
+            format!("application/{}", "x".repeat(limits.media_type_chars - 12)),
+            vec![],
+        );
         m.attachments = vec![a.clone()];
         m.validate(&limits).unwrap();
         a.media_type.push('x');
@@ -299,7 +406,11 @@ mod tests {
 
         for (bad, field) in [("../etc", "name"), ("bad type", "media_type")] {
             let mut a = Attachment::new("ok.txt", "text/plain", vec![1]);
-            if field == "name" { a.name = bad.into() } else { a.media_type = bad.into() }
+            if field == "name" {
+                a.name = bad.into()
+            } else {
+                a.media_type = bad.into()
+            }
             m.attachments = vec![a];
             assert_eq!(field_of(&m, &limits), format!("attachments[0].{field}"));
         }

@@ -42,17 +42,28 @@ pub struct Contact {
 }
 
 fn corrupt(detail: impl ToString) -> StoreError {
-    StoreError::Corrupt { what: "contact", detail: detail.to_string() }
+    StoreError::Corrupt {
+        what: "contact",
+        detail: detail.to_string(),
+    }
 }
 
 impl Store {
     /// Compares `keys` with the keys pinned for `address`, pinning them on first contact.
-    pub fn check_and_pin(&mut self, address: &Address, keys: &PublicIdentity) -> Result<KeyCheck, StoreError> {
+    pub fn check_and_pin(
+        &mut self,
+        address: &Address,
+        keys: &PublicIdentity,
+    ) -> Result<KeyCheck, StoreError> {
         let now = to_ms(now_millis());
         let presented = keys.fingerprint();
-        let tx = self.conn.transaction()?;
+        let tx = self.write_tx()?;
         let pinned: Option<String> = tx
-            .query_row("SELECT fingerprint FROM contacts WHERE address = ?1", [address.to_string()], |r| r.get(0))
+            .query_row(
+                "SELECT fingerprint FROM contacts WHERE address = ?1",
+                [address.to_string()],
+                |r| r.get(0),
+            )
             .optional()?;
         let keys_json = serde_json::to_string(keys).expect("keys always serialize");
         let outcome = match pinned {
@@ -64,7 +75,10 @@ impl Store {
                 KeyCheck::Pinned
             }
             Some(fp) if fp == presented.as_str() => {
-                tx.execute("UPDATE contacts SET last_seen = ?2 WHERE address = ?1", params![address.to_string(), now])?;
+                tx.execute(
+                    "UPDATE contacts SET last_seen = ?2 WHERE address = ?1",
+                    params![address.to_string(), now],
+                )?;
                 KeyCheck::Matches
             }
             Some(fp) => {
@@ -72,7 +86,10 @@ impl Store {
                     "INSERT INTO key_changes (address, pinned, presented, presented_keys, seen_at) VALUES (?1, ?2, ?3, ?4, ?5)",
                     params![address.to_string(), fp, presented.as_str(), keys_json, now],
                 )?;
-                KeyCheck::Changed { pinned: Fingerprint::parse(&fp).map_err(corrupt)?, presented }
+                KeyCheck::Changed {
+                    pinned: Fingerprint::parse(&fp).map_err(corrupt)?,
+                    presented,
+                }
             }
         };
         tx.commit()?;
@@ -86,9 +103,14 @@ impl Store {
     pub fn pinned_keys(&self, address: &Address) -> Result<Option<PublicIdentity>, StoreError> {
         let json: Option<String> = self
             .conn
-            .query_row("SELECT keys FROM contacts WHERE address = ?1", [address.to_string()], |r| r.get(0))
+            .query_row(
+                "SELECT keys FROM contacts WHERE address = ?1",
+                [address.to_string()],
+                |r| r.get(0),
+            )
             .optional()?;
-        json.map(|j| serde_json::from_str(&j).map_err(corrupt)).transpose()
+        json.map(|j| serde_json::from_str(&j).map_err(corrupt))
+            .transpose()
     }
 
     /// Every known peer, by address.
@@ -99,7 +121,13 @@ impl Store {
              FROM contacts c ORDER BY c.address",
         )?;
         let rows = stmt.query_map([], |r| {
-            Ok((r.get::<_, String>(0)?, r.get::<_, String>(1)?, r.get::<_, i64>(2)?, r.get::<_, i64>(3)?, r.get::<_, u32>(4)?))
+            Ok((
+                r.get::<_, String>(0)?,
+                r.get::<_, String>(1)?,
+                r.get::<_, i64>(2)?,
+                r.get::<_, i64>(3)?,
+                r.get::<_, u32>(4)?,
+            ))
         })?;
         rows.map(|row| {
             let (address, fingerprint, first_seen, last_seen, key_changes) = row?;

@@ -19,7 +19,9 @@ pub enum StoreError {
         source: rusqlite::Error,
     },
     /// The file was written by a newer mailslot.
-    #[error("the store has schema version {found}, newer than this build's {known}; upgrade mailslot")]
+    #[error(
+        "the store has schema version {found}, newer than this build's {known}; upgrade mailslot"
+    )]
     NewerSchema {
         /// The version in the file.
         found: u32,

@@ -20,11 +20,13 @@ impl StoreHandle {
     /// Moves `store` onto a new thread named `mailslot-store`.
     pub fn spawn(mut store: Store) -> std::io::Result<Self> {
         let (jobs, queue) = mpsc::channel::<Job>();
-        thread::Builder::new().name("mailslot-store".into()).spawn(move || {
-            for job in queue {
-                job(&mut store);
-            }
-        })?;
+        thread::Builder::new()
+            .name("mailslot-store".into())
+            .spawn(move || {
+                for job in queue {
+                    job(&mut store);
+                }
+            })?;
         Ok(Self { jobs })
     }
 

@@ -36,6 +36,19 @@ pub struct Memory {
     pub updated_at: Timestamp,
 }
 
+/// A memory to store.
+#[derive(Debug, Clone, PartialEq)]
+pub struct MemoryDraft {
+    /// The text.
+    pub text: String,
+    /// A title; the text's first line when absent.
+    pub title: Option<String>,
+    /// Tags, lowercased on storing.
+    pub tags: Vec<String>,
+    /// When it was written.
+    pub at: Timestamp,
+}
+
 /// A memory found by [`Store::recall`], with its score (higher is better; 0 without a query).
 #[derive(Debug, Clone, PartialEq, Serialize)]
 pub struct Recalled {
@@ -45,39 +58,72 @@ pub struct Recalled {
     pub score: f64,
 }
 
-fn validate(text: &str, title: Option<&str>, tags: &[String]) -> Result<(String, Vec<String>), ValidationError> {
+fn validate(
+    text: &str,
+    title: Option<&str>,
+    tags: &[String],
+) -> Result<(String, Vec<String>), ValidationError> {
     if text.trim().is_empty() {
-        return Err(ValidationError::new("text", "is empty; write what to remember"));
+        return Err(ValidationError::new(
+            "text",
+            "is empty; write what to remember",
+        ));
     }
     if text.len() > MAX_MEMORY_BYTES {
-        return Err(ValidationError::too_long("text", text.len(), MAX_MEMORY_BYTES, "bytes"));
+        return Err(ValidationError::too_long(
+            "text",
+            text.len(),
+            MAX_MEMORY_BYTES,
+            "bytes",
+        ));
     }
     let title = match title {
         Some(t) => {
             let len = t.chars().count();
             if len > MAX_TITLE_CHARS {
-                return Err(ValidationError::too_long("title", len, MAX_TITLE_CHARS, "characters"));
+                return Err(ValidationError::too_long(
+                    "title",
+                    len,
+                    MAX_TITLE_CHARS,
+                    "characters",
+                ));
             }
             if t.chars().any(char::is_control) {
-                return Err(ValidationError::new("title", "has a control character; keep it to one line"));
+                return Err(ValidationError::new(
+                    "title",
+                    "has a control character; keep it to one line",
+                ));
             }
             t.trim().to_owned()
         }
-        None => text.trim().lines().next().unwrap_or("").chars().take(AUTO_TITLE_CHARS).collect(),
+        None => text
+            .trim()
+            .lines()
+            .next()
+            .unwrap_or("")
+            .chars()
+            .take(AUTO_TITLE_CHARS)
+            .collect(),
     };
     if tags.len() > MAX_TAGS {
-        return Err(ValidationError::new("tags", format!("has {} tags, over the limit of {MAX_TAGS}", tags.len())));
+        return Err(ValidationError::new(
+            "tags",
+            format!("has {} tags, over the limit of {MAX_TAGS}", tags.len()),
+        ));
     }
     let mut clean = Vec::with_capacity(tags.len());
     for (i, tag) in tags.iter().enumerate() {
         let t = tag.trim().to_lowercase();
         let ok = !t.is_empty()
             && t.chars().count() <= MAX_TAG_CHARS
-            && t.chars().all(|c| c.is_alphanumeric() || c == '-' || c == '_');
+            && t.chars()
+                .all(|c| c.is_alphanumeric() || c == '-' || c == '_');
         if !ok {
             return Err(ValidationError::new(
                 format!("tags[{i}]"),
-                format!("{tag:?} is not a tag: use 1 to {MAX_TAG_CHARS} letters, digits, '-' or '_'"),
+                format!(
+                    "{tag:?} is not a tag: use 1 to {MAX_TAG_CHARS} letters, digits, '-' or '_'"
+                ),
             ));
         }
         if !clean.contains(&t) {
@@ -88,13 +134,23 @@ fn validate(text: &str, title: Option<&str>, tags: &[String]) -> Result<(String,
 }
 
 fn from_row(row: &Row<'_>) -> rusqlite::Result<(String, String, String, String, i64, i64)> {
-    Ok((row.get(0)?, row.get(1)?, row.get(2)?, row.get(3)?, row.get(4)?, row.get(5)?))
+    Ok((
+        row.get(0)?,
+        row.get(1)?,
+        row.get(2)?,
+        row.get(3)?,
+        row.get(4)?,
+        row.get(5)?,
+    ))
 }
 
 fn decode(raw: (String, String, String, String, i64, i64)) -> Result<Memory, StoreError> {
     let (id, title, body, tags, created_at, updated_at) = raw;
     Ok(Memory {
-        id: MemoryId::parse(&id).map_err(|e| StoreError::Corrupt { what: "memory", detail: e.to_string() })?,
+        id: MemoryId::parse(&id).map_err(|e| StoreError::Corrupt {
+            what: "memory",
+            detail: e.to_string(),
+        })?,
         title,
         body,
         tags: tags.split_whitespace().map(str::to_owned).collect(),
@@ -106,26 +162,52 @@ fn decode(raw: (String, String, String, String, i64, i64)) -> Result<Memory, Sto
 const COLUMNS: &str = "m.id, m.title, m.body, m.tags, m.created_at, m.updated_at";
 
 impl Store {
-    /// Stores a memory. Without a title, the first line of the text is used.
-    pub fn remember(&mut self, text: &str, title: Option<&str>, tags: &[String]) -> Result<Memory, StoreError> {
-        self.remember_at(text, title, tags, now_millis())
-    }
-
-    /// [`Store::remember`] with an explicit time, for imports and tests of ranking.
-    pub fn remember_at(
+    /// Stores a memory now. Without a title, the first line of the text is used.
+    pub fn remember(
         &mut self,
         text: &str,
         title: Option<&str>,
         tags: &[String],
-        at: Timestamp,
     ) -> Result<Memory, StoreError> {
-        let (title, tags) = validate(text, title, tags)?;
-        let memory = Memory { id: MemoryId::new(), title, body: text.to_owned(), tags, created_at: at, updated_at: at };
-        self.conn.prepare_cached(
-            "INSERT INTO memories (id, title, body, tags, created_at, updated_at) VALUES (?1, ?2, ?3, ?4, ?5, ?5)",
-        )?
-        .execute(params![memory.id.to_string(), memory.title, memory.body, memory.tags.join(" "), to_ms(at)])?;
-        Ok(memory)
+        let draft = MemoryDraft {
+            text: text.to_owned(),
+            title: title.map(str::to_owned),
+            tags: tags.to_vec(),
+            at: now_millis(),
+        };
+        Ok(self.remember_all(std::slice::from_ref(&draft))?.remove(0))
+    }
+
+    /// Stores many memories in one transaction (imports); all or none.
+    pub fn remember_all(&mut self, drafts: &[MemoryDraft]) -> Result<Vec<Memory>, StoreError> {
+        let tx = self.write_tx()?;
+        let mut stored = Vec::with_capacity(drafts.len());
+        {
+            let mut insert = tx.prepare_cached(
+                "INSERT INTO memories (id, title, body, tags, created_at, updated_at) VALUES (?1, ?2, ?3, ?4, ?5, ?5)",
+            )?;
+            for draft in drafts {
+                let (title, tags) = validate(&draft.text, draft.title.as_deref(), &draft.tags)?;
+                let memory = Memory {
+                    id: MemoryId::new(),
+                    title,
+                    body: draft.text.clone(),
+                    tags,
+                    created_at: draft.at,
+                    updated_at: draft.at,
+                };
+                insert.execute(params![
+                    memory.id.to_string(),
+                    memory.title,
+                    memory.body,
+                    memory.tags.join(" "),
+                    to_ms(draft.at)
+                ])?;
+                stored.push(memory);
+            }
+        }
+        tx.commit()?;
+        Ok(stored)
     }
 
     /// With a query: the best matches by BM25 blended with recency. Without: the most recent.
@@ -138,11 +220,18 @@ impl Store {
             if query.is_some() {
                 return Ok(Vec::new());
             }
-            let mut stmt = self
-                .conn
-                .prepare_cached(&format!("SELECT {COLUMNS} FROM memories m ORDER BY m.updated_at DESC, m.seq DESC LIMIT ?1"))?;
+            let mut stmt = self.conn.prepare_cached(&format!(
+                "SELECT {COLUMNS} FROM memories m ORDER BY m.updated_at DESC, m.seq DESC LIMIT ?1"
+            ))?;
             let rows = stmt.query_map([limit as i64], from_row)?;
-            return rows.map(|r| Ok(Recalled { memory: decode(r?)?, score: 0.0 })).collect();
+            return rows
+                .map(|r| {
+                    Ok(Recalled {
+                        memory: decode(r?)?,
+                        score: 0.0,
+                    })
+                })
+                .collect();
         };
         let mut stmt = self.conn.prepare_cached(&format!(
             "SELECT {COLUMNS}, bm25(memories_fts, 3.0, 1.0, 2.0)
@@ -151,12 +240,17 @@ impl Store {
              ORDER BY rank LIMIT ?2"
         ))?;
         let now = now_millis();
-        let rows = stmt.query_map(params![fts, CANDIDATES as i64], |row| Ok((from_row(row)?, row.get::<_, f64>(6)?)))?;
+        let rows = stmt.query_map(params![fts, CANDIDATES as i64], |row| {
+            Ok((from_row(row)?, row.get::<_, f64>(6)?))
+        })?;
         let mut found = Vec::new();
         for row in rows {
             let (raw, bm25) = row?;
             let memory = decode(raw)?;
-            found.push(Recalled { score: blended_score(bm25, memory.updated_at, now), memory });
+            found.push(Recalled {
+                score: blended_score(bm25, memory.updated_at, now),
+                memory,
+            });
         }
         found.sort_by(|a, b| b.score.total_cmp(&a.score));
         found.truncate(limit);
@@ -165,11 +259,17 @@ impl Store {
 
     /// Deletes a memory; `false` if there was none with that id.
     pub fn forget(&mut self, id: &MemoryId) -> Result<bool, StoreError> {
-        Ok(self.conn.execute("DELETE FROM memories WHERE id = ?1", [id.to_string()])? == 1)
+        Ok(self
+            .conn
+            .execute("DELETE FROM memories WHERE id = ?1", [id.to_string()])?
+            == 1)
     }
 
     /// How many memories the store holds.
     pub fn memory_count(&self) -> Result<u64, StoreError> {
-        Ok(self.conn.query_row("SELECT count(*) FROM memories", [], |r| r.get::<_, i64>(0))? as u64)
+        Ok(self
+            .conn
+            .query_row("SELECT count(*) FROM memories", [], |r| r.get::<_, i64>(0))?
+            as u64)
     }
 }

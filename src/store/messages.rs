@@ -58,7 +58,12 @@ impl Trust {
             "verified" => Trust::Verified,
             "key_changed" => Trust::KeyChanged,
             "unverified" => Trust::Unverified,
-            other => return Err(StoreError::Corrupt { what: "message", detail: format!("unknown trust {other:?}") }),
+            other => {
+                return Err(StoreError::Corrupt {
+                    what: "message",
+                    detail: format!("unknown trust {other:?}"),
+                });
+            }
         })
     }
 }
@@ -93,7 +98,12 @@ pub struct InboxQuery {
 
 impl Default for InboxQuery {
     fn default() -> Self {
-        Self { unread_only: true, from: None, thread: None, limit: 50 }
+        Self {
+            unread_only: true,
+            from: None,
+            thread: None,
+            limit: 50,
+        }
     }
 }
 
@@ -109,16 +119,28 @@ pub struct UnreadSummary {
 const COLUMNS: &str = "json, direction, trust, stored_at, read_at";
 
 fn from_row(row: &Row<'_>) -> rusqlite::Result<(String, String, String, i64, Option<i64>)> {
-    Ok((row.get(0)?, row.get(1)?, row.get(2)?, row.get(3)?, row.get(4)?))
+    Ok((
+        row.get(0)?,
+        row.get(1)?,
+        row.get(2)?,
+        row.get(3)?,
+        row.get(4)?,
+    ))
 }
 
 fn decode(raw: (String, String, String, i64, Option<i64>)) -> Result<StoredMessage, StoreError> {
     let (json, direction, trust, stored_at, read_at) = raw;
-    let message: Message =
-        serde_json::from_str(&json).map_err(|e| StoreError::Corrupt { what: "message", detail: e.to_string() })?;
+    let message: Message = serde_json::from_str(&json).map_err(|e| StoreError::Corrupt {
+        what: "message",
+        detail: e.to_string(),
+    })?;
     Ok(StoredMessage {
         message,
-        direction: if direction == "out" { Direction::Out } else { Direction::In },
+        direction: if direction == "out" {
+            Direction::Out
+        } else {
+            Direction::In
+        },
         trust: Trust::parse(&trust)?,
         stored_at: from_ms(stored_at)?,
         read_at: read_at.map(from_ms).transpose()?,
@@ -126,7 +148,10 @@ fn decode(raw: (String, String, String, i64, Option<i64>)) -> Result<StoredMessa
 }
 
 /// Inserts messages inside the caller's transaction; per message, whether it was new.
-pub(super) fn insert_batch(tx: &Transaction<'_>, batch: &[(&Message, Direction, Trust)]) -> Result<Vec<bool>, StoreError> {
+pub(super) fn insert_batch(
+    tx: &Transaction<'_>,
+    batch: &[(&Message, Direction, Trust)],
+) -> Result<Vec<bool>, StoreError> {
     let now = to_ms(now_millis());
     let mut inserted = Vec::with_capacity(batch.len());
     let mut insert = tx.prepare_cached(
@@ -170,13 +195,21 @@ pub(super) fn insert_batch(tx: &Transaction<'_>, batch: &[(&Message, Direction, 
 
 impl Store {
     /// Stores one message; `false` if its id was already stored (nothing changes then).
-    pub fn insert_message(&mut self, message: &Message, direction: Direction, trust: Trust) -> Result<bool, StoreError> {
+    pub fn insert_message(
+        &mut self,
+        message: &Message,
+        direction: Direction,
+        trust: Trust,
+    ) -> Result<bool, StoreError> {
         Ok(self.insert_messages(&[(message, direction, trust)])?[0])
     }
 
     /// Stores a batch in one transaction (one fsync); per message, whether it was new.
-    pub fn insert_messages(&mut self, batch: &[(&Message, Direction, Trust)]) -> Result<Vec<bool>, StoreError> {
-        let tx = self.conn.transaction()?;
+    pub fn insert_messages(
+        &mut self,
+        batch: &[(&Message, Direction, Trust)],
+    ) -> Result<Vec<bool>, StoreError> {
+        let tx = self.write_tx()?;
         let inserted = insert_batch(&tx, batch)?;
         tx.commit()?;
         Ok(inserted)
@@ -185,7 +218,11 @@ impl Store {
     /// One message by id.
     pub fn message(&self, id: &MessageId) -> Result<Option<StoredMessage>, StoreError> {
         self.conn
-            .query_row(&format!("SELECT {COLUMNS} FROM messages WHERE id = ?1"), [id.to_string()], from_row)
+            .query_row(
+                &format!("SELECT {COLUMNS} FROM messages WHERE id = ?1"),
+                [id.to_string()],
+                from_row,
+            )
             .optional()?
             .map(decode)
             .transpose()
@@ -216,20 +253,22 @@ impl Store {
 
     /// Every message of a thread, in and out, oldest first.
     pub fn thread(&self, id: &ThreadId) -> Result<Vec<StoredMessage>, StoreError> {
-        let mut stmt = self
-            .conn
-            .prepare_cached(&format!("SELECT {COLUMNS} FROM messages WHERE thread_id = ?1 ORDER BY sent_at, seq"))?;
+        let mut stmt = self.conn.prepare_cached(&format!(
+            "SELECT {COLUMNS} FROM messages WHERE thread_id = ?1 ORDER BY sent_at, seq"
+        ))?;
         let rows = stmt.query_map([id.to_string()], from_row)?;
         rows.map(|r| decode(r?)).collect()
     }
 
     /// Marks messages read; returns how many were unread before.
     pub fn mark_read(&mut self, ids: &[MessageId]) -> Result<usize, StoreError> {
-        let tx = self.conn.transaction()?;
+        let tx = self.write_tx()?;
         let now = to_ms(now_millis());
         let mut changed = 0;
         {
-            let mut stmt = tx.prepare_cached("UPDATE messages SET read_at = ?2 WHERE id = ?1 AND read_at IS NULL")?;
+            let mut stmt = tx.prepare_cached(
+                "UPDATE messages SET read_at = ?2 WHERE id = ?1 AND read_at IS NULL",
+            )?;
             for id in ids {
                 changed += stmt.execute(params![id.to_string(), now])?;
             }
@@ -239,8 +278,14 @@ impl Store {
     }
 
     /// Full-text search over subject, body and sender, best first (relevance and recency).
-    pub fn search_messages(&self, query: &str, limit: usize) -> Result<Vec<StoredMessage>, StoreError> {
-        let Some(fts) = fts_query(query)? else { return Ok(Vec::new()) };
+    pub fn search_messages(
+        &self,
+        query: &str,
+        limit: usize,
+    ) -> Result<Vec<StoredMessage>, StoreError> {
+        let Some(fts) = fts_query(query)? else {
+            return Ok(Vec::new());
+        };
         let mut stmt = self.conn.prepare_cached(&format!(
             "SELECT {COLUMNS}, bm25(messages_fts, 3.0, 1.0, 2.0), m.sent_at
              FROM messages_fts JOIN messages m ON m.seq = messages_fts.rowid
@@ -257,7 +302,11 @@ impl Store {
             scored.push((blended_score(bm25, from_ms(sent_at)?, now), raw));
         }
         scored.sort_by(|a, b| b.0.total_cmp(&a.0));
-        scored.into_iter().take(limit).map(|(_, raw)| decode(raw)).collect()
+        scored
+            .into_iter()
+            .take(limit)
+            .map(|(_, raw)| decode(raw))
+            .collect()
     }
 
     /// The unread count and the newest unread message's sender and subject.
@@ -286,6 +335,9 @@ impl Store {
 
     /// How many messages the store holds.
     pub fn message_count(&self) -> Result<u64, StoreError> {
-        Ok(self.conn.query_row("SELECT count(*) FROM messages", [], |r| r.get::<_, i64>(0))? as u64)
+        Ok(self
+            .conn
+            .query_row("SELECT count(*) FROM messages", [], |r| r.get::<_, i64>(0))?
+            as u64)
     }
 }

@@ -13,15 +13,21 @@ const CURRENT_TASK: &str = "current_task";
 
 impl Store {
     fn meta(&self, key: &str) -> Result<Option<String>, StoreError> {
-        Ok(self.conn.query_row("SELECT value FROM meta WHERE key = ?1", [key], |r| r.get(0)).optional()?)
+        Ok(self
+            .conn
+            .query_row("SELECT value FROM meta WHERE key = ?1", [key], |r| r.get(0))
+            .optional()?)
     }
 
     fn set_meta(&mut self, key: &str, field: &str, value: &str) -> Result<(), StoreError> {
         if value.len() > MAX_STATUS_BYTES {
-            return Err(ValidationError::too_long(field, value.len(), MAX_STATUS_BYTES, "bytes").into());
+            return Err(
+                ValidationError::too_long(field, value.len(), MAX_STATUS_BYTES, "bytes").into(),
+            );
         }
         if value.trim().is_empty() {
-            self.conn.execute("DELETE FROM meta WHERE key = ?1", [key])?;
+            self.conn
+                .execute("DELETE FROM meta WHERE key = ?1", [key])?;
         } else {
             self.conn.execute(
                 "INSERT INTO meta (key, value) VALUES (?1, ?2) ON CONFLICT (key) DO UPDATE SET value = excluded.value",

@@ -1,6 +1,6 @@
 //! Versioned schema migrations, tracked in SQLite's `user_version`.
 
-use rusqlite::Connection;
+use rusqlite::{Connection, TransactionBehavior};
 
 use super::StoreError;
 
@@ -112,17 +112,21 @@ const MIGRATIONS: &[&str] = &[
 /// The schema version this build writes.
 pub const SCHEMA_VERSION: u32 = MIGRATIONS.len() as u32;
 
-/// Brings the database up to [`SCHEMA_VERSION`], one transaction per step.
+/// Brings the database up to [`SCHEMA_VERSION`] in one write transaction, so two processes
+/// opening a new store at once cannot both migrate it.
 pub fn migrate(conn: &mut Connection) -> Result<(), StoreError> {
-    let current: u32 = conn.query_row("PRAGMA user_version", [], |r| r.get(0))?;
+    let tx = conn.transaction_with_behavior(TransactionBehavior::Immediate)?;
+    let current: u32 = tx.query_row("PRAGMA user_version", [], |r| r.get(0))?;
     if current > SCHEMA_VERSION {
-        return Err(StoreError::NewerSchema { found: current, known: SCHEMA_VERSION });
+        return Err(StoreError::NewerSchema {
+            found: current,
+            known: SCHEMA_VERSION,
+        });
     }
-    for (i, sql) in MIGRATIONS.iter().enumerate().skip(current as usize) {
-        let tx = conn.transaction()?;
+    for sql in &MIGRATIONS[current as usize..] {
         tx.execute_batch(sql)?;
-        tx.pragma_update(None, "user_version", i as u32 + 1)?;
-        tx.commit()?;
     }
+    tx.pragma_update(None, "user_version", SCHEMA_VERSION)?;
+    tx.commit()?;
     Ok(())
 }

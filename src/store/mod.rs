@@ -23,7 +23,7 @@ use rusqlite::{Connection, OpenFlags};
 pub use contacts::{Contact, KeyCheck};
 pub use error::StoreError;
 pub use handle::StoreHandle;
-pub use memories::{MAX_MEMORY_BYTES, MAX_TAGS, MAX_TITLE_CHARS, Memory, Recalled};
+pub use memories::{MAX_MEMORY_BYTES, MAX_TAGS, MAX_TITLE_CHARS, Memory, MemoryDraft, Recalled};
 pub use messages::{Direction, InboxQuery, StoredMessage, Trust, UnreadSummary};
 pub use meta::MAX_STATUS_BYTES;
 pub use migrations::SCHEMA_VERSION;
@@ -39,25 +39,52 @@ pub struct Store {
     path: PathBuf,
 }
 
+impl std::fmt::Debug for Store {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Store")
+            .field("path", &self.path)
+            .finish_non_exhaustive()
+    }
+}
+
 impl Store {
     /// Opens (creating if needed) and migrates the store at `path`.
     pub fn open(path: &Path) -> Result<Self, StoreError> {
-        let open_err = |source| StoreError::Open { path: path.to_owned(), source };
-        let flags = OpenFlags::SQLITE_OPEN_READ_WRITE | OpenFlags::SQLITE_OPEN_CREATE | OpenFlags::SQLITE_OPEN_NO_MUTEX;
+        let open_err = |source| StoreError::Open {
+            path: path.to_owned(),
+            source,
+        };
+        let flags = OpenFlags::SQLITE_OPEN_READ_WRITE
+            | OpenFlags::SQLITE_OPEN_CREATE
+            | OpenFlags::SQLITE_OPEN_NO_MUTEX;
         let mut conn = Connection::open_with_flags(path, flags).map_err(open_err)?;
         conn.busy_timeout(BUSY_TIMEOUT).map_err(open_err)?;
         // journal_mode answers with a row, so it is read rather than updated.
-        let mode: String = conn.query_row("PRAGMA journal_mode = WAL", [], |r| r.get(0)).map_err(open_err)?;
+        let mode: String = conn
+            .query_row("PRAGMA journal_mode = WAL", [], |r| r.get(0))
+            .map_err(open_err)?;
         if !mode.eq_ignore_ascii_case("wal") {
             return Err(open_err(rusqlite::Error::InvalidParameterName(format!(
                 "journal_mode is {mode}, not wal: put the store on a local file system"
             ))));
         }
         // FULL: a committed message survives power loss, since the relay deletes what we ack.
-        conn.pragma_update(None, "synchronous", "FULL").map_err(open_err)?;
-        conn.pragma_update(None, "foreign_keys", "ON").map_err(open_err)?;
+        conn.pragma_update(None, "synchronous", "FULL")
+            .map_err(open_err)?;
+        conn.pragma_update(None, "foreign_keys", "ON")
+            .map_err(open_err)?;
         migrations::migrate(&mut conn)?;
-        Ok(Self { conn, path: path.to_owned() })
+        Ok(Self {
+            conn,
+            path: path.to_owned(),
+        })
+    }
+
+    /// Starts a write transaction. IMMEDIATE takes the write lock up front, so a writer in
+    /// another process makes this one wait (busy timeout) instead of failing on upgrade.
+    fn write_tx(&mut self) -> rusqlite::Result<rusqlite::Transaction<'_>> {
+        self.conn
+            .transaction_with_behavior(rusqlite::TransactionBehavior::Immediate)
     }
 
     /// The database file.
@@ -67,11 +94,16 @@ impl Store {
 
     /// Runs SQLite's own consistency check; `Ok` means it said "ok".
     pub fn check_integrity(&self) -> Result<(), StoreError> {
-        let result: String = self.conn.query_row("PRAGMA integrity_check", [], |r| r.get(0))?;
+        let result: String = self
+            .conn
+            .query_row("PRAGMA integrity_check", [], |r| r.get(0))?;
         if result == "ok" {
             Ok(())
         } else {
-            Err(StoreError::Corrupt { what: "database", detail: result })
+            Err(StoreError::Corrupt {
+                what: "database",
+                detail: result,
+            })
         }
     }
 }

@@ -25,8 +25,12 @@ pub struct OutboxItem {
 impl Store {
     /// Stores a sent message and queues its envelopes, in one transaction: either the message
     /// is in the sent folder and queued, or neither.
-    pub fn queue_outgoing(&mut self, message: &Message, envelopes: &[SealedEnvelope]) -> Result<(), StoreError> {
-        let tx = self.conn.transaction()?;
+    pub fn queue_outgoing(
+        &mut self,
+        message: &Message,
+        envelopes: &[SealedEnvelope],
+    ) -> Result<(), StoreError> {
+        let tx = self.write_tx()?;
         let now = to_ms(now_millis());
         {
             let mut stmt = tx.prepare_cached(
@@ -34,7 +38,12 @@ impl Store {
                  ON CONFLICT (message_id, copy) DO NOTHING",
             )?;
             for (copy, env) in envelopes.iter().enumerate() {
-                stmt.execute(params![message.id.to_string(), copy as i64, env.to_bytes(), now])?;
+                stmt.execute(params![
+                    message.id.to_string(),
+                    copy as i64,
+                    env.to_bytes(),
+                    now
+                ])?;
             }
         }
         insert_batch(&tx, &[(message, Direction::Out, Trust::Own)])?;
@@ -48,11 +57,20 @@ impl Store {
             .conn
             .prepare_cached("SELECT seq, message_id, envelope, attempts, last_error FROM outbox ORDER BY seq LIMIT ?1")?;
         let rows = stmt.query_map([limit as i64], |r| {
-            Ok((r.get::<_, i64>(0)?, r.get::<_, String>(1)?, r.get::<_, Vec<u8>>(2)?, r.get::<_, u32>(3)?, r.get(4)?))
+            Ok((
+                r.get::<_, i64>(0)?,
+                r.get::<_, String>(1)?,
+                r.get::<_, Vec<u8>>(2)?,
+                r.get::<_, u32>(3)?,
+                r.get(4)?,
+            ))
         })?;
         rows.map(|row| {
             let (seq, id, env, attempts, last_error) = row?;
-            let corrupt = |detail: String| StoreError::Corrupt { what: "outbox entry", detail };
+            let corrupt = |detail: String| StoreError::Corrupt {
+                what: "outbox entry",
+                detail,
+            };
             Ok(OutboxItem {
                 seq,
                 message_id: MessageId::parse(&id).map_err(|e| corrupt(e.to_string()))?,
@@ -66,7 +84,8 @@ impl Store {
 
     /// Removes an envelope the relay accepted.
     pub fn outbox_done(&mut self, seq: i64) -> Result<(), StoreError> {
-        self.conn.execute("DELETE FROM outbox WHERE seq = ?1", [seq])?;
+        self.conn
+            .execute("DELETE FROM outbox WHERE seq = ?1", [seq])?;
         Ok(())
     }
 
@@ -81,6 +100,9 @@ impl Store {
 
     /// How many envelopes wait.
     pub fn outbox_len(&self) -> Result<u64, StoreError> {
-        Ok(self.conn.query_row("SELECT count(*) FROM outbox", [], |r| r.get::<_, i64>(0))? as u64)
+        Ok(self
+            .conn
+            .query_row("SELECT count(*) FROM outbox", [], |r| r.get::<_, i64>(0))?
+            as u64)
     }
 }

@@ -18,7 +18,12 @@ const HALF_LIFE_DAYS: f64 = 30.0;
 pub(super) fn fts_query(text: &str) -> Result<Option<String>, ValidationError> {
     let len = text.chars().count();
     if len > MAX_QUERY_CHARS {
-        return Err(ValidationError::too_long("query", len, MAX_QUERY_CHARS, "characters"));
+        return Err(ValidationError::too_long(
+            "query",
+            len,
+            MAX_QUERY_CHARS,
+            "characters",
+        ));
     }
     let terms: Vec<String> = text
         .split(|c: char| !c.is_alphanumeric())
@@ -43,9 +48,17 @@ mod tests {
 
     #[test]
     fn queries_are_quoted_words() {
-        assert_eq!(fts_query("deploy \"prod\" OR NEAR(x)").unwrap().unwrap(), "\"deploy\" OR \"prod\" OR \"OR\" OR \"NEAR\" OR \"x\"");
+        assert_eq!(
+            fts_query("deploy \"prod\" OR NEAR(x)").unwrap().unwrap(),
+            "\"deploy\" OR \"prod\" OR \"OR\" OR \"NEAR\" OR \"x\""
+        );
         assert_eq!(fts_query("  *** ").unwrap(), None);
         assert!(fts_query(&"a".repeat(MAX_QUERY_CHARS)).is_ok());
-        assert_eq!(fts_query(&"a".repeat(MAX_QUERY_CHARS + 1)).unwrap_err().field, "query");
+        assert_eq!(
+            fts_query(&"a".repeat(MAX_QUERY_CHARS + 1))
+                .unwrap_err()
+                .field,
+            "query"
+        );
     }
 }

@@ -9,5 +9,8 @@ pub(super) fn to_ms(t: Timestamp) -> i64 {
 }
 
 pub(super) fn from_ms(ms: i64) -> Result<Timestamp, StoreError> {
-    Timestamp::from_millisecond(ms).map_err(|e| StoreError::Corrupt { what: "timestamp", detail: e.to_string() })
+    Timestamp::from_millisecond(ms).map_err(|e| StoreError::Corrupt {
+        what: "timestamp",
+        detail: e.to_string(),
+    })
 }

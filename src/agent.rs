@@ -1,0 +1,110 @@
+//! An agent's home on disk: its folder (mode 0700), key file and store. Opening an agent
+//! that does not exist yet creates it.
+
+use std::fs;
+use std::os::unix::fs::PermissionsExt;
+use std::path::{Path, PathBuf};
+
+use crate::config::Paths;
+use crate::crypto::{Identity, KeyFileError};
+use crate::protocol::{Address, AgentName};
+use crate::store::{Store, StoreError};
+
+const KEY_FILE: &str = "identity.key";
+const STORE_FILE: &str = "store.db";
+
+/// Why an agent could not be opened or created.
+#[derive(Debug, thiserror::Error)]
+pub enum AgentError {
+    /// The folder could not be made.
+    #[error("cannot create {path}: {source}")]
+    Io {
+        /// The folder.
+        path: PathBuf,
+        /// What the OS said.
+        source: std::io::Error,
+    },
+    /// The keys could not be read or written.
+    #[error(transparent)]
+    Keys(#[from] KeyFileError),
+    /// The store could not be opened.
+    #[error(transparent)]
+    Store(#[from] StoreError),
+    /// A store exists but its keys are gone; making new ones would change who the agent is.
+    #[error(
+        "agent {name} has a store but no key file at {path}; restore it from a backup, or move {dir} away to start over"
+    )]
+    MissingKeys {
+        /// The agent.
+        name: AgentName,
+        /// Where the key file should be.
+        path: PathBuf,
+        /// The agent's folder.
+        dir: PathBuf,
+    },
+}
+
+/// An open agent: name, keys and store.
+#[derive(Debug)]
+pub struct Agent {
+    /// Its name.
+    pub name: AgentName,
+    /// Its keys.
+    pub identity: Identity,
+    /// Its store.
+    pub store: Store,
+    /// Its folder.
+    pub dir: PathBuf,
+}
+
+impl Agent {
+    /// Opens the agent, creating folder, keys and store on first use. The flag says whether
+    /// it was created now.
+    pub fn open_or_create(paths: &Paths, name: &AgentName) -> Result<(Self, bool), AgentError> {
+        let dir = paths.agent_dir(name);
+        let key_path = dir.join(KEY_FILE);
+        let store_path = dir.join(STORE_FILE);
+        let mut created = false;
+        if !key_path.exists() {
+            if store_path.exists() {
+                return Err(AgentError::MissingKeys {
+                    name: name.clone(),
+                    path: key_path,
+                    dir,
+                });
+            }
+            make_private_dir(&dir)?;
+            match Identity::generate().save_new(&key_path) {
+                Ok(()) => created = true,
+                // Another process created it first: use theirs.
+                Err(KeyFileError::Exists { .. }) => {}
+                Err(e) => return Err(e.into()),
+            }
+        }
+        let identity = Identity::load(&key_path)?;
+        let store = Store::open(&store_path)?;
+        Ok((
+            Self {
+                name: name.clone(),
+                identity,
+                store,
+                dir,
+            },
+            created,
+        ))
+    }
+
+    /// The agent's address. Without a relay, the bare name.
+    pub fn address(&self) -> Address {
+        Address::local(self.name.clone())
+    }
+}
+
+fn make_private_dir(dir: &Path) -> Result<(), AgentError> {
+    let io = |source| AgentError::Io {
+        path: dir.to_owned(),
+        source,
+    };
+    fs::create_dir_all(dir).map_err(io)?;
+    fs::set_permissions(dir, fs::Permissions::from_mode(0o700)).map_err(io)
+}

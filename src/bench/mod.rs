@@ -1,0 +1,59 @@
+//! `mailslot bench`: measurements reported as medians and percentiles, never asserted.
+
+mod corpus;
+mod crypto;
+mod stats;
+mod store;
+
+use clap::{Args, Subcommand};
+
+pub use stats::Summary;
+
+/// What to measure.
+#[derive(Debug, Subcommand)]
+pub enum BenchCommand {
+    /// Store: insert, remember, recall and search at several sizes (in a temp folder)
+    Store(StoreArgs),
+    /// Crypto: seal+sign and open+verify a message to 1 and 5 recipients
+    Crypto(CryptoArgs),
+}
+
+/// Options for `bench store`.
+#[derive(Debug, Args)]
+pub struct StoreArgs {
+    /// Store sizes to measure recall and search at
+    #[arg(long, value_delimiter = ',', default_value = "1000,10000,100000")]
+    pub sizes: Vec<u32>,
+    /// Queries per size
+    #[arg(long, default_value_t = 500, value_parser = clap::value_parser!(u32).range(10..=100_000))]
+    pub queries: u32,
+    /// Single inserts (each its own durable transaction)
+    #[arg(long, default_value_t = 2000, value_parser = clap::value_parser!(u32).range(10..=100_000))]
+    pub inserts: u32,
+}
+
+/// Options for `bench crypto`.
+#[derive(Debug, Args)]
+pub struct CryptoArgs {
+    /// Operations per case
+    #[arg(long, default_value_t = 2000, value_parser = clap::value_parser!(u32).range(10..=1_000_000))]
+    pub iterations: u32,
+    /// Body size in bytes
+    #[arg(long, default_value_t = 1024, value_parser = clap::value_parser!(u32).range(1..=65_536))]
+    pub body_bytes: u32,
+}
+
+/// Runs a benchmark and prints its report.
+pub fn run(cmd: BenchCommand, json: bool) -> anyhow::Result<()> {
+    let rows = match cmd {
+        BenchCommand::Store(args) => store::run(&args)?,
+        BenchCommand::Crypto(args) => crypto::run(&args)?,
+    };
+    if json {
+        println!("{}", serde_json::to_string_pretty(&rows)?);
+    } else {
+        println!("{}", stats::table(&rows));
+        println!("\nmachine: {}", stats::machine());
+    }
+    Ok(())
+}

@@ -1,0 +1,134 @@
+//! `init`, `whoami`, `doing`, `status`: who the agent is and how its store looks.
+
+use serde::Serialize;
+
+use super::{Ctx, output};
+use crate::protocol::{Address, AgentName, Fingerprint};
+use crate::store::SCHEMA_VERSION;
+
+#[derive(Serialize)]
+struct Whoami {
+    agent: AgentName,
+    address: Address,
+    fingerprint: Fingerprint,
+    identity: Option<String>,
+}
+
+pub(super) fn init(ctx: &Ctx) -> anyhow::Result<()> {
+    let agent = ctx.open_agent()?;
+    let who = Whoami {
+        agent: agent.name.clone(),
+        address: agent.address(),
+        fingerprint: agent.identity.fingerprint(),
+        identity: agent.store.identity_text()?,
+    };
+    output::emit(ctx.json, &who, |w| {
+        format!(
+            "agent {} is ready\nfingerprint {}\nfolder {}",
+            w.agent,
+            w.fingerprint,
+            agent.dir.display()
+        )
+    })
+}
+
+pub(super) fn whoami(ctx: &Ctx, set: Option<String>) -> anyhow::Result<()> {
+    let mut agent = ctx.open_agent()?;
+    if let Some(text) = set {
+        agent.store.set_identity_text(&text)?;
+    }
+    let who = Whoami {
+        agent: agent.name.clone(),
+        address: agent.address(),
+        fingerprint: agent.identity.fingerprint(),
+        identity: agent.store.identity_text()?,
+    };
+    output::emit(ctx.json, &who, |w| {
+        let identity = w
+            .identity
+            .as_deref()
+            .unwrap_or("(not set: mailslot whoami --set \"who this agent is\")");
+        format!("{} ({})\n{}", w.address, w.fingerprint, identity)
+    })
+}
+
+#[derive(Serialize)]
+struct Doing {
+    current_task: Option<String>,
+}
+
+pub(super) fn doing(ctx: &Ctx, set: Option<String>) -> anyhow::Result<()> {
+    let mut agent = ctx.open_agent()?;
+    if let Some(text) = set {
+        agent.store.set_current_task(&text)?;
+    }
+    let doing = Doing {
+        current_task: agent.store.current_task()?,
+    };
+    output::emit(ctx.json, &doing, |d| {
+        d.current_task.clone().unwrap_or_else(|| {
+            "(no current task: mailslot doing --set \"what you are doing\")".into()
+        })
+    })
+}
+
+#[derive(Serialize)]
+struct Status {
+    agent: AgentName,
+    address: Address,
+    fingerprint: Fingerprint,
+    identity: Option<String>,
+    current_task: Option<String>,
+    folder: String,
+    store: String,
+    schema_version: u32,
+    messages: u64,
+    unread: u32,
+    memories: u64,
+    contacts: usize,
+    outbox: u64,
+}
+
+pub(super) fn status(ctx: &Ctx) -> anyhow::Result<()> {
+    let agent = ctx.open_agent()?;
+    let s = &agent.store;
+    let status = Status {
+        agent: agent.name.clone(),
+        address: agent.address(),
+        fingerprint: agent.identity.fingerprint(),
+        identity: s.identity_text()?,
+        current_task: s.current_task()?,
+        folder: agent.dir.display().to_string(),
+        store: s.path().display().to_string(),
+        schema_version: SCHEMA_VERSION,
+        messages: s.message_count()?,
+        unread: s.unread_summary()?.count,
+        memories: s.memory_count()?,
+        contacts: s.contacts()?.len(),
+        outbox: s.outbox_len()?,
+    };
+    output::emit(ctx.json, &status, |st| {
+        let none = "(not set)";
+        format!(
+            "agent        {}\nfingerprint  {}\nidentity     {}\ndoing        {}\nfolder       {}\nmail         {} messages, {} unread, {} waiting in the outbox\nmemories     {}\ncontacts     {}",
+            st.address,
+            st.fingerprint,
+            st.identity
+                .as_deref()
+                .map(|t| output::one_line(t, 70))
+                .as_deref()
+                .unwrap_or(none),
+            st.current_task
+                .as_deref()
+                .map(|t| output::one_line(t, 70))
+                .as_deref()
+                .unwrap_or(none),
+            st.folder,
+            st.messages,
+            st.unread,
+            st.outbox,
+            st.memories,
+            st.contacts,
+        )
+    })
+}

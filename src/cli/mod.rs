@@ -1,0 +1,185 @@
+//! The owner's command line: argument types (clap) and dispatch to one module per family.
+//! Every command is thin: it opens the agent and calls the library.
+
+mod identity;
+mod mail;
+mod memory;
+mod output;
+
+use std::path::PathBuf;
+use std::process::ExitCode;
+
+use clap::{Parser, Subcommand};
+
+use crate::agent::Agent;
+use crate::bench::BenchCommand;
+use crate::config::{self, Config, Paths};
+use crate::protocol::{AgentName, MemoryId, MessageId};
+
+/// Mail for AI agents, dropped straight into their sessions.
+#[derive(Debug, Parser)]
+#[command(
+    name = "mailslot",
+    version,
+    propagate_version = true,
+    max_term_width = 100
+)]
+pub struct Cli {
+    /// The agent to act as [default: the config's default_agent, else this folder's name]
+    #[arg(long, global = true, env = config::ENV_AGENT, value_name = "NAME")]
+    pub agent: Option<AgentName>,
+    /// Where agents' keys and stores live [default: the platform data folder]
+    #[arg(long, global = true, env = config::ENV_HOME, value_name = "DIR")]
+    pub home: Option<PathBuf>,
+    /// The config file [default: config.toml in --home, else the platform config folder]
+    #[arg(long, global = true, env = config::ENV_CONFIG, value_name = "FILE")]
+    pub config: Option<PathBuf>,
+    /// Print JSON instead of text
+    #[arg(long, global = true)]
+    pub json: bool,
+    /// What to do
+    #[command(subcommand)]
+    pub command: Command,
+}
+
+/// The subcommands.
+#[derive(Debug, Subcommand)]
+pub enum Command {
+    /// Create the agent's keys and store (done automatically on first use)
+    Init,
+    /// Show who the agent is; --set changes its identity text
+    Whoami {
+        /// New identity text ("" clears it)
+        #[arg(long, value_name = "TEXT")]
+        set: Option<String>,
+    },
+    /// Show what the agent is doing; --set changes its current task
+    Doing {
+        /// New current task ("" clears it)
+        #[arg(long, value_name = "TEXT")]
+        set: Option<String>,
+    },
+    /// Store a memory (text from the argument, or stdin when it is absent or "-")
+    Remember {
+        /// A short title [default: the text's first line]
+        #[arg(long, value_name = "TITLE")]
+        title: Option<String>,
+        /// A tag (repeatable)
+        #[arg(long = "tag", value_name = "TAG")]
+        tags: Vec<String>,
+        /// The text
+        text: Option<String>,
+    },
+    /// Find memories by relevance and recency; without a query, the most recent
+    Recall {
+        /// Words to look for
+        query: Option<String>,
+        /// At most this many
+        #[arg(long, default_value_t = 10, value_parser = clap::value_parser!(u32).range(1..=1000))]
+        limit: u32,
+    },
+    /// Delete a memory
+    Forget {
+        /// The memory's id
+        id: MemoryId,
+    },
+    /// List received mail, unread first
+    Inbox {
+        /// Include mail already read
+        #[arg(long)]
+        all: bool,
+        /// At most this many
+        #[arg(long, default_value_t = 50, value_parser = clap::value_parser!(u32).range(1..=1000))]
+        limit: u32,
+    },
+    /// Show a message and mark it read
+    Read {
+        /// The message's id
+        id: MessageId,
+    },
+    /// Search mail by words in the subject, body or sender
+    Search {
+        /// Words to look for
+        query: String,
+        /// At most this many
+        #[arg(long, default_value_t = 20, value_parser = clap::value_parser!(u32).range(1..=1000))]
+        limit: u32,
+    },
+    /// Show the agent's identity, store and counts
+    Status,
+    /// Measure the store and the crypto on this machine
+    #[command(subcommand)]
+    Bench(BenchCommand),
+}
+
+/// What every command needs: where things are, the config, the output mode.
+pub(crate) struct Ctx {
+    paths: Paths,
+    config: Config,
+    agent: Option<AgentName>,
+    json: bool,
+}
+
+impl Ctx {
+    /// Opens (creating on first use, and saying so on stderr) the chosen agent.
+    fn open_agent(&self) -> anyhow::Result<Agent> {
+        let cwd = std::env::current_dir()?;
+        let name = config::resolve_agent(self.agent.clone(), &self.config, &cwd)?;
+        let (agent, created) = Agent::open_or_create(&self.paths, &name)?;
+        if created {
+            eprintln!(
+                "mailslot: created agent {} (fingerprint {}) in {}",
+                agent.name,
+                agent.identity.fingerprint(),
+                agent.dir.display()
+            );
+        }
+        Ok(agent)
+    }
+}
+
+/// Runs a parsed command line; exit code 0 on success, 1 on failure (clap exits 2 on usage).
+pub fn run(cli: Cli) -> ExitCode {
+    init_logging();
+    match dispatch(cli) {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) => {
+            eprintln!("mailslot: error: {e:#}");
+            ExitCode::FAILURE
+        }
+    }
+}
+
+fn dispatch(cli: Cli) -> anyhow::Result<()> {
+    let paths = Paths::new(cli.home, cli.config)?;
+    let config = Config::load(paths.config_file())?;
+    let ctx = Ctx {
+        paths,
+        config,
+        agent: cli.agent,
+        json: cli.json,
+    };
+    match cli.command {
+        Command::Init => identity::init(&ctx),
+        Command::Whoami { set } => identity::whoami(&ctx, set),
+        Command::Doing { set } => identity::doing(&ctx, set),
+        Command::Status => identity::status(&ctx),
+        Command::Remember { title, tags, text } => memory::remember(&ctx, title, tags, text),
+        Command::Recall { query, limit } => memory::recall(&ctx, query, limit),
+        Command::Forget { id } => memory::forget(&ctx, id),
+        Command::Inbox { all, limit } => mail::inbox(&ctx, all, limit),
+        Command::Read { id } => mail::read(&ctx, id),
+        Command::Search { query, limit } => mail::search(&ctx, &query, limit),
+        Command::Bench(cmd) => crate::bench::run(cmd, ctx.json),
+    }
+}
+
+fn init_logging() {
+    let filter = tracing_subscriber::EnvFilter::try_from_env(config::ENV_LOG)
+        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("warn"));
+    let _ = tracing_subscriber::fmt()
+        .with_env_filter(filter)
+        .with_writer(std::io::stderr)
+        .with_ansi(false)
+        .try_init();
+}

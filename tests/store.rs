@@ -1,0 +1,481 @@
+//! The local store: idempotency, search and recall ranking, key pinning, migrations, and
+//! durability under concurrent processes and SIGKILL.
+
+use std::io::{BufRead, BufReader};
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+
+use jiff::ToSpan;
+use mailslot::crypto::Identity;
+use mailslot::protocol::{Address, AgentName, Message, MessageId, now_millis};
+use mailslot::store::{
+    Direction, InboxQuery, KeyCheck, MemoryDraft, SCHEMA_VERSION, Store, StoreError, StoreHandle,
+    Trust,
+};
+
+const CHILD_DB: &str = "MAILSLOT_TEST_CHILD_DB";
+
+fn addr(name: &str) -> Address {
+    Address::local(AgentName::new(name).unwrap())
+}
+
+fn mail(from: &str, subject: &str, body: &str) -> Message {
+    Message::new(addr(from), vec![addr("me")], subject, body)
+}
+
+fn temp_store() -> (tempfile::TempDir, Store) {
+    let dir = tempfile::tempdir().unwrap();
+    let store = Store::open(&dir.path().join("store.db")).unwrap();
+    (dir, store)
+}
+
+#[test]
+fn inserting_the_same_id_twice_stores_it_once() {
+    let (_dir, mut store) = temp_store();
+    let m = mail("bob", "hello", "first");
+    assert!(
+        store
+            .insert_message(&m, Direction::In, Trust::Verified)
+            .unwrap()
+    );
+    let mut again = m.clone();
+    again.body = "a redelivery must not overwrite".into();
+    assert!(
+        !store
+            .insert_message(&again, Direction::In, Trust::Verified)
+            .unwrap()
+    );
+    assert_eq!(store.message_count().unwrap(), 1);
+    assert_eq!(store.message(&m.id).unwrap().unwrap().message.body, "first");
+    assert_eq!(store.thread(&m.thread).unwrap().len(), 1);
+    let batch = store
+        .insert_messages(&[
+            (&m, Direction::In, Trust::Verified),
+            (&mail("bob", "new", "x"), Direction::In, Trust::Verified),
+        ])
+        .unwrap();
+    assert_eq!(batch, vec![false, true]);
+}
+
+#[test]
+fn inbox_lists_unread_first_and_mark_read_moves_them() {
+    let (_dir, mut store) = temp_store();
+    let older = mail("bob", "older", "a");
+    let newer = mail("carol", "newer", "b");
+    let sent = Message::new(addr("me"), vec![addr("bob")], "mine", "c");
+    for m in [&older, &newer] {
+        store
+            .insert_message(m, Direction::In, Trust::Verified)
+            .unwrap();
+    }
+    store
+        .insert_message(&sent, Direction::Out, Trust::Own)
+        .unwrap();
+    let unread = store.inbox(&InboxQuery::default()).unwrap();
+    assert_eq!(
+        unread.iter().map(|s| s.message.id).collect::<Vec<_>>(),
+        vec![newer.id, older.id]
+    );
+    let summary = store.unread_summary().unwrap();
+    assert_eq!(summary.count, 2);
+    assert_eq!(summary.newest, Some((addr("carol"), "newer".into())));
+
+    assert_eq!(store.mark_read(&[newer.id, newer.id]).unwrap(), 1);
+    let all = store
+        .inbox(&InboxQuery {
+            unread_only: false,
+            ..InboxQuery::default()
+        })
+        .unwrap();
+    assert_eq!(
+        all.iter().map(|s| s.message.id).collect::<Vec<_>>(),
+        vec![older.id, newer.id],
+        "unread first"
+    );
+    let from_bob = store
+        .inbox(&InboxQuery {
+            unread_only: false,
+            from: Some(addr("bob")),
+            ..InboxQuery::default()
+        })
+        .unwrap();
+    assert_eq!(from_bob.len(), 1);
+    assert_eq!(store.unread_summary().unwrap().count, 1);
+}
+
+#[test]
+fn search_finds_words_in_subject_body_and_sender_and_ignores_syntax() {
+    let (_dir, mut store) = temp_store();
+    let deploy = mail("bob", "Deploy plan", "we deploy the relay on friday");
+    let lunch = mail("carol", "lunch", "pizza at noon");
+    for m in [&deploy, &lunch] {
+        store
+            .insert_message(m, Direction::In, Trust::Verified)
+            .unwrap();
+    }
+    let ids = |q: &str| {
+        store
+            .search_messages(q, 10)
+            .unwrap()
+            .iter()
+            .map(|s| s.message.id)
+            .collect::<Vec<_>>()
+    };
+    assert_eq!(ids("deploying"), vec![deploy.id], "porter stemming");
+    assert_eq!(ids("carol"), vec![lunch.id]);
+    assert_eq!(ids("pizza deploy").len(), 2);
+    assert!(ids("\"unbalanced AND OR NEAR(").is_empty());
+    assert!(ids("nothing-matches-this").is_empty());
+    let err = store.search_messages(&"x".repeat(1001), 10).unwrap_err();
+    assert!(
+        matches!(err, StoreError::Invalid(ref e) if e.field == "query"),
+        "{err}"
+    );
+}
+
+#[test]
+fn recall_prefers_a_fresh_exact_match_over_an_old_weak_one() {
+    let (_dir, mut store) = temp_store();
+    let now = now_millis();
+    let drafts = [
+        MemoryDraft {
+            text: "notes from the offsite: the deploy came up briefly among many other topics like budgets, hiring, travel and the office move".into(),
+            title: Some("offsite notes".into()),
+            tags: vec![],
+            at: now - (400 * 24).hours(),
+        },
+        MemoryDraft {
+            text: "The deploy pipeline runs on merge to main; deploy pipeline secrets are in the vault".into(),
+            title: Some("deploy pipeline".into()),
+            tags: vec!["ops".into()],
+            at: now,
+        },
+    ];
+    let stored = store.remember_all(&drafts).unwrap();
+    let found = store.recall(Some("deploy pipeline"), 10).unwrap();
+    assert_eq!(
+        found.iter().map(|r| r.memory.id).collect::<Vec<_>>(),
+        vec![stored[1].id, stored[0].id]
+    );
+    assert!(found[0].score > found[1].score);
+}
+
+#[test]
+fn recall_breaks_ties_by_recency_and_lists_recent_without_a_query() {
+    let (_dir, mut store) = temp_store();
+    let now = now_millis();
+    let same = |days: i64| MemoryDraft {
+        text: "the relay port is 7878".into(),
+        title: None,
+        tags: vec![],
+        at: now - (days * 24).hours(),
+    };
+    let stored = store.remember_all(&[same(90), same(1), same(30)]).unwrap();
+    let found = store.recall(Some("relay port"), 10).unwrap();
+    assert_eq!(
+        found.iter().map(|r| r.memory.id).collect::<Vec<_>>(),
+        vec![stored[1].id, stored[2].id, stored[0].id]
+    );
+    let recent = store.recall(None, 2).unwrap();
+    assert_eq!(
+        recent.iter().map(|r| r.memory.id).collect::<Vec<_>>(),
+        vec![stored[1].id, stored[2].id]
+    );
+    assert_eq!(
+        stored[0].title, "the relay port is 7878",
+        "title defaults to the first line"
+    );
+    assert!(store.forget(&stored[0].id).unwrap());
+    assert!(!store.forget(&stored[0].id).unwrap());
+    assert_eq!(store.recall(Some("relay"), 10).unwrap().len(), 2);
+}
+
+#[test]
+fn memory_limits_name_the_field() {
+    let (_dir, mut store) = temp_store();
+    fn field<T: std::fmt::Debug>(r: Result<T, StoreError>) -> String {
+        match r {
+            Err(StoreError::Invalid(e)) => e.field,
+            other => panic!("expected a validation error, got {other:?}"),
+        }
+    }
+    assert!(store.remember(&"x".repeat(64 * 1024), None, &[]).is_ok());
+    assert_eq!(
+        field(store.remember(&"x".repeat(64 * 1024 + 1), None, &[])),
+        "text"
+    );
+    assert_eq!(field(store.remember("   ", None, &[])), "text");
+    assert!(store.remember("t", Some(&"t".repeat(200)), &[]).is_ok());
+    assert_eq!(
+        field(store.remember("t", Some(&"t".repeat(201)), &[])),
+        "title"
+    );
+    let tags: Vec<String> = (0..16).map(|i| format!("t{i}")).collect();
+    assert!(store.remember("t", None, &tags).is_ok());
+    let too_many: Vec<String> = (0..17).map(|i| format!("t{i}")).collect();
+    assert_eq!(field(store.remember("t", None, &too_many)), "tags");
+    assert_eq!(
+        field(store.remember("t", None, &["has space".into()])),
+        "tags[0]"
+    );
+    assert!(store.set_identity_text(&"i".repeat(8 * 1024)).is_ok());
+    assert_eq!(
+        field(store.set_current_task(&"i".repeat(8 * 1024 + 1))),
+        "current task"
+    );
+}
+
+#[test]
+fn keys_are_pinned_on_first_contact_and_a_change_is_caught() {
+    let (_dir, mut store) = temp_store();
+    let bob = addr("bob");
+    let (original, impostor) = (Identity::generate(), Identity::generate());
+    assert_eq!(
+        store.check_and_pin(&bob, original.public()).unwrap(),
+        KeyCheck::Pinned
+    );
+    assert_eq!(
+        store.check_and_pin(&bob, original.public()).unwrap(),
+        KeyCheck::Matches
+    );
+    assert_eq!(
+        store.check_and_pin(&bob, impostor.public()).unwrap(),
+        KeyCheck::Changed {
+            pinned: original.fingerprint(),
+            presented: impostor.fingerprint()
+        }
+    );
+    assert_eq!(
+        store.pinned_keys(&bob).unwrap().as_ref(),
+        Some(original.public()),
+        "the pinned key stays"
+    );
+    let contacts = store.contacts().unwrap();
+    assert_eq!(contacts.len(), 1);
+    assert_eq!(contacts[0].fingerprint, original.fingerprint());
+    assert_eq!(contacts[0].key_changes, 1);
+}
+
+#[test]
+fn outbox_queues_atomically_with_the_sent_copy() {
+    let (_dir, mut store) = temp_store();
+    let (alice, bob) = (Identity::generate(), Identity::generate());
+    let m = Message::new(addr("alice"), vec![addr("bob")], "queued", "hi");
+    let envelopes = mailslot::crypto::seal(
+        &m,
+        &alice,
+        &[(addr("bob"), bob.public().clone())],
+        &Default::default(),
+    )
+    .unwrap();
+    store.queue_outgoing(&m, &envelopes).unwrap();
+    store.queue_outgoing(&m, &envelopes).unwrap();
+    let queued = store.outbox(10).unwrap();
+    assert_eq!(queued.len(), 1, "queueing twice is idempotent");
+    assert_eq!(queued[0].envelope, envelopes[0]);
+    assert_eq!(
+        store.message(&m.id).unwrap().unwrap().direction,
+        Direction::Out
+    );
+    store
+        .outbox_failed(queued[0].seq, "relay unreachable")
+        .unwrap();
+    let retried = &store.outbox(10).unwrap()[0];
+    assert_eq!(
+        (retried.attempts, retried.last_error.as_deref()),
+        (1, Some("relay unreachable"))
+    );
+    store.outbox_done(queued[0].seq).unwrap();
+    assert_eq!(store.outbox_len().unwrap(), 0);
+}
+
+#[test]
+fn migrations_run_on_an_empty_file_and_refuse_a_newer_schema() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("store.db");
+    std::fs::write(&path, b"").unwrap();
+    let store = Store::open(&path).unwrap();
+    store.check_integrity().unwrap();
+    drop(store);
+    let conn = rusqlite_version(&path);
+    assert_eq!(conn, SCHEMA_VERSION);
+    // Reopening is a no-op.
+    Store::open(&path).unwrap();
+    set_user_version(&path, SCHEMA_VERSION + 1);
+    let err = Store::open(&path).unwrap_err();
+    assert!(matches!(err, StoreError::NewerSchema { .. }), "{err}");
+    assert!(err.to_string().contains("upgrade mailslot"));
+}
+
+fn rusqlite_version(path: &Path) -> u32 {
+    let out = Command::new("sqlite3")
+        .arg(path)
+        .arg("PRAGMA user_version;")
+        .output();
+    match out {
+        Ok(o) if o.status.success() => String::from_utf8_lossy(&o.stdout).trim().parse().unwrap(),
+        // No sqlite3 CLI: read the header field directly (offset 60, big-endian).
+        _ => {
+            let bytes = std::fs::read(path).unwrap();
+            u32::from_be_bytes(bytes[60..64].try_into().unwrap())
+        }
+    }
+}
+
+fn set_user_version(path: &Path, v: u32) {
+    let mut bytes = std::fs::read(path).unwrap();
+    bytes[60..64].copy_from_slice(&v.to_be_bytes());
+    std::fs::write(path, bytes).unwrap();
+}
+
+#[tokio::test]
+async fn the_async_handle_runs_work_off_the_runtime() {
+    let (_dir, store) = temp_store();
+    let handle = StoreHandle::spawn(store).unwrap();
+    let m = mail("bob", "async", "body");
+    let m2 = m.clone();
+    let inserted = handle
+        .call(move |s| s.insert_message(&m2, Direction::In, Trust::Verified))
+        .await
+        .unwrap();
+    assert!(inserted);
+    let thread = std::thread::current().id();
+    let (count, ran_on) = handle
+        .call(move |s| Ok((s.message_count()?, std::thread::current().id())))
+        .await
+        .unwrap();
+    assert_eq!(count, 1);
+    assert_ne!(ran_on, thread);
+    let clone = handle.clone();
+    let results = tokio::join!(
+        clone.call(|s| s.unread_summary()),
+        handle.call(|s| s.recall(None, 5))
+    );
+    assert_eq!(results.0.unwrap().count, 1);
+    assert!(results.1.unwrap().is_empty());
+}
+
+// ---- multi-process tests: the test binary re-runs itself as the writer ----
+
+fn spawn_child(test: &str, db: &Path, extra: &[(&str, &str)]) -> Child {
+    let mut cmd = Command::new(std::env::current_exe().unwrap());
+    cmd.args([
+        test,
+        "--exact",
+        "--ignored",
+        "--nocapture",
+        "--test-threads=1",
+    ])
+    .env(CHILD_DB, db)
+    .stdout(Stdio::piped())
+    .stderr(Stdio::inherit());
+    for (k, v) in extra {
+        cmd.env(k, v);
+    }
+    cmd.spawn().unwrap()
+}
+
+fn child_db() -> PathBuf {
+    PathBuf::from(std::env::var(CHILD_DB).expect("run by the multi-process tests, not on its own"))
+}
+
+/// Ids a child reported as committed, from lines `committed <id> <id> …` (libtest may print
+/// its own `test … ` prefix on the same line; a line cut short by SIGKILL loses only its
+/// last, partial id).
+fn committed_ids(line: &str) -> Vec<MessageId> {
+    line.split_once("committed ")
+        .map(|(_, rest)| rest.split(' ').map(|s| s.parse().unwrap()).collect())
+        .unwrap_or_default()
+}
+
+#[test]
+#[ignore = "helper: run as a child process by two_processes_writing_at_once_lose_nothing"]
+fn child_single_writer() {
+    let mut store = Store::open(&child_db()).unwrap();
+    let n: usize = std::env::var("WRITES").unwrap().parse().unwrap();
+    for i in 0..n {
+        let m = mail("peer", &format!("message {i}"), "body");
+        store
+            .insert_message(&m, Direction::In, Trust::Verified)
+            .unwrap();
+        store.remember(&format!("memory {i}"), None, &[]).unwrap();
+        println!("committed {}", m.id);
+    }
+}
+
+#[test]
+fn two_processes_writing_at_once_lose_nothing() {
+    let dir = tempfile::tempdir().unwrap();
+    let db = dir.path().join("store.db");
+    Store::open(&db).unwrap();
+    let children: Vec<Child> = (0..2)
+        .map(|_| spawn_child("child_single_writer", &db, &[("WRITES", "150")]))
+        .collect();
+    let mut ids = Vec::new();
+    for mut child in children {
+        let out = BufReader::new(child.stdout.take().unwrap());
+        for line in out.lines() {
+            ids.extend(committed_ids(&line.unwrap()));
+        }
+        assert!(child.wait().unwrap().success());
+    }
+    assert_eq!(ids.len(), 300);
+    let store = Store::open(&db).unwrap();
+    assert_eq!(store.message_count().unwrap(), 300);
+    assert_eq!(store.memory_count().unwrap(), 300);
+    for id in &ids {
+        assert!(store.message(id).unwrap().is_some(), "{id} lost");
+    }
+}
+
+#[test]
+#[ignore = "helper: run as a child process by sigkill_mid_batch_keeps_every_committed_row"]
+fn child_batch_writer() {
+    let mut store = Store::open(&child_db()).unwrap();
+    loop {
+        let batch: Vec<Message> = (0..200)
+            .map(|i| mail("peer", &format!("batch message {i}"), &"body ".repeat(50)))
+            .collect();
+        let refs: Vec<_> = batch
+            .iter()
+            .map(|m| (m, Direction::In, Trust::Verified))
+            .collect();
+        store.insert_messages(&refs).unwrap();
+        let ids: Vec<String> = batch.iter().map(|m| m.id.to_string()).collect();
+        println!("committed {}", ids.join(" "));
+    }
+}
+
+#[test]
+fn sigkill_mid_batch_keeps_every_committed_row() {
+    let dir = tempfile::tempdir().unwrap();
+    let db = dir.path().join("store.db");
+    Store::open(&db).unwrap();
+    let mut child = spawn_child("child_batch_writer", &db, &[]);
+    let mut lines = BufReader::new(child.stdout.take().unwrap()).lines();
+    let mut ids = Vec::new();
+    let mut batches = 0;
+    while batches < 5 {
+        let line = lines.next().expect("the writer stopped early").unwrap();
+        let got = committed_ids(&line);
+        if !got.is_empty() {
+            ids.extend(got);
+            batches += 1;
+        }
+    }
+    // The writer loops with no pause, so it is almost surely inside a transaction now.
+    child.kill().unwrap();
+    child.wait().unwrap();
+    // Lines already written but not yet read were committed too.
+    for line in lines {
+        ids.extend(committed_ids(&line.unwrap()));
+    }
+    let store = Store::open(&db).unwrap();
+    store.check_integrity().unwrap();
+    for id in &ids {
+        assert!(store.message(id).unwrap().is_some(), "committed {id} lost");
+    }
+    let count = store.message_count().unwrap();
+    assert!(count >= ids.len() as u64);
+    assert_eq!(count % 200, 0, "a batch was half written: {count} rows");
+}
