@@ -234,10 +234,9 @@ impl Store {
                 .collect();
         };
         let mut stmt = self.conn.prepare_cached(&format!(
-            "SELECT {COLUMNS}, bm25(memories_fts, 3.0, 1.0, 2.0)
-             FROM memories_fts JOIN memories m ON m.seq = memories_fts.rowid
-             WHERE memories_fts MATCH ?1
-             ORDER BY rank LIMIT ?2"
+            "SELECT {COLUMNS}, hit.rank
+             FROM (SELECT rowid, rank FROM memories_fts WHERE memories_fts MATCH ?1 ORDER BY rank LIMIT ?2) AS hit
+             JOIN memories m ON m.seq = hit.rowid"
         ))?;
         let now = now_millis();
         let rows = stmt.query_map(params![fts, CANDIDATES as i64], |row| {

@@ -287,10 +287,9 @@ impl Store {
             return Ok(Vec::new());
         };
         let mut stmt = self.conn.prepare_cached(&format!(
-            "SELECT {COLUMNS}, bm25(messages_fts, 3.0, 1.0, 2.0), m.sent_at
-             FROM messages_fts JOIN messages m ON m.seq = messages_fts.rowid
-             WHERE messages_fts MATCH ?1
-             ORDER BY rank LIMIT ?2"
+            "SELECT {COLUMNS}, hit.rank, sent_at
+             FROM (SELECT rowid, rank FROM messages_fts WHERE messages_fts MATCH ?1 ORDER BY rank LIMIT ?2) AS hit
+             JOIN messages m ON m.seq = hit.rowid"
         ))?;
         let now = now_millis();
         let mut scored = Vec::new();

@@ -45,6 +45,8 @@ const MIGRATIONS: &[&str] = &[
         content = 'messages', content_rowid = 'seq',
         tokenize = 'porter unicode61 remove_diacritics 2'
     );
+    -- Subject counts three times the body, the sender twice.
+    INSERT INTO messages_fts(messages_fts, rank) VALUES ('rank', 'bm25(3.0, 1.0, 2.0)');
     CREATE TRIGGER messages_fts_insert AFTER INSERT ON messages BEGIN
         INSERT INTO messages_fts(rowid, subject, body, sender)
         VALUES (new.seq, new.subject, new.body, new.sender);
@@ -70,6 +72,8 @@ const MIGRATIONS: &[&str] = &[
         content = 'memories', content_rowid = 'seq',
         tokenize = 'porter unicode61 remove_diacritics 2'
     );
+    -- Title counts three times the body, tags twice.
+    INSERT INTO memories_fts(memories_fts, rank) VALUES ('rank', 'bm25(3.0, 1.0, 2.0)');
     CREATE TRIGGER memories_fts_insert AFTER INSERT ON memories BEGIN
         INSERT INTO memories_fts(rowid, title, body, tags)
         VALUES (new.seq, new.title, new.body, new.tags);

@@ -1,0 +1,390 @@
+//! The owner CLI, run as a real process against a temporary MAILSLOT_HOME.
+
+use std::io::Write;
+use std::os::unix::fs::PermissionsExt;
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output, Stdio};
+
+use mailslot::protocol::{Address, AgentName, Message};
+use mailslot::store::{Direction, Store, Trust};
+use serde_json::Value;
+
+struct Home {
+    dir: tempfile::TempDir,
+}
+
+impl Home {
+    fn new() -> Self {
+        Self {
+            dir: tempfile::tempdir().unwrap(),
+        }
+    }
+
+    fn path(&self) -> &Path {
+        self.dir.path()
+    }
+
+    fn command(&self, args: &[&str]) -> Command {
+        let mut cmd = Command::new(env!("CARGO_BIN_EXE_mailslot"));
+        cmd.args(args)
+            .env_clear()
+            .env("PATH", std::env::var_os("PATH").unwrap_or_default())
+            .env("MAILSLOT_HOME", self.path())
+            .current_dir(self.path());
+        cmd
+    }
+
+    fn run(&self, args: &[&str]) -> Output {
+        self.command(args).stdin(Stdio::null()).output().unwrap()
+    }
+
+    fn ok(&self, args: &[&str]) -> String {
+        let out = self.run(args);
+        assert!(
+            out.status.success(),
+            "{args:?} failed: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        String::from_utf8(out.stdout).unwrap()
+    }
+
+    fn json(&self, args: &[&str]) -> Value {
+        let mut with_json = args.to_vec();
+        with_json.push("--json");
+        serde_json::from_str(&self.ok(&with_json)).unwrap()
+    }
+
+    fn agent_dir(&self, name: &str) -> PathBuf {
+        self.path().join("agents").join(name)
+    }
+
+    fn deliver(&self, to: &str, from: &str, subject: &str, body: &str) -> Message {
+        let mut store = Store::open(&self.agent_dir(to).join("store.db")).unwrap();
+        let address = |n: &str| Address::local(AgentName::new(n).unwrap());
+        let m = Message::new(address(from), vec![address(to)], subject, body);
+        store
+            .insert_message(&m, Direction::In, Trust::Verified)
+            .unwrap();
+        m
+    }
+}
+
+fn stderr(out: &Output) -> String {
+    String::from_utf8_lossy(&out.stderr).into_owned()
+}
+
+#[test]
+fn first_use_creates_the_agent_once_with_private_keys() {
+    let home = Home::new();
+    let first = home.run(&["--agent", "alice", "init"]);
+    assert!(first.status.success());
+    assert!(
+        stderr(&first).contains("created agent alice"),
+        "{}",
+        stderr(&first)
+    );
+    let key = home.agent_dir("alice").join("identity.key");
+    assert_eq!(
+        std::fs::metadata(&key).unwrap().permissions().mode() & 0o777,
+        0o600
+    );
+    assert_eq!(
+        std::fs::metadata(home.agent_dir("alice"))
+            .unwrap()
+            .permissions()
+            .mode()
+            & 0o777,
+        0o700
+    );
+    let second = home.run(&["init", "--agent", "alice"]);
+    assert!(second.status.success());
+    assert!(
+        !stderr(&second).contains("created"),
+        "init twice must not recreate"
+    );
+    let who = home.json(&["--agent", "alice", "whoami"]);
+    let fingerprint = who["fingerprint"].as_str().unwrap();
+    assert_eq!(fingerprint.len(), 29);
+    assert!(String::from_utf8_lossy(&first.stdout).contains(fingerprint));
+    // The secret never shows up in any output.
+    let secret: Value = serde_json::from_slice(&std::fs::read(&key).unwrap()).unwrap();
+    let secret = secret["signing_key"].as_str().unwrap();
+    for args in [
+        &["--agent", "alice", "status", "--json"][..],
+        &["--agent", "alice", "whoami"],
+    ] {
+        let out = home.run(args);
+        assert!(
+            !String::from_utf8_lossy(&out.stdout).contains(secret)
+                && !stderr(&out).contains(secret)
+        );
+    }
+}
+
+#[test]
+fn identity_and_current_task_persist() {
+    let home = Home::new();
+    home.ok(&[
+        "--agent",
+        "alice",
+        "whoami",
+        "--set",
+        "reviewer for the payments team",
+    ]);
+    home.ok(&["--agent", "alice", "doing", "--set", "reviewing PR 42"]);
+    assert!(
+        home.ok(&["--agent", "alice", "whoami"])
+            .contains("reviewer for the payments team")
+    );
+    assert_eq!(
+        home.json(&["--agent", "alice", "doing"])["current_task"],
+        "reviewing PR 42"
+    );
+    let status = home.json(&["--agent", "alice", "status"]);
+    assert_eq!(status["identity"], "reviewer for the payments team");
+    assert_eq!(status["current_task"], "reviewing PR 42");
+    home.ok(&["--agent", "alice", "doing", "--set", ""]);
+    assert_eq!(
+        home.json(&["--agent", "alice", "doing"])["current_task"],
+        Value::Null
+    );
+}
+
+#[test]
+fn remember_recall_forget() {
+    let home = Home::new();
+    let a = home.json(&[
+        "--agent",
+        "bob",
+        "remember",
+        "--title",
+        "relay",
+        "--tag",
+        "Ops",
+        "the relay listens on 7878",
+    ]);
+    assert_eq!(a["tags"], serde_json::json!(["ops"]));
+    let mut child = home
+        .command(&["--agent", "bob", "remember", "-"])
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .spawn()
+        .unwrap();
+    child
+        .stdin
+        .take()
+        .unwrap()
+        .write_all(b"standup is at nine\nin the small room")
+        .unwrap();
+    let out = child.wait_with_output().unwrap();
+    assert!(out.status.success(), "{}", stderr(&out));
+    assert!(
+        String::from_utf8_lossy(&out.stdout).contains("standup is at nine"),
+        "title from the first line"
+    );
+
+    let found = home.json(&["--agent", "bob", "recall", "relay port"]);
+    assert_eq!(found.as_array().unwrap().len(), 1);
+    assert_eq!(found[0]["memory"]["id"], a["id"]);
+    assert_eq!(
+        home.json(&["--agent", "bob", "recall"])
+            .as_array()
+            .unwrap()
+            .len(),
+        2
+    );
+    assert!(
+        home.ok(&["--agent", "bob", "recall", "nonexistent"])
+            .contains("no memories match")
+    );
+
+    let id = a["id"].as_str().unwrap();
+    home.ok(&["--agent", "bob", "forget", id]);
+    let again = home.run(&["--agent", "bob", "forget", id]);
+    assert_eq!(again.status.code(), Some(1));
+    assert!(
+        stderr(&again).contains("no memory with id"),
+        "{}",
+        stderr(&again)
+    );
+    let big = home
+        .command(&["--agent", "bob", "remember", "-"])
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut big = big;
+    let _ = big
+        .stdin
+        .take()
+        .unwrap()
+        .write_all(&vec![b'x'; 64 * 1024 + 1]);
+    let out = big.wait_with_output().unwrap();
+    assert_eq!(out.status.code(), Some(1));
+    assert!(stderr(&out).contains("65536"), "{}", stderr(&out));
+}
+
+#[test]
+fn inbox_read_and_search_show_stored_mail() {
+    let home = Home::new();
+    home.ok(&["--agent", "bob", "init"]);
+    assert!(
+        home.ok(&["--agent", "bob", "inbox"])
+            .contains("no unread mail")
+    );
+    let m = home.deliver(
+        "bob",
+        "alice",
+        "Deploy window",
+        "we deploy on friday at noon",
+    );
+    let listing = home.ok(&["--agent", "bob", "inbox"]);
+    assert!(
+        listing.contains("Deploy window") && listing.contains(&m.id.to_string()),
+        "{listing}"
+    );
+    let json = home.json(&["--agent", "bob", "inbox"]);
+    assert_eq!(json[0]["unread"], true);
+    assert_eq!(json[0]["from"], "alice");
+
+    let shown = home.ok(&["--agent", "bob", "read", &m.id.to_string()]);
+    assert!(
+        shown.contains("we deploy on friday at noon") && shown.contains("From:    alice"),
+        "{shown}"
+    );
+    assert!(
+        home.ok(&["--agent", "bob", "inbox"])
+            .contains("no unread mail"),
+        "read marks it read"
+    );
+    assert_eq!(
+        home.json(&["--agent", "bob", "inbox", "--all"])[0]["unread"],
+        false
+    );
+
+    assert_eq!(
+        home.json(&["--agent", "bob", "search", "friday"])[0]["id"],
+        m.id.to_string()
+    );
+    assert!(
+        home.ok(&["--agent", "bob", "search", "nothing"])
+            .contains("no mail matches")
+    );
+    let missing = home.run(&[
+        "--agent",
+        "bob",
+        "read",
+        &mailslot::protocol::MessageId::new().to_string(),
+    ]);
+    assert_eq!(missing.status.code(), Some(1));
+    let status = home.json(&["--agent", "bob", "status"]);
+    assert_eq!(
+        (status["messages"].as_u64(), status["unread"].as_u64()),
+        (Some(1), Some(0))
+    );
+}
+
+#[test]
+fn usage_errors_exit_2_and_name_the_problem() {
+    let home = Home::new();
+    let bad_name = home.run(&["--agent", "Alice", "status"]);
+    assert_eq!(bad_name.status.code(), Some(2));
+    assert!(
+        stderr(&bad_name).contains("agent name"),
+        "{}",
+        stderr(&bad_name)
+    );
+    assert_eq!(home.run(&["frobnicate"]).status.code(), Some(2));
+    assert_eq!(
+        home.run(&["--agent", "a", "recall", "--limit", "0"])
+            .status
+            .code(),
+        Some(2)
+    );
+    let bad_id = home.run(&["--agent", "a", "read", "not-an-id"]);
+    assert_eq!(bad_id.status.code(), Some(2));
+    assert!(stderr(&bad_id).contains("UUIDv7"), "{}", stderr(&bad_id));
+}
+
+#[test]
+fn the_agent_comes_from_env_then_config_then_the_folder() {
+    let home = Home::new();
+    let project = home.path().join("My Project");
+    std::fs::create_dir(&project).unwrap();
+    let who = |cmd: &mut Command| -> Value {
+        let out = cmd.arg("--json").output().unwrap();
+        assert!(out.status.success(), "{}", stderr(&out));
+        serde_json::from_slice(&out.stdout).unwrap()
+    };
+    assert_eq!(
+        who(home.command(&["whoami"]).current_dir(&project))["agent"],
+        "my-project"
+    );
+    std::fs::write(
+        home.path().join("config.toml"),
+        "default_agent = \"from-config\"\n",
+    )
+    .unwrap();
+    assert_eq!(
+        who(home.command(&["whoami"]).current_dir(&project))["agent"],
+        "from-config"
+    );
+    assert_eq!(
+        who(home.command(&["whoami"]).env("MAILSLOT_AGENT", "from-env"))["agent"],
+        "from-env"
+    );
+    assert_eq!(
+        who(home
+            .command(&["whoami", "--agent", "from-flag"])
+            .env("MAILSLOT_AGENT", "from-env"))["agent"],
+        "from-flag"
+    );
+    std::fs::write(home.path().join("config.toml"), "defualt_agent = \"x\"\n").unwrap();
+    let out = home.run(&["whoami"]);
+    assert_eq!(out.status.code(), Some(1));
+    assert!(stderr(&out).contains("defualt_agent"), "{}", stderr(&out));
+}
+
+#[test]
+fn missing_keys_are_never_silently_regenerated() {
+    let home = Home::new();
+    home.ok(&["--agent", "alice", "init"]);
+    std::fs::remove_file(home.agent_dir("alice").join("identity.key")).unwrap();
+    let out = home.run(&["--agent", "alice", "status"]);
+    assert_eq!(out.status.code(), Some(1));
+    assert!(stderr(&out).contains("no key file"), "{}", stderr(&out));
+}
+
+#[test]
+fn bench_commands_run_and_report_percentiles() {
+    let home = Home::new();
+    let rows = home.json(&[
+        "bench",
+        "store",
+        "--sizes",
+        "200",
+        "--queries",
+        "10",
+        "--inserts",
+        "100",
+    ]);
+    let cases: Vec<&str> = rows
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|r| r["case"].as_str().unwrap())
+        .collect();
+    assert!(
+        cases.iter().any(|c| c.starts_with("recall, 2 words")),
+        "{cases:?}"
+    );
+    assert!(
+        rows.as_array()
+            .unwrap()
+            .iter()
+            .all(|r| r["p50_us"].as_f64().unwrap() > 0.0)
+    );
+    let rows = home.json(&["bench", "crypto", "--iterations", "10"]);
+    assert_eq!(rows.as_array().unwrap().len(), 4);
+}
