@@ -201,6 +201,18 @@ mod tests {
         std::fs::write(&path, "default_agnet = \"alice\"\n").unwrap();
         let err = Config::load(&path).unwrap_err().to_string();
         assert!(err.contains("default_agnet"), "{err}");
+        let padded = format!(
+            "default_agent = \"alice\"\n{}",
+            "#".repeat(MAX_CONFIG_BYTES as usize - 24)
+        );
+        assert_eq!(padded.len() as u64, MAX_CONFIG_BYTES);
+        std::fs::write(&path, &padded).unwrap();
+        assert!(Config::load(&path).is_ok());
+        std::fs::write(&path, padded + "#").unwrap();
+        assert!(matches!(
+            Config::load(&path),
+            Err(ConfigError::TooLarge { .. })
+        ));
         std::fs::write(&path, "default_agent = \"Alice\"\n").unwrap();
         let err = Config::load(&path).unwrap_err().to_string();
         assert!(err.contains("agent name"), "{err}");

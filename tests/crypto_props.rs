@@ -225,6 +225,31 @@ fn a_letter_signed_by_someone_else_is_refused() {
 }
 
 #[test]
+fn envelope_size_limit_is_exact() {
+    let message = Message::new(addr("alice"), vec![addr("bob")], "size", "x".repeat(500));
+    let w = world(&message);
+    let copy = seal(&message, &w.sender, &w.keys, &Limits::default())
+        .unwrap()
+        .remove(0);
+    let bytes = copy.to_bytes();
+    let exact = Limits {
+        envelope_bytes: bytes.len(),
+        ..Limits::default()
+    };
+    assert_eq!(SealedEnvelope::from_bytes(&bytes, &exact).unwrap(), copy);
+    let under = Limits {
+        envelope_bytes: bytes.len() - 1,
+        ..Limits::default()
+    };
+    assert_eq!(
+        SealedEnvelope::from_bytes(&bytes, &under)
+            .unwrap_err()
+            .field,
+        "envelope"
+    );
+}
+
+#[test]
 fn oversized_envelopes_are_refused_before_parsing() {
     let limits = Limits {
         envelope_bytes: 64,

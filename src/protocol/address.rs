@@ -282,6 +282,22 @@ mod tests {
     }
 
     #[test]
+    fn host_length_limit() {
+        let label = "a".repeat(63);
+        // 4 labels of 63 + 3 dots = 255, then trimmed to exactly MAX_HOST_LEN with a port.
+        let long = format!(
+            "{label}.{label}.{label}.{}",
+            "b".repeat(MAX_HOST_LEN - 3 * 64 - 5)
+        );
+        let host = format!("{long}:7878");
+        assert_eq!(host.len(), MAX_HOST_LEN);
+        assert!(Address::parse(&format!("bob@{host}")).is_ok());
+        let err = Address::parse(&format!("bob@{long}b:7878")).unwrap_err();
+        assert_eq!(err.field, "address host");
+        assert!(err.problem.contains(&MAX_HOST_LEN.to_string()), "{err}");
+    }
+
+    #[test]
     fn addresses_round_trip() {
         for s in [
             "bob",
