@@ -10,4 +10,5 @@ pub mod cli;
 pub mod config;
 pub mod crypto;
 pub mod protocol;
+pub mod relay;
 pub mod store;

@@ -13,7 +13,7 @@ use serde::{Deserialize, Serialize};
 use sha2::{Digest, Sha256};
 use zeroize::{Zeroize, Zeroizing};
 
-use crate::protocol::{FINGERPRINT_BYTES, Fingerprint, b64};
+use crate::protocol::{FINGERPRINT_BYTES, Fingerprint, PublicKeys, ValidationError, b64};
 
 type SealSecret = <X25519HkdfSha256 as Kem>::PrivateKey;
 pub(crate) type SealPublic = <X25519HkdfSha256 as Kem>::PublicKey;
@@ -65,19 +65,10 @@ pub struct Identity {
 
 /// The public half, which relays and contacts hold.
 #[derive(Clone, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(try_from = "PublicWire", into = "PublicWire")]
+#[serde(try_from = "PublicKeys", into = "PublicKeys")]
 pub struct PublicIdentity {
     signing: VerifyingKey,
     sealing: SealPublic,
-}
-
-#[derive(Serialize, Deserialize)]
-#[serde(deny_unknown_fields)]
-struct PublicWire {
-    #[serde(with = "b64")]
-    signing: Vec<u8>,
-    #[serde(with = "b64")]
-    sealing: Vec<u8>,
 }
 
 #[derive(Serialize, Deserialize)]
@@ -255,28 +246,29 @@ impl fmt::Debug for PublicIdentity {
     }
 }
 
-impl TryFrom<PublicWire> for PublicIdentity {
-    type Error = String;
-    fn try_from(w: PublicWire) -> Result<Self, String> {
-        let signing: &[u8; 32] = w
-            .signing
-            .as_slice()
-            .try_into()
-            .map_err(|_| "signing key is not 32 bytes")?;
-        let signing =
-            VerifyingKey::from_bytes(signing).map_err(|_| "signing key is not an Ed25519 point")?;
-        let sealing =
-            SealPublic::from_bytes(&w.sealing).map_err(|_| "sealing key is not an X25519 key")?;
+impl TryFrom<PublicKeys> for PublicIdentity {
+    type Error = ValidationError;
+    fn try_from(k: PublicKeys) -> Result<Self, Self::Error> {
+        let signing = VerifyingKey::from_bytes(&k.signing)
+            .map_err(|_| ValidationError::new("keys.signing", "is not an Ed25519 public key"))?;
+        let sealing = SealPublic::from_bytes(&k.sealing)
+            .map_err(|_| ValidationError::new("keys.sealing", "is not an X25519 public key"))?;
         Ok(Self { signing, sealing })
     }
 }
 
-impl From<PublicIdentity> for PublicWire {
+impl From<PublicIdentity> for PublicKeys {
     fn from(p: PublicIdentity) -> Self {
-        Self {
-            signing: p.signing.to_bytes().to_vec(),
-            sealing: p.sealing.to_bytes().to_vec(),
-        }
+        p.to_keys()
+    }
+}
+
+impl PublicIdentity {
+    /// The wire form.
+    pub fn to_keys(&self) -> PublicKeys {
+        let mut sealing = [0u8; 32];
+        sealing.copy_from_slice(&self.sealing.to_bytes());
+        PublicKeys { signing: self.signing.to_bytes(), sealing }
     }
 }
 

@@ -13,12 +13,18 @@ pub const SIGNATURE_LEN: usize = 64;
 pub enum Domain {
     /// The content of a sealed message.
     Letter,
+    /// A relay hello: the relay id and the connection's nonce.
+    Hello,
+    /// A registration over HTTP: the name and the keys.
+    Register,
 }
 
 impl Domain {
     fn prefix(self) -> &'static [u8] {
         match self {
             Domain::Letter => b"mailslot/v1/letter\0",
+            Domain::Hello => b"mailslot/v1/hello\0",
+            Domain::Register => b"mailslot/v1/register\0",
         }
     }
 }
@@ -38,11 +44,21 @@ fn domain_bytes(domain: Domain, bytes: &[u8]) -> Vec<u8> {
     buf
 }
 
+/// The signature over `bytes`, kept apart from them.
+pub fn signature(identity: &Identity, domain: Domain, bytes: &[u8]) -> [u8; SIGNATURE_LEN] {
+    identity.signing_key().sign(&domain_bytes(domain, bytes)).to_bytes()
+}
+
+/// Verifies a signature kept apart from its bytes.
+pub fn verify_detached(key: &PublicIdentity, domain: Domain, bytes: &[u8], signature: &[u8]) -> Result<(), VerifyError> {
+    let sig = Signature::from_slice(signature).map_err(|_| VerifyError)?;
+    key.verifying_key().verify_strict(&domain_bytes(domain, bytes), &sig).map_err(|_| VerifyError)
+}
+
 /// Signs `bytes` and returns `signature ‖ bytes`.
 pub fn sign(identity: &Identity, domain: Domain, bytes: &[u8]) -> Vec<u8> {
-    let signature = identity.signing_key().sign(&domain_bytes(domain, bytes));
     let mut signed = Vec::with_capacity(SIGNATURE_LEN + bytes.len());
-    signed.extend_from_slice(&signature.to_bytes());
+    signed.extend_from_slice(&signature(identity, domain, bytes));
     signed.extend_from_slice(bytes);
     signed
 }
@@ -57,9 +73,6 @@ pub fn verify<'a>(
         return Err(VerifyError);
     }
     let (sig, bytes) = signed.split_at(SIGNATURE_LEN);
-    let sig = Signature::from_slice(sig).map_err(|_| VerifyError)?;
-    key.verifying_key()
-        .verify_strict(&domain_bytes(domain, bytes), &sig)
-        .map_err(|_| VerifyError)?;
+    verify_detached(key, domain, bytes, sig)?;
     Ok(bytes)
 }

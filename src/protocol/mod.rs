@@ -6,7 +6,9 @@ pub mod b64;
 mod envelope;
 mod error;
 mod fingerprint;
+mod frames;
 mod ids;
+mod keys;
 mod limits;
 mod message;
 
@@ -14,6 +16,8 @@ pub use address::{Address, AgentName, MAX_NAME_LEN};
 pub use envelope::{ENVELOPE_VERSION, KeyWrap, SealedEnvelope};
 pub use error::ValidationError;
 pub use fingerprint::{FINGERPRINT_BYTES, Fingerprint};
+pub use frames::{ClientFrame, ErrorCode, FRAME_OVERHEAD, MAX_REF_CHARS, PROTOCOL_VERSION, Seq, ServerFrame, hello_payload};
 pub use ids::{MemoryId, MessageId, ThreadId};
+pub use keys::PublicKeys;
 pub use limits::Limits;
 pub use message::{Attachment, Message, now_millis};

@@ -1,0 +1,227 @@
+//! Relay protocol frames: versioned JSON objects, one per WebSocket text message, tagged by
+//! `type`. The sequence is specified in `docs/protocol.md`.
+
+use serde::{Deserialize, Serialize};
+
+use super::{AgentName, MessageId, PublicKeys, SealedEnvelope, b64};
+
+/// The protocol version this build speaks.
+pub const PROTOCOL_VERSION: u32 = 1;
+/// The longest request reference a client may choose.
+pub const MAX_REF_CHARS: usize = 64;
+/// Bytes a frame may add around an envelope.
+pub const FRAME_OVERHEAD: usize = 4096;
+
+/// A relay-chosen sequence number, increasing per relay; acks are cumulative.
+pub type Seq = u64;
+
+/// What the relay sends.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(tag = "type", rename_all = "snake_case", deny_unknown_fields)]
+pub enum ServerFrame {
+    /// First frame on every connection: sign `nonce` with `relay` to authenticate.
+    Challenge {
+        /// Protocol version.
+        v: u32,
+        /// The relay's id, part of what the client signs.
+        relay: String,
+        /// 32 random bytes, fresh for this connection.
+        #[serde(with = "b64")]
+        nonce: Vec<u8>,
+    },
+    /// Authentication succeeded; stored mail follows.
+    Welcome {
+        /// The authenticated agent.
+        agent: AgentName,
+        /// How many messages wait.
+        waiting: u64,
+    },
+    /// A stored message, in order.
+    Deliver {
+        /// Its sequence number; acknowledge it with `ack`.
+        seq: Seq,
+        /// The sealed copy for this recipient.
+        envelope: SealedEnvelope,
+    },
+    /// Everything stored at connect time has been delivered; new mail is pushed as it comes.
+    CaughtUp,
+    /// A `send` was stored durably.
+    Sent {
+        /// The client's request reference.
+        #[serde(rename = "ref")]
+        reference: String,
+        /// The message id.
+        id: MessageId,
+    },
+    /// An agent's public keys, answering `lookup`.
+    Keys {
+        /// The client's request reference.
+        #[serde(rename = "ref")]
+        reference: String,
+        /// The agent.
+        agent: AgentName,
+        /// Its registered keys.
+        keys: PublicKeys,
+    },
+    /// Something was refused; the connection stays open unless the code says otherwise.
+    Error {
+        /// The request it answers, if any.
+        #[serde(rename = "ref", default, skip_serializing_if = "Option::is_none")]
+        reference: Option<String>,
+        /// Stable machine-readable code.
+        code: ErrorCode,
+        /// A sentence for humans.
+        message: String,
+        /// When to try again, if trying again can help.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        retry_after_ms: Option<u64>,
+    },
+    /// Answers `ping`.
+    Pong,
+}
+
+/// What the client sends.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(tag = "type", rename_all = "snake_case", deny_unknown_fields)]
+pub enum ClientFrame {
+    /// Answers the challenge. With `register`, also registers the name with these keys
+    /// (first come, first served; the same keys again is a no-op).
+    Hello {
+        /// The agent.
+        agent: AgentName,
+        /// Ed25519 signature over the hello domain, the relay id and the nonce.
+        #[serde(with = "b64")]
+        signature: Vec<u8>,
+        /// Keys to register under `agent`.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        register: Option<PublicKeys>,
+    },
+    /// Store and forward an envelope.
+    Send {
+        /// Echoed in the answer.
+        #[serde(rename = "ref")]
+        reference: String,
+        /// The envelope, sealed to the recipients it names.
+        envelope: SealedEnvelope,
+    },
+    /// Everything up to and including `seq` is durably stored by the client.
+    Ack {
+        /// The highest sequence number committed.
+        seq: Seq,
+    },
+    /// Ask for an agent's public keys.
+    Lookup {
+        /// Echoed in the answer.
+        #[serde(rename = "ref")]
+        reference: String,
+        /// The agent.
+        agent: AgentName,
+    },
+    /// Keepalive.
+    Ping,
+}
+
+/// Stable error codes. Clients match on these, never on the message text.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum ErrorCode {
+    /// The frame is not valid JSON or not a known frame.
+    BadFrame,
+    /// The frame came at the wrong time (e.g. `send` before `hello`).
+    UnexpectedFrame,
+    /// The hello's signature or agent is wrong.
+    AuthFailed,
+    /// No hello within the deadline.
+    AuthTimeout,
+    /// The name is registered with other keys.
+    NameTaken,
+    /// No agent of that name is registered.
+    UnknownAgent,
+    /// A recipient does not exist on this relay.
+    UnknownRecipient,
+    /// The envelope's `from` is not the authenticated agent.
+    NotSender,
+    /// The envelope is invalid (size, version, fields).
+    InvalidEnvelope,
+    /// The frame or envelope is over the size limit.
+    TooLarge,
+    /// Too many requests; retry after `retry_after_ms`.
+    RateLimited,
+    /// The recipient's queue is full; retry later.
+    QuotaFull,
+    /// Too many connections from this address.
+    TooManyConnections,
+    /// Another connection for this agent took over.
+    Replaced,
+    /// The relay is shutting down.
+    ShuttingDown,
+    /// The client misbehaved too often and is being disconnected.
+    TooManyErrors,
+    /// The relay failed; retry later.
+    Internal,
+}
+
+impl ErrorCode {
+    /// The snake_case name, as on the wire and in metrics.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            ErrorCode::BadFrame => "bad_frame",
+            ErrorCode::UnexpectedFrame => "unexpected_frame",
+            ErrorCode::AuthFailed => "auth_failed",
+            ErrorCode::AuthTimeout => "auth_timeout",
+            ErrorCode::NameTaken => "name_taken",
+            ErrorCode::UnknownAgent => "unknown_agent",
+            ErrorCode::UnknownRecipient => "unknown_recipient",
+            ErrorCode::NotSender => "not_sender",
+            ErrorCode::InvalidEnvelope => "invalid_envelope",
+            ErrorCode::TooLarge => "too_large",
+            ErrorCode::RateLimited => "rate_limited",
+            ErrorCode::QuotaFull => "quota_full",
+            ErrorCode::TooManyConnections => "too_many_connections",
+            ErrorCode::Replaced => "replaced",
+            ErrorCode::ShuttingDown => "shutting_down",
+            ErrorCode::TooManyErrors => "too_many_errors",
+            ErrorCode::Internal => "internal",
+        }
+    }
+}
+
+impl std::fmt::Display for ErrorCode {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+/// The bytes a hello signs: the relay id and the nonce (the crypto layer adds the domain).
+pub fn hello_payload(relay: &str, nonce: &[u8]) -> Vec<u8> {
+    let mut bytes = Vec::with_capacity(relay.len() + 1 + nonce.len());
+    bytes.extend_from_slice(relay.as_bytes());
+    bytes.push(0);
+    bytes.extend_from_slice(nonce);
+    bytes
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn frames_have_a_stable_wire_form() {
+        let f = ClientFrame::Ack { seq: 7 };
+        assert_eq!(serde_json::to_string(&f).unwrap(), r#"{"type":"ack","seq":7}"#);
+        let e = ServerFrame::Error { reference: Some("r1".into()), code: ErrorCode::QuotaFull, message: "full".into(), retry_after_ms: Some(1000) };
+        assert_eq!(
+            serde_json::to_string(&e).unwrap(),
+            r#"{"type":"error","ref":"r1","code":"quota_full","message":"full","retry_after_ms":1000}"#
+        );
+        assert!(serde_json::from_str::<ClientFrame>(r#"{"type":"ack","seq":1,"extra":2}"#).is_err());
+        assert!(serde_json::from_str::<ClientFrame>(r#"{"type":"launch"}"#).is_err());
+    }
+
+    #[test]
+    fn every_error_code_names_itself_as_on_the_wire() {
+        for code in [ErrorCode::BadFrame, ErrorCode::TooManyConnections, ErrorCode::Internal, ErrorCode::NotSender] {
+            assert_eq!(serde_json::to_string(&code).unwrap(), format!("\"{}\"", code.as_str()));
+        }
+    }
+}

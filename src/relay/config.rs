@@ -1,0 +1,113 @@
+//! Relay settings: a TOML file, every key optional, unknown keys refused.
+
+use std::net::SocketAddr;
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+use serde::Deserialize;
+
+use crate::protocol::Limits;
+
+/// The largest config file read.
+const MAX_CONFIG_BYTES: u64 = 64 * 1024;
+
+/// Why the relay config could not be read.
+#[derive(Debug, thiserror::Error)]
+pub enum RelayConfigError {
+    /// The file could not be read.
+    #[error("cannot read relay config {path}: {source}")]
+    Read {
+        /// The file.
+        path: PathBuf,
+        /// What the OS said.
+        source: std::io::Error,
+    },
+    /// The file is not a valid config.
+    #[error("relay config {path} is invalid: {message}")]
+    Parse {
+        /// The file.
+        path: PathBuf,
+        /// What is wrong, with line and column.
+        message: String,
+    },
+}
+
+/// Everything a relay can be told. Durations are in seconds, sizes in bytes.
+#[derive(Debug, Clone, PartialEq, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct RelayConfig {
+    /// Where to listen.
+    pub listen: SocketAddr,
+    /// The database file.
+    pub db: Option<PathBuf>,
+    /// The host name in agents' addresses (`name@host`); `None` accepts bare names only.
+    pub host: Option<String>,
+    /// Message size limits.
+    pub limits: Limits,
+    /// Seconds a client has to answer the challenge.
+    pub auth_timeout_secs: u64,
+    /// Seconds of silence from a client before its socket is closed.
+    pub idle_timeout_secs: u64,
+    /// Seconds an undelivered envelope is kept.
+    pub ttl_secs: u64,
+    /// Messages waiting per recipient.
+    pub quota_messages: u64,
+    /// Bytes waiting per recipient.
+    pub quota_bytes: u64,
+    /// Sends per second per agent, sustained.
+    pub send_rate: f64,
+    /// Sends an agent may burst above the rate.
+    pub send_burst: f64,
+    /// Open sockets per client IP.
+    pub max_connections_per_ip: usize,
+    /// Bad frames tolerated on one connection before it is closed.
+    pub max_errors_per_connection: u32,
+}
+
+impl Default for RelayConfig {
+    fn default() -> Self {
+        Self {
+            listen: SocketAddr::from(([127, 0, 0, 1], 7878)),
+            db: None,
+            host: None,
+            limits: Limits::default(),
+            auth_timeout_secs: 10,
+            idle_timeout_secs: 90,
+            ttl_secs: 7 * 24 * 3600,
+            quota_messages: 10_000,
+            quota_bytes: 256 * 1024 * 1024,
+            send_rate: 100.0,
+            send_burst: 1000.0,
+            max_connections_per_ip: 20_000,
+            max_errors_per_connection: 20,
+        }
+    }
+}
+
+impl RelayConfig {
+    /// Reads a config file.
+    pub fn load(path: &Path) -> Result<Self, RelayConfigError> {
+        let read = |source| RelayConfigError::Read { path: path.to_owned(), source };
+        let len = std::fs::metadata(path).map_err(read)?.len();
+        if len > MAX_CONFIG_BYTES {
+            return Err(RelayConfigError::Parse { path: path.to_owned(), message: format!("over {MAX_CONFIG_BYTES} bytes") });
+        }
+        let text = std::fs::read_to_string(path).map_err(read)?;
+        toml::from_str(&text).map_err(|e| RelayConfigError::Parse { path: path.to_owned(), message: e.to_string() })
+    }
+
+    /// The auth deadline.
+    pub fn auth_timeout(&self) -> Duration {
+        Duration::from_secs(self.auth_timeout_secs)
+    }
+
+    /// The idle deadline.
+    pub fn idle_timeout(&self) -> Duration {
+        Duration::from_secs(self.idle_timeout_secs)
+    }
+
+    /// The largest WebSocket message accepted.
+    pub fn max_frame_bytes(&self) -> usize {
+        self.limits.envelope_bytes + crate::protocol::FRAME_OVERHEAD
+    }
+}

@@ -1,0 +1,136 @@
+//! The relay's HTTP surface: health, metrics, the WebSocket endpoint, registration and
+//! public-key lookup.
+
+use std::net::SocketAddr;
+use std::sync::Arc;
+
+use axum::Json;
+use axum::Router;
+use axum::extract::ws::WebSocketUpgrade;
+use axum::extract::{ConnectInfo, Path, State};
+use axum::http::StatusCode;
+use axum::response::{IntoResponse, Response};
+use axum::routing::{get, post};
+use serde::{Deserialize, Serialize};
+
+use super::session;
+use super::state::RelayState;
+use super::storage::{Registration, Storage};
+use crate::crypto::PublicIdentity;
+use crate::crypto::sign::{self, Domain};
+use crate::protocol::{AgentName, ErrorCode, Fingerprint, PublicKeys, b64};
+
+/// Every route.
+pub fn router<S: Storage>(state: Arc<RelayState<S>>) -> Router {
+    Router::new()
+        .route("/healthz", get(|| async { "ok\n" }))
+        .route("/metrics", get(metrics::<S>))
+        .route("/v1/ws", get(websocket::<S>))
+        .route("/v1/agents", post(register::<S>))
+        .route("/v1/agents/{name}", get(lookup::<S>))
+        .with_state(state)
+}
+
+#[derive(Serialize)]
+struct ErrorBody {
+    code: ErrorCode,
+    message: String,
+}
+
+fn error(status: StatusCode, code: ErrorCode, message: impl Into<String>) -> Response {
+    (status, Json(ErrorBody { code, message: message.into() })).into_response()
+}
+
+async fn metrics<S: Storage>(State(state): State<Arc<RelayState<S>>>) -> impl IntoResponse {
+    ([("content-type", "text/plain; version=0.0.4; charset=utf-8")], state.metrics.render())
+}
+
+async fn websocket<S: Storage>(
+    State(state): State<Arc<RelayState<S>>>,
+    ConnectInfo(peer): ConnectInfo<SocketAddr>,
+    upgrade: WebSocketUpgrade,
+) -> Response {
+    let Some(slot) = state.connections.acquire(peer.ip()) else {
+        state.metrics.reject(ErrorCode::TooManyConnections);
+        return error(
+            StatusCode::TOO_MANY_REQUESTS,
+            ErrorCode::TooManyConnections,
+            format!("{} already has {} connections open", peer.ip(), state.config.max_connections_per_ip),
+        );
+    };
+    let max = state.config.max_frame_bytes();
+    upgrade.max_message_size(max).max_frame_size(max).on_upgrade(move |socket| async move {
+        session::run(state, socket, peer.ip()).await;
+        drop(slot);
+    })
+}
+
+/// A registration over HTTP: the signature over the name and keys proves key possession.
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RegisterRequest {
+    name: AgentName,
+    keys: PublicKeys,
+    #[serde(with = "b64")]
+    signature: Vec<u8>,
+}
+
+/// An agent's public record.
+#[derive(Serialize)]
+struct AgentRecord {
+    name: AgentName,
+    keys: PublicKeys,
+    fingerprint: Fingerprint,
+}
+
+/// The bytes a registration signs.
+pub fn register_payload(name: &AgentName, keys: &PublicKeys) -> Vec<u8> {
+    let mut bytes = name.as_str().as_bytes().to_vec();
+    bytes.push(0);
+    bytes.extend_from_slice(&keys.signing);
+    bytes.extend_from_slice(&keys.sealing);
+    bytes
+}
+
+async fn register<S: Storage>(State(state): State<Arc<RelayState<S>>>, body: axum::body::Bytes) -> Response {
+    let req: RegisterRequest = match serde_json::from_slice(&body) {
+        Ok(r) => r,
+        Err(e) => return error(StatusCode::BAD_REQUEST, ErrorCode::BadFrame, format!("not a registration: {e}")),
+    };
+    let Ok(identity) = PublicIdentity::try_from(req.keys.clone()) else {
+        return error(StatusCode::BAD_REQUEST, ErrorCode::BadFrame, "keys are not valid public keys");
+    };
+    if sign::verify_detached(&identity, Domain::Register, &register_payload(&req.name, &req.keys), &req.signature).is_err() {
+        return error(StatusCode::BAD_REQUEST, ErrorCode::AuthFailed, "the signature does not match the keys");
+    }
+    let record = AgentRecord { name: req.name.clone(), keys: req.keys.clone(), fingerprint: identity.fingerprint() };
+    match state.storage.register(req.name.clone(), req.keys).await {
+        Ok(Registration::Created) => {
+            state.remember_registered(&req.name);
+            (StatusCode::CREATED, Json(record)).into_response()
+        }
+        Ok(Registration::Unchanged) => (StatusCode::OK, Json(record)).into_response(),
+        Ok(Registration::NameTaken) => {
+            error(StatusCode::CONFLICT, ErrorCode::NameTaken, format!("{} is registered with other keys", req.name))
+        }
+        Err(e) => error(StatusCode::SERVICE_UNAVAILABLE, ErrorCode::Internal, e.to_string()),
+    }
+}
+
+async fn lookup<S: Storage>(State(state): State<Arc<RelayState<S>>>, Path(name): Path<String>) -> Response {
+    let name = match AgentName::new(&name) {
+        Ok(n) => n,
+        Err(e) => return error(StatusCode::BAD_REQUEST, ErrorCode::BadFrame, e.to_string()),
+    };
+    match state.storage.keys(name.clone()).await {
+        Ok(Some(keys)) => {
+            let fingerprint = match PublicIdentity::try_from(keys.clone()) {
+                Ok(id) => id.fingerprint(),
+                Err(e) => return error(StatusCode::INTERNAL_SERVER_ERROR, ErrorCode::Internal, e.to_string()),
+            };
+            Json(AgentRecord { name, keys, fingerprint }).into_response()
+        }
+        Ok(None) => error(StatusCode::NOT_FOUND, ErrorCode::UnknownAgent, format!("no agent named {name} on this relay")),
+        Err(e) => error(StatusCode::SERVICE_UNAVAILABLE, ErrorCode::Internal, e.to_string()),
+    }
+}

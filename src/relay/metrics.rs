@@ -1,0 +1,88 @@
+//! Prometheus metrics, served as text at `/metrics`.
+
+use prometheus_client::encoding::EncodeLabelSet;
+use prometheus_client::metrics::counter::Counter;
+use prometheus_client::metrics::family::Family;
+use prometheus_client::metrics::gauge::Gauge;
+use prometheus_client::metrics::histogram::{Histogram, exponential_buckets};
+use prometheus_client::registry::Registry;
+
+use crate::protocol::ErrorCode;
+
+/// Labels for rejections.
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct CodeLabel {
+    /// The error code.
+    pub code: String,
+}
+
+/// Every metric the relay keeps.
+pub struct Metrics {
+    registry: Registry,
+    /// Open, authenticated WebSocket connections.
+    pub connections: Gauge,
+    /// Envelope copies accepted (stored).
+    pub accepted: Counter,
+    /// Envelope copies delivered (sent to a recipient socket).
+    pub delivered: Counter,
+    /// Envelope copies acknowledged (deleted).
+    pub acked: Counter,
+    /// Envelope copies expired undelivered.
+    pub expired: Counter,
+    /// Messages waiting across all queues.
+    pub queued: Gauge,
+    /// Refusals by error code.
+    pub rejections: Family<CodeLabel, Counter>,
+    /// Seconds from acceptance to delivery.
+    pub delivery_latency: Histogram,
+}
+
+impl Metrics {
+    /// Registers every metric.
+    pub fn new() -> Self {
+        let mut registry = Registry::with_prefix("mailslot_relay");
+        let m = Self {
+            connections: Gauge::default(),
+            accepted: Counter::default(),
+            delivered: Counter::default(),
+            acked: Counter::default(),
+            expired: Counter::default(),
+            queued: Gauge::default(),
+            rejections: Family::default(),
+            // 100 µs to ~52 s.
+            delivery_latency: Histogram::new(exponential_buckets(0.0001, 2.0, 20)),
+            registry: Registry::default(),
+        };
+        registry.register("connections", "Open authenticated connections", m.connections.clone());
+        registry.register("accepted", "Envelope copies stored", m.accepted.clone());
+        registry.register("delivered", "Envelope copies pushed to recipients", m.delivered.clone());
+        registry.register("acked", "Envelope copies acknowledged and deleted", m.acked.clone());
+        registry.register("expired", "Envelope copies expired undelivered", m.expired.clone());
+        registry.register("queued", "Envelope copies waiting (approximate between restarts)", m.queued.clone());
+        registry.register("rejections", "Requests refused, by error code", m.rejections.clone());
+        registry.register(
+            "delivery_latency_seconds",
+            "Time from acceptance to delivery to the recipient",
+            m.delivery_latency.clone(),
+        );
+        Self { registry, ..m }
+    }
+
+    /// Counts a refusal.
+    pub fn reject(&self, code: ErrorCode) {
+        self.rejections.get_or_create(&CodeLabel { code: code.as_str().to_owned() }).inc();
+    }
+
+    /// The Prometheus text exposition.
+    pub fn render(&self) -> String {
+        let mut out = String::new();
+        prometheus_client::encoding::text::encode(&mut out, &self.registry).expect("writing to a String cannot fail");
+        out
+    }
+}
+
+impl Default for Metrics {
+    fn default() -> Self {
+        Self::new()
+    }
+}

@@ -1,0 +1,130 @@
+//! The relay server: stores sealed envelopes durably and forwards them over WebSockets.
+//! It depends on `protocol` and `crypto` only; it never reads subjects or bodies.
+
+mod config;
+mod http;
+mod hub;
+mod limits;
+mod metrics;
+mod session;
+mod state;
+pub mod storage;
+
+use std::net::SocketAddr;
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::time::Duration;
+
+use tokio::net::TcpListener;
+use tokio::sync::watch;
+use tokio::task::JoinHandle;
+
+pub use config::{RelayConfig, RelayConfigError};
+pub use http::register_payload;
+use state::RelayState;
+use storage::{SqliteStorage, Storage, StorageError};
+
+/// How often undelivered envelopes past their TTL are deleted.
+const EXPIRY_INTERVAL: Duration = Duration::from_secs(60);
+/// How long shutdown waits for connections to close.
+const DRAIN: Duration = Duration::from_secs(5);
+
+/// Why the relay could not start.
+#[derive(Debug, thiserror::Error)]
+pub enum RelayError {
+    /// No database path was given.
+    #[error("the relay needs a database: pass --db PATH or set db in the relay config")]
+    NoDatabase,
+    /// Storage failed to open.
+    #[error(transparent)]
+    Storage(#[from] StorageError),
+    /// The listen address could not be bound.
+    #[error("cannot listen on {addr}: {source}")]
+    Bind {
+        /// The address.
+        addr: SocketAddr,
+        /// What the OS said.
+        source: std::io::Error,
+    },
+}
+
+/// A running relay.
+pub struct Relay {
+    addr: SocketAddr,
+    relay_id: String,
+    shutdown: watch::Sender<bool>,
+    task: JoinHandle<()>,
+}
+
+impl Relay {
+    /// Opens storage, binds the listener and starts serving.
+    pub async fn start(config: RelayConfig) -> Result<Self, RelayError> {
+        let db: PathBuf = config.db.clone().ok_or(RelayError::NoDatabase)?;
+        let storage = SqliteStorage::open(&db)?;
+        let listener =
+            TcpListener::bind(config.listen).await.map_err(|source| RelayError::Bind { addr: config.listen, source })?;
+        let addr = listener.local_addr().map_err(|source| RelayError::Bind { addr: config.listen, source })?;
+        let relay_id = storage.relay_id().to_owned();
+        let (shutdown, shutdown_rx) = watch::channel(false);
+        let state = Arc::new(RelayState::new(storage, config, shutdown_rx.clone()));
+        let task = tokio::spawn(serve(state, listener, shutdown_rx));
+        tracing::info!(%addr, relay = %relay_id, "relay listening");
+        Ok(Self { addr, relay_id, shutdown, task })
+    }
+
+    /// The bound address (useful with port 0).
+    pub fn addr(&self) -> SocketAddr {
+        self.addr
+    }
+
+    /// The WebSocket URL clients connect to.
+    pub fn url(&self) -> String {
+        format!("ws://{}/v1/ws", self.addr)
+    }
+
+    /// The relay's stable id.
+    pub fn relay_id(&self) -> &str {
+        &self.relay_id
+    }
+
+    /// Stops accepting, tells every client why, waits for them (at most 5 s), and returns.
+    pub async fn shutdown(self) {
+        let _ = self.shutdown.send(true);
+        let _ = self.task.await;
+    }
+}
+
+async fn serve<S: Storage>(state: Arc<RelayState<S>>, listener: TcpListener, mut shutdown: watch::Receiver<bool>) {
+    let expiry = tokio::spawn(expire_loop(state.clone()));
+    let app = http::router(state.clone()).into_make_service_with_connect_info::<SocketAddr>();
+    let mut stop = shutdown.clone();
+    let server = axum::serve(listener, app).with_graceful_shutdown(async move {
+        let _ = stop.wait_for(|s| *s).await;
+    });
+    if let Err(e) = server.await {
+        tracing::error!(error = %e, "relay server failed");
+    }
+    expiry.abort();
+    // Sessions see the same signal and close themselves; give them a moment.
+    let _ = shutdown.wait_for(|s| *s).await;
+    let deadline = tokio::time::Instant::now() + DRAIN;
+    while state.metrics.connections.get() > 0 && tokio::time::Instant::now() < deadline {
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+}
+
+async fn expire_loop<S: Storage>(state: Arc<RelayState<S>>) {
+    let mut tick = tokio::time::interval(EXPIRY_INTERVAL);
+    loop {
+        tick.tick().await;
+        match state.storage.expire(jiff::Timestamp::now().as_millisecond()).await {
+            Ok(0) => {}
+            Ok(n) => {
+                state.metrics.expired.inc_by(n);
+                state.metrics.queued.dec_by(n as i64);
+                tracing::info!(expired = n, "deleted envelopes past their TTL");
+            }
+            Err(e) => tracing::warn!(error = %e, "expiry failed; will retry"),
+        }
+    }
+}

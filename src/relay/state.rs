@@ -1,0 +1,75 @@
+//! What every connection and request shares.
+
+use std::collections::HashSet;
+use std::sync::{Arc, Mutex};
+
+use tokio::sync::watch;
+
+use super::RelayConfig;
+use super::hub::Hub;
+use super::limits::{ConnectionLimiter, RateLimiter};
+use super::metrics::Metrics;
+use super::storage::{Storage, StorageError};
+use crate::protocol::{Address, AgentName};
+
+/// Shared relay state.
+pub struct RelayState<S> {
+    /// Durable storage.
+    pub storage: S,
+    /// Settings.
+    pub config: RelayConfig,
+    /// Live sessions.
+    pub hub: Hub,
+    /// Counters for `/metrics`.
+    pub metrics: Metrics,
+    /// Per-agent send limits.
+    pub send_rate: RateLimiter,
+    /// Per-IP connection limits.
+    pub connections: Arc<ConnectionLimiter>,
+    /// Flips to `true` when the relay shuts down.
+    pub shutdown: watch::Receiver<bool>,
+    /// Names known to be registered; registrations are never removed, so this only grows.
+    known: Mutex<HashSet<AgentName>>,
+}
+
+impl<S: Storage> RelayState<S> {
+    /// Builds the state.
+    pub fn new(storage: S, config: RelayConfig, shutdown: watch::Receiver<bool>) -> Self {
+        Self {
+            send_rate: RateLimiter::new(config.send_rate, config.send_burst),
+            connections: Arc::new(ConnectionLimiter::new(config.max_connections_per_ip)),
+            storage,
+            config,
+            hub: Hub::default(),
+            metrics: Metrics::new(),
+            shutdown,
+            known: Mutex::new(HashSet::new()),
+        }
+    }
+
+    /// Whether `name` is registered, asking storage only for names not seen yet.
+    pub async fn is_registered(&self, name: &AgentName) -> Result<bool, StorageError> {
+        if self.known.lock().unwrap_or_else(|e| e.into_inner()).contains(name) {
+            return Ok(true);
+        }
+        let found = self.storage.keys(name.clone()).await?.is_some();
+        if found {
+            self.remember_registered(name);
+        }
+        Ok(found)
+    }
+
+    /// Records a name as registered.
+    pub fn remember_registered(&self, name: &AgentName) {
+        self.known.lock().unwrap_or_else(|e| e.into_inner()).insert(name.clone());
+    }
+
+    /// The agent name behind `address` if it lives on this relay.
+    pub fn local_name<'a>(&self, address: &'a Address) -> Option<&'a AgentName> {
+        match address.host() {
+            None => Some(address.name()),
+            Some(h) if self.config.host.as_deref() == Some(h) => Some(address.name()),
+            Some(_) => None,
+        }
+    }
+}
