@@ -8,6 +8,7 @@ use std::path::{Path, PathBuf};
 use directories::ProjectDirs;
 use serde::Deserialize;
 
+use crate::client::RelayUrl;
 use crate::protocol::AgentName;
 
 /// Overrides the data home (all agents live under it).
@@ -16,6 +17,8 @@ pub const ENV_HOME: &str = "MAILSLOT_HOME";
 pub const ENV_AGENT: &str = "MAILSLOT_AGENT";
 /// Points at a config file.
 pub const ENV_CONFIG: &str = "MAILSLOT_CONFIG";
+/// Chooses the relay (`ws://host:port`).
+pub const ENV_RELAY: &str = "MAILSLOT_RELAY";
 /// Sets the log filter (tracing's `EnvFilter` syntax), e.g. `debug` or `mailslot=trace`.
 pub const ENV_LOG: &str = "MAILSLOT_LOG";
 
@@ -66,6 +69,8 @@ pub enum ConfigError {
 pub struct Config {
     /// The agent used when neither `--agent` nor `MAILSLOT_AGENT` names one.
     pub default_agent: Option<AgentName>,
+    /// The relay used when neither `--relay` nor `MAILSLOT_RELAY` names one.
+    pub relay: Option<RelayUrl>,
 }
 
 impl Config {
@@ -133,6 +138,11 @@ impl Paths {
         &self.config_file
     }
 
+    /// The embedded relay's database.
+    pub fn relay_db(&self) -> PathBuf {
+        self.home.join("relay").join("relay.db")
+    }
+
     /// One agent's folder.
     pub fn agent_dir(&self, name: &AgentName) -> PathBuf {
         self.home.join("agents").join(name.as_str())
@@ -168,6 +178,7 @@ mod tests {
     fn agent_precedence() {
         let config = Config {
             default_agent: Some(name("from-config")),
+            relay: None,
         };
         let cwd = Path::new("/work/My Repo");
         assert_eq!(

@@ -7,6 +7,7 @@
 pub mod agent;
 pub mod bench;
 pub mod cli;
+pub mod client;
 pub mod config;
 pub mod crypto;
 pub mod protocol;

@@ -259,33 +259,42 @@ fn keys_are_pinned_on_first_contact_and_a_change_is_caught() {
 #[test]
 fn outbox_queues_atomically_with_the_sent_copy() {
     let (_dir, mut store) = temp_store();
-    let (alice, bob) = (Identity::generate(), Identity::generate());
-    let m = Message::new(addr("alice"), vec![addr("bob")], "queued", "hi");
-    let envelopes = mailslot::crypto::seal(
-        &m,
-        &alice,
-        &[(addr("bob"), bob.public().clone())],
-        &Default::default(),
-    )
-    .unwrap();
-    store.queue_outgoing(&m, &envelopes).unwrap();
-    store.queue_outgoing(&m, &envelopes).unwrap();
+    let mut m = Message::new(addr("alice"), vec![addr("bob")], "queued", "hi");
+    m.bcc = vec![addr("carol")];
+    store.queue_outgoing(&m).unwrap();
+    store.queue_outgoing(&m).unwrap();
     let queued = store.outbox(10).unwrap();
     assert_eq!(queued.len(), 1, "queueing twice is idempotent");
-    assert_eq!(queued[0].envelope, envelopes[0]);
+    assert_eq!(queued[0].message, m, "the sender keeps the full bcc list");
     assert_eq!(
         store.message(&m.id).unwrap().unwrap().direction,
         Direction::Out
     );
     store
-        .outbox_failed(queued[0].seq, "relay unreachable")
+        .outbox_failed(&m.id, "relay unreachable", false)
         .unwrap();
     let retried = &store.outbox(10).unwrap()[0];
     assert_eq!(
         (retried.attempts, retried.last_error.as_deref()),
         (1, Some("relay unreachable"))
     );
-    store.outbox_done(queued[0].seq).unwrap();
+    store
+        .outbox_failed(&m.id, "no agent named bob", true)
+        .unwrap();
+    assert!(
+        store.outbox(10).unwrap().is_empty(),
+        "failed for good: no retries"
+    );
+    assert_eq!(
+        store.outbox_failed_items(10).unwrap()[0]
+            .last_error
+            .as_deref(),
+        Some("no agent named bob")
+    );
+    assert_eq!(store.outbox_len().unwrap(), 0);
+    let other = Message::new(addr("alice"), vec![addr("bob")], "second", "hi");
+    store.queue_outgoing(&other).unwrap();
+    store.outbox_done(&other.id).unwrap();
     assert_eq!(store.outbox_len().unwrap(), 0);
 }
 

@@ -5,6 +5,8 @@ mod identity;
 mod mail;
 mod memory;
 mod output;
+mod relay;
+mod send;
 
 use std::path::PathBuf;
 use std::process::ExitCode;
@@ -13,8 +15,9 @@ use clap::{Parser, Subcommand};
 
 use crate::agent::Agent;
 use crate::bench::BenchCommand;
+use crate::client::RelayUrl;
 use crate::config::{self, Config, Paths};
-use crate::protocol::{AgentName, MemoryId, MessageId};
+use crate::protocol::{Address, AgentName, MemoryId, MessageId};
 
 /// Mail for AI agents, dropped straight into their sessions.
 #[derive(Debug, Parser)]
@@ -34,6 +37,9 @@ pub struct Cli {
     /// The config file [default: config.toml in --home, else the platform config folder]
     #[arg(long, global = true, env = config::ENV_CONFIG, value_name = "FILE")]
     pub config: Option<PathBuf>,
+    /// The relay, like ws://relay.example.com:7878 [default: the config's relay, else ws://127.0.0.1:7878]
+    #[arg(long, global = true, env = config::ENV_RELAY, value_name = "URL")]
+    pub relay: Option<RelayUrl>,
     /// Print JSON instead of text
     #[arg(long, global = true)]
     pub json: bool,
@@ -107,6 +113,48 @@ pub enum Command {
     },
     /// Show the agent's identity, store and counts
     Status,
+    /// Send a message (queued first, so nothing is lost when the relay is down)
+    Send {
+        /// A recipient (repeatable)
+        #[arg(long, required = true, value_name = "ADDR")]
+        to: Vec<Address>,
+        /// A copied recipient (repeatable)
+        #[arg(long, value_name = "ADDR")]
+        cc: Vec<Address>,
+        /// A blind-copied recipient (repeatable); no one learns the others
+        #[arg(long, value_name = "ADDR")]
+        bcc: Vec<Address>,
+        /// One line
+        #[arg(long)]
+        subject: String,
+        /// The body [default: stdin]
+        #[arg(long, conflicts_with = "body_file")]
+        body: Option<String>,
+        /// Read the body from a file
+        #[arg(long, value_name = "FILE")]
+        body_file: Option<PathBuf>,
+        /// Structured payload (JSON)
+        #[arg(long, value_name = "JSON")]
+        data: Option<String>,
+    },
+    /// Reply to a message, in its thread
+    Reply {
+        /// The message's id
+        id: MessageId,
+        /// Reply to the sender and every other recipient (never BCC)
+        #[arg(long)]
+        all: bool,
+        /// The body [default: stdin]
+        #[arg(long, conflicts_with = "body_file")]
+        body: Option<String>,
+        /// Read the body from a file
+        #[arg(long, value_name = "FILE")]
+        body_file: Option<PathBuf>,
+    },
+    /// Send the outbox and fetch new mail from the relay, then exit
+    Sync,
+    /// Run a relay in the foreground
+    Relay(relay::RelayArgs),
     /// Measure the store and the crypto on this machine
     #[command(subcommand)]
     Bench(BenchCommand),
@@ -117,6 +165,7 @@ pub(crate) struct Ctx {
     paths: Paths,
     config: Config,
     agent: Option<AgentName>,
+    relay: Option<RelayUrl>,
     json: bool,
 }
 
@@ -157,6 +206,7 @@ fn dispatch(cli: Cli) -> anyhow::Result<()> {
         paths,
         config,
         agent: cli.agent,
+        relay: cli.relay,
         json: cli.json,
     };
     match cli.command {
@@ -170,6 +220,29 @@ fn dispatch(cli: Cli) -> anyhow::Result<()> {
         Command::Inbox { all, limit } => mail::inbox(&ctx, all, limit),
         Command::Read { id } => mail::read(&ctx, id),
         Command::Search { query, limit } => mail::search(&ctx, &query, limit),
+        Command::Send {
+            to,
+            cc,
+            bcc,
+            subject,
+            body,
+            body_file,
+            data,
+        } => send::send(
+            &ctx,
+            send::Recipients { to, cc, bcc },
+            subject,
+            send::BodySource { body, body_file },
+            data,
+        ),
+        Command::Reply {
+            id,
+            all,
+            body,
+            body_file,
+        } => send::reply(&ctx, id, all, send::BodySource { body, body_file }),
+        Command::Sync => send::sync(&ctx),
+        Command::Relay(args) => relay::run(&ctx, args),
         Command::Bench(cmd) => crate::bench::run(cmd, ctx.json),
     }
 }

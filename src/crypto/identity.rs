@@ -268,7 +268,10 @@ impl PublicIdentity {
     pub fn to_keys(&self) -> PublicKeys {
         let mut sealing = [0u8; 32];
         sealing.copy_from_slice(&self.sealing.to_bytes());
-        PublicKeys { signing: self.signing.to_bytes(), sealing }
+        PublicKeys {
+            signing: self.signing.to_bytes(),
+            sealing,
+        }
     }
 }
 

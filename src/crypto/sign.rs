@@ -46,13 +46,23 @@ fn domain_bytes(domain: Domain, bytes: &[u8]) -> Vec<u8> {
 
 /// The signature over `bytes`, kept apart from them.
 pub fn signature(identity: &Identity, domain: Domain, bytes: &[u8]) -> [u8; SIGNATURE_LEN] {
-    identity.signing_key().sign(&domain_bytes(domain, bytes)).to_bytes()
+    identity
+        .signing_key()
+        .sign(&domain_bytes(domain, bytes))
+        .to_bytes()
 }
 
 /// Verifies a signature kept apart from its bytes.
-pub fn verify_detached(key: &PublicIdentity, domain: Domain, bytes: &[u8], signature: &[u8]) -> Result<(), VerifyError> {
+pub fn verify_detached(
+    key: &PublicIdentity,
+    domain: Domain,
+    bytes: &[u8],
+    signature: &[u8],
+) -> Result<(), VerifyError> {
     let sig = Signature::from_slice(signature).map_err(|_| VerifyError)?;
-    key.verifying_key().verify_strict(&domain_bytes(domain, bytes), &sig).map_err(|_| VerifyError)
+    key.verifying_key()
+        .verify_strict(&domain_bytes(domain, bytes), &sig)
+        .map_err(|_| VerifyError)
 }
 
 /// Signs `bytes` and returns `signature ‖ bytes`.

@@ -208,20 +208,38 @@ mod tests {
     #[test]
     fn frames_have_a_stable_wire_form() {
         let f = ClientFrame::Ack { seq: 7 };
-        assert_eq!(serde_json::to_string(&f).unwrap(), r#"{"type":"ack","seq":7}"#);
-        let e = ServerFrame::Error { reference: Some("r1".into()), code: ErrorCode::QuotaFull, message: "full".into(), retry_after_ms: Some(1000) };
+        assert_eq!(
+            serde_json::to_string(&f).unwrap(),
+            r#"{"type":"ack","seq":7}"#
+        );
+        let e = ServerFrame::Error {
+            reference: Some("r1".into()),
+            code: ErrorCode::QuotaFull,
+            message: "full".into(),
+            retry_after_ms: Some(1000),
+        };
         assert_eq!(
             serde_json::to_string(&e).unwrap(),
             r#"{"type":"error","ref":"r1","code":"quota_full","message":"full","retry_after_ms":1000}"#
         );
-        assert!(serde_json::from_str::<ClientFrame>(r#"{"type":"ack","seq":1,"extra":2}"#).is_err());
+        assert!(
+            serde_json::from_str::<ClientFrame>(r#"{"type":"ack","seq":1,"extra":2}"#).is_err()
+        );
         assert!(serde_json::from_str::<ClientFrame>(r#"{"type":"launch"}"#).is_err());
     }
 
     #[test]
     fn every_error_code_names_itself_as_on_the_wire() {
-        for code in [ErrorCode::BadFrame, ErrorCode::TooManyConnections, ErrorCode::Internal, ErrorCode::NotSender] {
-            assert_eq!(serde_json::to_string(&code).unwrap(), format!("\"{}\"", code.as_str()));
+        for code in [
+            ErrorCode::BadFrame,
+            ErrorCode::TooManyConnections,
+            ErrorCode::Internal,
+            ErrorCode::NotSender,
+        ] {
+            assert_eq!(
+                serde_json::to_string(&code).unwrap(),
+                format!("\"{}\"", code.as_str())
+            );
         }
     }
 }

@@ -28,14 +28,22 @@ impl TryFrom<KeysWire> for PublicKeys {
     fn try_from(w: KeysWire) -> Result<Self, Self::Error> {
         let exact = |field: &str, v: Vec<u8>| -> Result<[u8; 32], ValidationError> {
             let len = v.len();
-            v.try_into().map_err(|_| ValidationError::new(field, format!("is {len} bytes; a key is 32 bytes")))
+            v.try_into().map_err(|_| {
+                ValidationError::new(field, format!("is {len} bytes; a key is 32 bytes"))
+            })
         };
-        Ok(Self { signing: exact("keys.signing", w.signing)?, sealing: exact("keys.sealing", w.sealing)? })
+        Ok(Self {
+            signing: exact("keys.signing", w.signing)?,
+            sealing: exact("keys.sealing", w.sealing)?,
+        })
     }
 }
 
 impl From<PublicKeys> for KeysWire {
     fn from(k: PublicKeys) -> Self {
-        Self { signing: k.signing.to_vec(), sealing: k.sealing.to_vec() }
+        Self {
+            signing: k.signing.to_vec(),
+            sealing: k.sealing.to_vec(),
+        }
     }
 }

@@ -16,7 +16,10 @@ pub use address::{Address, AgentName, MAX_NAME_LEN};
 pub use envelope::{ENVELOPE_VERSION, KeyWrap, SealedEnvelope};
 pub use error::ValidationError;
 pub use fingerprint::{FINGERPRINT_BYTES, Fingerprint};
-pub use frames::{ClientFrame, ErrorCode, FRAME_OVERHEAD, MAX_REF_CHARS, PROTOCOL_VERSION, Seq, ServerFrame, hello_payload};
+pub use frames::{
+    ClientFrame, ErrorCode, FRAME_OVERHEAD, MAX_REF_CHARS, PROTOCOL_VERSION, Seq, ServerFrame,
+    hello_payload,
+};
 pub use ids::{MemoryId, MessageId, ThreadId};
 pub use keys::PublicKeys;
 pub use limits::Limits;

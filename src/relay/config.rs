@@ -87,13 +87,22 @@ impl Default for RelayConfig {
 impl RelayConfig {
     /// Reads a config file.
     pub fn load(path: &Path) -> Result<Self, RelayConfigError> {
-        let read = |source| RelayConfigError::Read { path: path.to_owned(), source };
+        let read = |source| RelayConfigError::Read {
+            path: path.to_owned(),
+            source,
+        };
         let len = std::fs::metadata(path).map_err(read)?.len();
         if len > MAX_CONFIG_BYTES {
-            return Err(RelayConfigError::Parse { path: path.to_owned(), message: format!("over {MAX_CONFIG_BYTES} bytes") });
+            return Err(RelayConfigError::Parse {
+                path: path.to_owned(),
+                message: format!("over {MAX_CONFIG_BYTES} bytes"),
+            });
         }
         let text = std::fs::read_to_string(path).map_err(read)?;
-        toml::from_str(&text).map_err(|e| RelayConfigError::Parse { path: path.to_owned(), message: e.to_string() })
+        toml::from_str(&text).map_err(|e| RelayConfigError::Parse {
+            path: path.to_owned(),
+            message: e.to_string(),
+        })
     }
 
     /// The auth deadline.

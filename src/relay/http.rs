@@ -38,11 +38,21 @@ struct ErrorBody {
 }
 
 fn error(status: StatusCode, code: ErrorCode, message: impl Into<String>) -> Response {
-    (status, Json(ErrorBody { code, message: message.into() })).into_response()
+    (
+        status,
+        Json(ErrorBody {
+            code,
+            message: message.into(),
+        }),
+    )
+        .into_response()
 }
 
 async fn metrics<S: Storage>(State(state): State<Arc<RelayState<S>>>) -> impl IntoResponse {
-    ([("content-type", "text/plain; version=0.0.4; charset=utf-8")], state.metrics.render())
+    (
+        [("content-type", "text/plain; version=0.0.4; charset=utf-8")],
+        state.metrics.render(),
+    )
 }
 
 async fn websocket<S: Storage>(
@@ -55,14 +65,21 @@ async fn websocket<S: Storage>(
         return error(
             StatusCode::TOO_MANY_REQUESTS,
             ErrorCode::TooManyConnections,
-            format!("{} already has {} connections open", peer.ip(), state.config.max_connections_per_ip),
+            format!(
+                "{} already has {} connections open",
+                peer.ip(),
+                state.config.max_connections_per_ip
+            ),
         );
     };
     let max = state.config.max_frame_bytes();
-    upgrade.max_message_size(max).max_frame_size(max).on_upgrade(move |socket| async move {
-        session::run(state, socket, peer.ip()).await;
-        drop(slot);
-    })
+    upgrade
+        .max_message_size(max)
+        .max_frame_size(max)
+        .on_upgrade(move |socket| async move {
+            session::run(state, socket, peer.ip()).await;
+            drop(slot);
+        })
 }
 
 /// A registration over HTTP: the signature over the name and keys proves key possession.
@@ -92,32 +109,69 @@ pub fn register_payload(name: &AgentName, keys: &PublicKeys) -> Vec<u8> {
     bytes
 }
 
-async fn register<S: Storage>(State(state): State<Arc<RelayState<S>>>, body: axum::body::Bytes) -> Response {
+async fn register<S: Storage>(
+    State(state): State<Arc<RelayState<S>>>,
+    body: axum::body::Bytes,
+) -> Response {
     let req: RegisterRequest = match serde_json::from_slice(&body) {
         Ok(r) => r,
-        Err(e) => return error(StatusCode::BAD_REQUEST, ErrorCode::BadFrame, format!("not a registration: {e}")),
+        Err(e) => {
+            return error(
+                StatusCode::BAD_REQUEST,
+                ErrorCode::BadFrame,
+                format!("not a registration: {e}"),
+            );
+        }
     };
     let Ok(identity) = PublicIdentity::try_from(req.keys.clone()) else {
-        return error(StatusCode::BAD_REQUEST, ErrorCode::BadFrame, "keys are not valid public keys");
+        return error(
+            StatusCode::BAD_REQUEST,
+            ErrorCode::BadFrame,
+            "keys are not valid public keys",
+        );
     };
-    if sign::verify_detached(&identity, Domain::Register, &register_payload(&req.name, &req.keys), &req.signature).is_err() {
-        return error(StatusCode::BAD_REQUEST, ErrorCode::AuthFailed, "the signature does not match the keys");
+    if sign::verify_detached(
+        &identity,
+        Domain::Register,
+        &register_payload(&req.name, &req.keys),
+        &req.signature,
+    )
+    .is_err()
+    {
+        return error(
+            StatusCode::BAD_REQUEST,
+            ErrorCode::AuthFailed,
+            "the signature does not match the keys",
+        );
     }
-    let record = AgentRecord { name: req.name.clone(), keys: req.keys.clone(), fingerprint: identity.fingerprint() };
+    let record = AgentRecord {
+        name: req.name.clone(),
+        keys: req.keys.clone(),
+        fingerprint: identity.fingerprint(),
+    };
     match state.storage.register(req.name.clone(), req.keys).await {
         Ok(Registration::Created) => {
             state.remember_registered(&req.name);
             (StatusCode::CREATED, Json(record)).into_response()
         }
         Ok(Registration::Unchanged) => (StatusCode::OK, Json(record)).into_response(),
-        Ok(Registration::NameTaken) => {
-            error(StatusCode::CONFLICT, ErrorCode::NameTaken, format!("{} is registered with other keys", req.name))
-        }
-        Err(e) => error(StatusCode::SERVICE_UNAVAILABLE, ErrorCode::Internal, e.to_string()),
+        Ok(Registration::NameTaken) => error(
+            StatusCode::CONFLICT,
+            ErrorCode::NameTaken,
+            format!("{} is registered with other keys", req.name),
+        ),
+        Err(e) => error(
+            StatusCode::SERVICE_UNAVAILABLE,
+            ErrorCode::Internal,
+            e.to_string(),
+        ),
     }
 }
 
-async fn lookup<S: Storage>(State(state): State<Arc<RelayState<S>>>, Path(name): Path<String>) -> Response {
+async fn lookup<S: Storage>(
+    State(state): State<Arc<RelayState<S>>>,
+    Path(name): Path<String>,
+) -> Response {
     let name = match AgentName::new(&name) {
         Ok(n) => n,
         Err(e) => return error(StatusCode::BAD_REQUEST, ErrorCode::BadFrame, e.to_string()),
@@ -126,11 +180,30 @@ async fn lookup<S: Storage>(State(state): State<Arc<RelayState<S>>>, Path(name):
         Ok(Some(keys)) => {
             let fingerprint = match PublicIdentity::try_from(keys.clone()) {
                 Ok(id) => id.fingerprint(),
-                Err(e) => return error(StatusCode::INTERNAL_SERVER_ERROR, ErrorCode::Internal, e.to_string()),
+                Err(e) => {
+                    return error(
+                        StatusCode::INTERNAL_SERVER_ERROR,
+                        ErrorCode::Internal,
+                        e.to_string(),
+                    );
+                }
             };
-            Json(AgentRecord { name, keys, fingerprint }).into_response()
+            Json(AgentRecord {
+                name,
+                keys,
+                fingerprint,
+            })
+            .into_response()
         }
-        Ok(None) => error(StatusCode::NOT_FOUND, ErrorCode::UnknownAgent, format!("no agent named {name} on this relay")),
-        Err(e) => error(StatusCode::SERVICE_UNAVAILABLE, ErrorCode::Internal, e.to_string()),
+        Ok(None) => error(
+            StatusCode::NOT_FOUND,
+            ErrorCode::UnknownAgent,
+            format!("no agent named {name} on this relay"),
+        ),
+        Err(e) => error(
+            StatusCode::SERVICE_UNAVAILABLE,
+            ErrorCode::Internal,
+            e.to_string(),
+        ),
     }
 }

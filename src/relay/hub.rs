@@ -38,7 +38,14 @@ impl Hub {
         let conn = self.next_conn.fetch_add(1, Ordering::Relaxed);
         let wake = Arc::new(Notify::new());
         let (kick, kicked) = oneshot::channel();
-        let old = self.lock().insert(agent.clone(), Entry { conn, wake: wake.clone(), kick });
+        let old = self.lock().insert(
+            agent.clone(),
+            Entry {
+                conn,
+                wake: wake.clone(),
+                kick,
+            },
+        );
         if let Some(old) = old {
             let _ = old.kick.send(());
         }
@@ -77,9 +84,16 @@ mod tests {
         let alice = AgentName::new("alice").unwrap();
         let mut first = hub.attach(&alice);
         let second = hub.attach(&alice);
-        assert!(first.kicked.try_recv().is_ok(), "the first session is told to go");
+        assert!(
+            first.kicked.try_recv().is_ok(),
+            "the first session is told to go"
+        );
         hub.detach(&alice, first.conn);
-        assert!(hub.lock().get(&alice).is_some_and(|e| e.conn == second.conn));
+        assert!(
+            hub.lock()
+                .get(&alice)
+                .is_some_and(|e| e.conn == second.conn)
+        );
         hub.detach(&alice, second.conn);
         assert!(hub.lock().is_empty());
     }

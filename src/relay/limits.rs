@@ -24,7 +24,11 @@ pub struct RateLimiter {
 impl RateLimiter {
     /// A limiter allowing `rate` a second with bursts of `burst`.
     pub fn new(rate: f64, burst: f64) -> Self {
-        Self { rate, burst: burst.max(1.0), buckets: Mutex::new(HashMap::new()) }
+        Self {
+            rate,
+            burst: burst.max(1.0),
+            buckets: Mutex::new(HashMap::new()),
+        }
     }
 
     /// Takes one token for `agent`, or says how long until one is free.
@@ -36,7 +40,10 @@ impl RateLimiter {
             let full_after = Duration::from_secs_f64(self.burst / self.rate.max(f64::MIN_POSITIVE));
             buckets.retain(|_, b| now.duration_since(b.updated) < full_after);
         }
-        let bucket = buckets.entry(agent.clone()).or_insert(Bucket { tokens: self.burst, updated: now });
+        let bucket = buckets.entry(agent.clone()).or_insert(Bucket {
+            tokens: self.burst,
+            updated: now,
+        });
         let elapsed = now.duration_since(bucket.updated).as_secs_f64();
         bucket.tokens = (bucket.tokens + elapsed * self.rate).min(self.burst);
         bucket.updated = now;
@@ -44,7 +51,9 @@ impl RateLimiter {
             bucket.tokens -= 1.0;
             Ok(())
         } else {
-            Err(Duration::from_secs_f64((1.0 - bucket.tokens) / self.rate.max(f64::MIN_POSITIVE)))
+            Err(Duration::from_secs_f64(
+                (1.0 - bucket.tokens) / self.rate.max(f64::MIN_POSITIVE),
+            ))
         }
     }
 }
@@ -64,7 +73,10 @@ pub struct ConnectionSlot {
 impl ConnectionLimiter {
     /// At most `max` sockets per IP.
     pub fn new(max: usize) -> Self {
-        Self { max, open: Mutex::new(HashMap::new()) }
+        Self {
+            max,
+            open: Mutex::new(HashMap::new()),
+        }
     }
 
     /// A slot for `ip`, or `None` when it has too many.
@@ -75,7 +87,10 @@ impl ConnectionLimiter {
             return None;
         }
         *n += 1;
-        Some(ConnectionSlot { limiter: self.clone(), ip })
+        Some(ConnectionSlot {
+            limiter: self.clone(),
+            ip,
+        })
     }
 }
 
@@ -103,8 +118,13 @@ mod tests {
             limiter.take(&a).unwrap();
         }
         let wait = limiter.take(&a).unwrap_err();
-        assert!(wait > Duration::from_millis(900) && wait <= Duration::from_secs(1), "{wait:?}");
-        limiter.take(&AgentName::new("b").unwrap()).expect("buckets are per agent");
+        assert!(
+            wait > Duration::from_millis(900) && wait <= Duration::from_secs(1),
+            "{wait:?}"
+        );
+        limiter
+            .take(&AgentName::new("b").unwrap())
+            .expect("buckets are per agent");
     }
 
     #[test]

@@ -53,13 +53,37 @@ impl Metrics {
             delivery_latency: Histogram::new(exponential_buckets(0.0001, 2.0, 20)),
             registry: Registry::default(),
         };
-        registry.register("connections", "Open authenticated connections", m.connections.clone());
+        registry.register(
+            "connections",
+            "Open authenticated connections",
+            m.connections.clone(),
+        );
         registry.register("accepted", "Envelope copies stored", m.accepted.clone());
-        registry.register("delivered", "Envelope copies pushed to recipients", m.delivered.clone());
-        registry.register("acked", "Envelope copies acknowledged and deleted", m.acked.clone());
-        registry.register("expired", "Envelope copies expired undelivered", m.expired.clone());
-        registry.register("queued", "Envelope copies waiting (approximate between restarts)", m.queued.clone());
-        registry.register("rejections", "Requests refused, by error code", m.rejections.clone());
+        registry.register(
+            "delivered",
+            "Envelope copies pushed to recipients",
+            m.delivered.clone(),
+        );
+        registry.register(
+            "acked",
+            "Envelope copies acknowledged and deleted",
+            m.acked.clone(),
+        );
+        registry.register(
+            "expired",
+            "Envelope copies expired undelivered",
+            m.expired.clone(),
+        );
+        registry.register(
+            "queued",
+            "Envelope copies waiting (approximate between restarts)",
+            m.queued.clone(),
+        );
+        registry.register(
+            "rejections",
+            "Requests refused, by error code",
+            m.rejections.clone(),
+        );
         registry.register(
             "delivery_latency_seconds",
             "Time from acceptance to delivery to the recipient",
@@ -70,13 +94,18 @@ impl Metrics {
 
     /// Counts a refusal.
     pub fn reject(&self, code: ErrorCode) {
-        self.rejections.get_or_create(&CodeLabel { code: code.as_str().to_owned() }).inc();
+        self.rejections
+            .get_or_create(&CodeLabel {
+                code: code.as_str().to_owned(),
+            })
+            .inc();
     }
 
     /// The Prometheus text exposition.
     pub fn render(&self) -> String {
         let mut out = String::new();
-        prometheus_client::encoding::text::encode(&mut out, &self.registry).expect("writing to a String cannot fail");
+        prometheus_client::encoding::text::encode(&mut out, &self.registry)
+            .expect("writing to a String cannot fail");
         out
     }
 }

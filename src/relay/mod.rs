@@ -62,14 +62,27 @@ impl Relay {
         let db: PathBuf = config.db.clone().ok_or(RelayError::NoDatabase)?;
         let storage = SqliteStorage::open(&db)?;
         let listener =
-            TcpListener::bind(config.listen).await.map_err(|source| RelayError::Bind { addr: config.listen, source })?;
-        let addr = listener.local_addr().map_err(|source| RelayError::Bind { addr: config.listen, source })?;
+            TcpListener::bind(config.listen)
+                .await
+                .map_err(|source| RelayError::Bind {
+                    addr: config.listen,
+                    source,
+                })?;
+        let addr = listener.local_addr().map_err(|source| RelayError::Bind {
+            addr: config.listen,
+            source,
+        })?;
         let relay_id = storage.relay_id().to_owned();
         let (shutdown, shutdown_rx) = watch::channel(false);
         let state = Arc::new(RelayState::new(storage, config, shutdown_rx.clone()));
         let task = tokio::spawn(serve(state, listener, shutdown_rx));
         tracing::info!(%addr, relay = %relay_id, "relay listening");
-        Ok(Self { addr, relay_id, shutdown, task })
+        Ok(Self {
+            addr,
+            relay_id,
+            shutdown,
+            task,
+        })
     }
 
     /// The bound address (useful with port 0).
@@ -94,7 +107,11 @@ impl Relay {
     }
 }
 
-async fn serve<S: Storage>(state: Arc<RelayState<S>>, listener: TcpListener, mut shutdown: watch::Receiver<bool>) {
+async fn serve<S: Storage>(
+    state: Arc<RelayState<S>>,
+    listener: TcpListener,
+    mut shutdown: watch::Receiver<bool>,
+) {
     let expiry = tokio::spawn(expire_loop(state.clone()));
     let app = http::router(state.clone()).into_make_service_with_connect_info::<SocketAddr>();
     let mut stop = shutdown.clone();
@@ -117,7 +134,11 @@ async fn expire_loop<S: Storage>(state: Arc<RelayState<S>>) {
     let mut tick = tokio::time::interval(EXPIRY_INTERVAL);
     loop {
         tick.tick().await;
-        match state.storage.expire(jiff::Timestamp::now().as_millisecond()).await {
+        match state
+            .storage
+            .expire(jiff::Timestamp::now().as_millisecond())
+            .await
+        {
             Ok(0) => {}
             Ok(n) => {
                 state.metrics.expired.inc_by(n);

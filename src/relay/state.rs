@@ -49,7 +49,12 @@ impl<S: Storage> RelayState<S> {
 
     /// Whether `name` is registered, asking storage only for names not seen yet.
     pub async fn is_registered(&self, name: &AgentName) -> Result<bool, StorageError> {
-        if self.known.lock().unwrap_or_else(|e| e.into_inner()).contains(name) {
+        if self
+            .known
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .contains(name)
+        {
             return Ok(true);
         }
         let found = self.storage.keys(name.clone()).await?.is_some();
@@ -61,7 +66,10 @@ impl<S: Storage> RelayState<S> {
 
     /// Records a name as registered.
     pub fn remember_registered(&self, name: &AgentName) {
-        self.known.lock().unwrap_or_else(|e| e.into_inner()).insert(name.clone());
+        self.known
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .insert(name.clone());
     }
 
     /// The agent name behind `address` if it lives on this relay.

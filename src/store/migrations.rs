@@ -100,15 +100,14 @@ const MIGRATIONS: &[&str] = &[
         seen_at         INTEGER NOT NULL
     ) STRICT;
 
+    -- Messages waiting for a relay to accept them. They are sealed when sent, so a message
+    -- can be queued while the relay (and the recipients' keys) are out of reach.
     CREATE TABLE outbox (
-        seq        INTEGER PRIMARY KEY,
-        message_id TEXT NOT NULL,
-        copy       INTEGER NOT NULL,
-        envelope   BLOB NOT NULL,
+        message_id TEXT PRIMARY KEY REFERENCES messages(id),
         queued_at  INTEGER NOT NULL,
         attempts   INTEGER NOT NULL DEFAULT 0,
         last_error TEXT,
-        UNIQUE (message_id, copy)
+        failed     INTEGER NOT NULL DEFAULT 0 CHECK (failed IN (0, 1))
     ) STRICT;
     "#,
 ];

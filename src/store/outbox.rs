@@ -1,108 +1,110 @@
-//! The outbox: sealed envelopes waiting for a relay to accept them.
+//! The outbox: sent messages the relay has not accepted yet. They are stored unsealed (the
+//! store holds plaintext anyway) and sealed at sending time, with the keys known then.
 
 use rusqlite::params;
 
 use super::messages::{Direction, Trust, insert_batch};
 use super::time::to_ms;
 use super::{Store, StoreError};
-use crate::protocol::{Message, MessageId, SealedEnvelope, now_millis};
+use crate::protocol::{Message, MessageId, now_millis};
 
-/// One envelope waiting to go out.
+/// A message waiting to go out, or one that failed for good.
 #[derive(Debug, Clone, PartialEq)]
 pub struct OutboxItem {
-    /// The outbox row, for [`Store::outbox_done`] and [`Store::outbox_failed`].
-    pub seq: i64,
-    /// The message it carries.
-    pub message_id: MessageId,
-    /// The envelope to send.
-    pub envelope: SealedEnvelope,
+    /// The message, as sent (with its full BCC list).
+    pub message: Message,
     /// How many sends were tried.
     pub attempts: u32,
     /// The last failure, if any.
     pub last_error: Option<String>,
+    /// Whether it failed for good (unknown recipient, refused): no retries.
+    pub failed: bool,
+}
+
+fn decode(
+    json: String,
+    attempts: u32,
+    last_error: Option<String>,
+    failed: bool,
+) -> Result<OutboxItem, StoreError> {
+    let message = serde_json::from_str(&json).map_err(|e| StoreError::Corrupt {
+        what: "outbox entry",
+        detail: e.to_string(),
+    })?;
+    Ok(OutboxItem {
+        message,
+        attempts,
+        last_error,
+        failed,
+    })
 }
 
 impl Store {
-    /// Stores a sent message and queues its envelopes, in one transaction: either the message
-    /// is in the sent folder and queued, or neither.
-    pub fn queue_outgoing(
-        &mut self,
-        message: &Message,
-        envelopes: &[SealedEnvelope],
-    ) -> Result<(), StoreError> {
+    /// Stores a message in the sent folder and queues it, in one transaction. Queueing the
+    /// same id again changes nothing.
+    pub fn queue_outgoing(&mut self, message: &Message) -> Result<(), StoreError> {
         let tx = self.write_tx()?;
-        let now = to_ms(now_millis());
-        {
-            let mut stmt = tx.prepare_cached(
-                "INSERT INTO outbox (message_id, copy, envelope, queued_at) VALUES (?1, ?2, ?3, ?4)
-                 ON CONFLICT (message_id, copy) DO NOTHING",
-            )?;
-            for (copy, env) in envelopes.iter().enumerate() {
-                stmt.execute(params![
-                    message.id.to_string(),
-                    copy as i64,
-                    env.to_bytes(),
-                    now
-                ])?;
-            }
-        }
         insert_batch(&tx, &[(message, Direction::Out, Trust::Own)])?;
+        tx.execute(
+            "INSERT INTO outbox (message_id, queued_at) VALUES (?1, ?2) ON CONFLICT (message_id) DO NOTHING",
+            params![message.id.to_string(), to_ms(now_millis())],
+        )?;
         tx.commit()?;
         Ok(())
     }
 
-    /// The oldest waiting envelopes, at most `limit`.
+    /// The oldest messages still to send (failed ones excluded), at most `limit`.
     pub fn outbox(&self, limit: usize) -> Result<Vec<OutboxItem>, StoreError> {
-        let mut stmt = self
-            .conn
-            .prepare_cached("SELECT seq, message_id, envelope, attempts, last_error FROM outbox ORDER BY seq LIMIT ?1")?;
+        self.outbox_where("o.failed = 0", limit)
+    }
+
+    /// Messages that failed for good, oldest first.
+    pub fn outbox_failed_items(&self, limit: usize) -> Result<Vec<OutboxItem>, StoreError> {
+        self.outbox_where("o.failed = 1", limit)
+    }
+
+    fn outbox_where(&self, filter: &str, limit: usize) -> Result<Vec<OutboxItem>, StoreError> {
+        let mut stmt = self.conn.prepare_cached(&format!(
+            "SELECT m.json, o.attempts, o.last_error, o.failed FROM outbox o JOIN messages m ON m.id = o.message_id
+             WHERE {filter} ORDER BY o.queued_at, m.seq LIMIT ?1"
+        ))?;
         let rows = stmt.query_map([limit as i64], |r| {
-            Ok((
-                r.get::<_, i64>(0)?,
-                r.get::<_, String>(1)?,
-                r.get::<_, Vec<u8>>(2)?,
-                r.get::<_, u32>(3)?,
-                r.get(4)?,
-            ))
+            Ok((r.get(0)?, r.get(1)?, r.get(2)?, r.get(3)?))
         })?;
         rows.map(|row| {
-            let (seq, id, env, attempts, last_error) = row?;
-            let corrupt = |detail: String| StoreError::Corrupt {
-                what: "outbox entry",
-                detail,
-            };
-            Ok(OutboxItem {
-                seq,
-                message_id: MessageId::parse(&id).map_err(|e| corrupt(e.to_string()))?,
-                envelope: serde_json::from_slice(&env).map_err(|e| corrupt(e.to_string()))?,
-                attempts,
-                last_error,
-            })
+            let (json, attempts, last_error, failed) = row?;
+            decode(json, attempts, last_error, failed)
         })
         .collect()
     }
 
-    /// Removes an envelope the relay accepted.
-    pub fn outbox_done(&mut self, seq: i64) -> Result<(), StoreError> {
+    /// Removes a message the relay accepted from the outbox.
+    pub fn outbox_done(&mut self, id: &MessageId) -> Result<(), StoreError> {
         self.conn
-            .execute("DELETE FROM outbox WHERE seq = ?1", [seq])?;
+            .execute("DELETE FROM outbox WHERE message_id = ?1", [id.to_string()])?;
         Ok(())
     }
 
-    /// Records a failed send attempt; the envelope stays queued.
-    pub fn outbox_failed(&mut self, seq: i64, error: &str) -> Result<(), StoreError> {
+    /// Records a failed attempt; `permanent` stops retries (the owner sees it in `status`).
+    pub fn outbox_failed(
+        &mut self,
+        id: &MessageId,
+        error: &str,
+        permanent: bool,
+    ) -> Result<(), StoreError> {
         self.conn.execute(
-            "UPDATE outbox SET attempts = attempts + 1, last_error = ?2 WHERE seq = ?1",
-            params![seq, error],
+            "UPDATE outbox SET attempts = attempts + 1, last_error = ?2, failed = ?3 WHERE message_id = ?1",
+            params![id.to_string(), error, permanent],
         )?;
         Ok(())
     }
 
-    /// How many envelopes wait.
+    /// How many messages wait to be sent (failed ones excluded).
     pub fn outbox_len(&self) -> Result<u64, StoreError> {
         Ok(self
             .conn
-            .query_row("SELECT count(*) FROM outbox", [], |r| r.get::<_, i64>(0))?
-            as u64)
+            .query_row("SELECT count(*) FROM outbox WHERE failed = 0", [], |r| {
+                r.get::<_, i64>(0)
+            })? as u64)
     }
 }

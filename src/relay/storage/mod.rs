@@ -83,10 +83,17 @@ pub trait Storage: Send + Sync + 'static {
     fn relay_id(&self) -> &str;
 
     /// Binds `name` to `keys`, first come first served.
-    fn register(&self, name: AgentName, keys: PublicKeys) -> impl Future<Output = Result<Registration, StorageError>> + Send;
+    fn register(
+        &self,
+        name: AgentName,
+        keys: PublicKeys,
+    ) -> impl Future<Output = Result<Registration, StorageError>> + Send;
 
     /// The keys registered for `name`.
-    fn keys(&self, name: AgentName) -> impl Future<Output = Result<Option<PublicKeys>, StorageError>> + Send;
+    fn keys(
+        &self,
+        name: AgentName,
+    ) -> impl Future<Output = Result<Option<PublicKeys>, StorageError>> + Send;
 
     /// Stores copies of message `id` from `sender`, all or none, unless a queue is full.
     /// Copies already stored (same sender, id and recipient) are skipped.
@@ -100,10 +107,19 @@ pub trait Storage: Send + Sync + 'static {
     ) -> impl Future<Output = Result<Accepted, StorageError>> + Send;
 
     /// Up to `limit` queued envelopes for `agent` after `after`, in order.
-    fn pending(&self, agent: AgentName, after: Seq, limit: usize) -> impl Future<Output = Result<Vec<Queued>, StorageError>> + Send;
+    fn pending(
+        &self,
+        agent: AgentName,
+        after: Seq,
+        limit: usize,
+    ) -> impl Future<Output = Result<Vec<Queued>, StorageError>> + Send;
 
     /// Deletes everything for `agent` up to and including `upto`; returns how many.
-    fn ack(&self, agent: AgentName, upto: Seq) -> impl Future<Output = Result<u64, StorageError>> + Send;
+    fn ack(
+        &self,
+        agent: AgentName,
+        upto: Seq,
+    ) -> impl Future<Output = Result<u64, StorageError>> + Send;
 
     /// How many messages wait for `agent`.
     fn waiting(&self, agent: AgentName) -> impl Future<Output = Result<u64, StorageError>> + Send;

@@ -45,7 +45,11 @@ CREATE TABLE IF NOT EXISTS queue_totals (
 "#;
 
 enum Write {
-    Register(AgentName, PublicKeys, oneshot::Sender<Result<Registration, StorageError>>),
+    Register(
+        AgentName,
+        PublicKeys,
+        oneshot::Sender<Result<Registration, StorageError>>,
+    ),
     Accept(AcceptOp, oneshot::Sender<Result<Accepted, StorageError>>),
     Ack(AgentName, Seq, oneshot::Sender<Result<u64, StorageError>>),
     Expire(i64, oneshot::Sender<Result<u64, StorageError>>),
@@ -85,31 +89,51 @@ impl SqliteStorage {
         let mut writer = open(path)?;
         let tx = writer.transaction_with_behavior(TransactionBehavior::Immediate)?;
         tx.execute_batch(SCHEMA)?;
-        let existing: Option<String> =
-            tx.query_row("SELECT value FROM meta WHERE key = 'relay_id'", [], |r| r.get(0)).optional()?;
+        let existing: Option<String> = tx
+            .query_row("SELECT value FROM meta WHERE key = 'relay_id'", [], |r| {
+                r.get(0)
+            })
+            .optional()?;
         let relay_id = match existing {
             Some(id) => id,
             None => {
                 let mut raw = [0u8; 8];
                 getrandom::fill(&mut raw).map_err(|e| StorageError::Database(e.to_string()))?;
-                let id = format!("relay-{}", raw.iter().map(|b| format!("{b:02x}")).collect::<String>());
-                tx.execute("INSERT INTO meta (key, value) VALUES ('relay_id', ?1)", [&id])?;
+                let id = format!(
+                    "relay-{}",
+                    raw.iter().map(|b| format!("{b:02x}")).collect::<String>()
+                );
+                tx.execute(
+                    "INSERT INTO meta (key, value) VALUES ('relay_id', ?1)",
+                    [&id],
+                )?;
                 id
             }
         };
         tx.commit()?;
-        let readers = (0..READERS).map(|_| open(path)).collect::<Result<Vec<_>, _>>()?;
+        let readers = (0..READERS)
+            .map(|_| open(path))
+            .collect::<Result<Vec<_>, _>>()?;
         let (writes, queue) = mpsc::channel();
         thread::Builder::new()
             .name("relay-writer".into())
             .spawn(move || writer_loop(writer, queue))
             .map_err(|e| StorageError::Database(e.to_string()))?;
-        Ok(Self { relay_id, writes, readers: Arc::new(Mutex::new(readers)) })
+        Ok(Self {
+            relay_id,
+            writes,
+            readers: Arc::new(Mutex::new(readers)),
+        })
     }
 
-    async fn write<R>(&self, make: impl FnOnce(oneshot::Sender<Result<R, StorageError>>) -> Write) -> Result<R, StorageError> {
+    async fn write<R>(
+        &self,
+        make: impl FnOnce(oneshot::Sender<Result<R, StorageError>>) -> Write,
+    ) -> Result<R, StorageError> {
         let (tx, rx) = oneshot::channel();
-        self.writes.send(make(tx)).map_err(|_| StorageError::Closed)?;
+        self.writes
+            .send(make(tx))
+            .map_err(|_| StorageError::Closed)?;
         rx.await.map_err(|_| StorageError::Closed)?
     }
 
@@ -168,7 +192,10 @@ fn apply(tx: &rusqlite::Transaction<'_>, write: &Write) -> Result<Outcome, Stora
 fn commit_batch(conn: &mut Connection, batch: Vec<Write>) {
     let result = (|| -> Result<Vec<Outcome>, StorageError> {
         let tx = conn.transaction_with_behavior(TransactionBehavior::Immediate)?;
-        let outcomes = batch.iter().map(|w| apply(&tx, w)).collect::<Result<Vec<_>, _>>()?;
+        let outcomes = batch
+            .iter()
+            .map(|w| apply(&tx, w))
+            .collect::<Result<Vec<_>, _>>()?;
         tx.commit()?;
         Ok(outcomes)
     })();
@@ -178,7 +205,8 @@ fn commit_batch(conn: &mut Connection, batch: Vec<Write>) {
                 match (write, outcome) {
                     (Write::Register(.., r), Outcome::Registration(v)) => drop(r.send(Ok(v))),
                     (Write::Accept(_, r), Outcome::Accepted(v)) => drop(r.send(Ok(v))),
-                    (Write::Ack(.., r), Outcome::Count(v)) | (Write::Expire(_, r), Outcome::Count(v)) => drop(r.send(Ok(v))),
+                    (Write::Ack(.., r), Outcome::Count(v))
+                    | (Write::Expire(_, r), Outcome::Count(v)) => drop(r.send(Ok(v))),
                     _ => unreachable!("apply answers each write with its own kind"),
                 }
             }
@@ -197,9 +225,17 @@ fn commit_batch(conn: &mut Connection, batch: Vec<Write>) {
     }
 }
 
-fn register(tx: &rusqlite::Transaction<'_>, name: &AgentName, keys: &PublicKeys) -> Result<Registration, StorageError> {
+fn register(
+    tx: &rusqlite::Transaction<'_>,
+    name: &AgentName,
+    keys: &PublicKeys,
+) -> Result<Registration, StorageError> {
     let existing: Option<(Vec<u8>, Vec<u8>)> = tx
-        .query_row("SELECT signing, sealing FROM agents WHERE name = ?1", [name.as_str()], |r| Ok((r.get(0)?, r.get(1)?)))
+        .query_row(
+            "SELECT signing, sealing FROM agents WHERE name = ?1",
+            [name.as_str()],
+            |r| Ok((r.get(0)?, r.get(1)?)),
+        )
         .optional()?;
     Ok(match existing {
         None => {
@@ -218,9 +254,11 @@ fn accept(tx: &rusqlite::Transaction<'_>, op: &AcceptOp) -> Result<Accepted, Sto
     let id = op.id.to_string();
     let mut fresh = Vec::with_capacity(op.copies.len());
     {
-        let mut exists =
-            tx.prepare_cached("SELECT 1 FROM queue WHERE sender = ?1 AND message_id = ?2 AND recipient = ?3")?;
-        let mut totals = tx.prepare_cached("SELECT count, bytes FROM queue_totals WHERE recipient = ?1")?;
+        let mut exists = tx.prepare_cached(
+            "SELECT 1 FROM queue WHERE sender = ?1 AND message_id = ?2 AND recipient = ?3",
+        )?;
+        let mut totals =
+            tx.prepare_cached("SELECT count, bytes FROM queue_totals WHERE recipient = ?1")?;
         for copy in &op.copies {
             // A copy acknowledged and deleted earlier is indistinguishable from a new one; the
             // client's store deduplicates by id, so a late re-send is still shown once.
@@ -231,7 +269,9 @@ fn accept(tx: &rusqlite::Transaction<'_>, op: &AcceptOp) -> Result<Accepted, Sto
                 .query_row([copy.recipient.as_str()], |r| Ok((r.get(0)?, r.get(1)?)))
                 .optional()?
                 .unwrap_or((0, 0));
-            if count as u64 + 1 > op.quota.count || bytes as u64 + copy.envelope.len() as u64 > op.quota.bytes {
+            if count as u64 + 1 > op.quota.count
+                || bytes as u64 + copy.envelope.len() as u64 > op.quota.bytes
+            {
                 return Ok(Accepted::QuotaFull(copy.recipient.clone()));
             }
             fresh.push(copy);
@@ -250,7 +290,14 @@ fn accept(tx: &rusqlite::Transaction<'_>, op: &AcceptOp) -> Result<Accepted, Sto
     )?;
     let mut recipients = Vec::with_capacity(fresh.len());
     for copy in fresh {
-        insert.execute(params![copy.recipient.as_str(), op.sender.as_str(), id, copy.envelope, now, op.expires_at_ms])?;
+        insert.execute(params![
+            copy.recipient.as_str(),
+            op.sender.as_str(),
+            id,
+            copy.envelope,
+            now,
+            op.expires_at_ms
+        ])?;
         total.execute(params![copy.recipient.as_str(), copy.envelope.len() as i64])?;
         recipients.push(copy.recipient.clone());
     }
@@ -258,7 +305,11 @@ fn accept(tx: &rusqlite::Transaction<'_>, op: &AcceptOp) -> Result<Accepted, Sto
 }
 
 /// Deletes rows matching `filter` and keeps the per-recipient totals right.
-fn delete_where(tx: &rusqlite::Transaction<'_>, filter: &str, args: &[&dyn rusqlite::ToSql]) -> Result<u64, StorageError> {
+fn delete_where(
+    tx: &rusqlite::Transaction<'_>,
+    filter: &str,
+    args: &[&dyn rusqlite::ToSql],
+) -> Result<u64, StorageError> {
     tx.execute(
         &format!(
             "UPDATE queue_totals SET
@@ -272,7 +323,11 @@ fn delete_where(tx: &rusqlite::Transaction<'_>, filter: &str, args: &[&dyn rusql
 }
 
 fn ack(tx: &rusqlite::Transaction<'_>, agent: &AgentName, upto: Seq) -> Result<u64, StorageError> {
-    delete_where(tx, "q.recipient = ?1 AND q.seq <= ?2", &[&agent.as_str(), &(upto as i64)])
+    delete_where(
+        tx,
+        "q.recipient = ?1 AND q.seq <= ?2",
+        &[&agent.as_str(), &(upto as i64)],
+    )
 }
 
 fn expire(tx: &rusqlite::Transaction<'_>, now: i64) -> Result<u64, StorageError> {
@@ -284,7 +339,11 @@ impl Storage for SqliteStorage {
         &self.relay_id
     }
 
-    async fn register(&self, name: AgentName, keys: PublicKeys) -> Result<Registration, StorageError> {
+    async fn register(
+        &self,
+        name: AgentName,
+        keys: PublicKeys,
+    ) -> Result<Registration, StorageError> {
         self.write(|r| Write::Register(name, keys, r)).await
     }
 
@@ -295,8 +354,12 @@ impl Storage for SqliteStorage {
                 .query_row([name.as_str()], |r| Ok((r.get(0)?, r.get(1)?)))
                 .optional()?;
             row.map(|(s, x)| {
-                let bad = |_| StorageError::Database(format!("stored keys of {name} are not 32 bytes"));
-                Ok(PublicKeys { signing: s.try_into().map_err(bad)?, sealing: x.try_into().map_err(bad)? })
+                let bad =
+                    |_| StorageError::Database(format!("stored keys of {name} are not 32 bytes"));
+                Ok(PublicKeys {
+                    signing: s.try_into().map_err(bad)?,
+                    sealing: x.try_into().map_err(bad)?,
+                })
             })
             .transpose()
         })
@@ -311,10 +374,27 @@ impl Storage for SqliteStorage {
         quota: Quota,
         expires_at_ms: i64,
     ) -> Result<Accepted, StorageError> {
-        self.write(|r| Write::Accept(AcceptOp { sender, id, copies, quota, expires_at_ms }, r)).await
+        self.write(|r| {
+            Write::Accept(
+                AcceptOp {
+                    sender,
+                    id,
+                    copies,
+                    quota,
+                    expires_at_ms,
+                },
+                r,
+            )
+        })
+        .await
     }
 
-    async fn pending(&self, agent: AgentName, after: Seq, limit: usize) -> Result<Vec<Queued>, StorageError> {
+    async fn pending(
+        &self,
+        agent: AgentName,
+        after: Seq,
+        limit: usize,
+    ) -> Result<Vec<Queued>, StorageError> {
         self.read(move |conn| {
             let mut stmt = conn.prepare_cached(
                 "SELECT seq, envelope, accepted_at FROM queue WHERE recipient = ?1 AND seq > ?2 ORDER BY seq LIMIT ?3",

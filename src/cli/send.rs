@@ -1,0 +1,233 @@
+//! `send`, `reply`, `sync`: mail through the relay. A message is stored and queued first, so
+//! an unreachable relay never loses it; `sync` (or the next send) delivers it.
+
+use std::io::{IsTerminal, Read};
+use std::path::PathBuf;
+
+use anyhow::{Context, bail};
+use serde::Serialize;
+
+use super::{Ctx, output};
+use crate::agent::Agent;
+use crate::client::{self, ClientError, Connection, RelayUrl};
+use crate::protocol::{Address, Limits, Message, MessageId};
+use crate::store::StoreHandle;
+
+/// Where the body comes from.
+pub(super) struct BodySource {
+    pub body: Option<String>,
+    pub body_file: Option<PathBuf>,
+}
+
+fn read_body(src: BodySource) -> anyhow::Result<String> {
+    let limit = Limits::default().body_bytes;
+    let bytes = match (src.body, src.body_file) {
+        (Some(b), _) => return Ok(b),
+        (None, Some(path)) => {
+            let len = std::fs::metadata(&path)
+                .with_context(|| format!("reading {}", path.display()))?
+                .len();
+            if len > limit as u64 {
+                bail!(
+                    "{} is {len} bytes; a body is at most {limit} bytes (attach it in parts)",
+                    path.display()
+                );
+            }
+            std::fs::read(&path).with_context(|| format!("reading {}", path.display()))?
+        }
+        (None, None) => {
+            let stdin = std::io::stdin();
+            if stdin.is_terminal() {
+                bail!("no body given: pass --body TEXT, --body-file FILE, or pipe it on stdin");
+            }
+            let mut buf = Vec::new();
+            stdin.lock().take(limit as u64 + 1).read_to_end(&mut buf)?;
+            buf
+        }
+    };
+    String::from_utf8(bytes).context("the body is not UTF-8 text")
+}
+
+#[derive(Serialize)]
+struct SendResult {
+    id: MessageId,
+    status: &'static str,
+    detail: String,
+}
+
+/// Queues `message`, then tries to hand it to the relay now.
+fn deliver(ctx: &Ctx, agent: Agent, message: Message) -> anyhow::Result<()> {
+    message.validate(&Limits::default())?;
+    let Agent {
+        name,
+        identity,
+        mut store,
+        ..
+    } = agent;
+    store.queue_outgoing(&message)?;
+    let url = ctx.relay_url();
+    let id = message.id;
+    let store = StoreHandle::spawn(store)?;
+    let outcome = runtime()?.block_on(async {
+        let mut conn = match Connection::connect(&url, &name, &identity).await {
+            Ok(c) => c,
+            Err(e @ (ClientError::Unreachable { .. } | ClientError::Closed(_))) => {
+                return Ok(Err(e));
+            }
+            Err(e) => return Err(e),
+        };
+        let flushed = client::outbound_flush(&mut conn, &store, &identity).await;
+        conn.close().await;
+        flushed.map(Ok)
+    })?;
+    let result = match outcome {
+        Err(e) => SendResult {
+            id,
+            status: "queued",
+            detail: format!(
+                "{e}; it stays in the outbox and goes out with the next `mailslot sync`"
+            ),
+        },
+        Ok(flushed) => match flushed.failed.iter().find(|f| f.id == id) {
+            None if flushed.sent.contains(&id) => SendResult {
+                id,
+                status: "sent",
+                detail: format!("accepted by {}", url.authority()),
+            },
+            None => SendResult {
+                id,
+                status: "queued",
+                detail: "earlier mail is still waiting; `mailslot sync` retries".into(),
+            },
+            Some(f) if f.will_retry => SendResult {
+                id,
+                status: "queued",
+                detail: format!("{}; `mailslot sync` retries", f.reason),
+            },
+            Some(f) => bail!(
+                "not sent: {}. The message is kept in your sent mail, marked failed",
+                f.reason
+            ),
+        },
+    };
+    output::emit(ctx.json, &result, |r| {
+        format!("{} {}: {}", r.status, r.id, r.detail)
+    })
+}
+
+pub(super) struct Recipients {
+    pub to: Vec<Address>,
+    pub cc: Vec<Address>,
+    pub bcc: Vec<Address>,
+}
+
+pub(super) fn send(
+    ctx: &Ctx,
+    rcpt: Recipients,
+    subject: String,
+    body: BodySource,
+    data: Option<String>,
+) -> anyhow::Result<()> {
+    let agent = ctx.open_agent()?;
+    let body = read_body(body)?;
+    let mut message = Message::new(agent.address(), rcpt.to, subject, body);
+    message.cc = rcpt.cc;
+    message.bcc = rcpt.bcc;
+    if let Some(json) = data {
+        message.data = Some(serde_json::from_str(&json).context("--data is not valid JSON")?);
+    }
+    deliver(ctx, agent, message)
+}
+
+pub(super) fn reply(ctx: &Ctx, id: MessageId, all: bool, body: BodySource) -> anyhow::Result<()> {
+    let agent = ctx.open_agent()?;
+    let Some(original) = agent.store.message(&id)? else {
+        bail!("no message with id {id}; `mailslot inbox --all` lists them");
+    };
+    let original = original.message;
+    let me = agent.address();
+    let mut to = vec![original.from.clone()];
+    let mut cc = Vec::new();
+    if all {
+        to.extend(
+            original
+                .to
+                .iter()
+                .filter(|a| **a != me && **a != original.from)
+                .cloned(),
+        );
+        cc.extend(
+            original
+                .cc
+                .iter()
+                .filter(|a| **a != me && !to.contains(a))
+                .cloned(),
+        );
+    }
+    to.retain(|a| *a != me);
+    if to.is_empty() {
+        bail!("this message is from you; reply to one of its recipients with `mailslot send`");
+    }
+    let subject = if original.subject.starts_with("Re: ") {
+        original.subject.clone()
+    } else {
+        format!("Re: {}", original.subject)
+    };
+    let subject: String = subject
+        .chars()
+        .take(Limits::default().subject_chars)
+        .collect();
+    let mut message = Message::new(me, to, subject, read_body(body)?);
+    message.cc = cc;
+    message.thread = original.thread;
+    message.in_reply_to = Some(original.id);
+    deliver(ctx, agent, message)
+}
+
+pub(super) fn sync(ctx: &Ctx) -> anyhow::Result<()> {
+    let Agent {
+        name,
+        identity,
+        store,
+        ..
+    } = ctx.open_agent()?;
+    let url = ctx.relay_url();
+    let store = StoreHandle::spawn(store)?;
+    let report = runtime()?.block_on(client::sync(&url, &name, &identity, &store))?;
+    output::emit(ctx.json, &report, |r| {
+        let mut lines = vec![format!(
+            "{} sent, {} received",
+            r.sent.len(),
+            r.received.len()
+        )];
+        for (id, reason, retry) in &r.not_sent {
+            lines.push(format!(
+                "not sent {id}: {reason}{}",
+                if *retry { " (will retry)" } else { "" }
+            ));
+        }
+        for (from, id, reason) in &r.unreadable {
+            lines.push(format!("refused {id} from {from}: {reason}"));
+        }
+        if !r.received.is_empty() {
+            lines.push("read it with `mailslot inbox`".into());
+        }
+        lines.join("\n")
+    })
+}
+
+fn runtime() -> anyhow::Result<tokio::runtime::Runtime> {
+    Ok(tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()?)
+}
+
+impl Ctx {
+    /// The relay: `--relay` / `MAILSLOT_RELAY`, else the config, else the loopback default.
+    pub(super) fn relay_url(&self) -> RelayUrl {
+        self.relay
+            .clone()
+            .or_else(|| self.config.relay.clone())
+            .unwrap_or_else(RelayUrl::loopback_default)
+    }
+}

@@ -1,0 +1,302 @@
+//! One authenticated WebSocket connection to a relay, with request/answer matching: frames
+//! that arrive while a request waits (deliveries) are kept, in order, for [`Connection::recv`].
+
+use std::collections::VecDeque;
+use std::time::Duration;
+
+use futures_util::{SinkExt, StreamExt};
+use tokio::net::TcpStream;
+use tokio_tungstenite::tungstenite::Message as WsMessage;
+use tokio_tungstenite::tungstenite::protocol::WebSocketConfig;
+use tokio_tungstenite::{MaybeTlsStream, WebSocketStream};
+
+use super::{ClientError, RelayUrl};
+use crate::crypto::Identity;
+use crate::crypto::sign::{self, Domain};
+use crate::protocol::{
+    AgentName, ClientFrame, ErrorCode, FRAME_OVERHEAD, Limits, MessageId, PROTOCOL_VERSION,
+    PublicKeys, SealedEnvelope, Seq, ServerFrame, hello_payload,
+};
+
+/// How long to wait for the relay to answer the connection or a request.
+const ANSWER_TIMEOUT: Duration = Duration::from_secs(15);
+
+/// An authenticated connection.
+pub struct Connection {
+    ws: WebSocketStream<MaybeTlsStream<TcpStream>>,
+    backlog: VecDeque<ServerFrame>,
+    next_ref: u64,
+    waiting: u64,
+    url: RelayUrl,
+}
+
+impl Connection {
+    /// Connects, answers the challenge as `agent` (registering its keys if the relay does not
+    /// know them yet), and waits for the welcome.
+    pub async fn connect(
+        url: &RelayUrl,
+        agent: &AgentName,
+        identity: &Identity,
+    ) -> Result<Self, ClientError> {
+        let unreachable = |reason: String| ClientError::Unreachable {
+            url: url.to_string(),
+            reason,
+        };
+        let max = Limits::default().envelope_bytes + FRAME_OVERHEAD;
+        let config = WebSocketConfig::default()
+            .max_message_size(Some(max))
+            .max_frame_size(Some(max));
+        let connecting =
+            tokio_tungstenite::connect_async_with_config(url.as_str(), Some(config), true);
+        let (ws, _) = tokio::time::timeout(ANSWER_TIMEOUT, connecting)
+            .await
+            .map_err(|_| unreachable(format!("no answer within {} s", ANSWER_TIMEOUT.as_secs())))?
+            .map_err(|e| unreachable(e.to_string()))?;
+        let mut conn = Self {
+            ws,
+            backlog: VecDeque::new(),
+            next_ref: 0,
+            waiting: 0,
+            url: url.clone(),
+        };
+        let (relay, nonce) = match conn.recv_timed().await? {
+            ServerFrame::Challenge { v, relay, nonce } if v == PROTOCOL_VERSION => (relay, nonce),
+            ServerFrame::Challenge { v, .. } => {
+                return Err(ClientError::Protocol(format!(
+                    "the relay speaks protocol {v}; this mailslot speaks {PROTOCOL_VERSION}"
+                )));
+            }
+            other => {
+                return Err(ClientError::Protocol(format!(
+                    "expected a challenge, got {other:?}"
+                )));
+            }
+        };
+        let signature =
+            sign::signature(identity, Domain::Hello, &hello_payload(&relay, &nonce)).to_vec();
+        let register: PublicKeys = identity.public().to_keys();
+        conn.send(&ClientFrame::Hello {
+            agent: agent.clone(),
+            signature,
+            register: Some(register),
+        })
+        .await?;
+        match conn.recv_timed().await? {
+            ServerFrame::Welcome { waiting, .. } => conn.waiting = waiting,
+            ServerFrame::Error {
+                code,
+                message,
+                retry_after_ms,
+                ..
+            } => {
+                return Err(ClientError::Refused {
+                    code,
+                    message,
+                    retry_after_ms,
+                });
+            }
+            other => {
+                return Err(ClientError::Protocol(format!(
+                    "expected a welcome, got {other:?}"
+                )));
+            }
+        }
+        Ok(conn)
+    }
+
+    /// How many messages waited when the connection was made.
+    pub fn waiting(&self) -> u64 {
+        self.waiting
+    }
+
+    /// The relay this connection is to.
+    pub fn url(&self) -> &RelayUrl {
+        &self.url
+    }
+
+    /// Sends one frame.
+    pub async fn send(&mut self, frame: &ClientFrame) -> Result<(), ClientError> {
+        let text = serde_json::to_string(frame).expect("frames always serialize");
+        self.ws
+            .send(WsMessage::Text(text.into()))
+            .await
+            .map_err(|e| ClientError::Closed(e.to_string()))
+    }
+
+    /// The next frame: kept ones first, then from the socket.
+    pub async fn recv(&mut self) -> Result<ServerFrame, ClientError> {
+        if let Some(frame) = self.backlog.pop_front() {
+            return Ok(frame);
+        }
+        self.read().await
+    }
+
+    async fn recv_timed(&mut self) -> Result<ServerFrame, ClientError> {
+        tokio::time::timeout(ANSWER_TIMEOUT, self.recv())
+            .await
+            .map_err(|_| {
+                ClientError::Closed(format!("no answer within {} s", ANSWER_TIMEOUT.as_secs()))
+            })?
+    }
+
+    async fn read(&mut self) -> Result<ServerFrame, ClientError> {
+        loop {
+            let msg = match self.ws.next().await {
+                None => return Err(ClientError::Closed("end of stream".into())),
+                Some(Err(e)) => return Err(ClientError::Closed(e.to_string())),
+                Some(Ok(m)) => m,
+            };
+            match msg {
+                WsMessage::Text(text) => {
+                    return serde_json::from_str(&text)
+                        .map_err(|e| ClientError::Protocol(format!("bad frame: {e}")));
+                }
+                WsMessage::Close(frame) => {
+                    return Err(ClientError::Closed(
+                        frame
+                            .map(|f| f.reason.to_string())
+                            .unwrap_or_else(|| "closed".into()),
+                    ));
+                }
+                WsMessage::Binary(_) => {
+                    return Err(ClientError::Protocol(
+                        "the relay sent a binary frame".into(),
+                    ));
+                }
+                WsMessage::Ping(_) | WsMessage::Pong(_) | WsMessage::Frame(_) => {}
+            }
+        }
+    }
+
+    fn fresh_ref(&mut self) -> String {
+        self.next_ref += 1;
+        format!("r{}", self.next_ref)
+    }
+
+    /// Sends a request and waits for its answer, keeping other frames for later.
+    async fn request(
+        &mut self,
+        frame: ClientFrame,
+        reference: &str,
+    ) -> Result<ServerFrame, ClientError> {
+        self.send(&frame).await?;
+        let wait = async {
+            loop {
+                let answer = self.read().await?;
+                let matches = match &answer {
+                    ServerFrame::Sent { reference: r, .. }
+                    | ServerFrame::Keys { reference: r, .. } => r == reference,
+                    ServerFrame::Error {
+                        reference: Some(r), ..
+                    } => r == reference,
+                    // An error without a ref answers the frame just sent (e.g. a bad frame),
+                    // unless the relay is closing the connection for its own reasons.
+                    ServerFrame::Error {
+                        reference: None, ..
+                    } => true,
+                    _ => false,
+                };
+                if matches {
+                    return Ok(answer);
+                }
+                self.backlog.push_back(answer);
+            }
+        };
+        tokio::time::timeout(ANSWER_TIMEOUT, wait)
+            .await
+            .map_err(|_| {
+                ClientError::Closed(format!("no answer within {} s", ANSWER_TIMEOUT.as_secs()))
+            })?
+    }
+
+    /// The keys the relay has registered for `agent`.
+    pub async fn lookup(&mut self, agent: &AgentName) -> Result<PublicKeys, ClientError> {
+        let reference = self.fresh_ref();
+        match self
+            .request(
+                ClientFrame::Lookup {
+                    reference: reference.clone(),
+                    agent: agent.clone(),
+                },
+                &reference,
+            )
+            .await?
+        {
+            ServerFrame::Keys { keys, .. } => Ok(keys),
+            ServerFrame::Error {
+                code,
+                message,
+                retry_after_ms,
+                ..
+            } => Err(ClientError::Refused {
+                code,
+                message,
+                retry_after_ms,
+            }),
+            other => Err(ClientError::Protocol(format!(
+                "expected keys, got {other:?}"
+            ))),
+        }
+    }
+
+    /// Sends an envelope and waits until the relay stored it.
+    pub async fn send_envelope(
+        &mut self,
+        envelope: SealedEnvelope,
+    ) -> Result<MessageId, ClientError> {
+        let reference = self.fresh_ref();
+        match self
+            .request(
+                ClientFrame::Send {
+                    reference: reference.clone(),
+                    envelope,
+                },
+                &reference,
+            )
+            .await?
+        {
+            ServerFrame::Sent { id, .. } => Ok(id),
+            ServerFrame::Error {
+                code,
+                message,
+                retry_after_ms,
+                ..
+            } => Err(ClientError::Refused {
+                code,
+                message,
+                retry_after_ms,
+            }),
+            other => Err(ClientError::Protocol(format!(
+                "expected sent, got {other:?}"
+            ))),
+        }
+    }
+
+    /// Acknowledges everything up to `seq` (call only after it is committed).
+    pub async fn ack(&mut self, seq: Seq) -> Result<(), ClientError> {
+        self.send(&ClientFrame::Ack { seq }).await
+    }
+
+    /// Closes politely.
+    pub async fn close(mut self) {
+        let _ = self.ws.close(None).await;
+    }
+}
+
+impl ClientError {
+    /// Whether retrying later can help (rate, quota, relay trouble) rather than never.
+    pub fn is_temporary(&self) -> bool {
+        match self {
+            ClientError::Refused { code, .. } => matches!(
+                code,
+                ErrorCode::RateLimited
+                    | ErrorCode::QuotaFull
+                    | ErrorCode::Internal
+                    | ErrorCode::ShuttingDown
+                    | ErrorCode::TooManyConnections
+            ),
+            ClientError::Store(_) | ClientError::Protocol(_) => false,
+            ClientError::Unreachable { .. } | ClientError::Closed(_) => true,
+        }
+    }
+}

@@ -1,0 +1,105 @@
+//! Receiving one delivery: find the sender's keys (pinned, else from the relay, then pinned),
+//! open and verify, and commit to the store. Only after this returns may the caller ack.
+
+use super::{ClientError, Connection};
+use crate::crypto::{Identity, OpenError, PublicIdentity, open};
+use crate::protocol::{Address, Limits, MessageId, SealedEnvelope};
+use crate::store::{Direction, StoreHandle, Trust};
+
+/// What became of a delivery.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Received {
+    /// Stored as new mail.
+    New(MessageId, Trust),
+    /// Already stored (a redelivery); nothing changed.
+    Duplicate(MessageId),
+    /// Could not be opened or verified; not stored. The reason is for the owner's log.
+    Unreadable {
+        /// The claimed sender.
+        from: Address,
+        /// The message id as the envelope states it.
+        id: MessageId,
+        /// Why it was refused.
+        reason: String,
+    },
+}
+
+fn keys_from(raw: crate::protocol::PublicKeys) -> Result<PublicIdentity, ClientError> {
+    PublicIdentity::try_from(raw)
+        .map_err(|e| ClientError::Protocol(format!("the relay returned invalid keys: {e}")))
+}
+
+/// Opens `envelope` for `me` and commits it. Errors are only for trouble that retrying can fix
+/// (store, connection); a bad envelope is [`Received::Unreadable`].
+pub async fn receive(
+    conn: &mut Connection,
+    store: &StoreHandle,
+    me: &Address,
+    identity: &Identity,
+    envelope: SealedEnvelope,
+) -> Result<Received, ClientError> {
+    let from = envelope.from.clone();
+    let id = envelope.id;
+    let unreadable = |reason: String| Received::Unreadable {
+        from: from.clone(),
+        id,
+        reason,
+    };
+    let pinned = {
+        let from = from.clone();
+        store.call(move |s| s.pinned_keys(&from)).await?
+    };
+    let (keys, pinned_now) = match pinned {
+        Some(k) => (k, false),
+        None => match conn.lookup(from.name()).await {
+            Ok(raw) => (keys_from(raw)?, true),
+            Err(ClientError::Refused { message, .. }) => {
+                return Ok(unreadable(format!(
+                    "the sender is unknown to the relay: {message}"
+                )));
+            }
+            Err(e) => return Err(e),
+        },
+    };
+    let limits = Limits::default();
+    let (message, trust) = match open(&envelope, me, identity, &keys, &limits) {
+        Ok(message) => (message, Trust::Verified),
+        // The pinned key no longer verifies: the sender may have new keys. Never accept them
+        // silently: record the change and mark the mail.
+        Err(OpenError::Signature(_)) if !pinned_now => {
+            let current = match conn.lookup(from.name()).await {
+                Ok(raw) => keys_from(raw)?,
+                Err(ClientError::Refused { message, .. }) => return Ok(unreadable(message)),
+                Err(e) => return Err(e),
+            };
+            if current == keys {
+                return Ok(unreadable(
+                    "the signature does not match the sender's key".into(),
+                ));
+            }
+            match open(&envelope, me, identity, &current, &limits) {
+                Ok(message) => {
+                    let (from, current) = (from.clone(), current.clone());
+                    store
+                        .call(move |s| s.check_and_pin(&from, &current))
+                        .await?;
+                    (message, Trust::KeyChanged)
+                }
+                Err(e) => return Ok(unreadable(e.to_string())),
+            }
+        }
+        Err(e) => return Ok(unreadable(e.to_string())),
+    };
+    if pinned_now {
+        let (from, keys) = (from.clone(), keys.clone());
+        store.call(move |s| s.check_and_pin(&from, &keys)).await?;
+    }
+    let new = store
+        .call(move |s| s.insert_message(&message, Direction::In, trust))
+        .await?;
+    Ok(if new {
+        Received::New(id, trust)
+    } else {
+        Received::Duplicate(id)
+    })
+}

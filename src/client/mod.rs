@@ -1,0 +1,49 @@
+//! The relay client: connect and authenticate, send the outbox, receive mail into the store,
+//! acknowledge only what is committed. Store work goes through [`crate::store::StoreHandle`].
+
+mod connection;
+mod inbound;
+mod outbound;
+mod sync;
+mod url;
+
+pub use connection::Connection;
+pub use inbound::Received;
+pub use outbound::{Flushed, SendFailure, flush as outbound_flush};
+pub use sync::{SyncReport, sync};
+pub use url::RelayUrl;
+
+use crate::protocol::ErrorCode;
+use crate::store::StoreError;
+
+/// What went wrong talking to a relay.
+#[derive(Debug, thiserror::Error)]
+pub enum ClientError {
+    /// The relay could not be reached.
+    #[error("cannot reach the relay at {url}: {reason}")]
+    Unreachable {
+        /// The relay URL.
+        url: String,
+        /// Why.
+        reason: String,
+    },
+    /// The relay refused a request.
+    #[error("the relay refused: {message} ({code})")]
+    Refused {
+        /// Its stable code.
+        code: ErrorCode,
+        /// Its sentence.
+        message: String,
+        /// When to retry, if it said.
+        retry_after_ms: Option<u64>,
+    },
+    /// The relay broke the protocol.
+    #[error("the relay broke the protocol: {0}")]
+    Protocol(String),
+    /// The connection closed.
+    #[error("the relay closed the connection: {0}")]
+    Closed(String),
+    /// The local store failed.
+    #[error(transparent)]
+    Store(#[from] StoreError),
+}
