@@ -26,6 +26,7 @@ const FETCH: usize = 256;
 mod close {
     pub const GOING_AWAY: u16 = 1001;
     pub const POLICY: u16 = 1008;
+    pub const TOO_BIG: u16 = 1009;
     pub const AUTH: u16 = 4001;
     pub const REPLACED: u16 = 4002;
 }
@@ -79,6 +80,14 @@ async fn end(socket: &mut WebSocket, ending: Ending) {
         .await;
 }
 
+/// Whether a read failed because the client's frame was over the size limit.
+fn is_too_large(e: axum::Error) -> bool {
+    use tokio_tungstenite::tungstenite::Error;
+    e.into_inner()
+        .downcast_ref::<Error>()
+        .is_some_and(|e| matches!(e, Error::Capacity(_)))
+}
+
 /// Runs one connection to completion.
 pub async fn run<S: Storage>(state: Arc<RelayState<S>>, mut socket: WebSocket, ip: IpAddr) {
     let mut nonce = vec![0u8; 32];
@@ -124,6 +133,7 @@ pub async fn run<S: Storage>(state: Arc<RelayState<S>>, mut socket: WebSocket, i
     state.hub.detach(&agent, attached.conn);
     state.metrics.connections.dec();
     if let Some(ending) = ending {
+        state.metrics.reject(ending.code);
         tracing::debug!(%agent, code = %ending.code, "closing");
         end(&mut socket, ending).await;
     }
@@ -303,7 +313,14 @@ async fn serve<S: Storage>(
             incoming = timeout_at(deadline, socket.recv()) => {
                 let text = match incoming {
                     Err(_) => return Some(Ending { code: ErrorCode::BadFrame, message: format!("no frame for {} s; send ping to keep the connection", idle.as_secs()), close: close::GOING_AWAY }),
-                    Ok(None) | Ok(Some(Err(_))) => return None,
+                    Ok(Some(Err(e))) => {
+                        return is_too_large(e).then(|| Ending {
+                            code: ErrorCode::TooLarge,
+                            message: format!("a frame is at most {} bytes", state.config.max_frame_bytes()),
+                            close: close::TOO_BIG,
+                        });
+                    }
+                    Ok(None) => return None,
                     Ok(Some(Ok(Message::Close(_)))) => return None,
                     Ok(Some(Ok(Message::Ping(_) | Message::Pong(_)))) => { deadline = Instant::now() + idle; continue }
                     Ok(Some(Ok(Message::Binary(_)))) => None,

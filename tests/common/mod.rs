@@ -1,0 +1,192 @@
+//! Helpers shared by the relay tests: a relay on an ephemeral loopback port, agents in a temp
+//! home, and raw WebSocket access for crafting bad frames.
+#![allow(dead_code)]
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use futures_util::{SinkExt, StreamExt};
+use mailslot::agent::Agent;
+use mailslot::client::{Connection, RelayUrl, SyncReport};
+use mailslot::config::Paths;
+use mailslot::crypto::Identity;
+use mailslot::protocol::{Address, AgentName, ClientFrame, Message, ServerFrame};
+use mailslot::relay::{Relay, RelayConfig};
+use mailslot::store::StoreHandle;
+use tokio::net::TcpStream;
+use tokio_tungstenite::tungstenite::Message as WsMessage;
+use tokio_tungstenite::{MaybeTlsStream, WebSocketStream};
+
+/// How long any test waits for an expected event before failing.
+pub const EVENT_TIMEOUT: Duration = Duration::from_secs(20);
+
+/// A relay on 127.0.0.1 with a temporary database.
+pub struct TestRelay {
+    pub relay: Relay,
+    pub url: RelayUrl,
+    _dir: tempfile::TempDir,
+}
+
+impl TestRelay {
+    pub async fn start(tweak: impl FnOnce(&mut RelayConfig)) -> Self {
+        let dir = tempfile::tempdir().unwrap();
+        let mut config = RelayConfig {
+            listen: "127.0.0.1:0".parse().unwrap(),
+            db: Some(dir.path().join("relay.db")),
+            ..RelayConfig::default()
+        };
+        tweak(&mut config);
+        let relay = Relay::start(config).await.unwrap();
+        let url = relay.url().parse().unwrap();
+        Self {
+            relay,
+            url,
+            _dir: dir,
+        }
+    }
+}
+
+/// An agent with its own home.
+pub struct TestAgent {
+    pub name: AgentName,
+    pub identity: Arc<Identity>,
+    pub store: StoreHandle,
+    _home: tempfile::TempDir,
+}
+
+impl TestAgent {
+    pub fn new(name: &str) -> Self {
+        let home = tempfile::tempdir().unwrap();
+        let paths = Paths::new(Some(home.path().to_owned()), None).unwrap();
+        let (agent, _) = Agent::open_or_create(&paths, &AgentName::new(name).unwrap()).unwrap();
+        let Agent {
+            name,
+            identity,
+            store,
+            ..
+        } = agent;
+        Self {
+            name,
+            identity: Arc::new(identity),
+            store: StoreHandle::spawn(store).unwrap(),
+            _home: home,
+        }
+    }
+
+    pub fn address(&self) -> Address {
+        Address::local(self.name.clone())
+    }
+
+    pub async fn connect(&self, relay: &TestRelay) -> Connection {
+        Connection::connect(&relay.url, &self.name, &self.identity)
+            .await
+            .unwrap()
+    }
+
+    pub async fn sync(&self, relay: &TestRelay) -> SyncReport {
+        tokio::time::timeout(
+            EVENT_TIMEOUT,
+            mailslot::client::sync(&relay.url, &self.name, &self.identity, &self.store),
+        )
+        .await
+        .expect("sync timed out")
+        .unwrap()
+    }
+
+    /// Queues a message and syncs, returning the report.
+    pub async fn send(&self, relay: &TestRelay, message: Message) -> SyncReport {
+        self.store
+            .call(move |s| s.queue_outgoing(&message))
+            .await
+            .unwrap();
+        self.sync(relay).await
+    }
+
+    pub fn message(&self, to: &[&TestAgent], subject: &str, body: &str) -> Message {
+        Message::new(
+            self.address(),
+            to.iter().map(|a| a.address()).collect(),
+            subject,
+            body,
+        )
+    }
+}
+
+pub type RawSocket = WebSocketStream<MaybeTlsStream<TcpStream>>;
+
+/// A raw socket after reading the challenge: (socket, relay id, nonce).
+pub async fn raw_connect(relay: &TestRelay) -> (RawSocket, String, Vec<u8>) {
+    let (mut ws, _) = tokio_tungstenite::connect_async(relay.url.as_str())
+        .await
+        .unwrap();
+    match raw_recv(&mut ws).await {
+        Some(ServerFrame::Challenge { relay, nonce, .. }) => (ws, relay, nonce),
+        other => panic!("expected a challenge, got {other:?}"),
+    }
+}
+
+/// Sends a frame as JSON text.
+pub async fn raw_send(ws: &mut RawSocket, frame: &ClientFrame) {
+    raw_send_text(ws, &serde_json::to_string(frame).unwrap()).await;
+}
+
+pub async fn raw_send_text(ws: &mut RawSocket, text: &str) {
+    ws.send(WsMessage::Text(text.to_owned().into()))
+        .await
+        .unwrap();
+}
+
+/// The next frame, or `None` when the socket closed.
+pub async fn raw_recv(ws: &mut RawSocket) -> Option<ServerFrame> {
+    loop {
+        let next = tokio::time::timeout(EVENT_TIMEOUT, ws.next())
+            .await
+            .expect("no frame in time");
+        match next {
+            Some(Ok(WsMessage::Text(t))) => return Some(serde_json::from_str(&t).unwrap()),
+            Some(Ok(WsMessage::Close(_))) | None | Some(Err(_)) => return None,
+            Some(Ok(_)) => {}
+        }
+    }
+}
+
+/// Authenticates a raw socket as `agent` (registering it).
+pub async fn raw_login(relay: &TestRelay, agent: &TestAgent) -> RawSocket {
+    let (mut ws, relay_id, nonce) = raw_connect(relay).await;
+    raw_send(&mut ws, &hello(agent, &relay_id, &nonce)).await;
+    match raw_recv(&mut ws).await {
+        Some(ServerFrame::Welcome { .. }) => ws,
+        other => panic!("expected welcome, got {other:?}"),
+    }
+}
+
+pub fn hello(agent: &TestAgent, relay_id: &str, nonce: &[u8]) -> ClientFrame {
+    use mailslot::crypto::sign::{Domain, signature};
+    ClientFrame::Hello {
+        agent: agent.name.clone(),
+        signature: signature(
+            &agent.identity,
+            Domain::Hello,
+            &mailslot::protocol::hello_payload(relay_id, nonce),
+        )
+        .to_vec(),
+        register: Some(agent.identity.public().to_keys()),
+    }
+}
+
+/// Reads frames until an error frame, skipping deliveries and the like.
+pub async fn next_error(
+    ws: &mut RawSocket,
+) -> Option<(mailslot::protocol::ErrorCode, String, Option<u64>)> {
+    loop {
+        match raw_recv(ws).await? {
+            ServerFrame::Error {
+                code,
+                message,
+                retry_after_ms,
+                ..
+            } => return Some((code, message, retry_after_ms)),
+            _ => continue,
+        }
+    }
+}

@@ -1,0 +1,536 @@
+//! The relay and its client, over real sockets: delivery, exactly-once, BCC, abuse, consent-free
+//! basics, replacement, shutdown, and HTTP.
+
+mod common;
+
+use common::*;
+use mailslot::crypto::seal;
+use mailslot::protocol::{ClientFrame, ErrorCode, Limits, ServerFrame};
+use mailslot::store::{InboxQuery, Trust};
+
+#[tokio::test]
+async fn an_offline_recipient_gets_its_mail_exactly_once() {
+    let relay = TestRelay::start(|_| {}).await;
+    let (alice, bob) = (TestAgent::new("alice"), TestAgent::new("bob"));
+    bob.sync(&relay).await; // registers bob, then bob goes offline
+    let message = alice.message(&[&bob], "plan", "ship on friday");
+    let id = message.id;
+    let sent = alice.send(&relay, message).await;
+    assert_eq!(sent.sent, vec![id]);
+    assert_eq!(alice.store.call(|s| s.outbox_len()).await.unwrap(), 0);
+
+    let first = bob.sync(&relay).await;
+    assert_eq!(first.received, vec![id]);
+    let again = bob.sync(&relay).await;
+    assert!(
+        again.received.is_empty() && again.duplicates == 0,
+        "acked mail is not redelivered: {again:?}"
+    );
+    let stored = bob
+        .store
+        .call(move |s| s.message(&id))
+        .await
+        .unwrap()
+        .unwrap();
+    assert_eq!(stored.message.body, "ship on friday");
+    assert_eq!(stored.trust, Trust::Verified);
+    assert_eq!(bob.store.call(|s| s.message_count()).await.unwrap(), 1);
+    relay.relay.shutdown().await;
+}
+
+#[tokio::test]
+async fn cc_and_bcc_reach_everyone_and_bcc_stays_blind() {
+    let relay = TestRelay::start(|_| {}).await;
+    let [alice, bob, carol, dave, erin] =
+        ["alice", "bob", "carol", "dave", "erin"].map(TestAgent::new);
+    for a in [&bob, &carol, &dave, &erin] {
+        a.sync(&relay).await;
+    }
+    let mut m = alice.message(&[&bob], "budget", "numbers inside");
+    m.cc = vec![carol.address()];
+    m.bcc = vec![dave.address(), erin.address()];
+    let id = m.id;
+    assert_eq!(alice.send(&relay, m).await.sent, vec![id]);
+    for (agent, bcc) in [
+        (&bob, vec![]),
+        (&carol, vec![]),
+        (&dave, vec![dave.address()]),
+        (&erin, vec![erin.address()]),
+    ] {
+        assert_eq!(
+            agent.sync(&relay).await.received,
+            vec![id],
+            "{} got it",
+            agent.name
+        );
+        let got = agent
+            .store
+            .call(move |s| s.message(&id))
+            .await
+            .unwrap()
+            .unwrap()
+            .message;
+        assert_eq!(got.bcc, bcc, "{} sees only itself in bcc", agent.name);
+        assert_eq!(got.cc, vec![carol.address()]);
+    }
+    let own = alice
+        .store
+        .call(move |s| s.message(&id))
+        .await
+        .unwrap()
+        .unwrap()
+        .message;
+    assert_eq!(own.bcc.len(), 2, "the sender keeps the full bcc list");
+}
+
+#[tokio::test]
+async fn replies_stay_in_the_thread() {
+    let relay = TestRelay::start(|_| {}).await;
+    let (alice, bob) = (TestAgent::new("alice"), TestAgent::new("bob"));
+    alice.sync(&relay).await;
+    bob.sync(&relay).await;
+    let first = alice.message(&[&bob], "question", "which port?");
+    let (thread, first_id) = (first.thread, first.id);
+    alice.send(&relay, first).await;
+    bob.sync(&relay).await;
+    let mut answer = bob.message(&[&alice], "Re: question", "7878");
+    answer.thread = thread;
+    answer.in_reply_to = Some(first_id);
+    bob.send(&relay, answer).await;
+    alice.sync(&relay).await;
+    let conversation = alice.store.call(move |s| s.thread(&thread)).await.unwrap();
+    assert_eq!(
+        conversation
+            .iter()
+            .map(|m| m.message.body.as_str())
+            .collect::<Vec<_>>(),
+        vec!["which port?", "7878"]
+    );
+    assert_eq!(conversation[1].message.in_reply_to, Some(first_id));
+}
+
+#[tokio::test]
+async fn resending_an_accepted_id_stores_nothing_new() {
+    let relay = TestRelay::start(|_| {}).await;
+    let (alice, bob) = (TestAgent::new("alice"), TestAgent::new("bob"));
+    bob.sync(&relay).await;
+    let m = alice.message(&[&bob], "once", "only once");
+    let keys = vec![(bob.address(), bob.identity.public().clone())];
+    let mut conn = alice.connect(&relay).await;
+    // Two different sealings of the same message: same id, different bytes.
+    for _ in 0..2 {
+        let env = seal(&m, &alice.identity, &keys, &Limits::default())
+            .unwrap()
+            .remove(0);
+        assert_eq!(conn.send_envelope(env).await.unwrap(), m.id);
+    }
+    conn.close().await;
+    let report = bob.sync(&relay).await;
+    assert_eq!(
+        (report.received.len(), report.duplicates),
+        (1, 0),
+        "{report:?}"
+    );
+}
+
+#[tokio::test]
+async fn a_lost_ack_means_redelivery_and_the_store_keeps_one_copy() {
+    let relay = TestRelay::start(|_| {}).await;
+    let (alice, bob) = (TestAgent::new("alice"), TestAgent::new("bob"));
+    bob.sync(&relay).await;
+    let m = alice.message(&[&bob], "retry", "body");
+    let id = m.id;
+    alice.send(&relay, m).await;
+
+    // Delivered but never committed: the connection drops first.
+    let mut raw = raw_login(&relay, &bob).await;
+    assert!(matches!(
+        raw_recv(&mut raw).await,
+        Some(ServerFrame::Deliver { .. })
+    ));
+    drop(raw);
+    // Committed but the ack is lost: a sync that commits, then a connection that drops.
+    let mut conn = bob.connect(&relay).await;
+    let ServerFrame::Deliver { envelope, .. } = conn.recv().await.unwrap() else {
+        panic!("expected a delivery")
+    };
+    let opened = mailslot::crypto::open(
+        &envelope,
+        &bob.address(),
+        &bob.identity,
+        alice.identity.public(),
+        &Limits::default(),
+    )
+    .unwrap();
+    bob.store
+        .call(move |s| s.insert_message(&opened, mailslot::store::Direction::In, Trust::Verified))
+        .await
+        .unwrap();
+    drop(conn);
+
+    let report = bob.sync(&relay).await;
+    assert_eq!(
+        (report.received.len(), report.duplicates),
+        (0, 1),
+        "redelivered, deduplicated: {report:?}"
+    );
+    assert_eq!(bob.store.call(|s| s.message_count()).await.unwrap(), 1);
+    assert!(bob.sync(&relay).await.duplicates == 0, "acked this time");
+    assert_eq!(
+        bob.store
+            .call(|s| s.inbox(&InboxQuery::default()))
+            .await
+            .unwrap()[0]
+            .message
+            .id,
+        id
+    );
+}
+
+#[tokio::test]
+async fn a_second_connection_replaces_the_first_cleanly() {
+    let relay = TestRelay::start(|_| {}).await;
+    let (alice, bob) = (TestAgent::new("alice"), TestAgent::new("bob"));
+    let mut first = raw_login(&relay, &bob).await;
+    let mut second = raw_login(&relay, &bob).await;
+    let (code, _, _) = next_error(&mut first)
+        .await
+        .expect("the first connection is told why");
+    assert_eq!(code, ErrorCode::Replaced);
+    assert!(raw_recv(&mut first).await.is_none(), "and closed");
+    // The new connection still gets mail pushed to it.
+    alice
+        .send(&relay, alice.message(&[&bob], "after", "replacement"))
+        .await;
+    loop {
+        match raw_recv(&mut second).await {
+            Some(ServerFrame::Deliver { .. }) => break,
+            Some(ServerFrame::CaughtUp) => continue,
+            other => panic!("expected a pushed delivery, got {other:?}"),
+        }
+    }
+}
+
+#[tokio::test]
+async fn bad_hellos_are_refused_with_their_codes() {
+    let relay = TestRelay::start(|c| c.auth_timeout_secs = 1).await;
+    let (alice, mallory) = (TestAgent::new("alice"), TestAgent::new("mallory"));
+    alice.sync(&relay).await;
+
+    // Wrong signature: mallory signs, claiming to be alice.
+    let (mut ws, relay_id, nonce) = raw_connect(&relay).await;
+    let ClientFrame::Hello { signature, .. } = hello(&mallory, &relay_id, &nonce) else {
+        unreachable!()
+    };
+    raw_send(
+        &mut ws,
+        &ClientFrame::Hello {
+            agent: alice.name.clone(),
+            signature,
+            register: None,
+        },
+    )
+    .await;
+    assert_eq!(next_error(&mut ws).await.unwrap().0, ErrorCode::AuthFailed);
+
+    // Replayed hello: a valid answer to another connection's challenge.
+    let (_, relay_id, old_nonce) = raw_connect(&relay).await;
+    let replay = hello(&alice, &relay_id, &old_nonce);
+    let (mut ws, _, _) = raw_connect(&relay).await;
+    raw_send(&mut ws, &replay).await;
+    assert_eq!(next_error(&mut ws).await.unwrap().0, ErrorCode::AuthFailed);
+
+    // Taking a registered name with other keys.
+    let (mut ws, relay_id, nonce) = raw_connect(&relay).await;
+    let ClientFrame::Hello {
+        signature,
+        register,
+        ..
+    } = hello(&mallory, &relay_id, &nonce)
+    else {
+        unreachable!()
+    };
+    raw_send(
+        &mut ws,
+        &ClientFrame::Hello {
+            agent: alice.name.clone(),
+            signature,
+            register,
+        },
+    )
+    .await;
+    assert_eq!(next_error(&mut ws).await.unwrap().0, ErrorCode::NameTaken);
+
+    // No hello at all: the deadline closes it.
+    let (mut ws, _, _) = raw_connect(&relay).await;
+    assert_eq!(next_error(&mut ws).await.unwrap().0, ErrorCode::AuthTimeout);
+
+    // The relay still serves honest clients.
+    assert!(alice.sync(&relay).await.not_sent.is_empty());
+}
+
+#[tokio::test]
+async fn bad_sends_get_their_codes_and_the_connection_keeps_working() {
+    let relay = TestRelay::start(|_| {}).await;
+    let [alice, bob, carol] = ["alice", "bob", "carol"].map(TestAgent::new);
+    bob.sync(&relay).await;
+    carol.sync(&relay).await;
+    let mut ws = raw_login(&relay, &alice).await;
+    let keys = |a: &TestAgent| (a.address(), a.identity.public().clone());
+
+    // Sending as someone else: carol's envelope on alice's connection.
+    let forged = carol.message(&[&bob], "hi", "from 'carol'");
+    let env = seal(&forged, &carol.identity, &[keys(&bob)], &Limits::default())
+        .unwrap()
+        .remove(0);
+    raw_send(
+        &mut ws,
+        &ClientFrame::Send {
+            reference: "r1".into(),
+            envelope: env,
+        },
+    )
+    .await;
+    assert_eq!(next_error(&mut ws).await.unwrap().0, ErrorCode::NotSender);
+
+    // Unknown recipient.
+    let ghost = TestAgent::new("ghost");
+    let m = alice.message(&[&ghost], "hi", "anyone?");
+    let env = seal(&m, &alice.identity, &[keys(&ghost)], &Limits::default())
+        .unwrap()
+        .remove(0);
+    raw_send(
+        &mut ws,
+        &ClientFrame::Send {
+            reference: "r2".into(),
+            envelope: env,
+        },
+    )
+    .await;
+    let (code, message, _) = next_error(&mut ws).await.unwrap();
+    assert_eq!(code, ErrorCode::UnknownRecipient);
+    assert!(message.contains("ghost"), "{message}");
+
+    // Invalid JSON, then an unknown frame type.
+    raw_send_text(&mut ws, "{not json").await;
+    assert_eq!(next_error(&mut ws).await.unwrap().0, ErrorCode::BadFrame);
+    raw_send_text(&mut ws, r#"{"type":"approve","code":"123456"}"#).await;
+    assert_eq!(next_error(&mut ws).await.unwrap().0, ErrorCode::BadFrame);
+
+    // Still served.
+    raw_send(&mut ws, &ClientFrame::Ping).await;
+    loop {
+        match raw_recv(&mut ws).await.expect("still open") {
+            ServerFrame::Pong => break,
+            ServerFrame::CaughtUp => continue,
+            other => panic!("expected pong, got {other:?}"),
+        }
+    }
+    // And bob received nothing forged.
+    assert!(bob.sync(&relay).await.received.is_empty());
+}
+
+#[tokio::test]
+async fn a_client_that_keeps_misbehaving_is_closed() {
+    let relay = TestRelay::start(|c| c.max_errors_per_connection = 3).await;
+    let alice = TestAgent::new("alice");
+    let mut ws = raw_login(&relay, &alice).await;
+    for _ in 0..4 {
+        raw_send_text(&mut ws, "garbage").await;
+    }
+    let mut codes = Vec::new();
+    while let Some((code, _, _)) = next_error(&mut ws).await {
+        codes.push(code);
+    }
+    assert_eq!(codes.last(), Some(&ErrorCode::TooManyErrors), "{codes:?}");
+    assert!(
+        alice.sync(&relay).await.not_sent.is_empty(),
+        "it may reconnect and behave"
+    );
+}
+
+#[tokio::test]
+async fn an_oversized_frame_is_refused_without_hurting_others() {
+    let relay = TestRelay::start(|_| {}).await;
+    let (alice, bob) = (TestAgent::new("alice"), TestAgent::new("bob"));
+    bob.sync(&relay).await;
+    let mut ws = raw_login(&relay, &alice).await;
+    let huge = format!(
+        r#"{{"type":"ping","pad":"{}"}}"#,
+        "x".repeat(Limits::default().envelope_bytes + 8192)
+    );
+    let _ = futures_util::SinkExt::send(
+        &mut ws,
+        tokio_tungstenite::tungstenite::Message::Text(huge.into()),
+    )
+    .await;
+    assert_eq!(
+        next_error(&mut ws).await.map(|e| e.0),
+        Some(ErrorCode::TooLarge)
+    );
+    while raw_recv(&mut ws).await.is_some() {}
+    let m = alice.message(&[&bob], "after", "the big one");
+    assert_eq!(alice.send(&relay, m).await.sent.len(), 1);
+    assert_eq!(bob.sync(&relay).await.received.len(), 1);
+}
+
+#[tokio::test]
+async fn a_flood_is_rate_limited_with_a_retry_hint() {
+    let relay = TestRelay::start(|c| {
+        c.send_rate = 0.5;
+        c.send_burst = 3.0;
+    })
+    .await;
+    let (alice, bob) = (TestAgent::new("alice"), TestAgent::new("bob"));
+    bob.sync(&relay).await;
+    let mut conn = alice.connect(&relay).await;
+    let keys = vec![(bob.address(), bob.identity.public().clone())];
+    let mut accepted = Vec::new();
+    let mut refusal = None;
+    for i in 0..10 {
+        let m = alice.message(&[&bob], &format!("flood {i}"), "x");
+        let env = seal(&m, &alice.identity, &keys, &Limits::default())
+            .unwrap()
+            .remove(0);
+        match conn.send_envelope(env).await {
+            Ok(id) => accepted.push(id),
+            Err(e) => {
+                refusal = Some(e);
+                break;
+            }
+        }
+    }
+    assert_eq!(accepted.len(), 3, "the burst passes");
+    match refusal {
+        Some(mailslot::client::ClientError::Refused {
+            code: ErrorCode::RateLimited,
+            retry_after_ms: Some(ms),
+            ..
+        }) => {
+            assert!(ms > 0 && ms <= 2000, "{ms}");
+        }
+        other => panic!("expected rate_limited, got {other:?}"),
+    }
+    conn.close().await;
+    let got = bob.sync(&relay).await.received;
+    assert_eq!(got, accepted, "everything accepted arrives, in order");
+}
+
+#[tokio::test]
+async fn a_full_mailbox_refuses_the_sender_and_loses_nothing() {
+    let relay = TestRelay::start(|c| c.quota_messages = 2).await;
+    let (alice, bob) = (TestAgent::new("alice"), TestAgent::new("bob"));
+    bob.sync(&relay).await;
+    for i in 0..2 {
+        alice
+            .send(&relay, alice.message(&[&bob], &format!("m{i}"), "x"))
+            .await;
+    }
+    let third = alice.message(&[&bob], "m2", "x");
+    let id = third.id;
+    let report = alice.send(&relay, third).await;
+    let (failed, reason, retry) = &report.not_sent[0];
+    assert_eq!(*failed, id);
+    assert!(reason.contains("quota_full") && *retry, "{reason}");
+    assert_eq!(
+        alice.store.call(|s| s.outbox_len()).await.unwrap(),
+        1,
+        "kept for retry"
+    );
+    assert_eq!(bob.sync(&relay).await.received.len(), 2);
+    // Room again: the retry goes through.
+    assert_eq!(alice.sync(&relay).await.sent, vec![id]);
+    assert_eq!(bob.sync(&relay).await.received, vec![id]);
+}
+
+#[tokio::test]
+async fn shutdown_tells_connected_clients_why() {
+    let relay = TestRelay::start(|_| {}).await;
+    let alice = TestAgent::new("alice");
+    let mut ws = raw_login(&relay, &alice).await;
+    let TestRelay { relay, .. } = relay;
+    let shutdown = tokio::spawn(relay.shutdown());
+    assert_eq!(
+        next_error(&mut ws).await.unwrap().0,
+        ErrorCode::ShuttingDown
+    );
+    shutdown.await.unwrap();
+}
+
+#[tokio::test]
+async fn http_health_metrics_registration_and_lookup() {
+    let relay = TestRelay::start(|_| {}).await;
+    let base = format!("http://{}", relay.relay.addr());
+    let get = |path: &str| {
+        let url = format!("{base}{path}");
+        async move { http(&url, None).await }
+    };
+    assert_eq!(get("/healthz").await, (200, "ok\n".to_owned()));
+    let alice = TestAgent::new("alice");
+    let keys = alice.identity.public().to_keys();
+    let sig = mailslot::crypto::sign::signature(
+        &alice.identity,
+        mailslot::crypto::sign::Domain::Register,
+        &mailslot::relay::register_payload(&alice.name, &keys),
+    );
+    let body = serde_json::json!({"name": "alice", "keys": keys, "signature": mailslot::protocol::b64::encode(&sig)}).to_string();
+    assert_eq!(http(&format!("{base}/v1/agents"), Some(&body)).await.0, 201);
+    assert_eq!(
+        http(&format!("{base}/v1/agents"), Some(&body)).await.0,
+        200,
+        "idempotent"
+    );
+    let mallory = TestAgent::new("mallory");
+    let other = mallory.identity.public().to_keys();
+    let sig = mailslot::crypto::sign::signature(
+        &mallory.identity,
+        mailslot::crypto::sign::Domain::Register,
+        &mailslot::relay::register_payload(&alice.name, &other),
+    );
+    let body = serde_json::json!({"name": "alice", "keys": other, "signature": mailslot::protocol::b64::encode(&sig)}).to_string();
+    assert_eq!(http(&format!("{base}/v1/agents"), Some(&body)).await.0, 409);
+    let (status, record) = get("/v1/agents/alice").await;
+    assert_eq!(status, 200);
+    assert!(
+        record.contains(alice.identity.fingerprint().as_str()),
+        "{record}"
+    );
+    assert_eq!(get("/v1/agents/nobody").await.0, 404);
+    assert_eq!(get("/v1/agents/NOT-VALID").await.0, 400);
+    // Traffic shows in the metrics.
+    alice.sync(&relay).await;
+    let (status, metrics) = get("/metrics").await;
+    assert_eq!(status, 200);
+    assert!(
+        metrics.contains("mailslot_relay_accepted_total"),
+        "{metrics}"
+    );
+}
+
+/// A tiny HTTP/1.1 client over a TCP socket, enough for the relay's endpoints.
+async fn http(url: &str, post: Option<&str>) -> (u16, String) {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let rest = url.strip_prefix("http://").unwrap();
+    let (host, path) = rest
+        .split_once('/')
+        .map(|(h, p)| (h, format!("/{p}")))
+        .unwrap();
+    let mut stream = tokio::net::TcpStream::connect(host).await.unwrap();
+    let request = match post {
+        Some(body) => format!(
+            "POST {path} HTTP/1.1\r\nHost: {host}\r\nContent-Type: application/json\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{body}",
+            body.len()
+        ),
+        None => format!("GET {path} HTTP/1.1\r\nHost: {host}\r\nConnection: close\r\n\r\n"),
+    };
+    stream.write_all(request.as_bytes()).await.unwrap();
+    let mut response = Vec::new();
+    stream.read_to_end(&mut response).await.unwrap();
+    let text = String::from_utf8_lossy(&response).into_owned();
+    let status = text.split(' ').nth(1).unwrap().parse().unwrap();
+    let body = text
+        .split_once("\r\n\r\n")
+        .map(|(_, b)| b.to_owned())
+        .unwrap_or_default();
+    (status, body)
+}
