@@ -3,7 +3,9 @@
 
 use serde::{Deserialize, Serialize};
 
-use super::{AgentName, MessageId, PublicKeys, SealedEnvelope, b64};
+use jiff::Timestamp;
+
+use super::{AgentName, ConsentEvent, MessageId, Policy, PublicKeys, RequestCode, RequestView, SealedEnvelope, b64};
 
 /// The protocol version this build speaks.
 pub const PROTOCOL_VERSION: u32 = 1;
@@ -63,6 +65,45 @@ pub enum ServerFrame {
         /// Its registered keys.
         keys: PublicKeys,
     },
+    /// A contact request was created; the code is for the requester's owner only.
+    Requested {
+        /// The client's request reference.
+        #[serde(rename = "ref")]
+        reference: String,
+        /// The verification code to pass to the target's owner out of band.
+        code: RequestCode,
+        /// When the request lapses.
+        expires_at: Timestamp,
+    },
+    /// A consent change was applied.
+    Done {
+        /// The client's request reference.
+        #[serde(rename = "ref")]
+        reference: String,
+        /// What happened, for people.
+        detail: String,
+    },
+    /// The agent's consent state, answering `consent`.
+    ConsentState {
+        /// The client's request reference.
+        #[serde(rename = "ref")]
+        reference: String,
+        /// Whom the agent accepts mail from.
+        policy: Policy,
+        /// Requests to this agent (no codes).
+        incoming: Vec<RequestView>,
+        /// Requests by this agent (with codes).
+        outgoing: Vec<RequestView>,
+        /// Approved contacts.
+        contacts: Vec<AgentName>,
+        /// Blocked agents.
+        blocked: Vec<AgentName>,
+    },
+    /// Consent news.
+    Event {
+        /// What happened.
+        event: ConsentEvent,
+    },
     /// Something was refused; the connection stays open unless the code says otherwise.
     Error {
         /// The request it answers, if any.
@@ -117,8 +158,87 @@ pub enum ClientFrame {
         /// The agent.
         agent: AgentName,
     },
+    /// Ask `to` to accept mail from this agent.
+    Connect {
+        /// Echoed in the answer.
+        #[serde(rename = "ref")]
+        reference: String,
+        /// The agent asked.
+        to: AgentName,
+        /// Why, for its owner.
+        note: String,
+    },
+    /// The owner approves a request to this agent by its code.
+    Approve {
+        /// Echoed in the answer.
+        #[serde(rename = "ref")]
+        reference: String,
+        /// The code the requester's owner passed on.
+        code: RequestCode,
+    },
+    /// The owner denies a request from `agent`.
+    Deny {
+        /// Echoed in the answer.
+        #[serde(rename = "ref")]
+        reference: String,
+        /// The requester.
+        agent: AgentName,
+    },
+    /// Refuse all mail and requests from `agent`.
+    Block {
+        /// Echoed in the answer.
+        #[serde(rename = "ref")]
+        reference: String,
+        /// The agent.
+        agent: AgentName,
+    },
+    /// Lift a block.
+    Unblock {
+        /// Echoed in the answer.
+        #[serde(rename = "ref")]
+        reference: String,
+        /// The agent.
+        agent: AgentName,
+    },
+    /// End a contact (both directions).
+    Remove {
+        /// Echoed in the answer.
+        #[serde(rename = "ref")]
+        reference: String,
+        /// The contact.
+        agent: AgentName,
+    },
+    /// Set whom this agent accepts mail from.
+    SetPolicy {
+        /// Echoed in the answer.
+        #[serde(rename = "ref")]
+        reference: String,
+        /// The policy.
+        policy: Policy,
+    },
+    /// Ask for this agent's consent state.
+    Consent {
+        /// Echoed in the answer.
+        #[serde(rename = "ref")]
+        reference: String,
+    },
     /// Keepalive.
     Ping,
+}
+
+impl ServerFrame {
+    /// The request this frame answers, if it answers one.
+    pub fn reference(&self) -> Option<&str> {
+        match self {
+            ServerFrame::Sent { reference, .. }
+            | ServerFrame::Keys { reference, .. }
+            | ServerFrame::Requested { reference, .. }
+            | ServerFrame::Done { reference, .. }
+            | ServerFrame::ConsentState { reference, .. } => Some(reference),
+            ServerFrame::Error { reference, .. } => reference.as_deref(),
+            _ => None,
+        }
+    }
 }
 
 /// Stable error codes. Clients match on these, never on the message text.
@@ -157,6 +277,12 @@ pub enum ErrorCode {
     ShuttingDown,
     /// The client misbehaved too often and is being disconnected.
     TooManyErrors,
+    /// The recipient does not accept mail or requests from this sender (policy or block).
+    NotAllowed,
+    /// Too many pending contact requests; wait for answers or expiry.
+    TooManyRequests,
+    /// No pending request to this agent has that code (or it expired).
+    BadCode,
     /// The relay failed; retry later.
     Internal,
 }
@@ -181,6 +307,9 @@ impl ErrorCode {
             ErrorCode::Replaced => "replaced",
             ErrorCode::ShuttingDown => "shutting_down",
             ErrorCode::TooManyErrors => "too_many_errors",
+            ErrorCode::NotAllowed => "not_allowed",
+            ErrorCode::TooManyRequests => "too_many_requests",
+            ErrorCode::BadCode => "bad_code",
             ErrorCode::Internal => "internal",
         }
     }

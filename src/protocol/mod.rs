@@ -3,6 +3,7 @@
 
 mod address;
 pub mod b64;
+mod consent;
 mod envelope;
 mod error;
 mod fingerprint;
@@ -13,6 +14,7 @@ mod limits;
 mod message;
 
 pub use address::{Address, AgentName, MAX_NAME_LEN};
+pub use consent::{ConsentEvent, MAX_NOTE_CHARS, Policy, RequestCode, RequestView, validate_note};
 pub use envelope::{ENVELOPE_VERSION, KeyWrap, SealedEnvelope};
 pub use error::ValidationError;
 pub use fingerprint::{FINGERPRINT_BYTES, Fingerprint};

@@ -6,7 +6,7 @@ use std::time::Duration;
 
 use serde::Deserialize;
 
-use crate::protocol::Limits;
+use crate::protocol::{Limits, Policy};
 
 /// The largest config file read.
 const MAX_CONFIG_BYTES: u64 = 64 * 1024;
@@ -62,6 +62,17 @@ pub struct RelayConfig {
     pub max_connections_per_ip: usize,
     /// Bad frames tolerated on one connection before it is closed.
     pub max_errors_per_connection: u32,
+    /// Whom agents accept mail from unless they chose: `open` on a loopback relay,
+    /// `contacts` otherwise.
+    pub default_policy: Option<Policy>,
+    /// Open contact requests one agent may have.
+    pub max_pending_requests: u32,
+    /// Seconds a contact request stays open.
+    pub request_ttl_secs: u64,
+    /// Contact requests an agent may make per hour.
+    pub requests_per_hour: f64,
+    /// Approval attempts (right or wrong codes) an agent may make per hour.
+    pub approvals_per_hour: f64,
 }
 
 impl Default for RelayConfig {
@@ -80,6 +91,11 @@ impl Default for RelayConfig {
             send_burst: 1000.0,
             max_connections_per_ip: 20_000,
             max_errors_per_connection: 20,
+            default_policy: None,
+            max_pending_requests: 3,
+            request_ttl_secs: 3600,
+            requests_per_hour: 20.0,
+            approvals_per_hour: 5.0,
         }
     }
 }
@@ -113,6 +129,11 @@ impl RelayConfig {
     /// The idle deadline.
     pub fn idle_timeout(&self) -> Duration {
         Duration::from_secs(self.idle_timeout_secs)
+    }
+
+    /// The policy for agents that set none.
+    pub fn effective_default_policy(&self) -> Policy {
+        self.default_policy.unwrap_or(if self.listen.ip().is_loopback() { Policy::Open } else { Policy::Contacts })
     }
 
     /// The largest WebSocket message accepted.

@@ -5,15 +5,20 @@ use std::collections::HashMap;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 
-use tokio::sync::{Notify, oneshot};
+use tokio::sync::{Notify, mpsc, oneshot};
 
-use crate::protocol::AgentName;
+use crate::protocol::{AgentName, ConsentEvent};
 
 struct Entry {
     conn: u64,
     wake: Arc<Notify>,
     kick: oneshot::Sender<()>,
+    events: mpsc::Sender<ConsentEvent>,
 }
+
+/// Consent events queued for one session at most; more are dropped (the state stays
+/// queryable with `consent`).
+const EVENT_BACKLOG: usize = 64;
 
 /// The live sessions, by agent.
 #[derive(Default)]
@@ -30,6 +35,8 @@ pub struct Attached {
     pub wake: Arc<Notify>,
     /// Fires when a newer connection for the same agent takes over.
     pub kicked: oneshot::Receiver<()>,
+    /// Consent events for the agent.
+    pub events: mpsc::Receiver<ConsentEvent>,
 }
 
 impl Hub {
@@ -38,20 +45,14 @@ impl Hub {
         let conn = self.next_conn.fetch_add(1, Ordering::Relaxed);
         let wake = Arc::new(Notify::new());
         let (kick, kicked) = oneshot::channel();
-        let old = self.lock().insert(
-            agent.clone(),
-            Entry {
-                conn,
-                wake: wake.clone(),
-                kick,
-            },
-        );
+        let (events_tx, events_rx) = mpsc::channel(EVENT_BACKLOG);
+        let old = self.lock().insert(agent.clone(), Entry { conn, wake: wake.clone(), kick, events: events_tx });
         if let Some(old) = old {
             let _ = old.kick.send(());
         }
         // Mail may have arrived between the old session's last fetch and now.
         wake.notify_one();
-        Attached { conn, wake, kicked }
+        Attached { conn, wake, kicked, events: events_rx }
     }
 
     /// Removes the agent's session if it is still this connection.
@@ -66,6 +67,15 @@ impl Hub {
     pub fn wake(&self, agent: &AgentName) {
         if let Some(e) = self.lock().get(agent) {
             e.wake.notify_one();
+        }
+    }
+
+    /// Pushes a consent event to the agent's live session, if any.
+    pub fn tell(&self, agent: &AgentName, event: ConsentEvent) {
+        if let Some(e) = self.lock().get(agent) {
+            if e.events.try_send(event).is_err() {
+                tracing::warn!(%agent, "consent event dropped: the session is not reading");
+            }
         }
     }
 

@@ -2,6 +2,7 @@
 //! It depends on `protocol` and `crypto` only; it never reads subjects or bodies.
 
 mod config;
+mod consent;
 mod http;
 mod hub;
 mod limits;
@@ -74,7 +75,9 @@ impl Relay {
         })?;
         let relay_id = storage.relay_id().to_owned();
         let (shutdown, shutdown_rx) = watch::channel(false);
+        let waiting = storage.total_waiting().await?;
         let state = Arc::new(RelayState::new(storage, config, shutdown_rx.clone()));
+        state.metrics.queued.set(waiting as i64);
         let task = tokio::spawn(serve(state, listener, shutdown_rx));
         tracing::info!(%addr, relay = %relay_id, "relay listening");
         Ok(Self {

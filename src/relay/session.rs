@@ -128,6 +128,7 @@ pub async fn run<S: Storage>(state: Arc<RelayState<S>>, mut socket: WebSocket, i
         &agent,
         attached.wake.clone(),
         attached.kicked,
+        attached.events,
     )
     .await;
     state.hub.detach(&agent, attached.conn);
@@ -283,6 +284,7 @@ async fn serve<S: Storage>(
     agent: &AgentName,
     wake: Arc<tokio::sync::Notify>,
     mut kicked: tokio::sync::oneshot::Receiver<()>,
+    mut events: tokio::sync::mpsc::Receiver<crate::protocol::ConsentEvent>,
 ) -> Option<Ending> {
     let mut shutdown = state.shutdown.clone();
     let mut d = Delivery {
@@ -310,6 +312,11 @@ async fn serve<S: Storage>(
                 return Some(Ending { code: ErrorCode::Replaced, message: format!("another connection for {agent} took over"), close: close::REPLACED });
             }
             _ = wake.notified(), if !d.need_fetch => d.need_fetch = true,
+            Some(event) = events.recv() => {
+                if !send(socket, &ServerFrame::Event { event }).await {
+                    return None;
+                }
+            }
             incoming = timeout_at(deadline, socket.recv()) => {
                 let text = match incoming {
                     Err(_) => return Some(Ending { code: ErrorCode::BadFrame, message: format!("no frame for {} s; send ping to keep the connection", idle.as_secs()), close: close::GOING_AWAY }),
@@ -466,6 +473,10 @@ async fn handle<S: Storage>(
             reference,
             envelope,
         } => accept(state, agent, reference, envelope).await,
+        other => match super::consent::handle(state, agent, other).await {
+            Ok(answer) => answer,
+            Err(unhandled) => error_frame(None, ErrorCode::UnexpectedFrame, format!("unexpected frame {unhandled:?}"), None),
+        },
     })
 }
 
@@ -543,6 +554,19 @@ async fn accept<S: Storage>(
                     e.to_string(),
                     Some(Duration::from_secs(1)),
                 );
+            }
+        }
+        if name != agent {
+            match state.storage.allows(agent.clone(), name.clone(), state.config.effective_default_policy()).await {
+                Ok(true) => {}
+                Ok(false) => {
+                    return refuse(
+                        ErrorCode::NotAllowed,
+                        format!("{name} does not accept mail from {agent}; ask first with `mailslot connect {name}`"),
+                        None,
+                    );
+                }
+                Err(e) => return refuse(ErrorCode::Internal, e.to_string(), Some(Duration::from_secs(1))),
             }
         }
         if copies.iter().any(|c: &Copy| &c.recipient == name) {

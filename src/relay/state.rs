@@ -24,6 +24,10 @@ pub struct RelayState<S> {
     pub metrics: Metrics,
     /// Per-agent send limits.
     pub send_rate: RateLimiter,
+    /// Per-agent contact request limits.
+    pub request_rate: RateLimiter,
+    /// Per-agent approval attempt limits, against guessing codes.
+    pub approve_rate: RateLimiter,
     /// Per-IP connection limits.
     pub connections: Arc<ConnectionLimiter>,
     /// Flips to `true` when the relay shuts down.
@@ -37,6 +41,8 @@ impl<S: Storage> RelayState<S> {
     pub fn new(storage: S, config: RelayConfig, shutdown: watch::Receiver<bool>) -> Self {
         Self {
             send_rate: RateLimiter::new(config.send_rate, config.send_burst),
+            request_rate: RateLimiter::new(config.requests_per_hour / 3600.0, config.requests_per_hour),
+            approve_rate: RateLimiter::new(config.approvals_per_hour / 3600.0, config.approvals_per_hour),
             connections: Arc::new(ConnectionLimiter::new(config.max_connections_per_ip)),
             storage,
             config,

@@ -5,7 +5,7 @@ mod sqlite;
 
 use std::future::Future;
 
-use crate::protocol::{AgentName, MessageId, PublicKeys, Seq};
+use crate::protocol::{AgentName, MessageId, Policy, PublicKeys, RequestCode, RequestView, Seq};
 
 pub use sqlite::SqliteStorage;
 
@@ -77,6 +77,98 @@ pub struct Queued {
     pub accepted_at_ms: i64,
 }
 
+/// A consent change, applied durably like every write.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum ConsentChange {
+    /// `from` asks `to`; refused beyond `max_pending` open requests by `from`.
+    Request {
+        /// The requester.
+        from: AgentName,
+        /// The target.
+        to: AgentName,
+        /// The requester's note.
+        note: String,
+        /// The fresh code.
+        code: RequestCode,
+        /// When it lapses (Unix ms).
+        expires_at_ms: i64,
+        /// Open requests a requester may have.
+        max_pending: u32,
+    },
+    /// `target` approves the request carrying `code`: both become contacts.
+    Approve {
+        /// The approving agent.
+        target: AgentName,
+        /// The code.
+        code: RequestCode,
+    },
+    /// `target` denies `requester`'s request.
+    Deny {
+        /// The denying agent.
+        target: AgentName,
+        /// The requester.
+        requester: AgentName,
+    },
+    /// `owner` blocks `peer` (ending any contact and pending requests between them).
+    Block {
+        /// The blocking agent.
+        owner: AgentName,
+        /// The blocked agent.
+        peer: AgentName,
+    },
+    /// `owner` lifts a block on `peer`.
+    Unblock {
+        /// The agent.
+        owner: AgentName,
+        /// The unblocked agent.
+        peer: AgentName,
+    },
+    /// `owner` ends its contact with `peer`, both ways.
+    Remove {
+        /// The agent.
+        owner: AgentName,
+        /// The former contact.
+        peer: AgentName,
+    },
+    /// `owner` sets its policy.
+    SetPolicy {
+        /// The agent.
+        owner: AgentName,
+        /// The policy.
+        policy: Policy,
+    },
+}
+
+/// The outcome of a [`ConsentChange`].
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum ConsentOutcome {
+    /// Applied. For approvals and denials: the requester, to be told.
+    Applied(Option<AgentName>),
+    /// A request to an agent that is already a contact.
+    AlreadyContacts,
+    /// The requester has too many open requests.
+    TooManyPending,
+    /// The target blocks the requester or is closed.
+    NotAllowed,
+    /// No open request with that code, or none from that agent.
+    NoSuchRequest,
+}
+
+/// An agent's consent state.
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub struct ConsentState {
+    /// Its own policy, if it set one.
+    pub policy: Option<Policy>,
+    /// Requests to it.
+    pub incoming: Vec<RequestView>,
+    /// Requests by it.
+    pub outgoing: Vec<RequestView>,
+    /// Its contacts.
+    pub contacts: Vec<AgentName>,
+    /// Whom it blocks.
+    pub blocked: Vec<AgentName>,
+}
+
 /// What the relay stores. Every write is durable before its future resolves.
 pub trait Storage: Send + Sync + 'static {
     /// This relay's stable id, which clients sign in their hello.
@@ -123,6 +215,18 @@ pub trait Storage: Send + Sync + 'static {
 
     /// How many messages wait for `agent`.
     fn waiting(&self, agent: AgentName) -> impl Future<Output = Result<u64, StorageError>> + Send;
+
+    /// Applies a consent change.
+    fn consent(&self, change: ConsentChange) -> impl Future<Output = Result<ConsentOutcome, StorageError>> + Send;
+
+    /// Whether `recipient` accepts mail from `sender`, given the relay's default policy.
+    fn allows(&self, sender: AgentName, recipient: AgentName, default: Policy) -> impl Future<Output = Result<bool, StorageError>> + Send;
+
+    /// An agent's consent state, open requests only.
+    fn consent_state(&self, agent: AgentName, now_ms: i64) -> impl Future<Output = Result<ConsentState, StorageError>> + Send;
+
+    /// Messages waiting in all queues.
+    fn total_waiting(&self) -> impl Future<Output = Result<u64, StorageError>> + Send;
 
     /// Deletes envelopes that expired before `now_ms`; returns how many.
     fn expire(&self, now_ms: i64) -> impl Future<Output = Result<u64, StorageError>> + Send;

@@ -9,22 +9,24 @@ use std::time::Duration;
 use rusqlite::{Connection, OptionalExtension, TransactionBehavior, params};
 use tokio::sync::oneshot;
 
-use super::{Accepted, Copy, Queued, Quota, Registration, Storage, StorageError};
-use crate::protocol::{AgentName, MessageId, PublicKeys, Seq};
+use super::{Accepted, ConsentChange, ConsentOutcome, ConsentState, Copy, Queued, Quota, Registration, Storage, StorageError};
+use crate::protocol::{AgentName, MessageId, Policy, PublicKeys, RequestCode, RequestView, Seq};
 
 /// Writes taken into one transaction at most.
 const MAX_BATCH: usize = 1024;
 const READERS: usize = 4;
 
-const SCHEMA: &str = r#"
-CREATE TABLE IF NOT EXISTS meta (key TEXT PRIMARY KEY, value TEXT NOT NULL) STRICT;
-CREATE TABLE IF NOT EXISTS agents (
+/// Schema versions, applied in order and tracked in `user_version`; never edit a shipped one.
+const MIGRATIONS: &[&str] = &[r#"
+CREATE TABLE meta (key TEXT PRIMARY KEY, value TEXT NOT NULL) STRICT;
+CREATE TABLE agents (
     name          TEXT PRIMARY KEY,
     signing       BLOB NOT NULL,
     sealing       BLOB NOT NULL,
-    registered_at INTEGER NOT NULL
+    registered_at INTEGER NOT NULL,
+    policy        TEXT CHECK (policy IN ('open', 'contacts', 'closed'))
 ) STRICT;
-CREATE TABLE IF NOT EXISTS queue (
+CREATE TABLE queue (
     seq         INTEGER PRIMARY KEY AUTOINCREMENT,
     recipient   TEXT NOT NULL,
     sender      TEXT NOT NULL,
@@ -34,25 +36,66 @@ CREATE TABLE IF NOT EXISTS queue (
     expires_at  INTEGER NOT NULL,
     UNIQUE (sender, message_id, recipient)
 ) STRICT;
-CREATE INDEX IF NOT EXISTS queue_recipient ON queue(recipient, seq);
-CREATE INDEX IF NOT EXISTS queue_expiry ON queue(expires_at);
+CREATE INDEX queue_recipient ON queue(recipient, seq);
+CREATE INDEX queue_expiry ON queue(expires_at);
 -- Running totals per recipient, so a quota check never scans the queue.
-CREATE TABLE IF NOT EXISTS queue_totals (
+CREATE TABLE queue_totals (
     recipient TEXT PRIMARY KEY,
     count     INTEGER NOT NULL,
     bytes     INTEGER NOT NULL
 ) STRICT;
-"#;
+CREATE TABLE contact_requests (
+    requester  TEXT NOT NULL,
+    target     TEXT NOT NULL,
+    note       TEXT NOT NULL,
+    code       TEXT NOT NULL,
+    expires_at INTEGER NOT NULL,
+    PRIMARY KEY (requester, target)
+) STRICT;
+CREATE INDEX contact_requests_target ON contact_requests(target, code);
+-- owner -> peer: 'contact' (stored both ways) or 'blocked' (one way).
+CREATE TABLE relations (
+    owner TEXT NOT NULL,
+    peer  TEXT NOT NULL,
+    kind  TEXT NOT NULL CHECK (kind IN ('contact', 'blocked')),
+    since INTEGER NOT NULL,
+    PRIMARY KEY (owner, peer)
+) STRICT;
+"#];
 
-enum Write {
-    Register(
-        AgentName,
-        PublicKeys,
-        oneshot::Sender<Result<Registration, StorageError>>,
-    ),
-    Accept(AcceptOp, oneshot::Sender<Result<Accepted, StorageError>>),
-    Ack(AgentName, Seq, oneshot::Sender<Result<u64, StorageError>>),
-    Expire(i64, oneshot::Sender<Result<u64, StorageError>>),
+/// One write for the writer thread: applied inside the batch's transaction, answered after
+/// the commit (or with the commit's error).
+trait WriteOp: Send {
+    fn apply(&mut self, tx: &rusqlite::Transaction<'_>) -> Result<(), StorageError>;
+    fn finish(self: Box<Self>, committed: Result<(), &StorageError>);
+}
+
+struct Op<T, F> {
+    run: Option<F>,
+    value: Option<T>,
+    reply: oneshot::Sender<Result<T, StorageError>>,
+}
+
+impl<T, F> WriteOp for Op<T, F>
+where
+    T: Send,
+    F: FnOnce(&rusqlite::Transaction<'_>) -> Result<T, StorageError> + Send,
+{
+    fn apply(&mut self, tx: &rusqlite::Transaction<'_>) -> Result<(), StorageError> {
+        if let Some(run) = self.run.take() {
+            self.value = Some(run(tx)?);
+        }
+        Ok(())
+    }
+
+    fn finish(self: Box<Self>, committed: Result<(), &StorageError>) {
+        let answer = match (committed, self.value) {
+            (Ok(()), Some(v)) => Ok(v),
+            (Err(e), _) => Err(StorageError::Database(e.to_string())),
+            (Ok(()), None) => Err(StorageError::Database("the write was not applied".into())),
+        };
+        let _ = self.reply.send(answer);
+    }
 }
 
 struct AcceptOp {
@@ -66,7 +109,7 @@ struct AcceptOp {
 /// SQLite-backed relay storage.
 pub struct SqliteStorage {
     relay_id: String,
-    writes: mpsc::Sender<Write>,
+    writes: mpsc::Sender<Box<dyn WriteOp>>,
     readers: Arc<Mutex<Vec<Connection>>>,
 }
 
@@ -88,7 +131,17 @@ impl SqliteStorage {
     pub fn open(path: &Path) -> Result<Self, StorageError> {
         let mut writer = open(path)?;
         let tx = writer.transaction_with_behavior(TransactionBehavior::Immediate)?;
-        tx.execute_batch(SCHEMA)?;
+        let version = tx.query_row("PRAGMA user_version", [], |r| r.get::<_, i64>(0))? as usize;
+        if version > MIGRATIONS.len() {
+            return Err(StorageError::Database(format!(
+                "the relay database has schema {version}, newer than this build's {}; upgrade mailslot",
+                MIGRATIONS.len()
+            )));
+        }
+        for sql in &MIGRATIONS[version..] {
+            tx.execute_batch(sql)?;
+        }
+        tx.pragma_update(None, "user_version", MIGRATIONS.len() as i64)?;
         let existing: Option<String> = tx
             .query_row("SELECT value FROM meta WHERE key = 'relay_id'", [], |r| {
                 r.get(0)
@@ -126,15 +179,13 @@ impl SqliteStorage {
         })
     }
 
-    async fn write<R>(
+    async fn write<T: Send + 'static>(
         &self,
-        make: impl FnOnce(oneshot::Sender<Result<R, StorageError>>) -> Write,
-    ) -> Result<R, StorageError> {
-        let (tx, rx) = oneshot::channel();
-        self.writes
-            .send(make(tx))
-            .map_err(|_| StorageError::Closed)?;
-        rx.await.map_err(|_| StorageError::Closed)?
+        run: impl FnOnce(&rusqlite::Transaction<'_>) -> Result<T, StorageError> + Send + 'static,
+    ) -> Result<T, StorageError> {
+        let (reply, answer) = oneshot::channel();
+        self.writes.send(Box::new(Op { run: Some(run), value: None, reply })).map_err(|_| StorageError::Closed)?;
+        answer.await.map_err(|_| StorageError::Closed)?
     }
 
     async fn read<R: Send + 'static>(
@@ -159,7 +210,7 @@ impl SqliteStorage {
     }
 }
 
-fn writer_loop(mut conn: Connection, queue: mpsc::Receiver<Write>) {
+fn writer_loop(mut conn: Connection, queue: mpsc::Receiver<Box<dyn WriteOp>>) {
     while let Ok(first) = queue.recv() {
         let mut batch = vec![first];
         while batch.len() < MAX_BATCH {
@@ -172,56 +223,22 @@ fn writer_loop(mut conn: Connection, queue: mpsc::Receiver<Write>) {
     }
 }
 
-enum Outcome {
-    Registration(Registration),
-    Accepted(Accepted),
-    Count(u64),
-}
-
-fn apply(tx: &rusqlite::Transaction<'_>, write: &Write) -> Result<Outcome, StorageError> {
-    Ok(match write {
-        Write::Register(name, keys, _) => Outcome::Registration(register(tx, name, keys)?),
-        Write::Accept(op, _) => Outcome::Accepted(accept(tx, op)?),
-        Write::Ack(agent, upto, _) => Outcome::Count(ack(tx, agent, *upto)?),
-        Write::Expire(now, _) => Outcome::Count(expire(tx, *now)?),
-    })
-}
-
 /// Applies a batch in one transaction and answers every write only after the commit; if the
 /// transaction fails, every write in it gets the error and nothing in it was stored.
-fn commit_batch(conn: &mut Connection, batch: Vec<Write>) {
-    let result = (|| -> Result<Vec<Outcome>, StorageError> {
+fn commit_batch(conn: &mut Connection, mut batch: Vec<Box<dyn WriteOp>>) {
+    let result = (|| -> Result<(), StorageError> {
         let tx = conn.transaction_with_behavior(TransactionBehavior::Immediate)?;
-        let outcomes = batch
-            .iter()
-            .map(|w| apply(&tx, w))
-            .collect::<Result<Vec<_>, _>>()?;
+        for op in &mut batch {
+            op.apply(&tx)?;
+        }
         tx.commit()?;
-        Ok(outcomes)
+        Ok(())
     })();
-    match result {
-        Ok(outcomes) => {
-            for (write, outcome) in batch.into_iter().zip(outcomes) {
-                match (write, outcome) {
-                    (Write::Register(.., r), Outcome::Registration(v)) => drop(r.send(Ok(v))),
-                    (Write::Accept(_, r), Outcome::Accepted(v)) => drop(r.send(Ok(v))),
-                    (Write::Ack(.., r), Outcome::Count(v))
-                    | (Write::Expire(_, r), Outcome::Count(v)) => drop(r.send(Ok(v))),
-                    _ => unreachable!("apply answers each write with its own kind"),
-                }
-            }
-        }
-        Err(e) => {
-            tracing::error!(error = %e, writes = batch.len(), "relay write batch failed; nothing in it was stored");
-            let err = || StorageError::Database(e.to_string());
-            for write in batch {
-                match write {
-                    Write::Register(.., r) => drop(r.send(Err(err()))),
-                    Write::Accept(_, r) => drop(r.send(Err(err()))),
-                    Write::Ack(.., r) | Write::Expire(_, r) => drop(r.send(Err(err()))),
-                }
-            }
-        }
+    if let Err(e) = &result {
+        tracing::error!(error = %e, writes = batch.len(), "relay write batch failed; nothing in it was stored");
+    }
+    for op in batch {
+        op.finish(result.as_ref().map(|_| ()));
     }
 }
 
@@ -334,6 +351,128 @@ fn expire(tx: &rusqlite::Transaction<'_>, now: i64) -> Result<u64, StorageError>
     delete_where(tx, "q.expires_at < ?1", &[&now])
 }
 
+fn relation(tx: &rusqlite::Transaction<'_>, owner: &AgentName, peer: &AgentName) -> Result<Option<String>, StorageError> {
+    Ok(tx
+        .query_row("SELECT kind FROM relations WHERE owner = ?1 AND peer = ?2", [owner.as_str(), peer.as_str()], |r| r.get(0))
+        .optional()?)
+}
+
+fn consent(tx: &rusqlite::Transaction<'_>, change: &ConsentChange) -> Result<ConsentOutcome, StorageError> {
+    let now = now_ms();
+    tx.execute("DELETE FROM contact_requests WHERE expires_at < ?1", [now])?;
+    let add_contacts = |a: &AgentName, b: &AgentName| -> Result<(), StorageError> {
+        for (owner, peer) in [(a, b), (b, a)] {
+            tx.execute(
+                "INSERT INTO relations (owner, peer, kind, since) VALUES (?1, ?2, 'contact', ?3)
+                 ON CONFLICT (owner, peer) DO UPDATE SET kind = 'contact', since = excluded.since
+                 WHERE relations.kind != 'blocked'",
+                params![owner.as_str(), peer.as_str(), now],
+            )?;
+        }
+        Ok(())
+    };
+    Ok(match change {
+        ConsentChange::Request { from, to, note, code, expires_at_ms, max_pending } => {
+            let policy: Option<String> =
+                tx.query_row("SELECT policy FROM agents WHERE name = ?1", [to.as_str()], |r| r.get(0)).optional()?.flatten();
+            if relation(tx, to, from)?.as_deref() == Some("blocked") || policy.as_deref() == Some("closed") {
+                return Ok(ConsentOutcome::NotAllowed);
+            }
+            if relation(tx, from, to)?.as_deref() == Some("contact") {
+                return Ok(ConsentOutcome::AlreadyContacts);
+            }
+            let pending: u32 = tx.query_row(
+                "SELECT count(*) FROM contact_requests WHERE requester = ?1 AND target != ?2",
+                [from.as_str(), to.as_str()],
+                |r| r.get(0),
+            )?;
+            if pending >= *max_pending {
+                return Ok(ConsentOutcome::TooManyPending);
+            }
+            // Asking again replaces the earlier request (new code, new expiry).
+            tx.execute(
+                "INSERT INTO contact_requests (requester, target, note, code, expires_at) VALUES (?1, ?2, ?3, ?4, ?5)
+                 ON CONFLICT (requester, target) DO UPDATE SET note = excluded.note, code = excluded.code, expires_at = excluded.expires_at",
+                params![from.as_str(), to.as_str(), note, code.as_str(), expires_at_ms],
+            )?;
+            ConsentOutcome::Applied(None)
+        }
+        ConsentChange::Approve { target, code } => {
+            let requester: Option<String> = tx
+                .query_row(
+                    "SELECT requester FROM contact_requests WHERE target = ?1 AND code = ?2",
+                    [target.as_str(), code.as_str()],
+                    |r| r.get(0),
+                )
+                .optional()?;
+            let Some(requester) = requester else { return Ok(ConsentOutcome::NoSuchRequest) };
+            let requester = AgentName::new(&requester).map_err(|e| StorageError::Database(e.to_string()))?;
+            tx.execute("DELETE FROM contact_requests WHERE requester = ?1 AND target = ?2", [requester.as_str(), target.as_str()])?;
+            add_contacts(target, &requester)?;
+            ConsentOutcome::Applied(Some(requester))
+        }
+        ConsentChange::Deny { target, requester } => {
+            let n = tx.execute(
+                "DELETE FROM contact_requests WHERE requester = ?1 AND target = ?2",
+                [requester.as_str(), target.as_str()],
+            )?;
+            if n == 0 { ConsentOutcome::NoSuchRequest } else { ConsentOutcome::Applied(Some(requester.clone())) }
+        }
+        ConsentChange::Block { owner, peer } => {
+            tx.execute(
+                "DELETE FROM contact_requests WHERE (requester = ?1 AND target = ?2) OR (requester = ?2 AND target = ?1)",
+                [owner.as_str(), peer.as_str()],
+            )?;
+            tx.execute("DELETE FROM relations WHERE owner = ?1 AND peer = ?2 AND kind = 'contact'", [peer.as_str(), owner.as_str()])?;
+            tx.execute(
+                "INSERT INTO relations (owner, peer, kind, since) VALUES (?1, ?2, 'blocked', ?3)
+                 ON CONFLICT (owner, peer) DO UPDATE SET kind = 'blocked', since = excluded.since",
+                params![owner.as_str(), peer.as_str(), now],
+            )?;
+            ConsentOutcome::Applied(None)
+        }
+        ConsentChange::Unblock { owner, peer } => {
+            let n = tx.execute("DELETE FROM relations WHERE owner = ?1 AND peer = ?2 AND kind = 'blocked'", [owner.as_str(), peer.as_str()])?;
+            if n == 0 { ConsentOutcome::NoSuchRequest } else { ConsentOutcome::Applied(None) }
+        }
+        ConsentChange::Remove { owner, peer } => {
+            let n = tx.execute(
+                "DELETE FROM relations WHERE kind = 'contact' AND ((owner = ?1 AND peer = ?2) OR (owner = ?2 AND peer = ?1))",
+                [owner.as_str(), peer.as_str()],
+            )?;
+            if n == 0 { ConsentOutcome::NoSuchRequest } else { ConsentOutcome::Applied(None) }
+        }
+        ConsentChange::SetPolicy { owner, policy } => {
+            tx.execute("UPDATE agents SET policy = ?2 WHERE name = ?1", [owner.as_str(), policy.as_str()])?;
+            ConsentOutcome::Applied(None)
+        }
+    })
+}
+
+fn names(conn: &Connection, sql: &str, agent: &AgentName) -> Result<Vec<AgentName>, StorageError> {
+    let mut stmt = conn.prepare_cached(sql)?;
+    let rows = stmt.query_map([agent.as_str()], |r| r.get::<_, String>(0))?;
+    rows.map(|r| AgentName::new(&r?).map_err(|e| StorageError::Database(e.to_string()))).collect()
+}
+
+fn requests(conn: &Connection, sql: &str, agent: &AgentName, now: i64, with_code: bool) -> Result<Vec<RequestView>, StorageError> {
+    let mut stmt = conn.prepare_cached(sql)?;
+    let rows = stmt.query_map(params![agent.as_str(), now], |r| {
+        Ok((r.get::<_, String>(0)?, r.get::<_, String>(1)?, r.get::<_, String>(2)?, r.get::<_, i64>(3)?))
+    })?;
+    rows.map(|row| {
+        let (other, note, code, expires) = row?;
+        let bad = |e: String| StorageError::Database(e);
+        Ok(RequestView {
+            agent: AgentName::new(&other).map_err(|e| bad(e.to_string()))?,
+            note,
+            expires_at: jiff::Timestamp::from_millisecond(expires).map_err(|e| bad(e.to_string()))?,
+            code: if with_code { Some(RequestCode::parse(&code).map_err(|e| bad(e.to_string()))?) } else { None },
+        })
+    })
+    .collect()
+}
+
 impl Storage for SqliteStorage {
     fn relay_id(&self) -> &str {
         &self.relay_id
@@ -344,7 +483,7 @@ impl Storage for SqliteStorage {
         name: AgentName,
         keys: PublicKeys,
     ) -> Result<Registration, StorageError> {
-        self.write(|r| Write::Register(name, keys, r)).await
+        self.write(move |tx| register(tx, &name, &keys)).await
     }
 
     async fn keys(&self, name: AgentName) -> Result<Option<PublicKeys>, StorageError> {
@@ -374,19 +513,8 @@ impl Storage for SqliteStorage {
         quota: Quota,
         expires_at_ms: i64,
     ) -> Result<Accepted, StorageError> {
-        self.write(|r| {
-            Write::Accept(
-                AcceptOp {
-                    sender,
-                    id,
-                    copies,
-                    quota,
-                    expires_at_ms,
-                },
-                r,
-            )
-        })
-        .await
+        let op = AcceptOp { sender, id, copies, quota, expires_at_ms };
+        self.write(move |tx| accept(tx, &op)).await
     }
 
     async fn pending(
@@ -408,7 +536,7 @@ impl Storage for SqliteStorage {
     }
 
     async fn ack(&self, agent: AgentName, upto: Seq) -> Result<u64, StorageError> {
-        self.write(|r| Write::Ack(agent, upto, r)).await
+        self.write(move |tx| ack(tx, &agent, upto)).await
     }
 
     async fn waiting(&self, agent: AgentName) -> Result<u64, StorageError> {
@@ -423,6 +551,64 @@ impl Storage for SqliteStorage {
     }
 
     async fn expire(&self, now_ms: i64) -> Result<u64, StorageError> {
-        self.write(|r| Write::Expire(now_ms, r)).await
+        self.write(move |tx| expire(tx, now_ms)).await
+    }
+
+    async fn consent(&self, change: ConsentChange) -> Result<ConsentOutcome, StorageError> {
+        self.write(move |tx| consent(tx, &change)).await
+    }
+
+    async fn allows(&self, sender: AgentName, recipient: AgentName, default: Policy) -> Result<bool, StorageError> {
+        self.read(move |conn| {
+            let (policy, kind): (Option<String>, Option<String>) = conn
+                .prepare_cached(
+                    "SELECT a.policy, (SELECT kind FROM relations WHERE owner = a.name AND peer = ?2) FROM agents a WHERE a.name = ?1",
+                )?
+                .query_row([recipient.as_str(), sender.as_str()], |r| Ok((r.get(0)?, r.get(1)?)))
+                .optional()?
+                .unwrap_or((None, None));
+            let policy = policy.and_then(|p| p.parse().ok()).unwrap_or(default);
+            Ok(match kind.as_deref() {
+                Some("blocked") => false,
+                Some("contact") => policy != Policy::Closed,
+                _ => policy == Policy::Open,
+            })
+        })
+        .await
+    }
+
+    async fn consent_state(&self, agent: AgentName, now_ms: i64) -> Result<ConsentState, StorageError> {
+        self.read(move |conn| {
+            let policy: Option<String> = conn
+                .prepare_cached("SELECT policy FROM agents WHERE name = ?1")?
+                .query_row([agent.as_str()], |r| r.get(0))
+                .optional()?
+                .flatten();
+            Ok(ConsentState {
+                policy: policy.and_then(|p| p.parse().ok()),
+                incoming: requests(
+                    conn,
+                    "SELECT requester, note, code, expires_at FROM contact_requests WHERE target = ?1 AND expires_at >= ?2 ORDER BY expires_at",
+                    &agent,
+                    now_ms,
+                    false,
+                )?,
+                outgoing: requests(
+                    conn,
+                    "SELECT target, note, code, expires_at FROM contact_requests WHERE requester = ?1 AND expires_at >= ?2 ORDER BY expires_at",
+                    &agent,
+                    now_ms,
+                    true,
+                )?,
+                contacts: names(conn, "SELECT peer FROM relations WHERE owner = ?1 AND kind = 'contact' ORDER BY peer", &agent)?,
+                blocked: names(conn, "SELECT peer FROM relations WHERE owner = ?1 AND kind = 'blocked' ORDER BY peer", &agent)?,
+            })
+        })
+        .await
+    }
+
+    async fn total_waiting(&self) -> Result<u64, StorageError> {
+        self.read(|conn| Ok(conn.query_row("SELECT coalesce(sum(count), 0) FROM queue_totals", [], |r| r.get::<_, i64>(0))? as u64))
+            .await
     }
 }

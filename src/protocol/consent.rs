@@ -1,0 +1,192 @@
+//! Consent: who may write to whom. Owners approve contact requests with a code that only the
+//! requester's owner is shown; agents can ask but never approve.
+
+use std::fmt;
+use std::str::FromStr;
+
+use jiff::Timestamp;
+use serde::{Deserialize, Serialize};
+
+use super::{AgentName, ValidationError};
+
+/// The longest note on a contact request, in characters.
+pub const MAX_NOTE_CHARS: usize = 500;
+
+/// Whom an agent accepts mail from.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Policy {
+    /// Anyone not blocked.
+    Open,
+    /// Approved contacts only.
+    Contacts,
+    /// No one.
+    Closed,
+}
+
+impl Policy {
+    /// The name, as on the wire.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Policy::Open => "open",
+            Policy::Contacts => "contacts",
+            Policy::Closed => "closed",
+        }
+    }
+
+}
+
+impl FromStr for Policy {
+    type Err = ValidationError;
+    fn from_str(s: &str) -> Result<Self, Self::Err> {
+        match s {
+            "open" => Ok(Policy::Open),
+            "contacts" => Ok(Policy::Contacts),
+            "closed" => Ok(Policy::Closed),
+            _ => Err(ValidationError::new("policy", format!("{s:?} is not open, contacts or closed"))),
+        }
+    }
+}
+
+impl fmt::Display for Policy {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+const CODE_ALPHABET: &[u8; 32] = b"0123456789ABCDEFGHJKMNPQRSTVWXYZ";
+
+/// A verification code: eight base32 characters (40 bits), shown as `XXXX-XXXX`.
+#[derive(Debug, Clone, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(try_from = "String", into = "String")]
+pub struct RequestCode(String);
+
+impl RequestCode {
+    /// A code from 5 random bytes.
+    pub fn from_random(bytes: [u8; 5]) -> Self {
+        let mut acc = 0u64;
+        for b in bytes {
+            acc = (acc << 8) | u64::from(b);
+        }
+        let chars: String = (0..8).rev().map(|i| CODE_ALPHABET[((acc >> (i * 5)) & 31) as usize] as char).collect();
+        Self(format!("{}-{}", &chars[..4], &chars[4..]))
+    }
+
+    /// Parses a code as a person types it: any case, dash optional, O/I/L read as 0/1/1.
+    pub fn parse(s: &str) -> Result<Self, ValidationError> {
+        let cleaned: String = s
+            .chars()
+            .filter(|c| *c != '-' && !c.is_whitespace())
+            .map(|c| match c.to_ascii_uppercase() {
+                'O' => '0',
+                'I' | 'L' => '1',
+                c => c,
+            })
+            .collect();
+        if cleaned.len() != 8 || !cleaned.bytes().all(|b| CODE_ALPHABET.contains(&b)) {
+            return Err(ValidationError::new("code", "is not a verification code like 7KQF-3MZA; ask the requester's owner for it"));
+        }
+        Ok(Self(format!("{}-{}", &cleaned[..4], &cleaned[4..])))
+    }
+
+    /// The display form.
+    pub fn as_str(&self) -> &str {
+        &self.0
+    }
+}
+
+impl fmt::Display for RequestCode {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(&self.0)
+    }
+}
+
+impl FromStr for RequestCode {
+    type Err = ValidationError;
+    fn from_str(s: &str) -> Result<Self, Self::Err> {
+        Self::parse(s)
+    }
+}
+
+impl TryFrom<String> for RequestCode {
+    type Error = ValidationError;
+    fn try_from(s: String) -> Result<Self, Self::Error> {
+        Self::parse(&s)
+    }
+}
+
+impl From<RequestCode> for String {
+    fn from(c: RequestCode) -> Self {
+        c.0
+    }
+}
+
+/// A pending contact request as one side sees it.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RequestView {
+    /// The other agent: the target for outgoing requests, the requester for incoming ones.
+    pub agent: AgentName,
+    /// The requester's note.
+    pub note: String,
+    /// When it lapses.
+    pub expires_at: Timestamp,
+    /// The code: present only on the requester's side.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub code: Option<RequestCode>,
+}
+
+/// Consent news pushed to a connected agent.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(tag = "kind", rename_all = "snake_case", deny_unknown_fields)]
+pub enum ConsentEvent {
+    /// Someone asked to become a contact. No code: the owner gets it out of band.
+    RequestReceived {
+        /// The requester.
+        from: AgentName,
+        /// Its note.
+        note: String,
+        /// When the request lapses.
+        expires_at: Timestamp,
+    },
+    /// A request this agent made was approved.
+    Approved {
+        /// The agent whose owner approved.
+        by: AgentName,
+    },
+    /// A request this agent made was denied.
+    Denied {
+        /// The agent whose owner denied.
+        by: AgentName,
+    },
+}
+
+/// Checks a request note.
+pub fn validate_note(note: &str) -> Result<(), ValidationError> {
+    let len = note.chars().count();
+    if len > MAX_NOTE_CHARS {
+        return Err(ValidationError::too_long("note", len, MAX_NOTE_CHARS, "characters"));
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn codes_render_and_parse_forgivingly() {
+        let code = RequestCode::from_random([0xff, 0, 0xab, 0x12, 0x34]);
+        assert_eq!(code.as_str().len(), 9);
+        assert_eq!(RequestCode::parse(&code.as_str().to_lowercase().replace('-', "")).unwrap(), code);
+        assert_eq!(RequestCode::parse("oooo-iiii").unwrap().as_str(), "0000-1111");
+        assert!(RequestCode::parse("ABC").is_err());
+        assert!(RequestCode::parse("ABCD-EFGU").is_err());
+    }
+
+    #[test]
+    fn note_limit() {
+        assert!(validate_note(&"n".repeat(MAX_NOTE_CHARS)).is_ok());
+        assert_eq!(validate_note(&"n".repeat(MAX_NOTE_CHARS + 1)).unwrap_err().field, "note");
+    }
+}
