@@ -1,6 +1,7 @@
 //! The owner's command line: argument types (clap) and dispatch to one module per family.
 //! Every command is thin: it opens the agent and calls the library.
 
+mod consent;
 mod identity;
 mod mail;
 mod memory;
@@ -17,7 +18,7 @@ use crate::agent::Agent;
 use crate::bench::BenchCommand;
 use crate::client::RelayUrl;
 use crate::config::{self, Config, Paths};
-use crate::protocol::{Address, AgentName, MemoryId, MessageId};
+use crate::protocol::{Address, AgentName, MemoryId, MessageId, Policy, RequestCode};
 
 /// Mail for AI agents, dropped straight into their sessions.
 #[derive(Debug, Parser)]
@@ -153,6 +154,56 @@ pub enum Command {
     },
     /// Send the outbox and fetch new mail from the relay, then exit
     Sync,
+    /// Ask another agent's owner to accept mail from this agent (prints a code for them)
+    Connect {
+        /// The agent to ask
+        #[arg(value_name = "AGENT")]
+        peer: AgentName,
+        /// Why, for its owner
+        #[arg(long, default_value = "")]
+        note: String,
+    },
+    /// List open contact requests, to and from this agent
+    Requests,
+    /// Approve a contact request (interactive: needs a person at a terminal)
+    Approve {
+        /// The code the requester's owner gave you
+        code: RequestCode,
+        /// The requester, when several requests are open
+        #[arg(long, value_name = "NAME")]
+        from: Option<AgentName>,
+    },
+    /// Deny a contact request
+    Deny {
+        /// The requester
+        #[arg(value_name = "AGENT")]
+        peer: AgentName,
+    },
+    /// Refuse all mail and requests from an agent
+    Block {
+        /// The agent
+        #[arg(value_name = "AGENT")]
+        peer: AgentName,
+    },
+    /// Lift a block
+    Unblock {
+        /// The agent
+        #[arg(value_name = "AGENT")]
+        peer: AgentName,
+    },
+    /// End a contact, both ways
+    Uncontact {
+        /// The contact
+        #[arg(value_name = "AGENT")]
+        peer: AgentName,
+    },
+    /// Show contacts, blocks and the policy
+    Contacts,
+    /// Set whom this agent accepts mail from: open, contacts or closed
+    Policy {
+        /// open, contacts or closed
+        policy: Policy,
+    },
     /// Run a relay in the foreground
     Relay(relay::RelayArgs),
     /// Measure the store and the crypto on this machine
@@ -242,6 +293,15 @@ fn dispatch(cli: Cli) -> anyhow::Result<()> {
             body_file,
         } => send::reply(&ctx, id, all, send::BodySource { body, body_file }),
         Command::Sync => send::sync(&ctx),
+        Command::Connect { peer, note } => consent::connect(&ctx, peer, note),
+        Command::Requests => consent::requests(&ctx),
+        Command::Approve { code, from } => consent::approve(&ctx, code, from),
+        Command::Deny { peer } => consent::change(&ctx, consent::Change::Deny(peer)),
+        Command::Block { peer } => consent::change(&ctx, consent::Change::Block(peer)),
+        Command::Unblock { peer } => consent::change(&ctx, consent::Change::Unblock(peer)),
+        Command::Uncontact { peer } => consent::change(&ctx, consent::Change::Remove(peer)),
+        Command::Contacts => consent::contacts(&ctx),
+        Command::Policy { policy } => consent::change(&ctx, consent::Change::Policy(policy)),
         Command::Relay(args) => relay::run(&ctx, args),
         Command::Bench(cmd) => crate::bench::run(cmd, ctx.json),
     }

@@ -183,17 +183,10 @@ impl Connection {
         let wait = async {
             loop {
                 let answer = self.read().await?;
-                let matches = match &answer {
-                    ServerFrame::Sent { reference: r, .. }
-                    | ServerFrame::Keys { reference: r, .. } => r == reference,
-                    ServerFrame::Error {
-                        reference: Some(r), ..
-                    } => r == reference,
-                    // An error without a ref answers the frame just sent (e.g. a bad frame),
-                    // unless the relay is closing the connection for its own reasons.
-                    ServerFrame::Error {
-                        reference: None, ..
-                    } => true,
+                let matches = match (&answer, answer.reference()) {
+                    (_, Some(r)) => r == reference,
+                    // An error without a ref answers the frame just sent (e.g. a bad frame).
+                    (ServerFrame::Error { .. }, None) => true,
                     _ => false,
                 };
                 if matches {
@@ -269,6 +262,28 @@ impl Connection {
             other => Err(ClientError::Protocol(format!(
                 "expected sent, got {other:?}"
             ))),
+        }
+    }
+
+    /// Sends a consent frame built around a fresh ref and returns the answer, with refusals as
+    /// errors.
+    pub async fn consent(
+        &mut self,
+        make: impl FnOnce(String) -> ClientFrame,
+    ) -> Result<ServerFrame, ClientError> {
+        let reference = self.fresh_ref();
+        match self.request(make(reference.clone()), &reference).await? {
+            ServerFrame::Error {
+                code,
+                message,
+                retry_after_ms,
+                ..
+            } => Err(ClientError::Refused {
+                code,
+                message,
+                retry_after_ms,
+            }),
+            answer => Ok(answer),
         }
     }
 

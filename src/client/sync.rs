@@ -7,7 +7,7 @@ use super::inbound::{Received, receive};
 use super::outbound::{SendFailure, flush};
 use super::{ClientError, Connection, RelayUrl};
 use crate::crypto::Identity;
-use crate::protocol::{Address, AgentName, MessageId, ServerFrame};
+use crate::protocol::{Address, AgentName, ConsentEvent, MessageId, ServerFrame};
 use crate::store::StoreHandle;
 
 /// Acknowledge at least this often while draining a backlog.
@@ -26,6 +26,8 @@ pub struct SyncReport {
     pub duplicates: u32,
     /// Deliveries refused as unreadable, with the sender and reason.
     pub unreadable: Vec<(Address, MessageId, String)>,
+    /// Consent news that arrived during the sync.
+    pub events: Vec<ConsentEvent>,
 }
 
 /// Connects as `agent`, sends the outbox, receives until caught up, acks, closes.
@@ -72,6 +74,7 @@ pub async fn sync(
                 }
             }
             ServerFrame::CaughtUp => break,
+            ServerFrame::Event { event } => report.events.push(event),
             ServerFrame::Error {
                 code,
                 message,

@@ -33,7 +33,6 @@ impl Policy {
             Policy::Closed => "closed",
         }
     }
-
 }
 
 impl FromStr for Policy {
@@ -43,7 +42,10 @@ impl FromStr for Policy {
             "open" => Ok(Policy::Open),
             "contacts" => Ok(Policy::Contacts),
             "closed" => Ok(Policy::Closed),
-            _ => Err(ValidationError::new("policy", format!("{s:?} is not open, contacts or closed"))),
+            _ => Err(ValidationError::new(
+                "policy",
+                format!("{s:?} is not open, contacts or closed"),
+            )),
         }
     }
 }
@@ -68,7 +70,10 @@ impl RequestCode {
         for b in bytes {
             acc = (acc << 8) | u64::from(b);
         }
-        let chars: String = (0..8).rev().map(|i| CODE_ALPHABET[((acc >> (i * 5)) & 31) as usize] as char).collect();
+        let chars: String = (0..8)
+            .rev()
+            .map(|i| CODE_ALPHABET[((acc >> (i * 5)) & 31) as usize] as char)
+            .collect();
         Self(format!("{}-{}", &chars[..4], &chars[4..]))
     }
 
@@ -84,7 +89,10 @@ impl RequestCode {
             })
             .collect();
         if cleaned.len() != 8 || !cleaned.bytes().all(|b| CODE_ALPHABET.contains(&b)) {
-            return Err(ValidationError::new("code", "is not a verification code like 7KQF-3MZA; ask the requester's owner for it"));
+            return Err(ValidationError::new(
+                "code",
+                "is not a verification code like 7KQF-3MZA; ask the requester's owner for it",
+            ));
         }
         Ok(Self(format!("{}-{}", &cleaned[..4], &cleaned[4..])))
     }
@@ -165,7 +173,12 @@ pub enum ConsentEvent {
 pub fn validate_note(note: &str) -> Result<(), ValidationError> {
     let len = note.chars().count();
     if len > MAX_NOTE_CHARS {
-        return Err(ValidationError::too_long("note", len, MAX_NOTE_CHARS, "characters"));
+        return Err(ValidationError::too_long(
+            "note",
+            len,
+            MAX_NOTE_CHARS,
+            "characters",
+        ));
     }
     Ok(())
 }
@@ -178,8 +191,14 @@ mod tests {
     fn codes_render_and_parse_forgivingly() {
         let code = RequestCode::from_random([0xff, 0, 0xab, 0x12, 0x34]);
         assert_eq!(code.as_str().len(), 9);
-        assert_eq!(RequestCode::parse(&code.as_str().to_lowercase().replace('-', "")).unwrap(), code);
-        assert_eq!(RequestCode::parse("oooo-iiii").unwrap().as_str(), "0000-1111");
+        assert_eq!(
+            RequestCode::parse(&code.as_str().to_lowercase().replace('-', "")).unwrap(),
+            code
+        );
+        assert_eq!(
+            RequestCode::parse("oooo-iiii").unwrap().as_str(),
+            "0000-1111"
+        );
         assert!(RequestCode::parse("ABC").is_err());
         assert!(RequestCode::parse("ABCD-EFGU").is_err());
     }
@@ -187,6 +206,11 @@ mod tests {
     #[test]
     fn note_limit() {
         assert!(validate_note(&"n".repeat(MAX_NOTE_CHARS)).is_ok());
-        assert_eq!(validate_note(&"n".repeat(MAX_NOTE_CHARS + 1)).unwrap_err().field, "note");
+        assert_eq!(
+            validate_note(&"n".repeat(MAX_NOTE_CHARS + 1))
+                .unwrap_err()
+                .field,
+            "note"
+        );
     }
 }

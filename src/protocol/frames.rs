@@ -5,7 +5,10 @@ use serde::{Deserialize, Serialize};
 
 use jiff::Timestamp;
 
-use super::{AgentName, ConsentEvent, MessageId, Policy, PublicKeys, RequestCode, RequestView, SealedEnvelope, b64};
+use super::{
+    AgentName, ConsentEvent, MessageId, Policy, PublicKeys, RequestCode, RequestView,
+    SealedEnvelope, b64,
+};
 
 /// The protocol version this build speaks.
 pub const PROTOCOL_VERSION: u32 = 1;
@@ -168,11 +171,13 @@ pub enum ClientFrame {
         /// Why, for its owner.
         note: String,
     },
-    /// The owner approves a request to this agent by its code.
+    /// The owner approves `from`'s request to this agent with the code `from`'s owner passed on.
     Approve {
         /// Echoed in the answer.
         #[serde(rename = "ref")]
         reference: String,
+        /// The requester the owner confirmed.
+        from: AgentName,
         /// The code the requester's owner passed on.
         code: RequestCode,
     },

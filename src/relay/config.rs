@@ -133,7 +133,12 @@ impl RelayConfig {
 
     /// The policy for agents that set none.
     pub fn effective_default_policy(&self) -> Policy {
-        self.default_policy.unwrap_or(if self.listen.ip().is_loopback() { Policy::Open } else { Policy::Contacts })
+        self.default_policy
+            .unwrap_or(if self.listen.ip().is_loopback() {
+                Policy::Open
+            } else {
+                Policy::Contacts
+            })
     }
 
     /// The largest WebSocket message accepted.

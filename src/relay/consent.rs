@@ -5,54 +5,152 @@ use std::time::Duration;
 
 use super::state::RelayState;
 use super::storage::{ConsentChange, ConsentOutcome, Storage, StorageError};
-use crate::protocol::{AgentName, ClientFrame, ConsentEvent, ErrorCode, RequestCode, ServerFrame, validate_note};
+use crate::protocol::{
+    AgentName, ClientFrame, ConsentEvent, ErrorCode, RequestCode, ServerFrame, validate_note,
+};
 
 fn error(reference: String, code: ErrorCode, message: impl Into<String>) -> ServerFrame {
-    ServerFrame::Error { reference: Some(reference), code, message: message.into(), retry_after_ms: None }
+    ServerFrame::Error {
+        reference: Some(reference),
+        code,
+        message: message.into(),
+        retry_after_ms: None,
+    }
 }
 
-fn retry_error(reference: String, code: ErrorCode, message: impl Into<String>, retry: Duration) -> ServerFrame {
-    ServerFrame::Error { reference: Some(reference), code, message: message.into(), retry_after_ms: Some(retry.as_millis() as u64) }
+fn retry_error(
+    reference: String,
+    code: ErrorCode,
+    message: impl Into<String>,
+    retry: Duration,
+) -> ServerFrame {
+    ServerFrame::Error {
+        reference: Some(reference),
+        code,
+        message: message.into(),
+        retry_after_ms: Some(retry.as_millis() as u64),
+    }
 }
 
 fn done(reference: String, detail: impl Into<String>) -> ServerFrame {
-    ServerFrame::Done { reference, detail: detail.into() }
+    ServerFrame::Done {
+        reference,
+        detail: detail.into(),
+    }
 }
 
 fn internal(reference: String, e: StorageError) -> ServerFrame {
-    retry_error(reference, ErrorCode::Internal, format!("not applied: {e}"), Duration::from_secs(1))
+    retry_error(
+        reference,
+        ErrorCode::Internal,
+        format!("not applied: {e}"),
+        Duration::from_secs(1),
+    )
 }
 
 /// Answers a consent frame from `agent`; gives back frames that are not about consent.
-pub async fn handle<S: Storage>(state: &RelayState<S>, agent: &AgentName, frame: ClientFrame) -> Result<ServerFrame, ClientFrame> {
+pub async fn handle<S: Storage>(
+    state: &RelayState<S>,
+    agent: &AgentName,
+    frame: ClientFrame,
+) -> Result<ServerFrame, ClientFrame> {
     Ok(match frame {
-        ClientFrame::Connect { reference, to, note } => request(state, agent, reference, to, note).await,
-        ClientFrame::Approve { reference, code } => approve(state, agent, reference, code).await,
-        ClientFrame::Deny { reference, agent: requester } => {
-            let change = ConsentChange::Deny { target: agent.clone(), requester: requester.clone() };
+        ClientFrame::Connect {
+            reference,
+            to,
+            note,
+        } => request(state, agent, reference, to, note).await,
+        ClientFrame::Approve {
+            reference,
+            from,
+            code,
+        } => approve(state, agent, reference, from, code).await,
+        ClientFrame::Deny {
+            reference,
+            agent: requester,
+        } => {
+            let change = ConsentChange::Deny {
+                target: agent.clone(),
+                requester: requester.clone(),
+            };
             match state.storage.consent(change).await {
                 Ok(ConsentOutcome::Applied(_)) => {
-                    state.hub.tell(&requester, ConsentEvent::Denied { by: agent.clone() });
+                    state
+                        .hub
+                        .tell(&requester, ConsentEvent::Denied { by: agent.clone() });
                     done(reference, format!("denied {requester}'s request"))
                 }
-                Ok(_) => error(reference, ErrorCode::BadCode, format!("no open request from {requester}")),
+                Ok(_) => error(
+                    reference,
+                    ErrorCode::BadCode,
+                    format!("no open request from {requester}"),
+                ),
                 Err(e) => internal(reference, e),
             }
         }
-        ClientFrame::Block { reference, agent: peer } => {
-            apply(state, reference, ConsentChange::Block { owner: agent.clone(), peer: peer.clone() }, format!("blocked {peer}")).await
+        ClientFrame::Block {
+            reference,
+            agent: peer,
+        } => {
+            apply(
+                state,
+                reference,
+                ConsentChange::Block {
+                    owner: agent.clone(),
+                    peer: peer.clone(),
+                },
+                format!("blocked {peer}"),
+            )
+            .await
         }
-        ClientFrame::Unblock { reference, agent: peer } => {
-            apply(state, reference, ConsentChange::Unblock { owner: agent.clone(), peer: peer.clone() }, format!("unblocked {peer}")).await
+        ClientFrame::Unblock {
+            reference,
+            agent: peer,
+        } => {
+            apply(
+                state,
+                reference,
+                ConsentChange::Unblock {
+                    owner: agent.clone(),
+                    peer: peer.clone(),
+                },
+                format!("unblocked {peer}"),
+            )
+            .await
         }
-        ClientFrame::Remove { reference, agent: peer } => {
-            apply(state, reference, ConsentChange::Remove { owner: agent.clone(), peer: peer.clone() }, format!("{peer} is no longer a contact")).await
+        ClientFrame::Remove {
+            reference,
+            agent: peer,
+        } => {
+            apply(
+                state,
+                reference,
+                ConsentChange::Remove {
+                    owner: agent.clone(),
+                    peer: peer.clone(),
+                },
+                format!("{peer} is no longer a contact"),
+            )
+            .await
         }
         ClientFrame::SetPolicy { reference, policy } => {
-            apply(state, reference, ConsentChange::SetPolicy { owner: agent.clone(), policy }, format!("policy is now {policy}")).await
+            apply(
+                state,
+                reference,
+                ConsentChange::SetPolicy {
+                    owner: agent.clone(),
+                    policy,
+                },
+                format!("policy is now {policy}"),
+            )
+            .await
         }
         ClientFrame::Consent { reference } => {
-            match state.storage.consent_state(agent.clone(), jiff::Timestamp::now().as_millisecond()).await {
+            match state
+                .storage
+                .consent_state(agent.clone(), jiff::Timestamp::now().as_millisecond())
+                .await
+            {
                 Ok(s) => ServerFrame::ConsentState {
                     reference,
                     policy: s.policy.unwrap_or(state.config.effective_default_policy()),
@@ -68,7 +166,12 @@ pub async fn handle<S: Storage>(state: &RelayState<S>, agent: &AgentName, frame:
     })
 }
 
-async fn apply<S: Storage>(state: &RelayState<S>, reference: String, change: ConsentChange, detail: String) -> ServerFrame {
+async fn apply<S: Storage>(
+    state: &RelayState<S>,
+    reference: String,
+    change: ConsentChange,
+    detail: String,
+) -> ServerFrame {
     match state.storage.consent(change).await {
         Ok(ConsentOutcome::Applied(_)) => done(reference, detail),
         Ok(_) => error(reference, ErrorCode::BadCode, "nothing to change"),
@@ -76,7 +179,13 @@ async fn apply<S: Storage>(state: &RelayState<S>, reference: String, change: Con
     }
 }
 
-async fn request<S: Storage>(state: &RelayState<S>, agent: &AgentName, reference: String, to: AgentName, note: String) -> ServerFrame {
+async fn request<S: Storage>(
+    state: &RelayState<S>,
+    agent: &AgentName,
+    reference: String,
+    to: AgentName,
+    note: String,
+) -> ServerFrame {
     if let Err(e) = validate_note(&note) {
         return error(reference, ErrorCode::BadFrame, e.to_string());
     }
@@ -85,18 +194,35 @@ async fn request<S: Storage>(state: &RelayState<S>, agent: &AgentName, reference
     }
     match state.is_registered(&to).await {
         Ok(true) => {}
-        Ok(false) => return error(reference, ErrorCode::UnknownAgent, format!("no agent named {to} on this relay")),
+        Ok(false) => {
+            return error(
+                reference,
+                ErrorCode::UnknownAgent,
+                format!("no agent named {to} on this relay"),
+            );
+        }
         Err(e) => return internal(reference, e),
     }
     if let Err(wait) = state.request_rate.take(agent) {
-        return retry_error(reference, ErrorCode::RateLimited, "too many contact requests this hour", wait);
+        return retry_error(
+            reference,
+            ErrorCode::RateLimited,
+            "too many contact requests this hour",
+            wait,
+        );
     }
     let mut raw = [0u8; 5];
     if getrandom::fill(&mut raw).is_err() {
-        return retry_error(reference, ErrorCode::Internal, "no randomness", Duration::from_secs(1));
+        return retry_error(
+            reference,
+            ErrorCode::Internal,
+            "no randomness",
+            Duration::from_secs(1),
+        );
     }
     let code = RequestCode::from_random(raw);
-    let expires_at = jiff::Timestamp::now() + jiff::SignedDuration::from_secs(state.config.request_ttl_secs as i64);
+    let expires_at = jiff::Timestamp::now()
+        + jiff::SignedDuration::from_secs(state.config.request_ttl_secs as i64);
     let change = ConsentChange::Request {
         from: agent.clone(),
         to: to.clone(),
@@ -107,31 +233,76 @@ async fn request<S: Storage>(state: &RelayState<S>, agent: &AgentName, reference
     };
     match state.storage.consent(change).await {
         Ok(ConsentOutcome::Applied(_)) => {
-            state.hub.tell(&to, ConsentEvent::RequestReceived { from: agent.clone(), note, expires_at });
-            ServerFrame::Requested { reference, code, expires_at }
+            state.hub.tell(
+                &to,
+                ConsentEvent::RequestReceived {
+                    from: agent.clone(),
+                    note,
+                    expires_at,
+                },
+            );
+            ServerFrame::Requested {
+                reference,
+                code,
+                expires_at,
+            }
         }
-        Ok(ConsentOutcome::AlreadyContacts) => done(reference, format!("{to} is already a contact")),
+        Ok(ConsentOutcome::AlreadyContacts) => {
+            done(reference, format!("{to} is already a contact"))
+        }
         Ok(ConsentOutcome::TooManyPending) => retry_error(
             reference,
             ErrorCode::TooManyRequests,
-            format!("{agent} already has {} open requests; wait for answers or for them to expire", state.config.max_pending_requests),
+            format!(
+                "{agent} already has {} open requests; wait for answers or for them to expire",
+                state.config.max_pending_requests
+            ),
             Duration::from_secs(state.config.request_ttl_secs),
         ),
-        Ok(_) => error(reference, ErrorCode::NotAllowed, format!("{to} does not accept requests from {agent}")),
+        Ok(_) => error(
+            reference,
+            ErrorCode::NotAllowed,
+            format!("{to} does not accept requests from {agent}"),
+        ),
         Err(e) => internal(reference, e),
     }
 }
 
-async fn approve<S: Storage>(state: &RelayState<S>, agent: &AgentName, reference: String, code: RequestCode) -> ServerFrame {
+async fn approve<S: Storage>(
+    state: &RelayState<S>,
+    agent: &AgentName,
+    reference: String,
+    requester: AgentName,
+    code: RequestCode,
+) -> ServerFrame {
     if let Err(wait) = state.approve_rate.take(agent) {
-        return retry_error(reference, ErrorCode::RateLimited, "too many approval attempts this hour", wait);
+        return retry_error(
+            reference,
+            ErrorCode::RateLimited,
+            "too many approval attempts this hour",
+            wait,
+        );
     }
-    match state.storage.consent(ConsentChange::Approve { target: agent.clone(), code }).await {
+    match state
+        .storage
+        .consent(ConsentChange::Approve {
+            target: agent.clone(),
+            requester,
+            code,
+        })
+        .await
+    {
         Ok(ConsentOutcome::Applied(Some(requester))) => {
-            state.hub.tell(&requester, ConsentEvent::Approved { by: agent.clone() });
+            state
+                .hub
+                .tell(&requester, ConsentEvent::Approved { by: agent.clone() });
             done(reference, format!("{requester} is now a contact"))
         }
-        Ok(_) => error(reference, ErrorCode::BadCode, "no open request to you has that code; check it with the requester's owner"),
+        Ok(_) => error(
+            reference,
+            ErrorCode::BadCode,
+            "no open request from that agent has that code; check it with the requester's owner",
+        ),
         Err(e) => internal(reference, e),
     }
 }

@@ -46,13 +46,26 @@ impl Hub {
         let wake = Arc::new(Notify::new());
         let (kick, kicked) = oneshot::channel();
         let (events_tx, events_rx) = mpsc::channel(EVENT_BACKLOG);
-        let old = self.lock().insert(agent.clone(), Entry { conn, wake: wake.clone(), kick, events: events_tx });
+        let old = self.lock().insert(
+            agent.clone(),
+            Entry {
+                conn,
+                wake: wake.clone(),
+                kick,
+                events: events_tx,
+            },
+        );
         if let Some(old) = old {
             let _ = old.kick.send(());
         }
         // Mail may have arrived between the old session's last fetch and now.
         wake.notify_one();
-        Attached { conn, wake, kicked, events: events_rx }
+        Attached {
+            conn,
+            wake,
+            kicked,
+            events: events_rx,
+        }
     }
 
     /// Removes the agent's session if it is still this connection.
@@ -72,10 +85,10 @@ impl Hub {
 
     /// Pushes a consent event to the agent's live session, if any.
     pub fn tell(&self, agent: &AgentName, event: ConsentEvent) {
-        if let Some(e) = self.lock().get(agent) {
-            if e.events.try_send(event).is_err() {
-                tracing::warn!(%agent, "consent event dropped: the session is not reading");
-            }
+        if let Some(e) = self.lock().get(agent)
+            && e.events.try_send(event).is_err()
+        {
+            tracing::warn!(%agent, "consent event dropped: the session is not reading");
         }
     }
 

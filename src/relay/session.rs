@@ -475,7 +475,12 @@ async fn handle<S: Storage>(
         } => accept(state, agent, reference, envelope).await,
         other => match super::consent::handle(state, agent, other).await {
             Ok(answer) => answer,
-            Err(unhandled) => error_frame(None, ErrorCode::UnexpectedFrame, format!("unexpected frame {unhandled:?}"), None),
+            Err(unhandled) => error_frame(
+                None,
+                ErrorCode::UnexpectedFrame,
+                format!("unexpected frame {unhandled:?}"),
+                None,
+            ),
         },
     })
 }
@@ -557,16 +562,32 @@ async fn accept<S: Storage>(
             }
         }
         if name != agent {
-            match state.storage.allows(agent.clone(), name.clone(), state.config.effective_default_policy()).await {
+            match state
+                .storage
+                .allows(
+                    agent.clone(),
+                    name.clone(),
+                    state.config.effective_default_policy(),
+                )
+                .await
+            {
                 Ok(true) => {}
                 Ok(false) => {
                     return refuse(
                         ErrorCode::NotAllowed,
-                        format!("{name} does not accept mail from {agent}; ask first with `mailslot connect {name}`"),
+                        format!(
+                            "{name} does not accept mail from {agent}; ask first with `mailslot connect {name}`"
+                        ),
                         None,
                     );
                 }
-                Err(e) => return refuse(ErrorCode::Internal, e.to_string(), Some(Duration::from_secs(1))),
+                Err(e) => {
+                    return refuse(
+                        ErrorCode::Internal,
+                        e.to_string(),
+                        Some(Duration::from_secs(1)),
+                    );
+                }
             }
         }
         if copies.iter().any(|c: &Copy| &c.recipient == name) {

@@ -41,8 +41,14 @@ impl<S: Storage> RelayState<S> {
     pub fn new(storage: S, config: RelayConfig, shutdown: watch::Receiver<bool>) -> Self {
         Self {
             send_rate: RateLimiter::new(config.send_rate, config.send_burst),
-            request_rate: RateLimiter::new(config.requests_per_hour / 3600.0, config.requests_per_hour),
-            approve_rate: RateLimiter::new(config.approvals_per_hour / 3600.0, config.approvals_per_hour),
+            request_rate: RateLimiter::new(
+                config.requests_per_hour / 3600.0,
+                config.requests_per_hour,
+            ),
+            approve_rate: RateLimiter::new(
+                config.approvals_per_hour / 3600.0,
+                config.approvals_per_hour,
+            ),
             connections: Arc::new(ConnectionLimiter::new(config.max_connections_per_ip)),
             storage,
             config,

@@ -95,10 +95,12 @@ pub enum ConsentChange {
         /// Open requests a requester may have.
         max_pending: u32,
     },
-    /// `target` approves the request carrying `code`: both become contacts.
+    /// `target` approves `requester`'s request, which must carry `code`: both become contacts.
     Approve {
         /// The approving agent.
         target: AgentName,
+        /// The requester.
+        requester: AgentName,
         /// The code.
         code: RequestCode,
     },
@@ -217,13 +219,25 @@ pub trait Storage: Send + Sync + 'static {
     fn waiting(&self, agent: AgentName) -> impl Future<Output = Result<u64, StorageError>> + Send;
 
     /// Applies a consent change.
-    fn consent(&self, change: ConsentChange) -> impl Future<Output = Result<ConsentOutcome, StorageError>> + Send;
+    fn consent(
+        &self,
+        change: ConsentChange,
+    ) -> impl Future<Output = Result<ConsentOutcome, StorageError>> + Send;
 
     /// Whether `recipient` accepts mail from `sender`, given the relay's default policy.
-    fn allows(&self, sender: AgentName, recipient: AgentName, default: Policy) -> impl Future<Output = Result<bool, StorageError>> + Send;
+    fn allows(
+        &self,
+        sender: AgentName,
+        recipient: AgentName,
+        default: Policy,
+    ) -> impl Future<Output = Result<bool, StorageError>> + Send;
 
     /// An agent's consent state, open requests only.
-    fn consent_state(&self, agent: AgentName, now_ms: i64) -> impl Future<Output = Result<ConsentState, StorageError>> + Send;
+    fn consent_state(
+        &self,
+        agent: AgentName,
+        now_ms: i64,
+    ) -> impl Future<Output = Result<ConsentState, StorageError>> + Send;
 
     /// Messages waiting in all queues.
     fn total_waiting(&self) -> impl Future<Output = Result<u64, StorageError>> + Send;

@@ -9,7 +9,10 @@ use std::time::Duration;
 use rusqlite::{Connection, OptionalExtension, TransactionBehavior, params};
 use tokio::sync::oneshot;
 
-use super::{Accepted, ConsentChange, ConsentOutcome, ConsentState, Copy, Queued, Quota, Registration, Storage, StorageError};
+use super::{
+    Accepted, ConsentChange, ConsentOutcome, ConsentState, Copy, Queued, Quota, Registration,
+    Storage, StorageError,
+};
 use crate::protocol::{AgentName, MessageId, Policy, PublicKeys, RequestCode, RequestView, Seq};
 
 /// Writes taken into one transaction at most.
@@ -184,7 +187,13 @@ impl SqliteStorage {
         run: impl FnOnce(&rusqlite::Transaction<'_>) -> Result<T, StorageError> + Send + 'static,
     ) -> Result<T, StorageError> {
         let (reply, answer) = oneshot::channel();
-        self.writes.send(Box::new(Op { run: Some(run), value: None, reply })).map_err(|_| StorageError::Closed)?;
+        self.writes
+            .send(Box::new(Op {
+                run: Some(run),
+                value: None,
+                reply,
+            }))
+            .map_err(|_| StorageError::Closed)?;
         answer.await.map_err(|_| StorageError::Closed)?
     }
 
@@ -351,13 +360,24 @@ fn expire(tx: &rusqlite::Transaction<'_>, now: i64) -> Result<u64, StorageError>
     delete_where(tx, "q.expires_at < ?1", &[&now])
 }
 
-fn relation(tx: &rusqlite::Transaction<'_>, owner: &AgentName, peer: &AgentName) -> Result<Option<String>, StorageError> {
+fn relation(
+    tx: &rusqlite::Transaction<'_>,
+    owner: &AgentName,
+    peer: &AgentName,
+) -> Result<Option<String>, StorageError> {
     Ok(tx
-        .query_row("SELECT kind FROM relations WHERE owner = ?1 AND peer = ?2", [owner.as_str(), peer.as_str()], |r| r.get(0))
+        .query_row(
+            "SELECT kind FROM relations WHERE owner = ?1 AND peer = ?2",
+            [owner.as_str(), peer.as_str()],
+            |r| r.get(0),
+        )
         .optional()?)
 }
 
-fn consent(tx: &rusqlite::Transaction<'_>, change: &ConsentChange) -> Result<ConsentOutcome, StorageError> {
+fn consent(
+    tx: &rusqlite::Transaction<'_>,
+    change: &ConsentChange,
+) -> Result<ConsentOutcome, StorageError> {
     let now = now_ms();
     tx.execute("DELETE FROM contact_requests WHERE expires_at < ?1", [now])?;
     let add_contacts = |a: &AgentName, b: &AgentName| -> Result<(), StorageError> {
@@ -372,10 +392,25 @@ fn consent(tx: &rusqlite::Transaction<'_>, change: &ConsentChange) -> Result<Con
         Ok(())
     };
     Ok(match change {
-        ConsentChange::Request { from, to, note, code, expires_at_ms, max_pending } => {
-            let policy: Option<String> =
-                tx.query_row("SELECT policy FROM agents WHERE name = ?1", [to.as_str()], |r| r.get(0)).optional()?.flatten();
-            if relation(tx, to, from)?.as_deref() == Some("blocked") || policy.as_deref() == Some("closed") {
+        ConsentChange::Request {
+            from,
+            to,
+            note,
+            code,
+            expires_at_ms,
+            max_pending,
+        } => {
+            let policy: Option<String> = tx
+                .query_row(
+                    "SELECT policy FROM agents WHERE name = ?1",
+                    [to.as_str()],
+                    |r| r.get(0),
+                )
+                .optional()?
+                .flatten();
+            if relation(tx, to, from)?.as_deref() == Some("blocked")
+                || policy.as_deref() == Some("closed")
+            {
                 return Ok(ConsentOutcome::NotAllowed);
             }
             if relation(tx, from, to)?.as_deref() == Some("contact") {
@@ -397,33 +432,41 @@ fn consent(tx: &rusqlite::Transaction<'_>, change: &ConsentChange) -> Result<Con
             )?;
             ConsentOutcome::Applied(None)
         }
-        ConsentChange::Approve { target, code } => {
-            let requester: Option<String> = tx
-                .query_row(
-                    "SELECT requester FROM contact_requests WHERE target = ?1 AND code = ?2",
-                    [target.as_str(), code.as_str()],
-                    |r| r.get(0),
-                )
-                .optional()?;
-            let Some(requester) = requester else { return Ok(ConsentOutcome::NoSuchRequest) };
-            let requester = AgentName::new(&requester).map_err(|e| StorageError::Database(e.to_string()))?;
-            tx.execute("DELETE FROM contact_requests WHERE requester = ?1 AND target = ?2", [requester.as_str(), target.as_str()])?;
-            add_contacts(target, &requester)?;
-            ConsentOutcome::Applied(Some(requester))
+        ConsentChange::Approve {
+            target,
+            requester,
+            code,
+        } => {
+            let n = tx.execute(
+                "DELETE FROM contact_requests WHERE target = ?1 AND requester = ?2 AND code = ?3",
+                [target.as_str(), requester.as_str(), code.as_str()],
+            )?;
+            if n == 0 {
+                return Ok(ConsentOutcome::NoSuchRequest);
+            }
+            add_contacts(target, requester)?;
+            ConsentOutcome::Applied(Some(requester.clone()))
         }
         ConsentChange::Deny { target, requester } => {
             let n = tx.execute(
                 "DELETE FROM contact_requests WHERE requester = ?1 AND target = ?2",
                 [requester.as_str(), target.as_str()],
             )?;
-            if n == 0 { ConsentOutcome::NoSuchRequest } else { ConsentOutcome::Applied(Some(requester.clone())) }
+            if n == 0 {
+                ConsentOutcome::NoSuchRequest
+            } else {
+                ConsentOutcome::Applied(Some(requester.clone()))
+            }
         }
         ConsentChange::Block { owner, peer } => {
             tx.execute(
                 "DELETE FROM contact_requests WHERE (requester = ?1 AND target = ?2) OR (requester = ?2 AND target = ?1)",
                 [owner.as_str(), peer.as_str()],
             )?;
-            tx.execute("DELETE FROM relations WHERE owner = ?1 AND peer = ?2 AND kind = 'contact'", [peer.as_str(), owner.as_str()])?;
+            tx.execute(
+                "DELETE FROM relations WHERE owner = ?1 AND peer = ?2 AND kind = 'contact'",
+                [peer.as_str(), owner.as_str()],
+            )?;
             tx.execute(
                 "INSERT INTO relations (owner, peer, kind, since) VALUES (?1, ?2, 'blocked', ?3)
                  ON CONFLICT (owner, peer) DO UPDATE SET kind = 'blocked', since = excluded.since",
@@ -432,18 +475,32 @@ fn consent(tx: &rusqlite::Transaction<'_>, change: &ConsentChange) -> Result<Con
             ConsentOutcome::Applied(None)
         }
         ConsentChange::Unblock { owner, peer } => {
-            let n = tx.execute("DELETE FROM relations WHERE owner = ?1 AND peer = ?2 AND kind = 'blocked'", [owner.as_str(), peer.as_str()])?;
-            if n == 0 { ConsentOutcome::NoSuchRequest } else { ConsentOutcome::Applied(None) }
+            let n = tx.execute(
+                "DELETE FROM relations WHERE owner = ?1 AND peer = ?2 AND kind = 'blocked'",
+                [owner.as_str(), peer.as_str()],
+            )?;
+            if n == 0 {
+                ConsentOutcome::NoSuchRequest
+            } else {
+                ConsentOutcome::Applied(None)
+            }
         }
         ConsentChange::Remove { owner, peer } => {
             let n = tx.execute(
                 "DELETE FROM relations WHERE kind = 'contact' AND ((owner = ?1 AND peer = ?2) OR (owner = ?2 AND peer = ?1))",
                 [owner.as_str(), peer.as_str()],
             )?;
-            if n == 0 { ConsentOutcome::NoSuchRequest } else { ConsentOutcome::Applied(None) }
+            if n == 0 {
+                ConsentOutcome::NoSuchRequest
+            } else {
+                ConsentOutcome::Applied(None)
+            }
         }
         ConsentChange::SetPolicy { owner, policy } => {
-            tx.execute("UPDATE agents SET policy = ?2 WHERE name = ?1", [owner.as_str(), policy.as_str()])?;
+            tx.execute(
+                "UPDATE agents SET policy = ?2 WHERE name = ?1",
+                [owner.as_str(), policy.as_str()],
+            )?;
             ConsentOutcome::Applied(None)
         }
     })
@@ -452,13 +509,25 @@ fn consent(tx: &rusqlite::Transaction<'_>, change: &ConsentChange) -> Result<Con
 fn names(conn: &Connection, sql: &str, agent: &AgentName) -> Result<Vec<AgentName>, StorageError> {
     let mut stmt = conn.prepare_cached(sql)?;
     let rows = stmt.query_map([agent.as_str()], |r| r.get::<_, String>(0))?;
-    rows.map(|r| AgentName::new(&r?).map_err(|e| StorageError::Database(e.to_string()))).collect()
+    rows.map(|r| AgentName::new(&r?).map_err(|e| StorageError::Database(e.to_string())))
+        .collect()
 }
 
-fn requests(conn: &Connection, sql: &str, agent: &AgentName, now: i64, with_code: bool) -> Result<Vec<RequestView>, StorageError> {
+fn requests(
+    conn: &Connection,
+    sql: &str,
+    agent: &AgentName,
+    now: i64,
+    with_code: bool,
+) -> Result<Vec<RequestView>, StorageError> {
     let mut stmt = conn.prepare_cached(sql)?;
     let rows = stmt.query_map(params![agent.as_str(), now], |r| {
-        Ok((r.get::<_, String>(0)?, r.get::<_, String>(1)?, r.get::<_, String>(2)?, r.get::<_, i64>(3)?))
+        Ok((
+            r.get::<_, String>(0)?,
+            r.get::<_, String>(1)?,
+            r.get::<_, String>(2)?,
+            r.get::<_, i64>(3)?,
+        ))
     })?;
     rows.map(|row| {
         let (other, note, code, expires) = row?;
@@ -466,8 +535,13 @@ fn requests(conn: &Connection, sql: &str, agent: &AgentName, now: i64, with_code
         Ok(RequestView {
             agent: AgentName::new(&other).map_err(|e| bad(e.to_string()))?,
             note,
-            expires_at: jiff::Timestamp::from_millisecond(expires).map_err(|e| bad(e.to_string()))?,
-            code: if with_code { Some(RequestCode::parse(&code).map_err(|e| bad(e.to_string()))?) } else { None },
+            expires_at: jiff::Timestamp::from_millisecond(expires)
+                .map_err(|e| bad(e.to_string()))?,
+            code: if with_code {
+                Some(RequestCode::parse(&code).map_err(|e| bad(e.to_string()))?)
+            } else {
+                None
+            },
         })
     })
     .collect()
@@ -513,7 +587,13 @@ impl Storage for SqliteStorage {
         quota: Quota,
         expires_at_ms: i64,
     ) -> Result<Accepted, StorageError> {
-        let op = AcceptOp { sender, id, copies, quota, expires_at_ms };
+        let op = AcceptOp {
+            sender,
+            id,
+            copies,
+            quota,
+            expires_at_ms,
+        };
         self.write(move |tx| accept(tx, &op)).await
     }
 
@@ -558,7 +638,12 @@ impl Storage for SqliteStorage {
         self.write(move |tx| consent(tx, &change)).await
     }
 
-    async fn allows(&self, sender: AgentName, recipient: AgentName, default: Policy) -> Result<bool, StorageError> {
+    async fn allows(
+        &self,
+        sender: AgentName,
+        recipient: AgentName,
+        default: Policy,
+    ) -> Result<bool, StorageError> {
         self.read(move |conn| {
             let (policy, kind): (Option<String>, Option<String>) = conn
                 .prepare_cached(
@@ -577,7 +662,11 @@ impl Storage for SqliteStorage {
         .await
     }
 
-    async fn consent_state(&self, agent: AgentName, now_ms: i64) -> Result<ConsentState, StorageError> {
+    async fn consent_state(
+        &self,
+        agent: AgentName,
+        now_ms: i64,
+    ) -> Result<ConsentState, StorageError> {
         self.read(move |conn| {
             let policy: Option<String> = conn
                 .prepare_cached("SELECT policy FROM agents WHERE name = ?1")?
@@ -608,7 +697,13 @@ impl Storage for SqliteStorage {
     }
 
     async fn total_waiting(&self) -> Result<u64, StorageError> {
-        self.read(|conn| Ok(conn.query_row("SELECT coalesce(sum(count), 0) FROM queue_totals", [], |r| r.get::<_, i64>(0))? as u64))
-            .await
+        self.read(|conn| {
+            Ok(conn.query_row(
+                "SELECT coalesce(sum(count), 0) FROM queue_totals",
+                [],
+                |r| r.get::<_, i64>(0),
+            )? as u64)
+        })
+        .await
     }
 }

@@ -1,0 +1,262 @@
+//! `connect`, `requests`, `approve`, `deny`, `block`, `unblock`, `contacts`, `policy`: the
+//! owner decides who may write to the agent. Approving needs a person at a terminal.
+
+use std::io::{BufRead, IsTerminal, Write};
+
+use anyhow::{Context, bail};
+use serde::Serialize;
+
+use super::{Ctx, output};
+use crate::agent::Agent;
+use crate::client::{ClientError, Connection};
+use crate::crypto::PublicIdentity;
+use crate::protocol::{
+    AgentName, ClientFrame, Fingerprint, Policy, RequestCode, RequestView, ServerFrame,
+};
+
+/// Opens the agent, connects, runs `work`, closes.
+fn with_relay<T>(
+    ctx: &Ctx,
+    work: impl AsyncFnOnce(&mut Connection, &Agent) -> anyhow::Result<T>,
+) -> anyhow::Result<T> {
+    let agent = ctx.open_agent()?;
+    let url = ctx.relay_url();
+    let runtime = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()?;
+    runtime.block_on(async {
+        let mut conn = Connection::connect(&url, &agent.name, &agent.identity).await?;
+        let result = work(&mut conn, &agent).await;
+        conn.close().await;
+        result
+    })
+}
+
+async fn fingerprint(conn: &mut Connection, agent: &AgentName) -> Result<Fingerprint, ClientError> {
+    let keys = conn.lookup(agent).await?;
+    PublicIdentity::try_from(keys)
+        .map(|k| k.fingerprint())
+        .map_err(|e| ClientError::Protocol(e.to_string()))
+}
+
+#[derive(Serialize)]
+struct Requested {
+    to: AgentName,
+    code: RequestCode,
+    expires_at: jiff::Timestamp,
+    your_fingerprint: Fingerprint,
+}
+
+pub(super) fn connect(ctx: &Ctx, to: AgentName, note: String) -> anyhow::Result<()> {
+    let requested = with_relay(ctx, async |conn, agent| {
+        let answer = conn
+            .consent(|r| ClientFrame::Connect {
+                reference: r,
+                to: to.clone(),
+                note,
+            })
+            .await?;
+        match answer {
+            ServerFrame::Requested {
+                code, expires_at, ..
+            } => Ok(Some(Requested {
+                to: to.clone(),
+                code,
+                expires_at,
+                your_fingerprint: agent.identity.fingerprint(),
+            })),
+            ServerFrame::Done { detail, .. } => {
+                eprintln!("{detail}");
+                Ok(None)
+            }
+            other => bail!("unexpected answer {other:?}"),
+        }
+    })?;
+    let Some(r) = requested else { return Ok(()) };
+    output::emit(ctx.json, &r, |r| {
+        format!(
+            "Asked {to}. Give {to}'s owner this code yourself (not through an agent):\n\n    {code}\n\nThey approve with `mailslot approve {code}`. It expires at {when}.\nYour agent's fingerprint, for them to compare: {fp}",
+            to = r.to,
+            code = r.code,
+            when = output::when(r.expires_at),
+            fp = r.your_fingerprint
+        )
+    })
+}
+
+#[derive(Serialize)]
+struct Requests {
+    incoming: Vec<RequestView>,
+    outgoing: Vec<RequestView>,
+}
+
+#[derive(Serialize)]
+struct Contacts {
+    policy: Policy,
+    contacts: Vec<AgentName>,
+    blocked: Vec<AgentName>,
+}
+
+async fn state(
+    conn: &mut Connection,
+) -> anyhow::Result<(
+    Policy,
+    Vec<RequestView>,
+    Vec<RequestView>,
+    Vec<AgentName>,
+    Vec<AgentName>,
+)> {
+    match conn
+        .consent(|r| ClientFrame::Consent { reference: r })
+        .await?
+    {
+        ServerFrame::ConsentState {
+            policy,
+            incoming,
+            outgoing,
+            contacts,
+            blocked,
+            ..
+        } => Ok((policy, incoming, outgoing, contacts, blocked)),
+        other => bail!("unexpected answer {other:?}"),
+    }
+}
+
+pub(super) fn requests(ctx: &Ctx) -> anyhow::Result<()> {
+    let (_, incoming, outgoing, _, _) = with_relay(ctx, async |conn, _| state(conn).await)?;
+    output::emit(ctx.json, &Requests { incoming, outgoing }, |r| {
+        let mut lines = Vec::new();
+        if r.incoming.is_empty() && r.outgoing.is_empty() {
+            lines.push("no open contact requests".to_owned());
+        }
+        for q in &r.incoming {
+            lines.push(format!("from {}: {:?} (until {}) — approve with `mailslot approve CODE` using the code {}'s owner gives you", q.agent, q.note, output::when(q.expires_at), q.agent));
+        }
+        for q in &r.outgoing {
+            let code = q.code.as_ref().map(|c| c.as_str()).unwrap_or("?");
+            lines.push(format!(
+                "to {}: waiting (until {}); code for their owner: {code}",
+                q.agent,
+                output::when(q.expires_at)
+            ));
+        }
+        lines.join("\n")
+    })
+}
+
+pub(super) fn approve(ctx: &Ctx, code: RequestCode, from: Option<AgentName>) -> anyhow::Result<()> {
+    let stdin = std::io::stdin();
+    if !stdin.is_terminal() {
+        bail!(
+            "approve needs a person at a terminal: run `mailslot approve CODE` yourself in an interactive shell (agents cannot approve)"
+        );
+    }
+    let detail = with_relay(ctx, async |conn, _| {
+        let (_, incoming, _, _, _) = state(conn).await?;
+        let request = match (&from, incoming.as_slice()) {
+            (_, []) => bail!("no open contact requests to approve"),
+            (Some(f), list) => list
+                .iter()
+                .find(|q| &q.agent == f)
+                .with_context(|| format!("no open request from {f}"))?
+                .clone(),
+            (None, [only]) => only.clone(),
+            (None, list) => {
+                let names: Vec<String> = list.iter().map(|q| q.agent.to_string()).collect();
+                bail!(
+                    "several open requests ({}); say which with --from NAME",
+                    names.join(", ")
+                );
+            }
+        };
+        let fp = fingerprint(conn, &request.agent).await?;
+        let mut out = std::io::stderr();
+        writeln!(out, "Request from {} (fingerprint {fp})", request.agent)?;
+        if !request.note.is_empty() {
+            writeln!(out, "Note: {:?}", request.note)?;
+        }
+        write!(
+            out,
+            "Compare the fingerprint with {}'s owner. Approve? [y/N] ",
+            request.agent
+        )?;
+        out.flush()?;
+        let mut answer = String::new();
+        stdin.lock().read_line(&mut answer)?;
+        if !matches!(answer.trim().to_lowercase().as_str(), "y" | "yes") {
+            bail!("not approved");
+        }
+        match conn
+            .consent(|r| ClientFrame::Approve {
+                reference: r,
+                from: request.agent.clone(),
+                code,
+            })
+            .await?
+        {
+            ServerFrame::Done { detail, .. } => Ok(detail),
+            other => bail!("unexpected answer {other:?}"),
+        }
+    })?;
+    println!("{detail}");
+    Ok(())
+}
+
+/// One of the simple consent changes that name an agent or a policy.
+pub(super) enum Change {
+    Deny(AgentName),
+    Block(AgentName),
+    Unblock(AgentName),
+    Remove(AgentName),
+    Policy(Policy),
+}
+
+pub(super) fn change(ctx: &Ctx, change: Change) -> anyhow::Result<()> {
+    let detail = with_relay(ctx, async |conn, _| {
+        let answer = conn
+            .consent(|reference| match change {
+                Change::Deny(agent) => ClientFrame::Deny { reference, agent },
+                Change::Block(agent) => ClientFrame::Block { reference, agent },
+                Change::Unblock(agent) => ClientFrame::Unblock { reference, agent },
+                Change::Remove(agent) => ClientFrame::Remove { reference, agent },
+                Change::Policy(policy) => ClientFrame::SetPolicy { reference, policy },
+            })
+            .await?;
+        match answer {
+            ServerFrame::Done { detail, .. } => Ok(detail),
+            other => bail!("unexpected answer {other:?}"),
+        }
+    })?;
+    println!("{detail}");
+    Ok(())
+}
+
+pub(super) fn contacts(ctx: &Ctx) -> anyhow::Result<()> {
+    let (policy, _, _, contacts, blocked) = with_relay(ctx, async |conn, _| state(conn).await)?;
+    output::emit(
+        ctx.json,
+        &Contacts {
+            policy,
+            contacts,
+            blocked,
+        },
+        |c| {
+            let list = |v: &[AgentName]| {
+                if v.is_empty() {
+                    "(none)".to_owned()
+                } else {
+                    v.iter()
+                        .map(ToString::to_string)
+                        .collect::<Vec<_>>()
+                        .join(", ")
+                }
+            };
+            format!(
+                "policy    {}\ncontacts  {}\nblocked   {}",
+                c.policy,
+                list(&c.contacts),
+                list(&c.blocked)
+            )
+        },
+    )
+}
