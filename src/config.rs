@@ -19,6 +19,8 @@ pub const ENV_AGENT: &str = "MAILSLOT_AGENT";
 pub const ENV_CONFIG: &str = "MAILSLOT_CONFIG";
 /// Chooses the relay (`ws://host:port`).
 pub const ENV_RELAY: &str = "MAILSLOT_RELAY";
+/// The port of the loopback relay started when no relay is configured (default 7878).
+pub const ENV_LOCAL_RELAY_PORT: &str = "MAILSLOT_LOCAL_RELAY_PORT";
 /// Sets the log filter (tracing's `EnvFilter` syntax), e.g. `debug` or `mailslot=trace`.
 pub const ENV_LOG: &str = "MAILSLOT_LOG";
 
@@ -71,6 +73,8 @@ pub struct Config {
     pub default_agent: Option<AgentName>,
     /// The relay used when neither `--relay` nor `MAILSLOT_RELAY` names one.
     pub relay: Option<RelayUrl>,
+    /// The loopback relay's port when no relay is configured (for several homes side by side).
+    pub local_relay_port: Option<u16>,
 }
 
 impl Config {
@@ -179,6 +183,7 @@ mod tests {
         let config = Config {
             default_agent: Some(name("from-config")),
             relay: None,
+            local_relay_port: None,
         };
         let cwd = Path::new("/work/My Repo");
         assert_eq!(

@@ -20,7 +20,7 @@ fn with_relay<T>(
     work: impl AsyncFnOnce(&mut Connection, &Agent) -> anyhow::Result<T>,
 ) -> anyhow::Result<T> {
     let agent = ctx.open_agent()?;
-    let url = ctx.relay_url();
+    let url = ctx.relay_url()?;
     let runtime = tokio::runtime::Builder::new_current_thread()
         .enable_all()
         .build()?;

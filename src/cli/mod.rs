@@ -3,6 +3,7 @@
 
 mod consent;
 mod identity;
+mod local_relay;
 mod mail;
 mod memory;
 mod output;
@@ -240,7 +241,11 @@ impl Ctx {
 
 /// Runs a parsed command line; exit code 0 on success, 1 on failure (clap exits 2 on usage).
 pub fn run(cli: Cli) -> ExitCode {
-    init_logging();
+    match &cli.command {
+        // A relay is a service: its operator wants to see what it does.
+        Command::Relay(args) => init_logging("info", args.log_format == relay::LogFormat::Json),
+        _ => init_logging("warn", false),
+    }
     match dispatch(cli) {
         Ok(()) => ExitCode::SUCCESS,
         Err(e) => {
@@ -307,12 +312,17 @@ fn dispatch(cli: Cli) -> anyhow::Result<()> {
     }
 }
 
-fn init_logging() {
+/// Logs go to stderr (stdout is for output, and for the MCP protocol later).
+fn init_logging(default: &str, json: bool) {
     let filter = tracing_subscriber::EnvFilter::try_from_env(config::ENV_LOG)
-        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("warn"));
-    let _ = tracing_subscriber::fmt()
+        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new(default));
+    let builder = tracing_subscriber::fmt()
         .with_env_filter(filter)
         .with_writer(std::io::stderr)
-        .with_ansi(false)
-        .try_init();
+        .with_ansi(false);
+    let _ = if json {
+        builder.json().try_init()
+    } else {
+        builder.try_init()
+    };
 }

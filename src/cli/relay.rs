@@ -1,26 +1,43 @@
-//! `mailslot relay`: run a relay in the foreground until SIGINT or SIGTERM.
+//! `mailslot relay`: run a relay in the foreground until SIGINT or SIGTERM; `relay status`
+//! and `relay stop` for the one this home runs in the background.
 
 use std::net::SocketAddr;
 use std::path::PathBuf;
 
-use super::Ctx;
+use serde::Serialize;
+
+use super::local_relay::{self, RelayFiles};
+use super::{Ctx, output};
 use crate::relay::{Relay, RelayConfig};
 
 /// Flags for `mailslot relay`.
 #[derive(Debug, clap::Args)]
+#[command(args_conflicts_with_subcommands = true)]
 pub struct RelayArgs {
+    /// Manage the background relay instead of running one
+    #[command(subcommand)]
+    pub action: Option<RelayAction>,
     /// Address to listen on [default: 127.0.0.1:7878]
     #[arg(long, value_name = "ADDR")]
     pub listen: Option<SocketAddr>,
     /// Database file [default: <home>/relay/relay.db]
     #[arg(long, value_name = "PATH")]
     pub db: Option<PathBuf>,
-    /// Relay config file (TOML: limits, quotas, rates, TTL)
+    /// Relay config file (TOML: limits, quotas, rates, TTL, policy)
     #[arg(long = "relay-config", value_name = "FILE")]
     pub relay_config: Option<PathBuf>,
     /// Log format on stderr
     #[arg(long, value_enum, default_value_t = LogFormat::Text)]
     pub log_format: LogFormat,
+}
+
+/// What to do with this home's background relay.
+#[derive(Debug, clap::Subcommand)]
+pub enum RelayAction {
+    /// Show whether this home's relay runs, and where
+    Status,
+    /// Stop this home's relay (SIGTERM, waits for it to finish)
+    Stop,
 }
 
 /// How logs are written.
@@ -32,7 +49,44 @@ pub enum LogFormat {
     Json,
 }
 
+#[derive(Serialize)]
+struct Status {
+    running: bool,
+    pid: Option<i32>,
+    url: Option<String>,
+    db: String,
+}
+
 pub(super) fn run(ctx: &Ctx, args: RelayArgs) -> anyhow::Result<()> {
+    let db = args.db.clone().unwrap_or_else(|| ctx.paths.relay_db());
+    match args.action {
+        Some(RelayAction::Status) => {
+            let running = local_relay::status(&db);
+            let status = Status {
+                running: running.is_some(),
+                pid: running.as_ref().map(|r| r.0),
+                url: running.map(|r| r.1),
+                db: db.display().to_string(),
+            };
+            output::emit(ctx.json, &status, |s| match (&s.url, s.pid) {
+                (Some(url), Some(pid)) => {
+                    format!("relay running: pid {pid}, {url}, database {}", s.db)
+                }
+                _ => format!("no relay running for {}", s.db),
+            })
+        }
+        Some(RelayAction::Stop) => {
+            match local_relay::stop(&db)? {
+                Some(pid) => println!("stopped the relay (pid {pid})"),
+                None => println!("no relay running for {}", db.display()),
+            }
+            Ok(())
+        }
+        None => serve(args, db),
+    }
+}
+
+fn serve(args: RelayArgs, db: PathBuf) -> anyhow::Result<()> {
     let mut config = match &args.relay_config {
         Some(path) => RelayConfig::load(path)?,
         None => RelayConfig::default(),
@@ -40,21 +94,22 @@ pub(super) fn run(ctx: &Ctx, args: RelayArgs) -> anyhow::Result<()> {
     if let Some(listen) = args.listen {
         config.listen = listen;
     }
-    if let Some(db) = args.db {
-        config.db = Some(db);
-    }
-    let db = config
-        .db
-        .get_or_insert_with(|| ctx.paths.relay_db())
-        .clone();
+    let db = args.db.or(config.db.take()).unwrap_or(db);
+    config.db = Some(db.clone());
     if let Some(dir) = db.parent() {
         std::fs::create_dir_all(dir)?;
     }
+    let files = RelayFiles::for_db(&db);
+    let _lock = files.lock()?;
     let runtime = tokio::runtime::Builder::new_multi_thread()
         .enable_all()
         .build()?;
     runtime.block_on(async {
         let relay = Relay::start(config).await?;
+        std::fs::write(
+            &files.pid,
+            format!("{} {}\n", std::process::id(), relay.url()),
+        )?;
         eprintln!(
             "mailslot relay {} listening on {} (database {})",
             relay.relay_id(),
@@ -64,6 +119,7 @@ pub(super) fn run(ctx: &Ctx, args: RelayArgs) -> anyhow::Result<()> {
         wait_for_signal().await?;
         eprintln!("mailslot relay: shutting down");
         relay.shutdown().await;
+        local_relay::remove_pid(&files);
         anyhow::Ok(())
     })
 }

@@ -65,7 +65,7 @@ fn deliver(ctx: &Ctx, agent: Agent, message: Message) -> anyhow::Result<()> {
         ..
     } = agent;
     store.queue_outgoing(&message)?;
-    let url = ctx.relay_url();
+    let url = ctx.relay_url()?;
     let id = message.id;
     let store = StoreHandle::spawn(store)?;
     let outcome = runtime()?.block_on(async {
@@ -191,7 +191,7 @@ pub(super) fn sync(ctx: &Ctx) -> anyhow::Result<()> {
         store,
         ..
     } = ctx.open_agent()?;
-    let url = ctx.relay_url();
+    let url = ctx.relay_url()?;
     let store = StoreHandle::spawn(store)?;
     let report = runtime()?.block_on(client::sync(&url, &name, &identity, &store))?;
     output::emit(ctx.json, &report, |r| {
@@ -223,11 +223,27 @@ fn runtime() -> anyhow::Result<tokio::runtime::Runtime> {
 }
 
 impl Ctx {
-    /// The relay: `--relay` / `MAILSLOT_RELAY`, else the config, else the loopback default.
-    pub(super) fn relay_url(&self) -> RelayUrl {
-        self.relay
-            .clone()
-            .or_else(|| self.config.relay.clone())
-            .unwrap_or_else(RelayUrl::loopback_default)
+    /// The relay: `--relay` / `MAILSLOT_RELAY`, else the config, else the loopback relay of
+    /// this home, started in the background when it is not running.
+    pub(super) fn relay_url(&self) -> anyhow::Result<RelayUrl> {
+        match self.relay.clone().or_else(|| self.config.relay.clone()) {
+            Some(url) => Ok(url),
+            None => super::local_relay::ensure(&self.paths, self.local_relay_port()?),
+        }
+    }
+
+    fn local_relay_port(&self) -> anyhow::Result<u16> {
+        let name = crate::config::ENV_LOCAL_RELAY_PORT;
+        match std::env::var(name) {
+            Ok(v) => v
+                .parse::<u16>()
+                .ok()
+                .filter(|p| *p > 0)
+                .with_context(|| format!("{name}={v:?} is not a port from 1 to 65535")),
+            Err(_) => Ok(self
+                .config
+                .local_relay_port
+                .unwrap_or(super::local_relay::DEFAULT_PORT)),
+        }
     }
 }

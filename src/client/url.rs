@@ -14,11 +14,6 @@ const MAX_URL_LEN: usize = 2048;
 pub struct RelayUrl(String);
 
 impl RelayUrl {
-    /// The loopback relay every agent uses when none is configured.
-    pub fn loopback_default() -> Self {
-        Self(format!("ws://127.0.0.1:7878{WS_PATH}"))
-    }
-
     /// The URL as text.
     pub fn as_str(&self) -> &str {
         &self.0

@@ -1,0 +1,158 @@
+//! The embedded default: with nothing configured, agents on one machine talk through a
+//! loopback relay that the first command starts in the background.
+
+use std::path::Path;
+use std::process::{Command, Output, Stdio};
+
+struct Home {
+    dir: tempfile::TempDir,
+    port: u16,
+}
+
+impl Home {
+    fn new() -> Self {
+        // A free port for this test's relay, so tests and a real relay on 7878 never collide.
+        let port = std::net::TcpListener::bind("127.0.0.1:0")
+            .unwrap()
+            .local_addr()
+            .unwrap()
+            .port();
+        Self {
+            dir: tempfile::tempdir().unwrap(),
+            port,
+        }
+    }
+
+    fn run(&self, args: &[&str]) -> Output {
+        Command::new(env!("CARGO_BIN_EXE_mailslot"))
+            .args(args)
+            .env_clear()
+            .env("MAILSLOT_HOME", self.dir.path())
+            .env("MAILSLOT_LOCAL_RELAY_PORT", self.port.to_string())
+            .stdin(Stdio::null())
+            .output()
+            .unwrap()
+    }
+
+    fn ok(&self, args: &[&str]) -> String {
+        let out = self.run(args);
+        assert!(
+            out.status.success(),
+            "{args:?}: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        String::from_utf8(out.stdout).unwrap()
+    }
+
+    fn db(&self) -> std::path::PathBuf {
+        self.dir.path().join("relay").join("relay.db")
+    }
+}
+
+impl Drop for Home {
+    fn drop(&mut self) {
+        // Never leave a background relay behind, even when an assertion failed.
+        let _ = self.run(&["relay", "stop"]);
+    }
+}
+
+#[test]
+fn two_agents_with_no_configuration_exchange_mail() {
+    let home = Home::new();
+    let first = home.run(&["--agent", "bob", "sync"]);
+    assert!(
+        first.status.success(),
+        "{}",
+        String::from_utf8_lossy(&first.stderr)
+    );
+    assert!(String::from_utf8_lossy(&first.stderr).contains("started the local relay"));
+    let sent: serde_json::Value = serde_json::from_str(&home.ok(&[
+        "--agent",
+        "alice",
+        "--json",
+        "send",
+        "--to",
+        "bob",
+        "--subject",
+        "hi",
+        "--body",
+        "no config needed",
+    ]))
+    .unwrap();
+    assert_eq!(sent["status"], "sent");
+    let got: serde_json::Value =
+        serde_json::from_str(&home.ok(&["--agent", "bob", "--json", "sync"])).unwrap();
+    assert_eq!(got["received"][0], sent["id"]);
+    let status: serde_json::Value =
+        serde_json::from_str(&home.ok(&["--json", "relay", "status"])).unwrap();
+    assert_eq!(status["running"], true);
+    assert!(
+        status["url"]
+            .as_str()
+            .unwrap()
+            .contains(&home.port.to_string())
+    );
+}
+
+#[test]
+fn one_relay_per_database_and_stop_works() {
+    let home = Home::new();
+    home.ok(&["--agent", "bob", "sync"]);
+    let second = home.run(&[
+        "relay",
+        "--listen",
+        "127.0.0.1:0",
+        "--db",
+        home.db().to_str().unwrap(),
+    ]);
+    assert_eq!(second.status.code(), Some(1));
+    assert!(
+        String::from_utf8_lossy(&second.stderr)
+            .contains("another relay already uses this database")
+    );
+    assert!(home.ok(&["relay", "stop"]).contains("stopped the relay"));
+    assert!(home.ok(&["relay", "status"]).contains("no relay running"));
+    assert!(
+        !Path::new(&format!("{}.pid", home.db().display())).exists(),
+        "the pid file is removed on shutdown"
+    );
+}
+
+#[test]
+fn an_unreachable_relay_queues_the_message_and_sync_sends_it_later() {
+    let home = Home::new();
+    // A configured relay that is down: the send is kept, and says so.
+    let port = std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port();
+    let down = format!("ws://127.0.0.1:{port}");
+    let out = home.ok(&[
+        "--agent",
+        "alice",
+        "--relay",
+        &down,
+        "--json",
+        "send",
+        "--to",
+        "bob",
+        "--subject",
+        "later",
+        "--body",
+        "queued",
+    ]);
+    let queued: serde_json::Value = serde_json::from_str(&out).unwrap();
+    assert_eq!(queued["status"], "queued");
+    let status: serde_json::Value =
+        serde_json::from_str(&home.ok(&["--agent", "alice", "--json", "status"])).unwrap();
+    assert_eq!(status["outbox"], 1);
+    // The local relay comes up; bob exists there; alice's sync delivers the queued mail.
+    home.ok(&["--agent", "bob", "sync"]);
+    let synced: serde_json::Value =
+        serde_json::from_str(&home.ok(&["--agent", "alice", "--json", "sync"])).unwrap();
+    assert_eq!(synced["sent"][0], queued["id"]);
+    let got: serde_json::Value =
+        serde_json::from_str(&home.ok(&["--agent", "bob", "--json", "sync"])).unwrap();
+    assert_eq!(got["received"][0], queued["id"]);
+}
