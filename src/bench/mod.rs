@@ -2,6 +2,7 @@
 
 mod corpus;
 mod crypto;
+mod relay;
 mod stats;
 mod store;
 
@@ -16,6 +17,34 @@ pub enum BenchCommand {
     Store(StoreArgs),
     /// Crypto: seal+sign and open+verify a message to 1 and 5 recipients
     Crypto(CryptoArgs),
+    /// Relay: throughput, latency, CPU and memory of a real relay process on loopback
+    Relay(RelayBenchArgs),
+}
+
+/// Options for `bench relay`.
+#[derive(Debug, Args)]
+pub struct RelayBenchArgs {
+    /// Connected agents; each sends to the next in a ring
+    #[arg(long, default_value_t = 100, value_parser = clap::value_parser!(u32).range(2..=10_000))]
+    pub agents: u32,
+    /// Messages in the flat-out run
+    #[arg(long, default_value_t = 20_000, value_parser = clap::value_parser!(u32).range(1..=10_000_000))]
+    pub messages: u32,
+    /// Body bytes per message
+    #[arg(long, default_value_t = 1024, value_parser = clap::value_parser!(u32).range(1..=60_000))]
+    pub size: u32,
+    /// Offered load for the first run, messages per second [default: flat out]
+    #[arg(long)]
+    pub rate: Option<u32>,
+    /// Also run at this offered load, messages per second
+    #[arg(long, value_name = "MSGS_PER_SEC")]
+    pub paced_rate: Option<u32>,
+    /// Also fill one offline recipient's queue with this many messages, then drain it
+    #[arg(long, default_value_t = 0)]
+    pub backlog: u32,
+    /// Also hold this many idle authenticated connections and report relay memory
+    #[arg(long, default_value_t = 0, value_parser = clap::value_parser!(u32).range(0..=19_000))]
+    pub idle: u32,
 }
 
 /// Options for `bench store`.
@@ -48,6 +77,7 @@ pub fn run(cmd: BenchCommand, json: bool) -> anyhow::Result<()> {
     let rows = match cmd {
         BenchCommand::Store(args) => store::run(&args)?,
         BenchCommand::Crypto(args) => crypto::run(&args)?,
+        BenchCommand::Relay(args) => relay::run(&args)?,
     };
     if json {
         println!("{}", serde_json::to_string_pretty(&rows)?);

@@ -1,6 +1,8 @@
 //! The relay server: stores sealed envelopes durably and forwards them over WebSockets.
 //! It depends on `protocol` and `crypto` only; it never reads subjects or bodies.
 
+mod accept;
+mod auth;
 mod config;
 mod consent;
 mod http;
@@ -10,6 +12,7 @@ mod metrics;
 mod session;
 mod state;
 pub mod storage;
+mod wire;
 
 use std::net::SocketAddr;
 use std::path::PathBuf;

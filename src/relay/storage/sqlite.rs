@@ -114,6 +114,8 @@ pub struct SqliteStorage {
     relay_id: String,
     writes: mpsc::Sender<Box<dyn WriteOp>>,
     readers: Arc<Mutex<Vec<Connection>>>,
+    /// One permit per read connection: a reader waits here, never finds the pool empty.
+    free_readers: Arc<tokio::sync::Semaphore>,
 }
 
 fn open(path: &Path) -> Result<Connection, StorageError> {
@@ -179,6 +181,7 @@ impl SqliteStorage {
             relay_id,
             writes,
             readers: Arc::new(Mutex::new(readers)),
+            free_readers: Arc::new(tokio::sync::Semaphore::new(READERS)),
         })
     }
 
@@ -201,17 +204,25 @@ impl SqliteStorage {
         &self,
         f: impl FnOnce(&Connection) -> Result<R, StorageError> + Send + 'static,
     ) -> Result<R, StorageError> {
+        let permit = self
+            .free_readers
+            .clone()
+            .acquire_owned()
+            .await
+            .map_err(|_| StorageError::Closed)?;
         let readers = self.readers.clone();
         tokio::task::spawn_blocking(move || {
             let conn = readers.lock().map_err(|_| StorageError::Closed)?.pop();
-            let conn = match conn {
-                Some(c) => c,
-                None => return Err(StorageError::Database("no free read connection".into())),
+            let Some(conn) = conn else {
+                return Err(StorageError::Database(
+                    "read pool out of step with its permits".into(),
+                ));
             };
             let result = f(&conn);
             if let Ok(mut pool) = readers.lock() {
                 pool.push(conn);
             }
+            drop(permit);
             result
         })
         .await
