@@ -534,3 +534,51 @@ async fn http(url: &str, post: Option<&str>) -> (u16, String) {
         .unwrap_or_default();
     (status, body)
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_delivery_window_counts_messages_not_sequence_numbers() {
+    // Mail for two recipients interleaves, so bob's sequence numbers are far apart; a client
+    // that has not acked yet must still get every message up to the window (1024).
+    let relay = TestRelay::start(|_| {}).await;
+    let [alice, bob, carol] = ["alice", "bob", "carol"].map(TestAgent::new);
+    bob.sync(&relay).await;
+    carol.sync(&relay).await;
+    let mut conn = alice.connect(&relay).await;
+    let keys = |a: &TestAgent| vec![(a.address(), a.identity.public().clone())];
+    for i in 0..1100 {
+        let to = if i % 2 == 0 { &bob } else { &carol };
+        let m = alice.message(&[to], "interleaved", "x");
+        let env = seal(&m, &alice.identity, &keys(to), &Limits::default()).unwrap().remove(0);
+        conn.send_envelope(env).await.unwrap();
+    }
+    conn.close().await;
+    let mut raw = raw_login(&relay, &bob).await;
+    let mut delivered = 0;
+    while delivered < 550 {
+        match raw_recv(&mut raw).await.expect("open") {
+            ServerFrame::Deliver { .. } => delivered += 1,
+            ServerFrame::CaughtUp => break,
+            _ => {}
+        }
+    }
+    assert_eq!(delivered, 550, "all of bob's mail arrives before any ack");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn many_agents_at_once_are_all_served() {
+    let relay = TestRelay::start(|_| {}).await;
+    let agents: Vec<TestAgent> = (0..24).map(|i| TestAgent::new(&format!("agent{i}"))).collect();
+    for a in &agents {
+        a.sync(&relay).await;
+    }
+    // Everyone sends to the next at once, then everyone syncs at once.
+    let sends = agents.iter().enumerate().map(|(i, a)| {
+        let next = &agents[(i + 1) % agents.len()];
+        a.send(&relay, a.message(&[next], "ring", "hello neighbour"))
+    });
+    for report in futures_util::future::join_all(sends).await {
+        assert_eq!(report.sent.len(), 1, "{report:?}");
+    }
+    let reports = futures_util::future::join_all(agents.iter().map(|a| a.sync(&relay))).await;
+    assert!(reports.iter().all(|r| r.received.len() == 1), "{reports:?}");
+}
