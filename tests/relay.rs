@@ -548,7 +548,9 @@ async fn the_delivery_window_counts_messages_not_sequence_numbers() {
     for i in 0..1100 {
         let to = if i % 2 == 0 { &bob } else { &carol };
         let m = alice.message(&[to], "interleaved", "x");
-        let env = seal(&m, &alice.identity, &keys(to), &Limits::default()).unwrap().remove(0);
+        let env = seal(&m, &alice.identity, &keys(to), &Limits::default())
+            .unwrap()
+            .remove(0);
         conn.send_envelope(env).await.unwrap();
     }
     conn.close().await;
@@ -567,7 +569,9 @@ async fn the_delivery_window_counts_messages_not_sequence_numbers() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn many_agents_at_once_are_all_served() {
     let relay = TestRelay::start(|_| {}).await;
-    let agents: Vec<TestAgent> = (0..24).map(|i| TestAgent::new(&format!("agent{i}"))).collect();
+    let agents: Vec<TestAgent> = (0..24)
+        .map(|i| TestAgent::new(&format!("agent{i}")))
+        .collect();
     for a in &agents {
         a.sync(&relay).await;
     }

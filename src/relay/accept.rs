@@ -1,32 +1,46 @@
-//! `send`: checks an envelope (sender, recipients, consent, size, rate) and stores one copy
-//! per recipient durably before answering `sent`. The relay reads only routing fields.
+//! `send`, in two steps. [`check`] validates the envelope (sender, recipients, size, rate) and
+//! queues its durable write in arrival order; [`answer`] turns the committed outcome into
+//! `sent` or a refusal. In between, the session keeps reading, so one connection can have many
+//! sends in one group commit. Consent is checked inside the write, atomically with it.
 
+use std::future::Future;
+use std::pin::Pin;
 use std::time::Duration;
 
 use super::state::RelayState;
-use super::storage::{Accepted, Copy, Quota, Storage};
+use super::storage::{Accepted, Copy, Quota, Storage, StorageError};
 use super::wire::error_frame;
 use crate::protocol::{
-    AgentName, ENVELOPE_VERSION, ErrorCode, MAX_REF_CHARS, SealedEnvelope, ServerFrame,
+    AgentName, ENVELOPE_VERSION, ErrorCode, MAX_REF_CHARS, MessageId, SealedEnvelope, ServerFrame,
 };
 
-/// Answers one `send`.
-pub async fn accept<S: Storage>(
+/// A checked send whose write is queued: resolves to its reference, id and outcome.
+pub type QueuedSend =
+    Pin<Box<dyn Future<Output = (String, MessageId, Result<Accepted, StorageError>)> + Send>>;
+
+/// Validates a send and queues its write; a refusal comes back as the frame to answer with.
+pub async fn check<S: Storage>(
     state: &RelayState<S>,
     agent: &AgentName,
     reference: String,
     envelope: SealedEnvelope,
-) -> ServerFrame {
+) -> Result<QueuedSend, Box<ServerFrame>> {
     if reference.chars().count() > MAX_REF_CHARS {
-        return error_frame(
+        return Err(Box::new(error_frame(
             None,
             ErrorCode::BadFrame,
             format!("ref is over {MAX_REF_CHARS} characters"),
             None,
-        );
+        )));
     }
-    let refuse =
-        |code, message: String, retry| error_frame(Some(reference.clone()), code, message, retry);
+    let refuse = |code, message: String, retry| {
+        Err(Box::new(error_frame(
+            Some(reference.clone()),
+            code,
+            message,
+            retry,
+        )))
+    };
     if let Err(wait) = state.send_rate.take(agent) {
         return refuse(
             ErrorCode::RateLimited,
@@ -56,12 +70,12 @@ pub async fn accept<S: Storage>(
     }
     let limits = &state.config.limits;
     if envelope.keys.is_empty() || envelope.keys.len() > limits.recipients {
+        let n = envelope.keys.len();
         return refuse(
             ErrorCode::InvalidEnvelope,
             format!(
-                "an envelope names 1 to {} recipients, not {}",
-                limits.recipients,
-                envelope.keys.len()
+                "an envelope names 1 to {} recipients, not {n}",
+                limits.recipients
             ),
             None,
         );
@@ -85,35 +99,6 @@ pub async fn accept<S: Storage>(
                     e.to_string(),
                     Some(Duration::from_secs(1)),
                 );
-            }
-        }
-        if name != agent {
-            match state
-                .storage
-                .allows(
-                    agent.clone(),
-                    name.clone(),
-                    state.config.effective_default_policy(),
-                )
-                .await
-            {
-                Ok(true) => {}
-                Ok(false) => {
-                    return refuse(
-                        ErrorCode::NotAllowed,
-                        format!(
-                            "{name} does not accept mail from {agent}; ask first with `mailslot connect {name}`"
-                        ),
-                        None,
-                    );
-                }
-                Err(e) => {
-                    return refuse(
-                        ErrorCode::Internal,
-                        e.to_string(),
-                        Some(Duration::from_secs(1)),
-                    );
-                }
             }
         }
         if copies.iter().any(|c: &Copy| &c.recipient == name) {
@@ -155,33 +140,50 @@ pub async fn accept<S: Storage>(
         bytes: state.config.quota_bytes,
     };
     let expires = jiff::Timestamp::now().as_millisecond() + (state.config.ttl_secs as i64) * 1000;
-    match state
-        .storage
-        .accept(agent.clone(), envelope.id, copies, quota, expires)
-        .await
-    {
+    let id = envelope.id;
+    let write = state.storage.accept(
+        agent.clone(),
+        id,
+        copies,
+        quota,
+        expires,
+        state.config.effective_default_policy(),
+    );
+    Ok(Box::pin(async move { (reference, id, write.await) }))
+}
+
+/// The answer to a send once its write is done; wakes the recipients of stored mail.
+pub fn answer<S: Storage>(
+    state: &RelayState<S>,
+    agent: &AgentName,
+    reference: String,
+    id: MessageId,
+    outcome: Result<Accepted, StorageError>,
+) -> ServerFrame {
+    let refuse =
+        |code, message: String, retry| error_frame(Some(reference.clone()), code, message, retry);
+    match outcome {
         Ok(Accepted::Stored(recipients)) => {
             state.metrics.accepted.inc_by(recipients.len() as u64);
             state.metrics.queued.inc_by(recipients.len() as i64);
             for r in &recipients {
                 state.hub.wake(r);
             }
-            ServerFrame::Sent {
-                reference,
-                id: envelope.id,
-            }
+            ServerFrame::Sent { reference, id }
         }
-        Ok(Accepted::Duplicate) => ServerFrame::Sent {
-            reference,
-            id: envelope.id,
-        },
+        Ok(Accepted::Duplicate) => ServerFrame::Sent { reference, id },
         Ok(Accepted::QuotaFull(r)) => refuse(
             ErrorCode::QuotaFull,
             format!(
                 "{r}'s mailbox is full ({} messages or {} bytes waiting); nothing was stored",
-                quota.count, quota.bytes
+                state.config.quota_messages, state.config.quota_bytes
             ),
             Some(Duration::from_secs(60)),
+        ),
+        Ok(Accepted::NotAllowed(r)) => refuse(
+            ErrorCode::NotAllowed,
+            format!("{r} does not accept mail from {agent}; ask first with `mailslot connect {r}`"),
+            None,
         ),
         Err(e) => refuse(
             ErrorCode::Internal,

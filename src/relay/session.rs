@@ -8,11 +8,11 @@ use std::time::Duration;
 
 use axum::extract::ws::{Message, WebSocket};
 use futures_util::StreamExt;
-use futures_util::stream::SplitStream;
+use futures_util::stream::{FuturesUnordered, SplitStream};
 use tokio::sync::{Notify, mpsc, oneshot};
 use tokio::time::{Instant, timeout_at};
 
-use super::accept::accept;
+use super::accept::{self, QueuedSend};
 use super::auth::authenticate;
 use super::state::RelayState;
 use super::storage::Storage;
@@ -25,8 +25,10 @@ use crate::protocol::{
 const WINDOW: u64 = 1024;
 /// Envelopes read from storage at a time.
 const FETCH: usize = 256;
+/// Sends of one connection whose writes may be pending at once.
+const PIPELINED: usize = 256;
 /// Frames that may wait for the socket: a full window plus answers to pipelined requests.
-const QUEUE: usize = WINDOW as usize + 256;
+const QUEUE: usize = WINDOW as usize + PIPELINED + 64;
 
 fn gone(message: &str) -> Ending {
     Ending {
@@ -121,6 +123,7 @@ async fn serve<S: Storage>(
         caught_up: false,
     };
     let mut errors = 0u32;
+    let mut sends: FuturesUnordered<QueuedSend> = FuturesUnordered::new();
     let idle = state.config.idle_timeout();
     let mut deadline = Instant::now() + idle;
     loop {
@@ -139,12 +142,17 @@ async fn serve<S: Storage>(
                 return Some(Ending { code: ErrorCode::Replaced, message: format!("another connection for {agent} took over"), close: close::REPLACED });
             }
             _ = wake.notified(), if !d.need_fetch => d.need_fetch = true,
+            Some((reference, id, outcome)) = sends.next(), if !sends.is_empty() => {
+                if !out.frame(&accept::answer(state, agent, reference, id, outcome)) {
+                    return Some(gone("the client is not reading its frames"));
+                }
+            }
             Some(event) = events.recv() => {
                 if !out.frame(&ServerFrame::Event { event }) {
                     return Some(gone("the client is not reading its frames"));
                 }
             }
-            incoming = timeout_at(deadline, stream.next()) => {
+            incoming = timeout_at(deadline, stream.next()), if sends.len() < PIPELINED => {
                 let text = match incoming {
                     Err(_) => return Some(Ending { code: ErrorCode::BadFrame, message: format!("no frame for {} s; send ping to keep the connection", idle.as_secs()), close: close::GOING_AWAY }),
                     Ok(Some(Err(e))) => {
@@ -162,7 +170,7 @@ async fn serve<S: Storage>(
                 };
                 deadline = Instant::now() + idle;
                 let reply = match text.as_deref().map(serde_json::from_str::<ClientFrame>) {
-                    Some(Ok(frame)) => handle(state, agent, &mut d, frame).await,
+                    Some(Ok(frame)) => handle(state, agent, &mut d, &mut sends, frame).await,
                     Some(Err(e)) => Some(error_frame(None, ErrorCode::BadFrame, format!("not a valid frame: {e}"), None)),
                     None => Some(error_frame(None, ErrorCode::BadFrame, "send JSON text frames, not binary", None)),
                 };
@@ -233,11 +241,13 @@ async fn deliver<S: Storage>(
     Ok(())
 }
 
-/// Answers one frame from an authenticated client; acks succeed silently.
+/// Answers one frame from an authenticated client; acks succeed silently, and sends are
+/// answered when their write completes.
 async fn handle<S: Storage>(
     state: &RelayState<S>,
     agent: &AgentName,
     d: &mut Delivery,
+    sends: &mut FuturesUnordered<QueuedSend>,
     frame: ClientFrame,
 ) -> Option<ServerFrame> {
     Some(match frame {
@@ -301,7 +311,13 @@ async fn handle<S: Storage>(
         ClientFrame::Send {
             reference,
             envelope,
-        } => accept(state, agent, reference, envelope).await,
+        } => match accept::check(state, agent, reference, envelope).await {
+            Ok(queued) => {
+                sends.push(queued);
+                return None;
+            }
+            Err(refusal) => *refusal,
+        },
         other => match super::consent::handle(state, agent, other).await {
             Ok(answer) => answer,
             Err(unhandled) => error_frame(

@@ -4,6 +4,7 @@
 mod sqlite;
 
 use std::future::Future;
+use std::pin::Pin;
 
 use crate::protocol::{AgentName, MessageId, Policy, PublicKeys, RequestCode, RequestView, Seq};
 
@@ -64,7 +65,12 @@ pub enum Accepted {
     Duplicate,
     /// A recipient's queue is full; nothing was stored.
     QuotaFull(AgentName),
+    /// A recipient does not accept mail from the sender (policy or block); nothing was stored.
+    NotAllowed(AgentName),
 }
+
+/// A write already queued: resolves once it is durable (or failed).
+pub type Pending<T> = Pin<Box<dyn Future<Output = Result<T, StorageError>> + Send + 'static>>;
 
 /// A queued envelope.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -189,8 +195,10 @@ pub trait Storage: Send + Sync + 'static {
         name: AgentName,
     ) -> impl Future<Output = Result<Option<PublicKeys>, StorageError>> + Send;
 
-    /// Stores copies of message `id` from `sender`, all or none, unless a queue is full.
-    /// Copies already stored (same sender, id and recipient) are skipped.
+    /// Stores copies of message `id` from `sender`, all or none: refused when a recipient does
+    /// not accept the sender (under `default` for those without a policy) or its queue is full.
+    /// Copies already stored (same sender, id and recipient) are skipped. The write is queued
+    /// when this is called, so writes are applied in call order.
     fn accept(
         &self,
         sender: AgentName,
@@ -198,7 +206,8 @@ pub trait Storage: Send + Sync + 'static {
         copies: Vec<Copy>,
         quota: Quota,
         expires_at_ms: i64,
-    ) -> impl Future<Output = Result<Accepted, StorageError>> + Send;
+        default: Policy,
+    ) -> Pending<Accepted>;
 
     /// Up to `limit` queued envelopes for `agent` after `after`, in order.
     fn pending(
@@ -223,14 +232,6 @@ pub trait Storage: Send + Sync + 'static {
         &self,
         change: ConsentChange,
     ) -> impl Future<Output = Result<ConsentOutcome, StorageError>> + Send;
-
-    /// Whether `recipient` accepts mail from `sender`, given the relay's default policy.
-    fn allows(
-        &self,
-        sender: AgentName,
-        recipient: AgentName,
-        default: Policy,
-    ) -> impl Future<Output = Result<bool, StorageError>> + Send;
 
     /// An agent's consent state, open requests only.
     fn consent_state(

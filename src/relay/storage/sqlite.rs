@@ -10,8 +10,8 @@ use rusqlite::{Connection, OptionalExtension, TransactionBehavior, params};
 use tokio::sync::oneshot;
 
 use super::{
-    Accepted, ConsentChange, ConsentOutcome, ConsentState, Copy, Queued, Quota, Registration,
-    Storage, StorageError,
+    Accepted, ConsentChange, ConsentOutcome, ConsentState, Copy, Pending, Queued, Quota,
+    Registration, Storage, StorageError,
 };
 use crate::protocol::{AgentName, MessageId, Policy, PublicKeys, RequestCode, RequestView, Seq};
 
@@ -35,6 +35,7 @@ CREATE TABLE queue (
     sender      TEXT NOT NULL,
     message_id  TEXT NOT NULL,
     envelope    BLOB NOT NULL,
+    size        INTEGER NOT NULL,
     accepted_at INTEGER NOT NULL,
     expires_at  INTEGER NOT NULL,
     UNIQUE (sender, message_id, recipient)
@@ -107,6 +108,7 @@ struct AcceptOp {
     copies: Vec<Copy>,
     quota: Quota,
     expires_at_ms: i64,
+    default: Policy,
 }
 
 /// SQLite-backed relay storage.
@@ -185,19 +187,28 @@ impl SqliteStorage {
         })
     }
 
+    /// Queues a write for the writer thread now; the result arrives after its batch commits.
+    fn enqueue<T: Send + 'static>(
+        &self,
+        run: impl FnOnce(&rusqlite::Transaction<'_>) -> Result<T, StorageError> + Send + 'static,
+    ) -> Pending<T> {
+        let (reply, answer) = oneshot::channel();
+        let queued = self.writes.send(Box::new(Op {
+            run: Some(run),
+            value: None,
+            reply,
+        }));
+        Box::pin(async move {
+            queued.map_err(|_| StorageError::Closed)?;
+            answer.await.map_err(|_| StorageError::Closed)?
+        })
+    }
+
     async fn write<T: Send + 'static>(
         &self,
         run: impl FnOnce(&rusqlite::Transaction<'_>) -> Result<T, StorageError> + Send + 'static,
     ) -> Result<T, StorageError> {
-        let (reply, answer) = oneshot::channel();
-        self.writes
-            .send(Box::new(Op {
-                run: Some(run),
-                value: None,
-                reply,
-            }))
-            .map_err(|_| StorageError::Closed)?;
-        answer.await.map_err(|_| StorageError::Closed)?
+        self.enqueue(run).await
     }
 
     async fn read<R: Send + 'static>(
@@ -302,6 +313,10 @@ fn accept(tx: &rusqlite::Transaction<'_>, op: &AcceptOp) -> Result<Accepted, Sto
             if exists.exists(params![op.sender.as_str(), id, copy.recipient.as_str()])? {
                 continue;
             }
+            if copy.recipient != op.sender && !allows(tx, &op.sender, &copy.recipient, op.default)?
+            {
+                return Ok(Accepted::NotAllowed(copy.recipient.clone()));
+            }
             let (count, bytes): (i64, i64) = totals
                 .query_row([copy.recipient.as_str()], |r| Ok((r.get(0)?, r.get(1)?)))
                 .optional()?
@@ -319,7 +334,7 @@ fn accept(tx: &rusqlite::Transaction<'_>, op: &AcceptOp) -> Result<Accepted, Sto
     }
     let now = now_ms();
     let mut insert = tx.prepare_cached(
-        "INSERT INTO queue (recipient, sender, message_id, envelope, accepted_at, expires_at) VALUES (?1, ?2, ?3, ?4, ?5, ?6)",
+        "INSERT INTO queue (recipient, sender, message_id, envelope, size, accepted_at, expires_at) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7)",
     )?;
     let mut total = tx.prepare_cached(
         "INSERT INTO queue_totals (recipient, count, bytes) VALUES (?1, 1, ?2)
@@ -327,48 +342,81 @@ fn accept(tx: &rusqlite::Transaction<'_>, op: &AcceptOp) -> Result<Accepted, Sto
     )?;
     let mut recipients = Vec::with_capacity(fresh.len());
     for copy in fresh {
+        let size = copy.envelope.len() as i64;
         insert.execute(params![
             copy.recipient.as_str(),
             op.sender.as_str(),
             id,
             copy.envelope,
+            size,
             now,
             op.expires_at_ms
         ])?;
-        total.execute(params![copy.recipient.as_str(), copy.envelope.len() as i64])?;
+        total.execute(params![copy.recipient.as_str(), size])?;
         recipients.push(copy.recipient.clone());
     }
     Ok(Accepted::Stored(recipients))
 }
 
-/// Deletes rows matching `filter` and keeps the per-recipient totals right.
-fn delete_where(
+/// Whether `recipient` accepts mail from `sender`: blocks always refuse; contacts pass unless
+/// the recipient is closed; anyone else passes only an open policy.
+fn allows(
     tx: &rusqlite::Transaction<'_>,
-    filter: &str,
-    args: &[&dyn rusqlite::ToSql],
-) -> Result<u64, StorageError> {
-    tx.execute(
-        &format!(
-            "UPDATE queue_totals SET
-                count = count - (SELECT count(*) FROM queue q WHERE q.recipient = queue_totals.recipient AND {filter}),
-                bytes = bytes - (SELECT coalesce(sum(length(q.envelope)), 0) FROM queue q WHERE q.recipient = queue_totals.recipient AND {filter})
-             WHERE recipient IN (SELECT DISTINCT recipient FROM queue q WHERE {filter})"
-        ),
-        args,
-    )?;
-    Ok(tx.execute(&format!("DELETE FROM queue AS q WHERE {filter}"), args)? as u64)
+    sender: &AgentName,
+    recipient: &AgentName,
+    default: Policy,
+) -> Result<bool, StorageError> {
+    let (policy, kind): (Option<String>, Option<String>) = tx
+        .prepare_cached("SELECT a.policy, (SELECT kind FROM relations WHERE owner = a.name AND peer = ?2) FROM agents a WHERE a.name = ?1")?
+        .query_row([recipient.as_str(), sender.as_str()], |r| Ok((r.get(0)?, r.get(1)?)))
+        .optional()?
+        .unwrap_or((None, None));
+    let policy = policy.and_then(|p| p.parse().ok()).unwrap_or(default);
+    Ok(match kind.as_deref() {
+        Some("blocked") => false,
+        Some("contact") => policy != Policy::Closed,
+        _ => policy == Policy::Open,
+    })
 }
 
+/// Removes acknowledged envelopes and keeps the recipient's totals right.
 fn ack(tx: &rusqlite::Transaction<'_>, agent: &AgentName, upto: Seq) -> Result<u64, StorageError> {
-    delete_where(
-        tx,
-        "q.recipient = ?1 AND q.seq <= ?2",
-        &[&agent.as_str(), &(upto as i64)],
-    )
+    let (count, bytes): (i64, i64) = tx
+        .prepare_cached(
+            "SELECT count(*), coalesce(sum(size), 0) FROM queue WHERE recipient = ?1 AND seq <= ?2",
+        )?
+        .query_row(params![agent.as_str(), upto as i64], |r| {
+            Ok((r.get(0)?, r.get(1)?))
+        })?;
+    if count == 0 {
+        return Ok(0);
+    }
+    tx.prepare_cached("DELETE FROM queue WHERE recipient = ?1 AND seq <= ?2")?
+        .execute(params![agent.as_str(), upto as i64])?;
+    tx.prepare_cached(
+        "UPDATE queue_totals SET count = count - ?2, bytes = bytes - ?3 WHERE recipient = ?1",
+    )?
+    .execute(params![agent.as_str(), count, bytes])?;
+    Ok(count as u64)
 }
 
+/// Removes envelopes past their TTL and keeps every recipient's totals right.
 fn expire(tx: &rusqlite::Transaction<'_>, now: i64) -> Result<u64, StorageError> {
-    delete_where(tx, "q.expires_at < ?1", &[&now])
+    let expired: Vec<(String, i64, i64)> = tx
+        .prepare_cached("SELECT recipient, count(*), sum(size) FROM queue WHERE expires_at < ?1 GROUP BY recipient")?
+        .query_map([now], |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?)))?
+        .collect::<Result<_, _>>()?;
+    let mut total = 0;
+    for (recipient, count, bytes) in expired {
+        tx.prepare_cached(
+            "UPDATE queue_totals SET count = count - ?2, bytes = bytes - ?3 WHERE recipient = ?1",
+        )?
+        .execute(params![recipient, count, bytes])?;
+        total += count as u64;
+    }
+    tx.prepare_cached("DELETE FROM queue WHERE expires_at < ?1")?
+        .execute([now])?;
+    Ok(total)
 }
 
 fn relation(
@@ -590,22 +638,24 @@ impl Storage for SqliteStorage {
         .await
     }
 
-    async fn accept(
+    fn accept(
         &self,
         sender: AgentName,
         id: MessageId,
         copies: Vec<Copy>,
         quota: Quota,
         expires_at_ms: i64,
-    ) -> Result<Accepted, StorageError> {
+        default: Policy,
+    ) -> Pending<Accepted> {
         let op = AcceptOp {
             sender,
             id,
             copies,
             quota,
             expires_at_ms,
+            default,
         };
-        self.write(move |tx| accept(tx, &op)).await
+        self.enqueue(move |tx| accept(tx, &op))
     }
 
     async fn pending(
@@ -647,30 +697,6 @@ impl Storage for SqliteStorage {
 
     async fn consent(&self, change: ConsentChange) -> Result<ConsentOutcome, StorageError> {
         self.write(move |tx| consent(tx, &change)).await
-    }
-
-    async fn allows(
-        &self,
-        sender: AgentName,
-        recipient: AgentName,
-        default: Policy,
-    ) -> Result<bool, StorageError> {
-        self.read(move |conn| {
-            let (policy, kind): (Option<String>, Option<String>) = conn
-                .prepare_cached(
-                    "SELECT a.policy, (SELECT kind FROM relations WHERE owner = a.name AND peer = ?2) FROM agents a WHERE a.name = ?1",
-                )?
-                .query_row([recipient.as_str(), sender.as_str()], |r| Ok((r.get(0)?, r.get(1)?)))
-                .optional()?
-                .unwrap_or((None, None));
-            let policy = policy.and_then(|p| p.parse().ok()).unwrap_or(default);
-            Ok(match kind.as_deref() {
-                Some("blocked") => false,
-                Some("contact") => policy != Policy::Closed,
-                _ => policy == Policy::Open,
-            })
-        })
-        .await
     }
 
     async fn consent_state(
