@@ -42,6 +42,10 @@ pub struct RelayBenchArgs {
     /// Also fill one offline recipient's queue with this many messages, then drain it
     #[arg(long, default_value_t = 0)]
     pub backlog: u32,
+    /// Target this running relay instead of starting one (its rate limits and quotas must
+    /// allow the load); relay CPU and memory are then not reported
+    #[arg(long, value_name = "URL")]
+    pub url: Option<crate::client::RelayUrl>,
     /// Also hold this many idle authenticated connections and report relay memory
     #[arg(long, default_value_t = 0, value_parser = clap::value_parser!(u32).range(0..=19_000))]
     pub idle: u32,

@@ -26,14 +26,22 @@ const WINDOW: usize = 64;
 /// Acknowledge after this many deliveries.
 const ACK_EVERY: usize = 64;
 
-/// A relay child process and how to reach it.
+/// The relay under test: a child process started here, or one already running elsewhere.
 struct RelayProcess {
-    child: Child,
+    child: Option<Child>,
     url: RelayUrl,
-    _dir: tempfile::TempDir,
+    _dir: Option<tempfile::TempDir>,
 }
 
 impl RelayProcess {
+    /// The relay given with `--url`, or a fresh child process.
+    fn for_args(args: &RelayBenchArgs) -> anyhow::Result<Self> {
+        match &args.url {
+            Some(url) => Ok(Self { child: None, url: url.clone(), _dir: None }),
+            None => Self::start(),
+        }
+    }
+
     fn start() -> anyhow::Result<Self> {
         let dir = tempfile::tempdir()?;
         let config = dir.path().join("relay.toml");
@@ -76,16 +84,16 @@ impl RelayProcess {
             })
         });
         Ok(Self {
-            child,
+            child: Some(child),
             url,
-            _dir: dir,
+            _dir: Some(dir),
         })
     }
 
-    /// CPU seconds (user + system) so far.
+    /// CPU seconds (user + system) so far; 0 for a relay not started here.
     fn cpu_seconds(&self) -> f64 {
-        let stat =
-            std::fs::read_to_string(format!("/proc/{}/stat", self.child.id())).unwrap_or_default();
+        let Some(child) = &self.child else { return 0.0 };
+        let stat = std::fs::read_to_string(format!("/proc/{}/stat", child.id())).unwrap_or_default();
         let fields: Vec<&str> = stat
             .rsplit_once(") ")
             .map(|(_, r)| r.split(' ').collect())
@@ -101,10 +109,10 @@ impl RelayProcess {
         (ticks(11) + ticks(12)) / 100.0
     }
 
-    /// Resident memory now and at peak, in MiB.
+    /// Resident memory now and at peak, in MiB; 0 for a relay not started here.
     fn rss_mib(&self) -> (f64, f64) {
-        let status = std::fs::read_to_string(format!("/proc/{}/status", self.child.id()))
-            .unwrap_or_default();
+        let Some(child) = &self.child else { return (0.0, 0.0) };
+        let status = std::fs::read_to_string(format!("/proc/{}/status", child.id())).unwrap_or_default();
         let kib = |key: &str| {
             status
                 .lines()
@@ -119,8 +127,10 @@ impl RelayProcess {
 
 impl Drop for RelayProcess {
     fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
+        if let Some(child) = &mut self.child {
+            let _ = child.kill();
+            let _ = child.wait();
+        }
     }
 }
 
@@ -128,7 +138,7 @@ type Socket =
     tokio_tungstenite::WebSocketStream<tokio_tungstenite::MaybeTlsStream<tokio::net::TcpStream>>;
 
 async fn login(url: &RelayUrl, name: &AgentName, identity: &Identity) -> anyhow::Result<Socket> {
-    let (mut ws, _) = tokio_tungstenite::connect_async(url.as_str()).await?;
+    let (mut ws, _) = tokio_tungstenite::connect_async_with_config(url.as_str(), None, true).await?;
     let Some(Ok(WsMessage::Text(text))) = ws.next().await else {
         bail!("no challenge")
     };
@@ -298,7 +308,7 @@ pub(super) fn run(args: &RelayBenchArgs) -> anyhow::Result<Vec<Summary>> {
         .build()?;
     runtime.block_on(async {
         let mut rows = Vec::new();
-        let relay = RelayProcess::start()?;
+        let relay = RelayProcess::for_args(args)?;
         rows.extend(flow(&relay, args, args.rate, "flat out").await?);
         if let Some(rate) = args.paced_rate {
             rows.extend(flow(&relay, args, Some(rate), &format!("paced at {rate}/s")).await?);
@@ -307,7 +317,7 @@ pub(super) fn run(args: &RelayBenchArgs) -> anyhow::Result<Vec<Summary>> {
             rows.extend(backlog(&relay, args).await?);
         }
         if args.idle > 0 {
-            rows.push(idle(args.idle as usize).await?);
+            rows.push(idle(args, args.idle as usize).await?);
         }
         Ok(rows)
     })
@@ -457,8 +467,8 @@ async fn backlog(relay: &RelayProcess, args: &RelayBenchArgs) -> anyhow::Result<
 }
 
 /// Holds `count` authenticated idle connections and reports the relay's memory.
-async fn idle(count: usize) -> anyhow::Result<Summary> {
-    let relay = RelayProcess::start()?;
+async fn idle(args: &RelayBenchArgs, count: usize) -> anyhow::Result<Summary> {
+    let relay = RelayProcess::for_args(args)?;
     let (before, _) = relay.rss_mib();
     let crowd = agents(count, "idle-")?;
     let mut sockets = Vec::with_capacity(count);

@@ -121,6 +121,12 @@ async fn serve<S: Storage>(
     let expiry = tokio::spawn(expire_loop(state.clone()));
     let app = http::router(state.clone()).into_make_service_with_connect_info::<SocketAddr>();
     let mut stop = shutdown.clone();
+    // Small frames both ways: Nagle's algorithm would hold them back for tens of milliseconds.
+    let listener = axum::serve::ListenerExt::tap_io(listener, |tcp| {
+        if let Err(e) = tcp.set_nodelay(true) {
+            tracing::warn!(error = %e, "could not set TCP_NODELAY");
+        }
+    });
     let server = axum::serve(listener, app).with_graceful_shutdown(async move {
         let _ = stop.wait_for(|s| *s).await;
     });

@@ -18,6 +18,8 @@ use crate::protocol::{AgentName, MessageId, Policy, PublicKeys, RequestCode, Req
 /// Writes taken into one transaction at most.
 const MAX_BATCH: usize = 1024;
 const READERS: usize = 4;
+/// How often the WAL is checkpointed.
+const CHECKPOINT_EVERY: Duration = Duration::from_millis(500);
 
 /// Schema versions, applied in order and tracked in `user_version`; never edit a shipped one.
 const MIGRATIONS: &[&str] = &[r#"
@@ -118,6 +120,8 @@ pub struct SqliteStorage {
     readers: Arc<Mutex<Vec<Connection>>>,
     /// One permit per read connection: a reader waits here, never finds the pool empty.
     free_readers: Arc<tokio::sync::Semaphore>,
+    /// Dropped with the storage, which tells the checkpoint thread to stop.
+    _alive: Arc<()>,
 }
 
 fn open(path: &Path) -> Result<Connection, StorageError> {
@@ -174,16 +178,28 @@ impl SqliteStorage {
         let readers = (0..READERS)
             .map(|_| open(path))
             .collect::<Result<Vec<_>, _>>()?;
+        // Checkpoints move the WAL into the database file with an fsync of their own; done by
+        // the committing writer they would stall every send behind them, so a separate thread
+        // does them without blocking writers.
+        writer.pragma_update(None, "wal_autocheckpoint", 0)?;
+        let checkpointer = open(path)?;
         let (writes, queue) = mpsc::channel();
         thread::Builder::new()
             .name("relay-writer".into())
             .spawn(move || writer_loop(writer, queue))
+            .map_err(|e| StorageError::Database(e.to_string()))?;
+        let alive_marker = Arc::new(());
+        let alive = Arc::downgrade(&alive_marker);
+        thread::Builder::new()
+            .name("relay-checkpoint".into())
+            .spawn(move || checkpoint_loop(checkpointer, alive))
             .map_err(|e| StorageError::Database(e.to_string()))?;
         Ok(Self {
             relay_id,
             writes,
             readers: Arc::new(Mutex::new(readers)),
             free_readers: Arc::new(tokio::sync::Semaphore::new(READERS)),
+            _alive: alive_marker,
         })
     }
 
@@ -238,6 +254,17 @@ impl SqliteStorage {
         })
         .await
         .map_err(|_| StorageError::Closed)?
+    }
+}
+
+/// Checkpoints the WAL every so often (PASSIVE: never waits for writers or readers) until the
+/// storage is dropped.
+fn checkpoint_loop(conn: Connection, alive: std::sync::Weak<()>) {
+    while alive.upgrade().is_some() {
+        std::thread::sleep(CHECKPOINT_EVERY);
+        if let Err(e) = conn.query_row("PRAGMA wal_checkpoint(PASSIVE)", [], |_| Ok(())) {
+            tracing::warn!(error = %e, "WAL checkpoint failed; will retry");
+        }
     }
 }
 
