@@ -37,7 +37,11 @@ impl RelayProcess {
     /// The relay given with `--url`, or a fresh child process.
     fn for_args(args: &RelayBenchArgs) -> anyhow::Result<Self> {
         match &args.url {
-            Some(url) => Ok(Self { child: None, url: url.clone(), _dir: None }),
+            Some(url) => Ok(Self {
+                child: None,
+                url: url.clone(),
+                _dir: None,
+            }),
             None => Self::start(),
         }
     }
@@ -93,7 +97,8 @@ impl RelayProcess {
     /// CPU seconds (user + system) so far; 0 for a relay not started here.
     fn cpu_seconds(&self) -> f64 {
         let Some(child) = &self.child else { return 0.0 };
-        let stat = std::fs::read_to_string(format!("/proc/{}/stat", child.id())).unwrap_or_default();
+        let stat =
+            std::fs::read_to_string(format!("/proc/{}/stat", child.id())).unwrap_or_default();
         let fields: Vec<&str> = stat
             .rsplit_once(") ")
             .map(|(_, r)| r.split(' ').collect())
@@ -111,8 +116,11 @@ impl RelayProcess {
 
     /// Resident memory now and at peak, in MiB; 0 for a relay not started here.
     fn rss_mib(&self) -> (f64, f64) {
-        let Some(child) = &self.child else { return (0.0, 0.0) };
-        let status = std::fs::read_to_string(format!("/proc/{}/status", child.id())).unwrap_or_default();
+        let Some(child) = &self.child else {
+            return (0.0, 0.0);
+        };
+        let status =
+            std::fs::read_to_string(format!("/proc/{}/status", child.id())).unwrap_or_default();
         let kib = |key: &str| {
             status
                 .lines()
@@ -138,7 +146,8 @@ type Socket =
     tokio_tungstenite::WebSocketStream<tokio_tungstenite::MaybeTlsStream<tokio::net::TcpStream>>;
 
 async fn login(url: &RelayUrl, name: &AgentName, identity: &Identity) -> anyhow::Result<Socket> {
-    let (mut ws, _) = tokio_tungstenite::connect_async_with_config(url.as_str(), None, true).await?;
+    let (mut ws, _) =
+        tokio_tungstenite::connect_async_with_config(url.as_str(), None, true).await?;
     let Some(Ok(WsMessage::Text(text))) = ws.next().await else {
         bail!("no challenge")
     };

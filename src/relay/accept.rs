@@ -125,7 +125,7 @@ pub async fn check<S: Storage>(
         }
         copies.push(Copy {
             recipient: name.clone(),
-            envelope: copy,
+            envelope: copy.into(),
         });
     }
     if !unknown.is_empty() {
@@ -163,12 +163,10 @@ pub fn answer<S: Storage>(
     let refuse =
         |code, message: String, retry| error_frame(Some(reference.clone()), code, message, retry);
     match outcome {
+        // Online recipients already have it: the commit listener pushed it to their sessions.
         Ok(Accepted::Stored(recipients)) => {
             state.metrics.accepted.inc_by(recipients.len() as u64);
             state.metrics.queued.inc_by(recipients.len() as i64);
-            for r in &recipients {
-                state.hub.wake(r);
-            }
             ServerFrame::Sent { reference, id }
         }
         Ok(Accepted::Duplicate) => ServerFrame::Sent { reference, id },

@@ -1,24 +1,57 @@
 //! Who is online: one live session per agent. A new connection for an agent replaces the old
 //! one, and the old one's cleanup can never remove the new one (cleanup is by connection id).
+//!
+//! Stored copies are pushed to online recipients straight from the commit, in commit order, so
+//! a session delivers new mail without reading it back from the database. When a session falls
+//! behind and its push queue is full, the push is dropped, the session is flagged, and it
+//! reads the missed mail from the database instead — in order, never twice.
 
 use std::collections::HashMap;
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 
 use tokio::sync::{Notify, mpsc, oneshot};
 
+use super::storage::Committed;
 use crate::protocol::{AgentName, ConsentEvent};
-
-struct Entry {
-    conn: u64,
-    wake: Arc<Notify>,
-    kick: oneshot::Sender<()>,
-    events: mpsc::Sender<ConsentEvent>,
-}
 
 /// Consent events queued for one session at most; more are dropped (the state stays
 /// queryable with `consent`).
 const EVENT_BACKLOG: usize = 64;
+/// Pushed copies queued for one session at most; beyond that it reads from the database.
+const PUSH_BACKLOG: usize = 1024;
+
+struct Entry {
+    conn: u64,
+    missed: Arc<Missed>,
+    kick: oneshot::Sender<()>,
+    events: mpsc::Sender<ConsentEvent>,
+    pushes: mpsc::Sender<Committed>,
+}
+
+/// Set when a push was dropped; the session then reads from the database.
+#[derive(Default)]
+pub struct Missed {
+    flag: AtomicBool,
+    wake: Notify,
+}
+
+impl Missed {
+    /// Clears the flag, saying whether it was set.
+    pub fn take(&self) -> bool {
+        self.flag.swap(false, Ordering::AcqRel)
+    }
+
+    /// Resolves when a push is dropped.
+    pub async fn notified(&self) {
+        self.wake.notified().await
+    }
+
+    fn set(&self) {
+        self.flag.store(true, Ordering::Release);
+        self.wake.notify_one();
+    }
+}
 
 /// The live sessions, by agent.
 #[derive(Default)]
@@ -31,40 +64,40 @@ pub struct Hub {
 pub struct Attached {
     /// This connection's id, for [`Hub::detach`].
     pub conn: u64,
-    /// Notified when new mail is stored for the agent.
-    pub wake: Arc<Notify>,
+    /// Raised when pushed mail was dropped and must be read from the database.
+    pub missed: Arc<Missed>,
     /// Fires when a newer connection for the same agent takes over.
     pub kicked: oneshot::Receiver<()>,
     /// Consent events for the agent.
     pub events: mpsc::Receiver<ConsentEvent>,
+    /// Copies stored for the agent, in commit order.
+    pub pushes: mpsc::Receiver<Committed>,
 }
 
 impl Hub {
     /// Makes this connection the agent's live session, kicking any older one.
     pub fn attach(&self, agent: &AgentName) -> Attached {
         let conn = self.next_conn.fetch_add(1, Ordering::Relaxed);
-        let wake = Arc::new(Notify::new());
+        let missed = Arc::new(Missed::default());
         let (kick, kicked) = oneshot::channel();
-        let (events_tx, events_rx) = mpsc::channel(EVENT_BACKLOG);
-        let old = self.lock().insert(
-            agent.clone(),
-            Entry {
-                conn,
-                wake: wake.clone(),
-                kick,
-                events: events_tx,
-            },
-        );
-        if let Some(old) = old {
+        let (events_tx, events) = mpsc::channel(EVENT_BACKLOG);
+        let (pushes_tx, pushes) = mpsc::channel(PUSH_BACKLOG);
+        let entry = Entry {
+            conn,
+            missed: missed.clone(),
+            kick,
+            events: events_tx,
+            pushes: pushes_tx,
+        };
+        if let Some(old) = self.lock().insert(agent.clone(), entry) {
             let _ = old.kick.send(());
         }
-        // Mail may have arrived between the old session's last fetch and now.
-        wake.notify_one();
         Attached {
             conn,
-            wake,
+            missed,
             kicked,
-            events: events_rx,
+            events,
+            pushes,
         }
     }
 
@@ -76,10 +109,15 @@ impl Hub {
         }
     }
 
-    /// Tells the agent's live session, if any, that new mail is stored.
-    pub fn wake(&self, agent: &AgentName) {
-        if let Some(e) = self.lock().get(agent) {
-            e.wake.notify_one();
+    /// Hands freshly committed copies to their recipients' sessions, in commit order.
+    pub fn push(&self, committed: Vec<Committed>) {
+        let sessions = self.lock();
+        for copy in committed {
+            if let Some(e) = sessions.get(&copy.recipient)
+                && e.pushes.try_send(copy).is_err()
+            {
+                e.missed.set();
+            }
         }
     }
 
@@ -101,6 +139,15 @@ impl Hub {
 mod tests {
     use super::*;
 
+    fn copy(to: &AgentName, seq: u64) -> Committed {
+        Committed {
+            recipient: to.clone(),
+            seq,
+            envelope: Arc::from(&b"{}"[..]),
+            accepted_at_ms: 0,
+        }
+    }
+
     #[test]
     fn a_replaced_session_cannot_detach_its_successor() {
         let hub = Hub::default();
@@ -119,5 +166,23 @@ mod tests {
         );
         hub.detach(&alice, second.conn);
         assert!(hub.lock().is_empty());
+    }
+
+    #[test]
+    fn pushes_arrive_in_order_and_overflow_raises_the_flag() {
+        let hub = Hub::default();
+        let bob = AgentName::new("bob").unwrap();
+        let mut attached = hub.attach(&bob);
+        hub.push(
+            (1..=PUSH_BACKLOG as u64 + 1)
+                .map(|s| copy(&bob, s))
+                .collect(),
+        );
+        assert!(attached.missed.take(), "the overflow is flagged");
+        assert!(!attached.missed.take(), "and the flag clears");
+        let seqs: Vec<u64> = std::iter::from_fn(|| attached.pushes.try_recv().ok())
+            .map(|c| c.seq)
+            .collect();
+        assert_eq!(seqs, (1..=PUSH_BACKLOG as u64).collect::<Vec<_>>());
     }
 }

@@ -81,6 +81,10 @@ impl Relay {
         let waiting = storage.total_waiting().await?;
         let state = Arc::new(RelayState::new(storage, config, shutdown_rx.clone()));
         state.metrics.queued.set(waiting as i64);
+        let hub = state.hub.clone();
+        state
+            .storage
+            .on_commit(Box::new(move |committed| hub.push(committed)));
         let task = tokio::spawn(serve(state, listener, shutdown_rx));
         tracing::info!(%addr, relay = %relay_id, "relay listening");
         Ok(Self {

@@ -9,17 +9,16 @@ use std::time::Duration;
 use axum::extract::ws::{Message, WebSocket};
 use futures_util::StreamExt;
 use futures_util::stream::{FuturesUnordered, SplitStream};
-use tokio::sync::{Notify, mpsc, oneshot};
+
 use tokio::time::{Instant, timeout_at};
 
 use super::accept::{self, QueuedSend};
 use super::auth::authenticate;
+use super::hub::Attached;
 use super::state::RelayState;
-use super::storage::Storage;
+use super::storage::{Committed, Storage};
 use super::wire::{Ending, Outgoing, close, deliver_frame, error_frame, is_too_large, refuse};
-use crate::protocol::{
-    AgentName, ClientFrame, ConsentEvent, ErrorCode, PROTOCOL_VERSION, Seq, ServerFrame,
-};
+use crate::protocol::{AgentName, ClientFrame, ErrorCode, PROTOCOL_VERSION, Seq, ServerFrame};
 
 /// Deliveries sent and not yet acknowledged, at most.
 const WINDOW: u64 = 1024;
@@ -69,19 +68,10 @@ pub async fn run<S: Storage>(state: Arc<RelayState<S>>, mut socket: WebSocket, i
     };
     let (sink, stream) = socket.split();
     let out = Outgoing::spawn(sink, QUEUE);
-    let attached = state.hub.attach(&agent);
+    let mut attached = state.hub.attach(&agent);
     state.metrics.connections.inc();
     tracing::debug!(%agent, %ip, conn = attached.conn, "connected");
-    let ending = serve(
-        &state,
-        stream,
-        &out,
-        &agent,
-        attached.wake.clone(),
-        attached.kicked,
-        attached.events,
-    )
-    .await;
+    let ending = serve(&state, stream, &out, &agent, &mut attached).await;
     state.hub.detach(&agent, attached.conn);
     state.metrics.connections.dec();
     if let Some(ending) = &ending {
@@ -110,9 +100,7 @@ async fn serve<S: Storage>(
     mut stream: SplitStream<WebSocket>,
     out: &Outgoing,
     agent: &AgentName,
-    wake: Arc<Notify>,
-    mut kicked: oneshot::Receiver<()>,
-    mut events: mpsc::Receiver<ConsentEvent>,
+    attached: &mut Attached,
 ) -> Option<Ending> {
     let mut shutdown = state.shutdown.clone();
     let mut d = Delivery {
@@ -127,6 +115,11 @@ async fn serve<S: Storage>(
     let idle = state.config.idle_timeout();
     let mut deadline = Instant::now() + idle;
     loop {
+        // Pushed mail was dropped: forget what is queued and read from the database instead.
+        if attached.missed.take() {
+            while attached.pushes.try_recv().is_ok() {}
+            d.need_fetch = true;
+        }
         if d.need_fetch && d.in_flight < WINDOW {
             if let Err(ending) = deliver(state, out, agent, &mut d).await {
                 return ending;
@@ -138,16 +131,21 @@ async fn serve<S: Storage>(
             _ = shutdown.changed() => {
                 return Some(Ending { code: ErrorCode::ShuttingDown, message: "the relay is shutting down; reconnect shortly".into(), close: close::GOING_AWAY });
             }
-            _ = &mut kicked => {
+                        _ = &mut attached.kicked => {
                 return Some(Ending { code: ErrorCode::Replaced, message: format!("another connection for {agent} took over"), close: close::REPLACED });
             }
-            _ = wake.notified(), if !d.need_fetch => d.need_fetch = true,
+                        _ = attached.missed.notified(), if !d.need_fetch => {}
+            Some(copy) = attached.pushes.recv(), if !d.need_fetch && d.in_flight < WINDOW => {
+                if let Err(ending) = push(state, out, agent, &mut d, copy) {
+                    return Some(ending);
+                }
+            }
             Some((reference, id, outcome)) = sends.next(), if !sends.is_empty() => {
                 if !out.frame(&accept::answer(state, agent, reference, id, outcome)) {
                     return Some(gone("the client is not reading its frames"));
                 }
             }
-            Some(event) = events.recv() => {
+                        Some(event) = attached.events.recv() => {
                 if !out.frame(&ServerFrame::Event { event }) {
                     return Some(gone("the client is not reading its frames"));
                 }
@@ -190,6 +188,35 @@ async fn serve<S: Storage>(
             }
         }
     }
+}
+
+/// Delivers a copy pushed from its commit, unless the database read already delivered it.
+fn push<S: Storage>(
+    state: &RelayState<S>,
+    out: &Outgoing,
+    agent: &AgentName,
+    d: &mut Delivery,
+    copy: Committed,
+) -> Result<(), Ending> {
+    if copy.seq <= d.last_sent {
+        return Ok(());
+    }
+    let Some(text) = deliver_frame(copy.seq, &copy.envelope) else {
+        tracing::error!(%agent, seq = copy.seq, "stored envelope is not UTF-8; skipping it");
+        return Ok(());
+    };
+    if !out.raw(text) {
+        return Err(gone("the client is not reading its frames"));
+    }
+    d.last_sent = copy.seq;
+    d.in_flight += 1;
+    state.metrics.delivered.inc();
+    let now = jiff::Timestamp::now().as_millisecond();
+    state
+        .metrics
+        .delivery_latency
+        .observe((now - copy.accepted_at_ms).max(0) as f64 / 1000.0);
+    Ok(())
 }
 
 /// Queues the next stored envelopes, and `caught_up` once the queue is drained.

@@ -19,7 +19,7 @@ pub struct RelayState<S> {
     /// Settings.
     pub config: RelayConfig,
     /// Live sessions.
-    pub hub: Hub,
+    pub hub: Arc<Hub>,
     /// Counters for `/metrics`.
     pub metrics: Metrics,
     /// Per-agent send limits.
@@ -52,7 +52,7 @@ impl<S: Storage> RelayState<S> {
             connections: Arc::new(ConnectionLimiter::new(config.max_connections_per_ip)),
             storage,
             config,
-            hub: Hub::default(),
+            hub: Arc::default(),
             metrics: Metrics::new(),
             shutdown,
             known: Mutex::new(HashSet::new()),

@@ -5,6 +5,7 @@ mod sqlite;
 
 use std::future::Future;
 use std::pin::Pin;
+use std::sync::Arc;
 
 use crate::protocol::{AgentName, MessageId, Policy, PublicKeys, RequestCode, RequestView, Seq};
 
@@ -44,8 +45,25 @@ pub struct Copy {
     /// Who gets it.
     pub recipient: AgentName,
     /// The canonical envelope bytes, with only this recipient's key.
-    pub envelope: Vec<u8>,
+    pub envelope: Arc<[u8]>,
 }
+
+/// A copy just made durable, announced to the commit listener in commit order.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Committed {
+    /// Who gets it.
+    pub recipient: AgentName,
+    /// Its sequence number.
+    pub seq: Seq,
+    /// The canonical envelope bytes.
+    pub envelope: Arc<[u8]>,
+    /// When the relay accepted it, in Unix milliseconds.
+    pub accepted_at_ms: i64,
+}
+
+/// Called after every commit, on the storage's writer, with the copies it made durable in
+/// commit order. It must not block.
+pub type CommitListener = Box<dyn Fn(Vec<Committed>) + Send + Sync>;
 
 /// Per-recipient queue limits, checked atomically with the insert.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -181,6 +199,10 @@ pub struct ConsentState {
 pub trait Storage: Send + Sync + 'static {
     /// This relay's stable id, which clients sign in their hello.
     fn relay_id(&self) -> &str;
+
+    /// Sets the listener told about every stored copy after its commit (once; later calls are
+    /// ignored). The relay pushes them straight to online recipients.
+    fn on_commit(&self, listener: CommitListener);
 
     /// Binds `name` to `keys`, first come first served.
     fn register(

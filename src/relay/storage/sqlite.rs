@@ -2,7 +2,7 @@
 //! one fsync for many sends); reads run on a small pool of read connections.
 
 use std::path::Path;
-use std::sync::{Arc, Mutex, mpsc};
+use std::sync::{Arc, Mutex, OnceLock, mpsc};
 use std::thread;
 use std::time::Duration;
 
@@ -10,8 +10,8 @@ use rusqlite::{Connection, OptionalExtension, TransactionBehavior, params};
 use tokio::sync::oneshot;
 
 use super::{
-    Accepted, ConsentChange, ConsentOutcome, ConsentState, Copy, Pending, Queued, Quota,
-    Registration, Storage, StorageError,
+    Accepted, CommitListener, Committed, ConsentChange, ConsentOutcome, ConsentState, Copy,
+    Pending, Queued, Quota, Registration, Storage, StorageError,
 };
 use crate::protocol::{AgentName, MessageId, Policy, PublicKeys, RequestCode, RequestView, Seq};
 
@@ -72,7 +72,11 @@ CREATE TABLE relations (
 /// One write for the writer thread: applied inside the batch's transaction, answered after
 /// the commit (or with the commit's error).
 trait WriteOp: Send {
-    fn apply(&mut self, tx: &rusqlite::Transaction<'_>) -> Result<(), StorageError>;
+    fn apply(
+        &mut self,
+        tx: &rusqlite::Transaction<'_>,
+        log: &mut Vec<Committed>,
+    ) -> Result<(), StorageError>;
     fn finish(self: Box<Self>, committed: Result<(), &StorageError>);
 }
 
@@ -85,11 +89,15 @@ struct Op<T, F> {
 impl<T, F> WriteOp for Op<T, F>
 where
     T: Send,
-    F: FnOnce(&rusqlite::Transaction<'_>) -> Result<T, StorageError> + Send,
+    F: FnOnce(&rusqlite::Transaction<'_>, &mut Vec<Committed>) -> Result<T, StorageError> + Send,
 {
-    fn apply(&mut self, tx: &rusqlite::Transaction<'_>) -> Result<(), StorageError> {
+    fn apply(
+        &mut self,
+        tx: &rusqlite::Transaction<'_>,
+        log: &mut Vec<Committed>,
+    ) -> Result<(), StorageError> {
         if let Some(run) = self.run.take() {
-            self.value = Some(run(tx)?);
+            self.value = Some(run(tx, log)?);
         }
         Ok(())
     }
@@ -122,6 +130,8 @@ pub struct SqliteStorage {
     free_readers: Arc<tokio::sync::Semaphore>,
     /// Dropped with the storage, which tells the checkpoint thread to stop.
     _alive: Arc<()>,
+    /// Told about every commit's new copies, by the writer thread.
+    listener: Arc<OnceLock<CommitListener>>,
 }
 
 fn open(path: &Path) -> Result<Connection, StorageError> {
@@ -184,9 +194,13 @@ impl SqliteStorage {
         writer.pragma_update(None, "wal_autocheckpoint", 0)?;
         let checkpointer = open(path)?;
         let (writes, queue) = mpsc::channel();
+        let listener: Arc<OnceLock<CommitListener>> = Arc::new(OnceLock::new());
         thread::Builder::new()
             .name("relay-writer".into())
-            .spawn(move || writer_loop(writer, queue))
+            .spawn({
+                let listener = listener.clone();
+                move || writer_loop(writer, queue, listener)
+            })
             .map_err(|e| StorageError::Database(e.to_string()))?;
         let alive_marker = Arc::new(());
         let alive = Arc::downgrade(&alive_marker);
@@ -200,13 +214,16 @@ impl SqliteStorage {
             readers: Arc::new(Mutex::new(readers)),
             free_readers: Arc::new(tokio::sync::Semaphore::new(READERS)),
             _alive: alive_marker,
+            listener,
         })
     }
 
     /// Queues a write for the writer thread now; the result arrives after its batch commits.
     fn enqueue<T: Send + 'static>(
         &self,
-        run: impl FnOnce(&rusqlite::Transaction<'_>) -> Result<T, StorageError> + Send + 'static,
+        run: impl FnOnce(&rusqlite::Transaction<'_>, &mut Vec<Committed>) -> Result<T, StorageError>
+        + Send
+        + 'static,
     ) -> Pending<T> {
         let (reply, answer) = oneshot::channel();
         let queued = self.writes.send(Box::new(Op {
@@ -224,7 +241,7 @@ impl SqliteStorage {
         &self,
         run: impl FnOnce(&rusqlite::Transaction<'_>) -> Result<T, StorageError> + Send + 'static,
     ) -> Result<T, StorageError> {
-        self.enqueue(run).await
+        self.enqueue(move |tx, _| run(tx)).await
     }
 
     async fn read<R: Send + 'static>(
@@ -268,7 +285,11 @@ fn checkpoint_loop(conn: Connection, alive: std::sync::Weak<()>) {
     }
 }
 
-fn writer_loop(mut conn: Connection, queue: mpsc::Receiver<Box<dyn WriteOp>>) {
+fn writer_loop(
+    mut conn: Connection,
+    queue: mpsc::Receiver<Box<dyn WriteOp>>,
+    listener: Arc<OnceLock<CommitListener>>,
+) {
     while let Ok(first) = queue.recv() {
         let mut batch = vec![first];
         while batch.len() < MAX_BATCH {
@@ -277,23 +298,36 @@ fn writer_loop(mut conn: Connection, queue: mpsc::Receiver<Box<dyn WriteOp>>) {
                 Err(_) => break,
             }
         }
-        commit_batch(&mut conn, batch);
+        commit_batch(&mut conn, batch, &listener);
     }
 }
 
 /// Applies a batch in one transaction and answers every write only after the commit; if the
 /// transaction fails, every write in it gets the error and nothing in it was stored.
-fn commit_batch(conn: &mut Connection, mut batch: Vec<Box<dyn WriteOp>>) {
+fn commit_batch(
+    conn: &mut Connection,
+    mut batch: Vec<Box<dyn WriteOp>>,
+    listener: &OnceLock<CommitListener>,
+) {
+    let mut log = Vec::new();
     let result = (|| -> Result<(), StorageError> {
         let tx = conn.transaction_with_behavior(TransactionBehavior::Immediate)?;
         for op in &mut batch {
-            op.apply(&tx)?;
+            op.apply(&tx, &mut log)?;
         }
         tx.commit()?;
         Ok(())
     })();
-    if let Err(e) = &result {
-        tracing::error!(error = %e, writes = batch.len(), "relay write batch failed; nothing in it was stored");
+    match &result {
+        Ok(()) if !log.is_empty() => {
+            if let Some(listen) = listener.get() {
+                listen(log);
+            }
+        }
+        Ok(()) => {}
+        Err(e) => {
+            tracing::error!(error = %e, writes = batch.len(), "relay write batch failed; nothing in it was stored")
+        }
     }
     for op in batch {
         op.finish(result.as_ref().map(|_| ()));
@@ -325,7 +359,11 @@ fn register(
     })
 }
 
-fn accept(tx: &rusqlite::Transaction<'_>, op: &AcceptOp) -> Result<Accepted, StorageError> {
+fn accept(
+    tx: &rusqlite::Transaction<'_>,
+    op: &AcceptOp,
+    log: &mut Vec<Committed>,
+) -> Result<Accepted, StorageError> {
     let id = op.id.to_string();
     let mut fresh = Vec::with_capacity(op.copies.len());
     {
@@ -374,13 +412,20 @@ fn accept(tx: &rusqlite::Transaction<'_>, op: &AcceptOp) -> Result<Accepted, Sto
             copy.recipient.as_str(),
             op.sender.as_str(),
             id,
-            copy.envelope,
+            &copy.envelope[..],
             size,
             now,
             op.expires_at_ms
         ])?;
+        let seq = tx.last_insert_rowid() as Seq;
         total.execute(params![copy.recipient.as_str(), size])?;
         recipients.push(copy.recipient.clone());
+        log.push(Committed {
+            recipient: copy.recipient.clone(),
+            seq,
+            envelope: copy.envelope.clone(),
+            accepted_at_ms: now,
+        });
     }
     Ok(Accepted::Stored(recipients))
 }
@@ -638,6 +683,10 @@ impl Storage for SqliteStorage {
         &self.relay_id
     }
 
+    fn on_commit(&self, listener: CommitListener) {
+        let _ = self.listener.set(listener);
+    }
+
     async fn register(
         &self,
         name: AgentName,
@@ -682,7 +731,7 @@ impl Storage for SqliteStorage {
             expires_at_ms,
             default,
         };
-        self.enqueue(move |tx| accept(tx, &op))
+        self.enqueue(move |tx, log| accept(tx, &op, log))
     }
 
     async fn pending(
