@@ -45,7 +45,8 @@ impl Connection {
         let max = Limits::default().envelope_bytes + FRAME_OVERHEAD;
         let config = WebSocketConfig::default()
             .max_message_size(Some(max))
-            .max_frame_size(Some(max));
+            .max_frame_size(Some(max))
+            .read_buffer_size(16 * 1024);
         let connecting =
             tokio_tungstenite::connect_async_with_config(url.as_str(), Some(config), true);
         let (ws, _) = tokio::time::timeout(ANSWER_TIMEOUT, connecting)
