@@ -105,6 +105,11 @@ impl Connection {
         Ok(conn)
     }
 
+    /// Whether frames read earlier are waiting for [`Connection::recv`].
+    pub fn has_backlog(&self) -> bool {
+        !self.backlog.is_empty()
+    }
+
     /// How many messages waited when the connection was made.
     pub fn waiting(&self) -> u64 {
         self.waiting

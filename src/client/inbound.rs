@@ -10,7 +10,14 @@ use crate::store::{Direction, StoreHandle, Trust};
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Received {
     /// Stored as new mail.
-    New(MessageId, Trust),
+    New {
+        /// The message.
+        id: MessageId,
+        /// Its verified sender.
+        from: Address,
+        /// How far the sender is vouched for.
+        trust: Trust,
+    },
     /// Already stored (a redelivery); nothing changed.
     Duplicate(MessageId),
     /// Could not be opened or verified; not stored. The reason is for the owner's log.
@@ -98,7 +105,7 @@ pub async fn receive(
         .call(move |s| s.insert_message(&message, Direction::In, trust))
         .await?;
     Ok(if new {
-        Received::New(id, trust)
+        Received::New { id, from, trust }
     } else {
         Received::Duplicate(id)
     })

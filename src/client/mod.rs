@@ -4,12 +4,14 @@
 mod connection;
 mod inbound;
 mod outbound;
+mod session;
 mod sync;
 mod url;
 
 pub use connection::Connection;
 pub use inbound::Received;
 pub use outbound::{Flushed, SendFailure, flush as outbound_flush};
+pub use session::{ClientEvent, SessionConfig, SessionHandle, spawn as spawn_session};
 pub use sync::{SyncReport, sync};
 pub use url::RelayUrl;
 

@@ -59,7 +59,7 @@ pub async fn sync(
         match conn.recv().await? {
             ServerFrame::Deliver { seq, envelope } => {
                 match receive(&mut conn, store, &me, identity, envelope).await? {
-                    Received::New(id, _) => report.received.push(id),
+                    Received::New { id, .. } => report.received.push(id),
                     Received::Duplicate(_) => report.duplicates += 1,
                     Received::Unreadable { from, id, reason } => {
                         tracing::warn!(%from, %id, %reason, "refused an unreadable delivery");

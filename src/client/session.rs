@@ -1,0 +1,274 @@
+//! The long-running client: stays connected, reconnects with jittered exponential backoff,
+//! sends the outbox whenever asked (and after every reconnect), takes delivery of mail as it
+//! is pushed, and tells subscribers what happened. `mailslot mcp` (and its doorbells) build on
+//! the events.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use tokio::sync::{Notify, broadcast, watch};
+use tokio::task::JoinHandle;
+
+use super::inbound::{Received, receive};
+use super::outbound::flush;
+use super::{ClientError, Connection, RelayUrl};
+use crate::crypto::Identity;
+use crate::protocol::{Address, AgentName, ClientFrame, ConsentEvent, MessageId, ServerFrame};
+use crate::store::{StoreHandle, Trust};
+
+/// Acknowledge after this many deliveries even if more keep coming.
+const ACK_EVERY: usize = 256;
+/// Keepalive interval (the relay closes sockets silent for 90 s).
+const PING_EVERY: Duration = Duration::from_secs(30);
+/// First and longest waits between reconnection attempts.
+const BACKOFF_MIN: Duration = Duration::from_millis(250);
+const BACKOFF_MAX: Duration = Duration::from_secs(30);
+/// Events kept for slow subscribers before the oldest are dropped (they can re-read the store).
+const EVENT_BACKLOG: usize = 1024;
+
+/// What the session reports.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum ClientEvent {
+    /// Authenticated with the relay.
+    Connected {
+        /// Messages that were waiting.
+        waiting: u64,
+    },
+    /// The connection dropped or could not be made; the session retries after `retry_in`.
+    Disconnected {
+        /// Why, for people.
+        reason: String,
+        /// When the next attempt is.
+        retry_in: Duration,
+    },
+    /// A message was committed to the store.
+    NewMail {
+        /// Its id.
+        id: MessageId,
+        /// How far its sender is vouched for.
+        trust: Trust,
+    },
+    /// A sender's signature only verified with a key that differs from the pinned one.
+    KeyChanged {
+        /// The sender.
+        from: Address,
+        /// The message that showed it.
+        id: MessageId,
+    },
+    /// Messages the relay accepted from the outbox.
+    Sent(Vec<MessageId>),
+    /// A message that could not be sent; `will_retry` says whether it stays queued.
+    NotSent {
+        /// The message.
+        id: MessageId,
+        /// Why.
+        reason: String,
+        /// Whether it is retried.
+        will_retry: bool,
+    },
+    /// Consent news from the relay.
+    Consent(ConsentEvent),
+}
+
+/// Controls a running session.
+pub struct SessionHandle {
+    flush: Arc<Notify>,
+    stop: watch::Sender<bool>,
+    events: broadcast::Sender<ClientEvent>,
+    task: JoinHandle<()>,
+}
+
+impl SessionHandle {
+    /// Asks the session to send the outbox now (after queueing a message).
+    pub fn flush(&self) {
+        self.flush.notify_one();
+    }
+
+    /// A new subscription to the session's events.
+    pub fn subscribe(&self) -> broadcast::Receiver<ClientEvent> {
+        self.events.subscribe()
+    }
+
+    /// Stops the session after the current step and waits for it.
+    pub async fn stop(self) {
+        let _ = self.stop.send(true);
+        let _ = self.task.await;
+    }
+}
+
+/// What a session needs.
+pub struct SessionConfig {
+    /// The relay.
+    pub url: RelayUrl,
+    /// The agent.
+    pub agent: AgentName,
+    /// Its keys.
+    pub identity: Arc<Identity>,
+    /// Its store.
+    pub store: StoreHandle,
+}
+
+/// Starts the session in the background. Subscribe before anything can happen: the returned
+/// receiver sees every event from the first connection on.
+pub fn spawn(config: SessionConfig) -> (SessionHandle, broadcast::Receiver<ClientEvent>) {
+    let (events, first) = broadcast::channel(EVENT_BACKLOG);
+    let flush = Arc::new(Notify::new());
+    let (stop, stopped) = watch::channel(false);
+    let task = tokio::spawn(run(config, events.clone(), flush.clone(), stopped));
+    (
+        SessionHandle {
+            flush,
+            stop,
+            events,
+            task,
+        },
+        first,
+    )
+}
+
+/// A wait between `BACKOFF_MIN` and `BACKOFF_MAX`, doubling per failure, with ±50 % jitter so
+/// that many agents do not reconnect in lockstep after a relay restart.
+fn backoff(failures: u32) -> Duration {
+    let base = BACKOFF_MIN
+        .saturating_mul(1 << failures.min(16))
+        .min(BACKOFF_MAX);
+    let mut byte = [0u8; 1];
+    let _ = getrandom::fill(&mut byte);
+    base.mul_f64(0.5 + f64::from(byte[0]) / 255.0)
+}
+
+async fn run(
+    config: SessionConfig,
+    events: broadcast::Sender<ClientEvent>,
+    flush_now: Arc<Notify>,
+    mut stop: watch::Receiver<bool>,
+) {
+    let emit = |e: ClientEvent| {
+        let _ = events.send(e);
+    };
+    let mut failures = 0u32;
+    loop {
+        let error = tokio::select! {
+            _ = stop.wait_for(|s| *s) => return,
+            error = connected(&config, &emit, &flush_now, &mut failures) => error,
+        };
+        let retry_in = backoff(failures);
+        failures = failures.saturating_add(1);
+        emit(ClientEvent::Disconnected {
+            reason: error.to_string(),
+            retry_in,
+        });
+        tokio::select! {
+            _ = stop.wait_for(|s| *s) => return,
+            _ = tokio::time::sleep(retry_in) => {}
+        }
+    }
+}
+
+/// One connection's life, until it is lost. A successful connection resets the backoff.
+async fn connected(
+    config: &SessionConfig,
+    emit: &impl Fn(ClientEvent),
+    flush_now: &Notify,
+    failures: &mut u32,
+) -> ClientError {
+    match serve(config, emit, flush_now, failures).await {
+        Ok(never) => match never {},
+        Err(e) => e,
+    }
+}
+
+async fn serve(
+    config: &SessionConfig,
+    emit: &impl Fn(ClientEvent),
+    flush_now: &Notify,
+    failures: &mut u32,
+) -> Result<std::convert::Infallible, ClientError> {
+    let mut conn = Connection::connect(&config.url, &config.agent, &config.identity).await?;
+    *failures = 0;
+    emit(ClientEvent::Connected {
+        waiting: conn.waiting(),
+    });
+    let me = Address::local(config.agent.clone());
+    send_outbox(&mut conn, config, emit).await?;
+    let mut ping = tokio::time::interval(PING_EVERY);
+    ping.tick().await;
+    let (mut last_seq, mut unacked) = (0, 0usize);
+    loop {
+        // Acknowledge what is committed before waiting for more.
+        if unacked > 0 && !conn.has_backlog() {
+            conn.ack(last_seq).await?;
+            unacked = 0;
+        }
+        tokio::select! {
+            frame = conn.recv() => match frame? {
+                ServerFrame::Deliver { seq, envelope } => {
+                    match receive(&mut conn, &config.store, &me, &config.identity, envelope).await? {
+                        Received::New { id, from, trust } => {
+                            if trust == Trust::KeyChanged {
+                                emit(ClientEvent::KeyChanged { from, id });
+                            }
+                            emit(ClientEvent::NewMail { id, trust });
+                        }
+                        Received::Duplicate(_) => {}
+                        Received::Unreadable { from, id, reason } => {
+                            tracing::warn!(%from, %id, %reason, "refused an unreadable delivery");
+                        }
+                    }
+                    last_seq = seq;
+                    unacked += 1;
+                    if unacked >= ACK_EVERY {
+                        conn.ack(seq).await?;
+                        unacked = 0;
+                    }
+                }
+                ServerFrame::Event { event } => emit(ClientEvent::Consent(event)),
+                ServerFrame::Error { code, message, retry_after_ms, .. } => {
+                    return Err(ClientError::Refused { code, message, retry_after_ms });
+                }
+                _ => {}
+            },
+            _ = flush_now.notified() => send_outbox(&mut conn, config, emit).await?,
+            _ = ping.tick() => conn.send(&ClientFrame::Ping).await?,
+        }
+    }
+}
+
+async fn send_outbox(
+    conn: &mut Connection,
+    config: &SessionConfig,
+    emit: &impl Fn(ClientEvent),
+) -> Result<(), ClientError> {
+    let flushed = flush(conn, &config.store, &config.identity).await?;
+    if !flushed.sent.is_empty() {
+        emit(ClientEvent::Sent(flushed.sent));
+    }
+    for f in flushed.failed {
+        emit(ClientEvent::NotSent {
+            id: f.id,
+            reason: f.reason,
+            will_retry: f.will_retry,
+        });
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn backoff_grows_with_jitter_and_is_capped() {
+        for failures in 0..40 {
+            let wait = backoff(failures);
+            let base = BACKOFF_MIN
+                .saturating_mul(1 << failures.min(16))
+                .min(BACKOFF_MAX);
+            assert!(
+                wait >= base.mul_f64(0.5) && wait <= base.mul_f64(1.5),
+                "{failures}: {wait:?}"
+            );
+        }
+        assert!(backoff(40) <= BACKOFF_MAX.mul_f64(1.5));
+    }
+}
