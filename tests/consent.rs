@@ -22,7 +22,7 @@ fn refused(e: ClientError) -> ErrorCode {
 
 async fn request(conn: &mut mailslot::client::Connection, to: &TestAgent) -> RequestCode {
     match conn
-        .consent(|r| ClientFrame::Connect {
+        .call(|r| ClientFrame::Connect {
             reference: r,
             to: to.name.clone(),
             note: "we work on the relay together".into(),
@@ -40,7 +40,7 @@ async fn approve(
     from: &TestAgent,
     code: RequestCode,
 ) -> Result<ServerFrame, ClientError> {
-    conn.consent(|r| ClientFrame::Approve {
+    conn.call(|r| ClientFrame::Approve {
         reference: r,
         from: from.name.clone(),
         code,
@@ -86,7 +86,7 @@ async fn strangers_are_refused_until_the_owner_approves() {
     drop(bob_ws);
     let mut bob_conn = bob.connect(&relay).await;
     let ServerFrame::ConsentState { incoming, .. } = bob_conn
-        .consent(|r| ClientFrame::Consent { reference: r })
+        .call(|r| ClientFrame::Consent { reference: r })
         .await
         .unwrap()
     else {
@@ -95,7 +95,7 @@ async fn strangers_are_refused_until_the_owner_approves() {
     assert_eq!(incoming.len(), 1);
     assert_eq!(incoming[0].code, None, "the target's view has no code");
     let ServerFrame::ConsentState { outgoing, .. } = conn
-        .consent(|r| ClientFrame::Consent { reference: r })
+        .call(|r| ClientFrame::Consent { reference: r })
         .await
         .unwrap()
     else {
@@ -160,7 +160,7 @@ async fn the_requester_is_told_the_outcome() {
     );
     let mut carol_conn = carol.connect(&relay).await;
     carol_conn
-        .consent(|r| ClientFrame::Deny {
+        .call(|r| ClientFrame::Deny {
             reference: r,
             agent: alice.name.clone(),
         })
@@ -188,7 +188,7 @@ async fn blocks_refuse_mail_and_requests_even_under_open() {
     alice.sync(&relay).await;
     let mut bob_conn = bob.connect(&relay).await;
     bob_conn
-        .consent(|r| ClientFrame::Block {
+        .call(|r| ClientFrame::Block {
             reference: r,
             agent: alice.name.clone(),
         })
@@ -200,7 +200,7 @@ async fn blocks_refuse_mail_and_requests_even_under_open() {
     assert!(report.not_sent[0].1.contains("not_allowed"));
     let mut conn = alice.connect(&relay).await;
     let err = conn
-        .consent(|r| ClientFrame::Connect {
+        .call(|r| ClientFrame::Connect {
             reference: r,
             to: bob.name.clone(),
             note: String::new(),
@@ -210,7 +210,7 @@ async fn blocks_refuse_mail_and_requests_even_under_open() {
     assert_eq!(refused(err), ErrorCode::NotAllowed);
     conn.close().await;
     bob_conn
-        .consent(|r| ClientFrame::Unblock {
+        .call(|r| ClientFrame::Unblock {
             reference: r,
             agent: alice.name.clone(),
         })
@@ -256,7 +256,7 @@ async fn pending_requests_and_approval_attempts_are_bounded() {
         request(&mut conn, t).await;
     }
     let err = conn
-        .consent(|r| ClientFrame::Connect {
+        .call(|r| ClientFrame::Connect {
             reference: r,
             to: targets[3].name.clone(),
             note: String::new(),

@@ -50,7 +50,7 @@ struct Requested {
 pub(super) fn connect(ctx: &Ctx, to: AgentName, note: String) -> anyhow::Result<()> {
     let requested = with_relay(ctx, async |conn, agent| {
         let answer = conn
-            .consent(|r| ClientFrame::Connect {
+            .call(|r| ClientFrame::Connect {
                 reference: r,
                 to: to.clone(),
                 note,
@@ -106,10 +106,7 @@ async fn state(
     Vec<AgentName>,
     Vec<AgentName>,
 )> {
-    match conn
-        .consent(|r| ClientFrame::Consent { reference: r })
-        .await?
-    {
+    match conn.call(|r| ClientFrame::Consent { reference: r }).await? {
         ServerFrame::ConsentState {
             policy,
             incoming,
@@ -187,7 +184,7 @@ pub(super) fn approve(ctx: &Ctx, code: RequestCode, from: Option<AgentName>) -> 
             bail!("not approved");
         }
         match conn
-            .consent(|r| ClientFrame::Approve {
+            .call(|r| ClientFrame::Approve {
                 reference: r,
                 from: request.agent.clone(),
                 code,
@@ -214,7 +211,7 @@ pub(super) enum Change {
 pub(super) fn change(ctx: &Ctx, change: Change) -> anyhow::Result<()> {
     let detail = with_relay(ctx, async |conn, _| {
         let answer = conn
-            .consent(|reference| match change {
+            .call(|reference| match change {
                 Change::Deny(agent) => ClientFrame::Deny { reference, agent },
                 Change::Block(agent) => ClientFrame::Block { reference, agent },
                 Change::Unblock(agent) => ClientFrame::Unblock { reference, agent },

@@ -210,28 +210,14 @@ impl Connection {
 
     /// The keys the relay has registered for `agent`.
     pub async fn lookup(&mut self, agent: &AgentName) -> Result<PublicKeys, ClientError> {
-        let reference = self.fresh_ref();
         match self
-            .request(
-                ClientFrame::Lookup {
-                    reference: reference.clone(),
-                    agent: agent.clone(),
-                },
-                &reference,
-            )
+            .call(|reference| ClientFrame::Lookup {
+                reference,
+                agent: agent.clone(),
+            })
             .await?
         {
             ServerFrame::Keys { keys, .. } => Ok(keys),
-            ServerFrame::Error {
-                code,
-                message,
-                retry_after_ms,
-                ..
-            } => Err(ClientError::Refused {
-                code,
-                message,
-                retry_after_ms,
-            }),
             other => Err(ClientError::Protocol(format!(
                 "expected keys, got {other:?}"
             ))),
@@ -243,37 +229,22 @@ impl Connection {
         &mut self,
         envelope: SealedEnvelope,
     ) -> Result<MessageId, ClientError> {
-        let reference = self.fresh_ref();
         match self
-            .request(
-                ClientFrame::Send {
-                    reference: reference.clone(),
-                    envelope,
-                },
-                &reference,
-            )
+            .call(|reference| ClientFrame::Send {
+                reference,
+                envelope,
+            })
             .await?
         {
             ServerFrame::Sent { id, .. } => Ok(id),
-            ServerFrame::Error {
-                code,
-                message,
-                retry_after_ms,
-                ..
-            } => Err(ClientError::Refused {
-                code,
-                message,
-                retry_after_ms,
-            }),
             other => Err(ClientError::Protocol(format!(
                 "expected sent, got {other:?}"
             ))),
         }
     }
 
-    /// Sends a consent frame built around a fresh ref and returns the answer, with refusals as
-    /// errors.
-    pub async fn consent(
+    /// Sends a request built around a fresh ref and returns its answer; refusals are errors.
+    pub async fn call(
         &mut self,
         make: impl FnOnce(String) -> ClientFrame,
     ) -> Result<ServerFrame, ClientError> {
