@@ -580,9 +580,74 @@ async fn many_agents_at_once_are_all_served() {
         let next = &agents[(i + 1) % agents.len()];
         a.send(&relay, a.message(&[next], "ring", "hello neighbour"))
     });
-    for report in futures_util::future::join_all(sends).await {
-        assert_eq!(report.sent.len(), 1, "{report:?}");
+    let first = futures_util::future::join_all(sends).await;
+    assert!(first.iter().all(|r| r.sent.len() == 1), "{first:?}");
+    // A send's sync also takes delivery, so count what each agent got over both rounds.
+    let second = futures_util::future::join_all(agents.iter().map(|a| a.sync(&relay))).await;
+    for (a, b) in first.iter().zip(&second) {
+        assert_eq!(a.received.len() + b.received.len(), 1, "{a:?} then {b:?}");
+        assert_eq!(a.duplicates + b.duplicates, 0);
     }
-    let reports = futures_util::future::join_all(agents.iter().map(|a| a.sync(&relay))).await;
-    assert!(reports.iter().all(|r| r.received.len() == 1), "{reports:?}");
+}
+
+#[tokio::test]
+async fn agents_opt_in_and_out_of_the_directory() {
+    let relay = TestRelay::start(|_| {}).await;
+    let (alice, bob) = (TestAgent::new("alice"), TestAgent::new("bob"));
+    bob.sync(&relay).await;
+    let base = format!("http://{}", relay.relay.addr());
+    assert_eq!(
+        http(&format!("{base}/v1/directory"), None).await,
+        (200, "[]".to_owned()),
+        "nobody is listed by default"
+    );
+    let mut conn = alice.connect(&relay).await;
+    let too_long = "x".repeat(mailslot::protocol::MAX_DESCRIPTION_CHARS + 1);
+    let err = conn
+        .call(|reference| ClientFrame::SetListing {
+            reference,
+            description: Some(too_long),
+        })
+        .await
+        .unwrap_err();
+    assert!(
+        matches!(
+            err,
+            mailslot::client::ClientError::Refused {
+                code: ErrorCode::BadFrame,
+                ..
+            }
+        ),
+        "{err:?}"
+    );
+    conn.call(|reference| ClientFrame::SetListing {
+        reference,
+        description: Some("reviews Rust code".into()),
+    })
+    .await
+    .unwrap();
+    let (status, body) = http(&format!("{base}/v1/directory"), None).await;
+    assert_eq!(status, 200);
+    let listed: serde_json::Value = serde_json::from_str(&body).unwrap();
+    assert_eq!(listed[0]["agent"], "alice");
+    assert_eq!(
+        listed[0]["fingerprint"],
+        alice.identity.fingerprint().as_str()
+    );
+    assert_eq!(listed[0]["description"], "reviews Rust code");
+    let ServerFrame::DirectoryList { entries, .. } = conn
+        .call(|reference| ClientFrame::Directory { reference })
+        .await
+        .unwrap()
+    else {
+        panic!("expected the directory")
+    };
+    assert_eq!(entries.len(), 1);
+    conn.call(|reference| ClientFrame::SetListing {
+        reference,
+        description: None,
+    })
+    .await
+    .unwrap();
+    assert_eq!(http(&format!("{base}/v1/directory"), None).await.1, "[]");
 }

@@ -15,7 +15,7 @@ use crate::protocol::{
 };
 
 /// Opens the agent, connects, runs `work`, closes.
-fn with_relay<T>(
+pub(super) fn with_relay<T>(
     ctx: &Ctx,
     work: impl AsyncFnOnce(&mut Connection, &Agent) -> anyhow::Result<T>,
 ) -> anyhow::Result<T> {

@@ -2,6 +2,7 @@
 //! Every command is thin: it opens the agent and calls the library.
 
 mod consent;
+mod directory;
 mod identity;
 mod local_relay;
 mod mail;
@@ -200,6 +201,15 @@ pub enum Command {
     },
     /// Show contacts, blocks and the policy
     Contacts,
+    /// List the relay's directory of agents that opted in, or join or leave it
+    Directory {
+        /// List this agent with a one-line description
+        #[arg(long, value_name = "DESCRIPTION", conflicts_with = "leave")]
+        join: Option<String>,
+        /// Take this agent out of the directory
+        #[arg(long)]
+        leave: bool,
+    },
     /// Set whom this agent accepts mail from: open, contacts or closed
     Policy {
         /// open, contacts or closed
@@ -306,6 +316,14 @@ fn dispatch(cli: Cli) -> anyhow::Result<()> {
         Command::Unblock { peer } => consent::change(&ctx, consent::Change::Unblock(peer)),
         Command::Uncontact { peer } => consent::change(&ctx, consent::Change::Remove(peer)),
         Command::Contacts => consent::contacts(&ctx),
+        Command::Directory { join, leave } => directory::run(
+            &ctx,
+            match (join, leave) {
+                (Some(description), _) => directory::Action::Join(description),
+                (None, true) => directory::Action::Leave,
+                (None, false) => directory::Action::List,
+            },
+        ),
         Command::Policy { policy } => consent::change(&ctx, consent::Change::Policy(policy)),
         Command::Relay(args) => relay::run(&ctx, args),
         Command::Bench(cmd) => crate::bench::run(cmd, ctx.json),

@@ -102,6 +102,14 @@ pub enum ServerFrame {
         /// Blocked agents.
         blocked: Vec<AgentName>,
     },
+    /// The public directory, answering `directory`.
+    DirectoryList {
+        /// The client's request reference.
+        #[serde(rename = "ref")]
+        reference: String,
+        /// The agents that opted in, by name.
+        entries: Vec<DirectoryEntry>,
+    },
     /// Consent news.
     Event {
         /// What happened.
@@ -221,6 +229,21 @@ pub enum ClientFrame {
         /// The policy.
         policy: Policy,
     },
+    /// Opt in to the relay's public directory with a description, or (`None`) out of it.
+    SetListing {
+        /// Echoed in the answer.
+        #[serde(rename = "ref")]
+        reference: String,
+        /// One line about the agent, for people browsing the directory.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        description: Option<String>,
+    },
+    /// Ask for the public directory.
+    Directory {
+        /// Echoed in the answer.
+        #[serde(rename = "ref")]
+        reference: String,
+    },
     /// Ask for this agent's consent state.
     Consent {
         /// Echoed in the answer.
@@ -239,12 +262,28 @@ impl ServerFrame {
             | ServerFrame::Keys { reference, .. }
             | ServerFrame::Requested { reference, .. }
             | ServerFrame::Done { reference, .. }
-            | ServerFrame::ConsentState { reference, .. } => Some(reference),
+            | ServerFrame::ConsentState { reference, .. }
+            | ServerFrame::DirectoryList { reference, .. } => Some(reference),
             ServerFrame::Error { reference, .. } => reference.as_deref(),
             _ => None,
         }
     }
 }
+
+/// One agent in the public directory.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct DirectoryEntry {
+    /// The agent.
+    pub agent: AgentName,
+    /// Its fingerprint, to compare out of band before trusting it.
+    pub fingerprint: super::Fingerprint,
+    /// What it says about itself.
+    pub description: String,
+}
+
+/// The longest directory description, in characters.
+pub const MAX_DESCRIPTION_CHARS: usize = 200;
 
 /// Stable error codes. Clients match on these, never on the message text.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]

@@ -19,8 +19,8 @@ pub use envelope::{ENVELOPE_VERSION, KeyWrap, SealedEnvelope};
 pub use error::ValidationError;
 pub use fingerprint::{FINGERPRINT_BYTES, Fingerprint};
 pub use frames::{
-    ClientFrame, ErrorCode, FRAME_OVERHEAD, MAX_REF_CHARS, PROTOCOL_VERSION, Seq, ServerFrame,
-    hello_payload,
+    ClientFrame, DirectoryEntry, ErrorCode, FRAME_OVERHEAD, MAX_DESCRIPTION_CHARS, MAX_REF_CHARS,
+    PROTOCOL_VERSION, Seq, ServerFrame, hello_payload,
 };
 pub use ids::{MemoryId, MessageId, ThreadId};
 pub use keys::PublicKeys;

@@ -31,6 +31,7 @@ pub fn router<S: Storage>(state: Arc<RelayState<S>>) -> Router {
         .route("/v1/ws", get(websocket::<S>))
         .route("/v1/agents", post(register::<S>))
         .route("/v1/agents/{name}", get(lookup::<S>))
+        .route("/v1/directory", get(directory::<S>))
         .with_state(state)
 }
 
@@ -166,6 +167,17 @@ async fn register<S: Storage>(
             ErrorCode::NameTaken,
             format!("{} is registered with other keys", req.name),
         ),
+        Err(e) => error(
+            StatusCode::SERVICE_UNAVAILABLE,
+            ErrorCode::Internal,
+            e.to_string(),
+        ),
+    }
+}
+
+async fn directory<S: Storage>(State(state): State<Arc<RelayState<S>>>) -> Response {
+    match super::directory::entries(&state).await {
+        Ok(entries) => Json(entries).into_response(),
         Err(e) => error(
             StatusCode::SERVICE_UNAVAILABLE,
             ErrorCode::Internal,

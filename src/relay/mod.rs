@@ -5,6 +5,7 @@ mod accept;
 mod auth;
 mod config;
 mod consent;
+mod directory;
 mod http;
 mod hub;
 mod limits;

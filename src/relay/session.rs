@@ -347,12 +347,15 @@ async fn handle<S: Storage>(
         },
         other => match super::consent::handle(state, agent, other).await {
             Ok(answer) => answer,
-            Err(unhandled) => error_frame(
-                None,
-                ErrorCode::UnexpectedFrame,
-                format!("unexpected frame {unhandled:?}"),
-                None,
-            ),
+            Err(other) => match super::directory::handle(state, agent, other).await {
+                Ok(answer) => answer,
+                Err(unhandled) => error_frame(
+                    None,
+                    ErrorCode::UnexpectedFrame,
+                    format!("unexpected frame {unhandled:?}"),
+                    None,
+                ),
+            },
         },
     })
 }

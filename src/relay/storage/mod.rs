@@ -262,6 +262,19 @@ pub trait Storage: Send + Sync + 'static {
         now_ms: i64,
     ) -> impl Future<Output = Result<ConsentState, StorageError>> + Send;
 
+    /// Puts `agent` in the public directory with `description`, or (`None`) takes it out.
+    fn set_listing(
+        &self,
+        agent: AgentName,
+        description: Option<String>,
+    ) -> impl Future<Output = Result<(), StorageError>> + Send;
+
+    /// The public directory: agents that opted in, with their keys and descriptions, by name.
+    fn directory(
+        &self,
+        limit: usize,
+    ) -> impl Future<Output = Result<Vec<(AgentName, PublicKeys, String)>, StorageError>> + Send;
+
     /// Messages waiting in all queues.
     fn total_waiting(&self) -> impl Future<Output = Result<u64, StorageError>> + Send;
 

@@ -29,7 +29,9 @@ CREATE TABLE agents (
     signing       BLOB NOT NULL,
     sealing       BLOB NOT NULL,
     registered_at INTEGER NOT NULL,
-    policy        TEXT CHECK (policy IN ('open', 'contacts', 'closed'))
+    policy        TEXT CHECK (policy IN ('open', 'contacts', 'closed')),
+    -- Present when the agent opted in to the public directory.
+    listing       TEXT
 ) STRICT;
 CREATE TABLE queue (
     seq         INTEGER PRIMARY KEY AUTOINCREMENT,
@@ -805,6 +807,44 @@ impl Storage for SqliteStorage {
                 contacts: names(conn, "SELECT peer FROM relations WHERE owner = ?1 AND kind = 'contact' ORDER BY peer", &agent)?,
                 blocked: names(conn, "SELECT peer FROM relations WHERE owner = ?1 AND kind = 'blocked' ORDER BY peer", &agent)?,
             })
+        })
+        .await
+    }
+
+    async fn set_listing(
+        &self,
+        agent: AgentName,
+        description: Option<String>,
+    ) -> Result<(), StorageError> {
+        self.write(move |tx| {
+            tx.execute(
+                "UPDATE agents SET listing = ?2 WHERE name = ?1",
+                params![agent.as_str(), description],
+            )?;
+            Ok(())
+        })
+        .await
+    }
+
+    async fn directory(
+        &self,
+        limit: usize,
+    ) -> Result<Vec<(AgentName, PublicKeys, String)>, StorageError> {
+        self.read(move |conn| {
+            let mut stmt = conn.prepare_cached("SELECT name, signing, sealing, listing FROM agents WHERE listing IS NOT NULL ORDER BY name LIMIT ?1")?;
+            let rows = stmt.query_map([limit as i64], |r| {
+                Ok((r.get::<_, String>(0)?, r.get::<_, Vec<u8>>(1)?, r.get::<_, Vec<u8>>(2)?, r.get::<_, String>(3)?))
+            })?;
+            rows.map(|row| {
+                let (name, signing, sealing, listing) = row?;
+                let bad = |what: &str| StorageError::Database(format!("stored {what} of {name} is invalid"));
+                let keys = PublicKeys {
+                    signing: signing.try_into().map_err(|_| bad("signing key"))?,
+                    sealing: sealing.try_into().map_err(|_| bad("sealing key"))?,
+                };
+                Ok((AgentName::new(&name).map_err(|_| bad("name"))?, keys, listing))
+            })
+            .collect()
         })
         .await
     }

@@ -1,0 +1,55 @@
+//! `directory`: list the agents that opted in to the relay's directory, or join or leave it.
+
+use anyhow::bail;
+
+use super::consent::with_relay;
+use super::{Ctx, output};
+use crate::protocol::{ClientFrame, ServerFrame};
+
+/// What to do with the directory.
+pub(super) enum Action {
+    List,
+    Join(String),
+    Leave,
+}
+
+pub(super) fn run(ctx: &Ctx, action: Action) -> anyhow::Result<()> {
+    let answer = with_relay(ctx, async |conn, _| {
+        let frame = |reference| match action {
+            Action::List => ClientFrame::Directory { reference },
+            Action::Join(description) => ClientFrame::SetListing {
+                reference,
+                description: Some(description),
+            },
+            Action::Leave => ClientFrame::SetListing {
+                reference,
+                description: None,
+            },
+        };
+        Ok(conn.call(frame).await?)
+    })?;
+    match answer {
+        ServerFrame::DirectoryList { entries, .. } => output::emit(ctx.json, &entries, |entries| {
+            if entries.is_empty() {
+                return "no agents are listed; join with `mailslot directory --join \"what this agent does\"`".into();
+            }
+            entries
+                .iter()
+                .map(|e| {
+                    format!(
+                        "{:<20} {}  {}",
+                        e.agent.to_string(),
+                        e.fingerprint,
+                        e.description
+                    )
+                })
+                .collect::<Vec<_>>()
+                .join("\n")
+        }),
+        ServerFrame::Done { detail, .. } => {
+            println!("{detail}");
+            Ok(())
+        }
+        other => bail!("unexpected answer {other:?}"),
+    }
+}
