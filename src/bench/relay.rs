@@ -231,14 +231,17 @@ async fn drive(
     mut ws: Socket,
     outgoing: Vec<crate::protocol::SealedEnvelope>,
     expected_in: usize,
-    pace: Option<Duration>,
+    pace: Option<(Duration, Duration)>,
     tally: Arc<Mutex<Tally>>,
 ) -> anyhow::Result<()> {
     let total_out = outgoing.len();
     let mut queue = outgoing.into_iter().enumerate();
     let (mut in_flight, mut answered, mut got, mut unacked) = (0usize, 0usize, 0usize, 0usize);
     let mut last_seq = 0;
-    let mut ticker = pace.map(tokio::time::interval);
+    // Each agent's ticks are offset so the offered load is spread evenly, not sent in bursts.
+    let mut ticker = pace.map(|(every, offset)| {
+        tokio::time::interval_at(tokio::time::Instant::now() + offset, every)
+    });
     loop {
         if answered == total_out && got == expected_in {
             if unacked > 0 {
@@ -363,7 +366,11 @@ async fn flow(
     let tasks: Vec<_> = sockets
         .into_iter()
         .zip(outgoing)
-        .map(|(ws, out)| tokio::spawn(drive(ws, out, per_agent, pace, tally.clone())))
+        .enumerate()
+        .map(|(i, (ws, out))| {
+            let pace = pace.map(|every| (every, every.mul_f64(i as f64 / n as f64)));
+            tokio::spawn(drive(ws, out, per_agent, pace, tally.clone()))
+        })
         .collect();
     for t in tasks {
         t.await??;
