@@ -471,7 +471,7 @@ async fn http_health_metrics_registration_and_lookup() {
     let sig = mailslot::crypto::sign::signature(
         &alice.identity,
         mailslot::crypto::sign::Domain::Register,
-        &mailslot::relay::register_payload(&alice.name, &keys),
+        &mailslot::protocol::register_payload(&alice.name, &keys),
     );
     let body = serde_json::json!({"name": "alice", "keys": keys, "signature": mailslot::protocol::b64::encode(&sig)}).to_string();
     assert_eq!(http(&format!("{base}/v1/agents"), Some(&body)).await.0, 201);
@@ -485,7 +485,7 @@ async fn http_health_metrics_registration_and_lookup() {
     let sig = mailslot::crypto::sign::signature(
         &mallory.identity,
         mailslot::crypto::sign::Domain::Register,
-        &mailslot::relay::register_payload(&alice.name, &other),
+        &mailslot::protocol::register_payload(&alice.name, &other),
     );
     let body = serde_json::json!({"name": "alice", "keys": other, "signature": mailslot::protocol::b64::encode(&sig)}).to_string();
     assert_eq!(http(&format!("{base}/v1/agents"), Some(&body)).await.0, 409);

@@ -330,10 +330,6 @@ async fn drive(
     }
 }
 
-fn percentiles(case: String, latencies: Vec<Duration>, elapsed: Duration) -> Summary {
-    Summary::new(case, latencies, elapsed)
-}
-
 pub(super) fn run(args: &RelayBenchArgs) -> anyhow::Result<Vec<Summary>> {
     raise_fd_limit();
     let runtime = tokio::runtime::Builder::new_multi_thread()
@@ -417,7 +413,7 @@ async fn flow(
         tally.accepted as f64 / elapsed.as_secs_f64(),
         total as f64 / elapsed.as_secs_f64()
     );
-    Ok(vec![percentiles(
+    Ok(vec![Summary::new(
         format!("send→delivered, {label} ({n} agents, ops/s = delivered+acked)"),
         tally.latencies,
         elapsed,

@@ -14,6 +14,7 @@ mod send;
 use std::path::PathBuf;
 use std::process::ExitCode;
 
+use anyhow::Context;
 use clap::{Parser, Subcommand};
 
 use crate::agent::Agent;
@@ -246,6 +247,32 @@ impl Ctx {
             );
         }
         Ok(agent)
+    }
+}
+
+impl Ctx {
+    /// The relay: `--relay` / `MAILSLOT_RELAY`, else the config, else the loopback relay of
+    /// this home, started in the background when it is not running.
+    pub(super) fn relay_url(&self) -> anyhow::Result<RelayUrl> {
+        match self.relay.clone().or_else(|| self.config.relay.clone()) {
+            Some(url) => Ok(url),
+            None => local_relay::ensure(&self.paths, self.local_relay_port()?),
+        }
+    }
+
+    fn local_relay_port(&self) -> anyhow::Result<u16> {
+        let name = crate::config::ENV_LOCAL_RELAY_PORT;
+        match std::env::var(name) {
+            Ok(v) => v
+                .parse::<u16>()
+                .ok()
+                .filter(|p| *p > 0)
+                .with_context(|| format!("{name}={v:?} is not a port from 1 to 65535")),
+            Err(_) => Ok(self
+                .config
+                .local_relay_port
+                .unwrap_or(local_relay::DEFAULT_PORT)),
+        }
     }
 }
 

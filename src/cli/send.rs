@@ -9,7 +9,7 @@ use serde::Serialize;
 
 use super::{Ctx, output};
 use crate::agent::Agent;
-use crate::client::{self, ClientError, Connection, RelayUrl};
+use crate::client::{self, ClientError, Connection};
 use crate::protocol::{Address, Limits, Message, MessageId};
 use crate::store::StoreHandle;
 
@@ -220,30 +220,4 @@ fn runtime() -> anyhow::Result<tokio::runtime::Runtime> {
     Ok(tokio::runtime::Builder::new_current_thread()
         .enable_all()
         .build()?)
-}
-
-impl Ctx {
-    /// The relay: `--relay` / `MAILSLOT_RELAY`, else the config, else the loopback relay of
-    /// this home, started in the background when it is not running.
-    pub(super) fn relay_url(&self) -> anyhow::Result<RelayUrl> {
-        match self.relay.clone().or_else(|| self.config.relay.clone()) {
-            Some(url) => Ok(url),
-            None => super::local_relay::ensure(&self.paths, self.local_relay_port()?),
-        }
-    }
-
-    fn local_relay_port(&self) -> anyhow::Result<u16> {
-        let name = crate::config::ENV_LOCAL_RELAY_PORT;
-        match std::env::var(name) {
-            Ok(v) => v
-                .parse::<u16>()
-                .ok()
-                .filter(|p| *p > 0)
-                .with_context(|| format!("{name}={v:?} is not a port from 1 to 65535")),
-            Err(_) => Ok(self
-                .config
-                .local_relay_port
-                .unwrap_or(super::local_relay::DEFAULT_PORT)),
-        }
-    }
 }

@@ -10,7 +10,7 @@ use tokio_tungstenite::tungstenite::Message as WsMessage;
 use tokio_tungstenite::tungstenite::protocol::WebSocketConfig;
 use tokio_tungstenite::{MaybeTlsStream, WebSocketStream};
 
-use super::{ClientError, RelayUrl};
+use super::{ClientError, RelayUrl, refusal};
 use crate::crypto::Identity;
 use crate::crypto::sign::{self, Domain};
 use crate::protocol::{
@@ -28,7 +28,13 @@ pub struct Connection {
     next_ref: u64,
     waiting: u64,
     url: RelayUrl,
+    /// The last delivery committed to the store, and whether it is acknowledged yet.
+    committed: Option<Seq>,
+    unacked: usize,
 }
+
+/// Acknowledge at least this often while a backlog drains.
+const ACK_EVERY: usize = 256;
 
 impl Connection {
     /// Connects, answers the challenge as `agent` (registering its keys if the relay does not
@@ -59,6 +65,8 @@ impl Connection {
             next_ref: 0,
             waiting: 0,
             url: url.clone(),
+            committed: None,
+            unacked: 0,
         };
         let (relay, nonce) = match conn.recv_timed().await? {
             ServerFrame::Challenge { v, relay, nonce } if v == PROTOCOL_VERSION => (relay, nonce),
@@ -82,20 +90,8 @@ impl Connection {
             register: Some(register),
         })
         .await?;
-        match conn.recv_timed().await? {
+        match refusal(conn.recv_timed().await?)? {
             ServerFrame::Welcome { waiting, .. } => conn.waiting = waiting,
-            ServerFrame::Error {
-                code,
-                message,
-                retry_after_ms,
-                ..
-            } => {
-                return Err(ClientError::Refused {
-                    code,
-                    message,
-                    retry_after_ms,
-                });
-            }
             other => {
                 return Err(ClientError::Protocol(format!(
                     "expected a welcome, got {other:?}"
@@ -249,24 +245,27 @@ impl Connection {
         make: impl FnOnce(String) -> ClientFrame,
     ) -> Result<ServerFrame, ClientError> {
         let reference = self.fresh_ref();
-        match self.request(make(reference.clone()), &reference).await? {
-            ServerFrame::Error {
-                code,
-                message,
-                retry_after_ms,
-                ..
-            } => Err(ClientError::Refused {
-                code,
-                message,
-                retry_after_ms,
-            }),
-            answer => Ok(answer),
-        }
+        refusal(self.request(make(reference.clone()), &reference).await?)
     }
 
-    /// Acknowledges everything up to `seq` (call only after it is committed).
-    pub async fn ack(&mut self, seq: Seq) -> Result<(), ClientError> {
-        self.send(&ClientFrame::Ack { seq }).await
+    /// Records that the delivery `seq` is committed to the store, acknowledging every
+    /// `ACK_EVERY` deliveries; [`Connection::ack_committed`] acknowledges the rest.
+    pub async fn committed(&mut self, seq: Seq) -> Result<(), ClientError> {
+        self.committed = Some(seq);
+        self.unacked += 1;
+        if self.unacked >= ACK_EVERY {
+            self.ack_committed().await?;
+        }
+        Ok(())
+    }
+
+    /// Acknowledges everything committed so far, if anything is unacknowledged.
+    pub async fn ack_committed(&mut self) -> Result<(), ClientError> {
+        if let (Some(seq), true) = (self.committed, self.unacked > 0) {
+            self.send(&ClientFrame::Ack { seq }).await?;
+            self.unacked = 0;
+        }
+        Ok(())
     }
 
     /// Closes politely.

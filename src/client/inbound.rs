@@ -47,10 +47,13 @@ pub async fn receive(
 ) -> Result<Received, ClientError> {
     let from = envelope.from.clone();
     let id = envelope.id;
-    let unreadable = |reason: String| Received::Unreadable {
-        from: from.clone(),
-        id,
-        reason,
+    let unreadable = |reason: String| {
+        tracing::warn!(%from, %id, %reason, "refused an unreadable delivery");
+        Received::Unreadable {
+            from: from.clone(),
+            id,
+            reason,
+        }
     };
     let pinned = {
         let from = from.clone();

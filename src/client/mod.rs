@@ -15,7 +15,7 @@ pub use session::{ClientEvent, SessionConfig, SessionHandle, spawn as spawn_sess
 pub use sync::{SyncReport, sync};
 pub use url::RelayUrl;
 
-use crate::protocol::ErrorCode;
+use crate::protocol::{ErrorCode, ServerFrame};
 use crate::store::StoreError;
 
 /// What went wrong talking to a relay.
@@ -48,4 +48,21 @@ pub enum ClientError {
     /// The local store failed.
     #[error(transparent)]
     Store(#[from] StoreError),
+}
+
+/// Turns an error frame into [`ClientError::Refused`]; any other frame passes through.
+fn refusal(frame: ServerFrame) -> Result<ServerFrame, ClientError> {
+    match frame {
+        ServerFrame::Error {
+            code,
+            message,
+            retry_after_ms,
+            ..
+        } => Err(ClientError::Refused {
+            code,
+            message,
+            retry_after_ms,
+        }),
+        other => Ok(other),
+    }
 }

@@ -11,13 +11,11 @@ use tokio::task::JoinHandle;
 
 use super::inbound::{Received, receive};
 use super::outbound::flush;
-use super::{ClientError, Connection, RelayUrl};
+use super::{ClientError, Connection, RelayUrl, refusal};
 use crate::crypto::Identity;
 use crate::protocol::{Address, AgentName, ClientFrame, ConsentEvent, MessageId, ServerFrame};
 use crate::store::{StoreHandle, Trust};
 
-/// Acknowledge after this many deliveries even if more keep coming.
-const ACK_EVERY: usize = 256;
 /// Keepalive interval (the relay closes sockets silent for 90 s).
 const PING_EVERY: Duration = Duration::from_secs(30);
 /// First and longest waits between reconnection attempts.
@@ -193,15 +191,13 @@ async fn serve(
     send_outbox(&mut conn, config, emit).await?;
     let mut ping = tokio::time::interval(PING_EVERY);
     ping.tick().await;
-    let (mut last_seq, mut unacked) = (0, 0usize);
     loop {
         // Acknowledge what is committed before waiting for more.
-        if unacked > 0 && !conn.has_backlog() {
-            conn.ack(last_seq).await?;
-            unacked = 0;
+        if !conn.has_backlog() {
+            conn.ack_committed().await?;
         }
         tokio::select! {
-            frame = conn.recv() => match frame? {
+            frame = conn.recv() => match refusal(frame?)? {
                 ServerFrame::Deliver { seq, envelope } => {
                     match receive(&mut conn, &config.store, &me, &config.identity, envelope).await? {
                         Received::New { id, from, trust } => {
@@ -210,22 +206,11 @@ async fn serve(
                             }
                             emit(ClientEvent::NewMail { id, trust });
                         }
-                        Received::Duplicate(_) => {}
-                        Received::Unreadable { from, id, reason } => {
-                            tracing::warn!(%from, %id, %reason, "refused an unreadable delivery");
-                        }
+                        Received::Duplicate(_) | Received::Unreadable { .. } => {}
                     }
-                    last_seq = seq;
-                    unacked += 1;
-                    if unacked >= ACK_EVERY {
-                        conn.ack(seq).await?;
-                        unacked = 0;
-                    }
+                    conn.committed(seq).await?;
                 }
                 ServerFrame::Event { event } => emit(ClientEvent::Consent(event)),
-                ServerFrame::Error { code, message, retry_after_ms, .. } => {
-                    return Err(ClientError::Refused { code, message, retry_after_ms });
-                }
                 _ => {}
             },
             _ = flush_now.notified() => send_outbox(&mut conn, config, emit).await?,

@@ -5,13 +5,10 @@ use serde::Serialize;
 
 use super::inbound::{Received, receive};
 use super::outbound::{SendFailure, flush};
-use super::{ClientError, Connection, RelayUrl};
+use super::{ClientError, Connection, RelayUrl, refusal};
 use crate::crypto::Identity;
 use crate::protocol::{Address, AgentName, ConsentEvent, MessageId, ServerFrame};
 use crate::store::StoreHandle;
-
-/// Acknowledge at least this often while draining a backlog.
-const ACK_EVERY: usize = 256;
 
 /// What one sync did.
 #[derive(Debug, Clone, Default, Serialize)]
@@ -53,46 +50,24 @@ pub async fn sync(
              }| (id, reason, will_retry),
         )
         .collect();
-    let mut last_seq = None;
-    let mut unacked = 0;
     loop {
-        match conn.recv().await? {
+        match refusal(conn.recv().await?)? {
             ServerFrame::Deliver { seq, envelope } => {
                 match receive(&mut conn, store, &me, identity, envelope).await? {
                     Received::New { id, .. } => report.received.push(id),
                     Received::Duplicate(_) => report.duplicates += 1,
                     Received::Unreadable { from, id, reason } => {
-                        tracing::warn!(%from, %id, %reason, "refused an unreadable delivery");
-                        report.unreadable.push((from, id, reason));
+                        report.unreadable.push((from, id, reason))
                     }
                 }
-                last_seq = Some(seq);
-                unacked += 1;
-                if unacked >= ACK_EVERY {
-                    conn.ack(seq).await?;
-                    unacked = 0;
-                }
+                conn.committed(seq).await?;
             }
             ServerFrame::CaughtUp => break,
             ServerFrame::Event { event } => report.events.push(event),
-            ServerFrame::Error {
-                code,
-                message,
-                retry_after_ms,
-                ..
-            } => {
-                return Err(ClientError::Refused {
-                    code,
-                    message,
-                    retry_after_ms,
-                });
-            }
             _ => {}
         }
     }
-    if let Some(seq) = last_seq {
-        conn.ack(seq).await?;
-    }
+    conn.ack_committed().await?;
     conn.close().await;
     Ok(report)
 }

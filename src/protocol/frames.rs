@@ -374,6 +374,15 @@ pub fn hello_payload(relay: &str, nonce: &[u8]) -> Vec<u8> {
     bytes
 }
 
+/// The bytes an HTTP registration signs: the name and both public keys.
+pub fn register_payload(name: &AgentName, keys: &PublicKeys) -> Vec<u8> {
+    let mut bytes = name.as_str().as_bytes().to_vec();
+    bytes.push(0);
+    bytes.extend_from_slice(&keys.signing);
+    bytes.extend_from_slice(&keys.sealing);
+    bytes
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -60,63 +60,34 @@ pub async fn authenticate<S: Storage>(
         message: e.to_string(),
         close: close::GOING_AWAY,
     };
-    if let Some(keys) = register {
-        let candidate = PublicIdentity::try_from(keys.clone()).map_err(|e| {
-            auth(
-                ErrorCode::AuthFailed,
-                format!("the keys to register are invalid: {e}"),
-            )
-        })?;
-        // Signing the nonce with the key being registered proves the registrant holds it.
-        if sign::verify_detached(
-            &candidate,
-            Domain::Hello,
-            &hello_payload(relay, nonce),
-            &signature,
+    // The keys to check the signature against: the registered ones, or — for a new name —
+    // the ones offered, which the signature then proves the client holds.
+    let taken = || {
+        auth(
+            ErrorCode::NameTaken,
+            format!("{agent} is registered on this relay with other keys; choose another name"),
         )
-        .is_err()
-        {
-            return Err(auth(
-                ErrorCode::AuthFailed,
-                "the hello signature does not match the keys to register".into(),
-            ));
-        }
-        let known = state.storage.keys(agent.clone()).await.map_err(internal)?;
-        let outcome = if known.as_ref() == Some(&keys) {
-            Registration::Unchanged
-        } else {
-            state
-                .storage
-                .register(agent.clone(), keys)
-                .await
-                .map_err(internal)?
-        };
-        match outcome {
-            Registration::NameTaken => {
-                return Err(auth(
-                    ErrorCode::NameTaken,
-                    format!(
-                        "{agent} is registered on this relay with other keys; choose another name"
-                    ),
-                ));
-            }
-            Registration::Created => tracing::info!(%agent, "registered"),
-            Registration::Unchanged => {}
-        }
-        state.remember_registered(&agent);
-    }
-    let Some(keys) = state.storage.keys(agent.clone()).await.map_err(internal)? else {
-        return Err(auth(
-            ErrorCode::UnknownAgent,
-            format!(
-                "no agent named {agent} on this relay; register it by sending your keys in the hello"
-            ),
-        ));
     };
-    let keys = PublicIdentity::try_from(keys)
-        .map_err(|e| internal(super::storage::StorageError::Database(e.to_string())))?;
+    let registered = state.storage.keys(agent.clone()).await.map_err(internal)?;
+    let (keys, new) = match (registered, register) {
+        (Some(known), Some(offered)) if known != offered => return Err(taken()),
+        (Some(known), _) => (known, false),
+        (None, Some(offered)) => (offered, true),
+        (None, None) => {
+            let unknown = format!(
+                "no agent named {agent} on this relay; register it by sending your keys in the hello"
+            );
+            return Err(auth(ErrorCode::UnknownAgent, unknown));
+        }
+    };
+    let identity = PublicIdentity::try_from(keys.clone()).map_err(|e| {
+        auth(
+            ErrorCode::AuthFailed,
+            format!("the keys are not valid public keys: {e}"),
+        )
+    })?;
     if sign::verify_detached(
-        &keys,
+        &identity,
         Domain::Hello,
         &hello_payload(relay, nonce),
         &signature,
@@ -125,9 +96,23 @@ pub async fn authenticate<S: Storage>(
     {
         return Err(auth(
             ErrorCode::AuthFailed,
-            format!("the hello signature does not match {agent}'s registered key"),
+            format!("the hello signature does not match {agent}'s key"),
         ));
     }
+    if new {
+        match state
+            .storage
+            .register(agent.clone(), keys)
+            .await
+            .map_err(internal)?
+        {
+            // Someone else registered the name between the check and now.
+            Registration::NameTaken => return Err(taken()),
+            Registration::Created => tracing::info!(%agent, "registered"),
+            Registration::Unchanged => {}
+        }
+    }
+    state.remember_registered(&agent);
     let waiting = state
         .storage
         .waiting(agent.clone())

@@ -5,17 +5,13 @@ use std::time::Duration;
 
 use super::state::RelayState;
 use super::storage::{ConsentChange, ConsentOutcome, Storage, StorageError};
+use super::wire::error_frame;
 use crate::protocol::{
     AgentName, ClientFrame, ConsentEvent, ErrorCode, RequestCode, ServerFrame, validate_note,
 };
 
 fn error(reference: String, code: ErrorCode, message: impl Into<String>) -> ServerFrame {
-    ServerFrame::Error {
-        reference: Some(reference),
-        code,
-        message: message.into(),
-        retry_after_ms: None,
-    }
+    error_frame(Some(reference), code, message, None)
 }
 
 fn retry_error(
@@ -24,12 +20,7 @@ fn retry_error(
     message: impl Into<String>,
     retry: Duration,
 ) -> ServerFrame {
-    ServerFrame::Error {
-        reference: Some(reference),
-        code,
-        message: message.into(),
-        retry_after_ms: Some(retry.as_millis() as u64),
-    }
+    error_frame(Some(reference), code, message, Some(retry))
 }
 
 fn done(reference: String, detail: impl Into<String>) -> ServerFrame {

@@ -18,7 +18,7 @@ use super::state::RelayState;
 use super::storage::{Registration, Storage};
 use crate::crypto::PublicIdentity;
 use crate::crypto::sign::{self, Domain};
-use crate::protocol::{AgentName, ErrorCode, Fingerprint, PublicKeys, b64};
+use crate::protocol::{AgentName, ErrorCode, Fingerprint, PublicKeys, b64, register_payload};
 
 /// Bytes each socket buffers at a time (tungstenite grows the read buffer for larger frames).
 const SOCKET_BUFFER: usize = 4 * 1024;
@@ -105,15 +105,6 @@ struct AgentRecord {
     name: AgentName,
     keys: PublicKeys,
     fingerprint: Fingerprint,
-}
-
-/// The bytes a registration signs.
-pub fn register_payload(name: &AgentName, keys: &PublicKeys) -> Vec<u8> {
-    let mut bytes = name.as_str().as_bytes().to_vec();
-    bytes.push(0);
-    bytes.extend_from_slice(&keys.signing);
-    bytes.extend_from_slice(&keys.sealing);
-    bytes
 }
 
 async fn register<S: Storage>(

@@ -25,7 +25,6 @@ use tokio::sync::watch;
 use tokio::task::JoinHandle;
 
 pub use config::{RelayConfig, RelayConfigError};
-pub use http::register_payload;
 use state::RelayState;
 use storage::{SqliteStorage, Storage, StorageError};
 

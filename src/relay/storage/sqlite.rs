@@ -585,11 +585,7 @@ fn consent(
                 "DELETE FROM contact_requests WHERE requester = ?1 AND target = ?2",
                 [requester.as_str(), target.as_str()],
             )?;
-            if n == 0 {
-                ConsentOutcome::NoSuchRequest
-            } else {
-                ConsentOutcome::Applied(Some(requester.clone()))
-            }
+            changed(n, Some(requester.clone()))
         }
         ConsentChange::Block { owner, peer } => {
             tx.execute(
@@ -612,22 +608,14 @@ fn consent(
                 "DELETE FROM relations WHERE owner = ?1 AND peer = ?2 AND kind = 'blocked'",
                 [owner.as_str(), peer.as_str()],
             )?;
-            if n == 0 {
-                ConsentOutcome::NoSuchRequest
-            } else {
-                ConsentOutcome::Applied(None)
-            }
+            changed(n, None)
         }
         ConsentChange::Remove { owner, peer } => {
             let n = tx.execute(
                 "DELETE FROM relations WHERE kind = 'contact' AND ((owner = ?1 AND peer = ?2) OR (owner = ?2 AND peer = ?1))",
                 [owner.as_str(), peer.as_str()],
             )?;
-            if n == 0 {
-                ConsentOutcome::NoSuchRequest
-            } else {
-                ConsentOutcome::Applied(None)
-            }
+            changed(n, None)
         }
         ConsentChange::SetPolicy { owner, policy } => {
             tx.execute(
@@ -637,6 +625,15 @@ fn consent(
             ConsentOutcome::Applied(None)
         }
     })
+}
+
+/// `Applied` when a statement changed rows, `NoSuchRequest` when there was nothing to change.
+fn changed(rows: usize, requester: Option<AgentName>) -> ConsentOutcome {
+    if rows == 0 {
+        ConsentOutcome::NoSuchRequest
+    } else {
+        ConsentOutcome::Applied(requester)
+    }
 }
 
 fn names(conn: &Connection, sql: &str, agent: &AgentName) -> Result<Vec<AgentName>, StorageError> {
