@@ -6,6 +6,7 @@ mod directory;
 mod identity;
 mod local_relay;
 mod mail;
+mod mcp;
 mod memory;
 mod output;
 mod relay;
@@ -216,6 +217,8 @@ pub enum Command {
         /// open, contacts or closed
         policy: Policy,
     },
+    /// Serve this agent's mailbox to an LLM client (MCP over stdio)
+    Mcp,
     /// Run a relay in the foreground
     Relay(relay::RelayArgs),
     /// Measure the store and the crypto on this machine
@@ -258,6 +261,18 @@ impl Ctx {
             Some(url) => Ok(url),
             None => local_relay::ensure(&self.paths, self.local_relay_port()?),
         }
+    }
+
+    /// [`Ctx::relay_url`], or when the embedded relay cannot be started, its URL anyway (with
+    /// a warning): a long-running client retries until it is up.
+    pub(super) fn relay_url_or_default(&self) -> RelayUrl {
+        self.relay_url().unwrap_or_else(|e| {
+            let port = self.local_relay_port().unwrap_or(local_relay::DEFAULT_PORT);
+            tracing::warn!(error = %format!("{e:#}"), "cannot start the local relay; retrying in the background");
+            format!("ws://127.0.0.1:{port}")
+                .parse()
+                .expect("a loopback URL is valid")
+        })
     }
 
     fn local_relay_port(&self) -> anyhow::Result<u16> {
@@ -352,6 +367,7 @@ fn dispatch(cli: Cli) -> anyhow::Result<()> {
             },
         ),
         Command::Policy { policy } => consent::change(&ctx, consent::Change::Policy(policy)),
+        Command::Mcp => mcp::run(&ctx),
         Command::Relay(args) => relay::run(&ctx, args),
         Command::Bench(cmd) => crate::bench::run(cmd, ctx.json),
     }

@@ -144,43 +144,8 @@ pub(super) fn reply(ctx: &Ctx, id: MessageId, all: bool, body: BodySource) -> an
     let Some(original) = agent.store.message(&id)? else {
         bail!("no message with id {id}; `mailslot inbox --all` lists them");
     };
-    let original = original.message;
-    let me = agent.address();
-    let mut to = vec![original.from.clone()];
-    let mut cc = Vec::new();
-    if all {
-        to.extend(
-            original
-                .to
-                .iter()
-                .filter(|a| **a != me && **a != original.from)
-                .cloned(),
-        );
-        cc.extend(
-            original
-                .cc
-                .iter()
-                .filter(|a| **a != me && !to.contains(a))
-                .cloned(),
-        );
-    }
-    to.retain(|a| *a != me);
-    if to.is_empty() {
-        bail!("this message is from you; reply to one of its recipients with `mailslot send`");
-    }
-    let subject = if original.subject.starts_with("Re: ") {
-        original.subject.clone()
-    } else {
-        format!("Re: {}", original.subject)
-    };
-    let subject: String = subject
-        .chars()
-        .take(Limits::default().subject_chars)
-        .collect();
-    let mut message = Message::new(me, to, subject, read_body(body)?);
-    message.cc = cc;
-    message.thread = original.thread;
-    message.in_reply_to = Some(original.id);
+    let message =
+        crate::mailbox::reply(&original.message, &agent.address(), all, read_body(body)?)?;
     deliver(ctx, agent, message)
 }
 

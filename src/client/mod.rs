@@ -11,7 +11,7 @@ mod url;
 pub use connection::Connection;
 pub use inbound::Received;
 pub use outbound::{Flushed, SendFailure, flush as outbound_flush};
-pub use session::{ClientEvent, SessionConfig, SessionHandle, spawn as spawn_session};
+pub use session::{ClientEvent, MakeFrame, SessionConfig, SessionHandle, spawn as spawn_session};
 pub use sync::{SyncReport, sync};
 pub use url::RelayUrl;
 

@@ -6,7 +6,7 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use tokio::sync::{Notify, broadcast, watch};
+use tokio::sync::{Notify, broadcast, mpsc, oneshot, watch};
 use tokio::task::JoinHandle;
 
 use super::inbound::{Received, receive};
@@ -23,6 +23,8 @@ const BACKOFF_MIN: Duration = Duration::from_millis(250);
 const BACKOFF_MAX: Duration = Duration::from_secs(30);
 /// Events kept for slow subscribers before the oldest are dropped (they can re-read the store).
 const EVENT_BACKLOG: usize = 1024;
+/// Requests waiting for the connection.
+const CALL_QUEUE: usize = 64;
 
 /// What the session reports.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -68,11 +70,21 @@ pub enum ClientEvent {
     Consent(ConsentEvent),
 }
 
+/// Builds a request frame around the reference the session picks.
+pub type MakeFrame = Box<dyn FnOnce(String) -> ClientFrame + Send>;
+
+/// A request for the relay and where its answer goes.
+struct Call {
+    make: MakeFrame,
+    answer: oneshot::Sender<Result<ServerFrame, ClientError>>,
+}
+
 /// Controls a running session.
 pub struct SessionHandle {
     flush: Arc<Notify>,
     stop: watch::Sender<bool>,
     events: broadcast::Sender<ClientEvent>,
+    calls: mpsc::Sender<Call>,
     task: JoinHandle<()>,
 }
 
@@ -85,6 +97,19 @@ impl SessionHandle {
     /// A new subscription to the session's events.
     pub fn subscribe(&self) -> broadcast::Receiver<ClientEvent> {
         self.events.subscribe()
+    }
+
+    /// Sends a request over the session's connection and waits for the answer (refusals are
+    /// errors). While disconnected it fails at once with [`ClientError::Unreachable`]: the
+    /// session owns the agent's only connection, so nothing else may open another.
+    pub async fn call(&self, make: MakeFrame) -> Result<ServerFrame, ClientError> {
+        let (answer, answered) = oneshot::channel();
+        let gone = || ClientError::Closed("the session has stopped".into());
+        self.calls
+            .send(Call { make, answer })
+            .await
+            .map_err(|_| gone())?;
+        answered.await.map_err(|_| gone())?
     }
 
     /// Stops the session after the current step and waits for it.
@@ -112,12 +137,14 @@ pub fn spawn(config: SessionConfig) -> (SessionHandle, broadcast::Receiver<Clien
     let (events, first) = broadcast::channel(EVENT_BACKLOG);
     let flush = Arc::new(Notify::new());
     let (stop, stopped) = watch::channel(false);
-    let task = tokio::spawn(run(config, events.clone(), flush.clone(), stopped));
+    let (calls, queue) = mpsc::channel(CALL_QUEUE);
+    let task = tokio::spawn(run(config, events.clone(), flush.clone(), queue, stopped));
     (
         SessionHandle {
             flush,
             stop,
             events,
+            calls,
             task,
         },
         first,
@@ -139,6 +166,7 @@ async fn run(
     config: SessionConfig,
     events: broadcast::Sender<ClientEvent>,
     flush_now: Arc<Notify>,
+    mut calls: mpsc::Receiver<Call>,
     mut stop: watch::Receiver<bool>,
 ) {
     let emit = |e: ClientEvent| {
@@ -148,17 +176,28 @@ async fn run(
     loop {
         let error = tokio::select! {
             _ = stop.wait_for(|s| *s) => return,
-            error = connected(&config, &emit, &flush_now, &mut failures) => error,
+            error = connected(&config, &emit, &flush_now, &mut calls, &mut failures) => error,
         };
+        let reason = error.to_string();
         let retry_in = backoff(failures);
         failures = failures.saturating_add(1);
         emit(ClientEvent::Disconnected {
-            reason: error.to_string(),
+            reason: reason.clone(),
             retry_in,
         });
-        tokio::select! {
-            _ = stop.wait_for(|s| *s) => return,
-            _ = tokio::time::sleep(retry_in) => {}
+        let pause = tokio::time::sleep(retry_in);
+        tokio::pin!(pause);
+        loop {
+            tokio::select! {
+                _ = stop.wait_for(|s| *s) => return,
+                _ = &mut pause => break,
+                Some(call) = calls.recv() => {
+                    let _ = call.answer.send(Err(ClientError::Unreachable {
+                        url: config.url.to_string(),
+                        reason: reason.clone(),
+                    }));
+                }
+            }
         }
     }
 }
@@ -168,9 +207,10 @@ async fn connected(
     config: &SessionConfig,
     emit: &impl Fn(ClientEvent),
     flush_now: &Notify,
+    calls: &mut mpsc::Receiver<Call>,
     failures: &mut u32,
 ) -> ClientError {
-    match serve(config, emit, flush_now, failures).await {
+    match serve(config, emit, flush_now, calls, failures).await {
         Ok(never) => match never {},
         Err(e) => e,
     }
@@ -180,6 +220,7 @@ async fn serve(
     config: &SessionConfig,
     emit: &impl Fn(ClientEvent),
     flush_now: &Notify,
+    calls: &mut mpsc::Receiver<Call>,
     failures: &mut u32,
 ) -> Result<std::convert::Infallible, ClientError> {
     let mut conn = Connection::connect(&config.url, &config.agent, &config.identity).await?;
@@ -214,6 +255,16 @@ async fn serve(
                 _ => {}
             },
             _ = flush_now.notified() => send_outbox(&mut conn, config, emit).await?,
+            Some(call) = calls.recv() => {
+                let answer = conn.call(call.make).await;
+                // A lost connection fails the call and ends this connection's life.
+                let lost = matches!(answer, Err(ClientError::Closed(_) | ClientError::Unreachable { .. }));
+                let reason = answer.as_ref().err().map(ToString::to_string);
+                let _ = call.answer.send(answer);
+                if lost {
+                    return Err(ClientError::Closed(reason.unwrap_or_default()));
+                }
+            }
             _ = ping.tick() => conn.send(&ClientFrame::Ping).await?,
         }
     }

@@ -115,12 +115,23 @@ impl Store {
 
     /// Every known peer, by address.
     pub fn contacts(&self) -> Result<Vec<Contact>, StoreError> {
-        let mut stmt = self.conn.prepare_cached(
+        self.contacts_where("1", "")
+    }
+
+    /// The peer known as `address`, if its keys are pinned.
+    pub fn contact(&self, address: &Address) -> Result<Option<Contact>, StoreError> {
+        Ok(self
+            .contacts_where("c.address = ?1", &address.to_string())?
+            .pop())
+    }
+
+    fn contacts_where(&self, filter: &str, arg: &str) -> Result<Vec<Contact>, StoreError> {
+        let mut stmt = self.conn.prepare_cached(&format!(
             "SELECT c.address, c.fingerprint, c.first_seen, c.last_seen,
                     (SELECT count(*) FROM key_changes k WHERE k.address = c.address)
-             FROM contacts c ORDER BY c.address",
-        )?;
-        let rows = stmt.query_map([], |r| {
+             FROM contacts c WHERE {filter} AND ?1 = ?1 ORDER BY c.address"
+        ))?;
+        let rows = stmt.query_map([arg], |r| {
             Ok((
                 r.get::<_, String>(0)?,
                 r.get::<_, String>(1)?,

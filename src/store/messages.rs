@@ -332,6 +332,51 @@ impl Store {
         Ok(UnreadSummary { count, newest })
     }
 
+    /// Received messages stored after position `after` (in store order), at most `limit`:
+    /// what the doorbell has not rung for yet. Positions only grow.
+    pub fn received_since(
+        &self,
+        after: i64,
+        limit: usize,
+    ) -> Result<Vec<(i64, MessageId, Trust)>, StoreError> {
+        let mut stmt = self.conn.prepare_cached(
+            "SELECT seq, id, trust FROM messages WHERE direction = 'in' AND seq > ?1 ORDER BY seq LIMIT ?2",
+        )?;
+        let rows = stmt.query_map(params![after, limit as i64], |r| {
+            Ok((
+                r.get::<_, i64>(0)?,
+                r.get::<_, String>(1)?,
+                r.get::<_, String>(2)?,
+            ))
+        })?;
+        rows.map(|row| {
+            let (seq, id, trust) = row?;
+            let id = MessageId::parse(&id).map_err(|e| StoreError::Corrupt {
+                what: "message",
+                detail: e.to_string(),
+            })?;
+            Ok((seq, id, Trust::parse(&trust)?))
+        })
+        .collect()
+    }
+
+    /// The position of the newest stored message (0 when there is none).
+    pub fn latest_position(&self) -> Result<i64, StoreError> {
+        Ok(self
+            .conn
+            .query_row("SELECT coalesce(max(seq), 0) FROM messages", [], |r| {
+                r.get(0)
+            })?)
+    }
+
+    /// A number that changes whenever another connection (another process) commits to the
+    /// store: a cheap way to notice their writes.
+    pub fn data_version(&self) -> Result<i64, StoreError> {
+        Ok(self
+            .conn
+            .query_row("PRAGMA data_version", [], |r| r.get(0))?)
+    }
+
     /// How many messages the store holds.
     pub fn message_count(&self) -> Result<u64, StoreError> {
         Ok(self

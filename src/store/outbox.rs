@@ -1,7 +1,7 @@
 //! The outbox: sent messages the relay has not accepted yet. They are stored unsealed (the
 //! store holds plaintext anyway) and sealed at sending time, with the keys known then.
 
-use rusqlite::params;
+use rusqlite::{OptionalExtension, params};
 
 use super::messages::{Direction, Trust, insert_batch};
 use super::time::to_ms;
@@ -97,6 +97,22 @@ impl Store {
             params![id.to_string(), error, permanent],
         )?;
         Ok(())
+    }
+
+    /// Where one message stands in the outbox: `None` once the relay accepted it (or if it
+    /// was never queued), else whether it failed for good and the last error.
+    pub fn outbox_entry(
+        &self,
+        id: &MessageId,
+    ) -> Result<Option<(bool, Option<String>)>, StoreError> {
+        Ok(self
+            .conn
+            .query_row(
+                "SELECT failed, last_error FROM outbox WHERE message_id = ?1",
+                [id.to_string()],
+                |r| Ok((r.get::<_, bool>(0)?, r.get::<_, Option<String>>(1)?)),
+            )
+            .optional()?)
     }
 
     /// How many messages wait to be sent (failed ones excluded).

@@ -1,0 +1,28 @@
+//! `mailslot mcp`: serve the agent's mailbox to an LLM client over stdio. stdout carries the
+//! protocol and nothing else; logs go to stderr.
+
+use anyhow::Context;
+
+use super::Ctx;
+use crate::mailbox::Mailbox;
+
+pub(super) fn run(ctx: &Ctx) -> anyhow::Result<()> {
+    let agent = ctx.open_agent()?;
+    // The embedded relay may fail to start: serve from the store anyway and keep retrying.
+    let relay = ctx.relay_url_or_default();
+    let runtime = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()?;
+    runtime.block_on(async {
+        let mailbox = Mailbox::open(agent, relay)
+            .await
+            .context("opening the mailbox")?;
+        let (reader, writer) = rmcp::transport::io::stdio_pipes();
+        crate::mcp::serve(mailbox, reader, writer).await?;
+        anyhow::Ok(())
+    })?;
+    // Nothing may keep a finished server alive (blocking store or stdin threads).
+    runtime.shutdown_timeout(std::time::Duration::from_millis(50));
+    Ok(())
+}

@@ -1,0 +1,42 @@
+//! The unread-mail footer: one line on every tool result, the doorbell that works in every
+//! client.
+
+use super::frame::one_line;
+use crate::store::UnreadSummary;
+
+/// The footer for `summary`, or `None` when nothing is unread.
+pub fn footer(summary: &UnreadSummary) -> Option<String> {
+    let (from, subject) = summary.newest.as_ref()?;
+    let count = summary.count;
+    let noun = if count == 1 { "message" } else { "messages" };
+    Some(format!(
+        "[mailslot] {count} unread {noun}; newest from {from}: \"{}\". Read with the inbox tool.",
+        one_line(subject, 80).replace('"', "'")
+    ))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::protocol::Address;
+
+    #[test]
+    fn one_line_with_count_sender_and_subject() {
+        assert_eq!(
+            footer(&UnreadSummary {
+                count: 0,
+                newest: None
+            }),
+            None
+        );
+        let line = footer(&UnreadSummary {
+            count: 3,
+            newest: Some((Address::parse("bob").unwrap(), "a \"b\"\nc".into())),
+        })
+        .unwrap();
+        assert_eq!(
+            line,
+            "[mailslot] 3 unread messages; newest from bob: \"a 'b' c\". Read with the inbox tool."
+        );
+    }
+}

@@ -1,0 +1,162 @@
+//! Doorbells: turn "a message was committed to the store" (and consent news) into pushes
+//! into the LLM client's session. This module renders each event once, framed
+//! ([`frame`]); the sinks (MCP notifications, Claude Code channel events) subscribe to the
+//! rings. The unread footer ([`footer`]) is the pull-side fallback on every tool result.
+
+pub mod footer;
+pub mod frame;
+
+use std::collections::BTreeMap;
+
+use tokio::sync::broadcast;
+
+use crate::mailbox::{Mailbox, MailboxEvent};
+use crate::protocol::{ConsentEvent, MessageId};
+use crate::store::{StoreError, Trust};
+use frame::{SenderFacts, frame_message, mcp_reply_hint, one_line};
+
+/// Rings kept for slow sinks before the oldest are dropped (the inbox still has the mail).
+const RING_BACKLOG: usize = 256;
+
+/// One ring of the doorbell, rendered for a model.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Ring {
+    /// The message that arrived, if this ring is about mail.
+    pub message: Option<MessageId>,
+    /// What the model is shown (framed when it carries another agent's words).
+    pub content: String,
+    /// Identifier keys to string values: `kind`, and for mail `from`, `message_id`,
+    /// `thread_id`, `trust`.
+    pub meta: BTreeMap<String, String>,
+}
+
+/// The doorbell of one mailbox.
+#[derive(Clone)]
+pub struct Doorbell {
+    rings: broadcast::Sender<Ring>,
+}
+
+impl Doorbell {
+    /// Starts ringing for `mailbox`'s events.
+    pub fn start(mailbox: &Mailbox) -> Self {
+        let (rings, _) = broadcast::channel(RING_BACKLOG);
+        tokio::spawn(run(mailbox.clone(), mailbox.subscribe(), rings.clone()));
+        Self { rings }
+    }
+
+    /// A new subscription to the rings.
+    pub fn subscribe(&self) -> broadcast::Receiver<Ring> {
+        self.rings.subscribe()
+    }
+}
+
+async fn run(
+    mailbox: Mailbox,
+    mut events: broadcast::Receiver<MailboxEvent>,
+    rings: broadcast::Sender<Ring>,
+) {
+    loop {
+        let event = match events.recv().await {
+            Ok(e) => e,
+            Err(broadcast::error::RecvError::Lagged(n)) => {
+                tracing::warn!(
+                    missed = n,
+                    "doorbell fell behind; the inbox still has the mail"
+                );
+                continue;
+            }
+            Err(broadcast::error::RecvError::Closed) => return,
+        };
+        let ring = match event {
+            MailboxEvent::Mail { id, trust } => match mail_ring(&mailbox, id, trust).await {
+                Ok(Some(ring)) => ring,
+                Ok(None) => continue,
+                Err(e) => {
+                    tracing::error!(error = %e, %id, "cannot render new mail for the doorbell");
+                    continue;
+                }
+            },
+            MailboxEvent::Consent(event) => consent_ring(&event),
+        };
+        let _ = rings.send(ring);
+    }
+}
+
+async fn mail_ring(
+    mailbox: &Mailbox,
+    id: MessageId,
+    trust: Trust,
+) -> Result<Option<Ring>, StoreError> {
+    let found = mailbox
+        .store()
+        .call(move |s| {
+            let Some(stored) = s.message(&id)? else {
+                return Ok(None);
+            };
+            let contact = s.contact(&stored.message.from)?;
+            Ok(Some((stored, contact)))
+        })
+        .await?;
+    let Some((stored, contact)) = found else {
+        return Ok(None);
+    };
+    let m = &stored.message;
+    let content = frame_message(
+        &stored,
+        SenderFacts {
+            contact: contact.as_ref(),
+        },
+        &mcp_reply_hint(m),
+    );
+    let trust = match trust {
+        Trust::Verified => "verified",
+        Trust::KeyChanged => "key_changed",
+        Trust::Unverified => "unverified",
+        Trust::Own => "own",
+    };
+    let meta = BTreeMap::from([
+        ("kind".to_owned(), "message".to_owned()),
+        ("from".to_owned(), m.from.to_string()),
+        ("message_id".to_owned(), m.id.to_string()),
+        ("thread_id".to_owned(), m.thread.to_string()),
+        ("trust".to_owned(), trust.to_owned()),
+    ]);
+    Ok(Some(Ring {
+        message: Some(id),
+        content,
+        meta,
+    }))
+}
+
+fn consent_ring(event: &ConsentEvent) -> Ring {
+    let (kind, agent, content) = match event {
+        ConsentEvent::RequestReceived { from, note, .. } => (
+            "contact_request",
+            from,
+            format!(
+                "[mailslot] {from} asked to become a contact (their note, untrusted: \"{}\"). Only your owner can approve, with `mailslot approve` in a terminal; tell them if it matters.",
+                one_line(note, 200).replace('"', "'")
+            ),
+        ),
+        ConsentEvent::Approved { by } => (
+            "contact_approved",
+            by,
+            format!(
+                "[mailslot] {by}'s owner approved your contact request: you can now send to {by}."
+            ),
+        ),
+        ConsentEvent::Denied { by } => (
+            "contact_denied",
+            by,
+            format!("[mailslot] {by}'s owner denied your contact request."),
+        ),
+    };
+    Ring {
+        message: None,
+        content,
+        meta: BTreeMap::from([
+            ("kind".to_owned(), kind.to_owned()),
+            ("agent".to_owned(), agent.to_string()),
+        ]),
+    }
+}

@@ -1,0 +1,337 @@
+//! An agent's mailbox while it runs: its store, its relay connection (or the knowledge that
+//! another process holds it), and the events that say mail arrived. This is the domain layer
+//! under `mcp/` and the doorbells; it knows nothing of MCP.
+//!
+//! New mail is announced from the store, never from the wire: the watcher reads what was
+//! committed after the last position it announced. So an announcement always follows the
+//! commit, mail stored by another process for the same agent is announced too, and nothing
+//! is announced twice.
+
+mod compose;
+mod lock;
+mod send;
+mod watch;
+
+use std::fs::File;
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::time::Duration;
+
+use tokio::sync::{Mutex, Notify, broadcast};
+use tokio_util::sync::CancellationToken;
+
+pub use compose::{ComposeError, reply};
+pub use lock::ConnectionLock;
+pub use send::SendOutcome;
+
+use crate::agent::{Agent, AgentError};
+use crate::client::{
+    ClientError, ClientEvent, MakeFrame, RelayUrl, SessionConfig, SessionHandle, spawn_session,
+};
+use crate::crypto::Identity;
+use crate::protocol::{Address, AgentName, ConsentEvent, MessageId, ServerFrame, ValidationError};
+use crate::store::{StoreError, StoreHandle, Trust};
+
+/// Events kept for slow subscribers before the oldest are dropped (they re-read the store).
+const EVENT_BACKLOG: usize = 1024;
+
+/// What the mailbox announces.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum MailboxEvent {
+    /// A received message was committed to the store.
+    Mail {
+        /// Its id.
+        id: MessageId,
+        /// How far its sender is vouched for.
+        trust: Trust,
+    },
+    /// Consent news from the relay (only the process holding the connection hears it).
+    Consent(ConsentEvent),
+}
+
+/// Where the relay connection stands, for people and for tool results.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum RelayStatus {
+    /// Connecting for the first time.
+    Connecting,
+    /// Connected and authenticated.
+    Online,
+    /// Not connected; retrying.
+    Offline {
+        /// Why, for people.
+        reason: String,
+    },
+    /// Another process for this agent holds the connection; this one serves from the store.
+    Elsewhere {
+        /// That process, if known.
+        pid: Option<u32>,
+    },
+}
+
+impl RelayStatus {
+    /// One sentence for a person or a model.
+    pub fn describe(&self, relay: &RelayUrl) -> String {
+        match self {
+            RelayStatus::Connecting => format!("connecting to the relay at {}", relay.authority()),
+            RelayStatus::Online => format!("connected to the relay at {}", relay.authority()),
+            RelayStatus::Offline { reason } => format!(
+                "the relay at {} is unreachable ({reason}); mail is queued and goes out when it is back",
+                relay.authority()
+            ),
+            RelayStatus::Elsewhere { pid } => format!(
+                "another mailslot process{} holds this agent's relay connection and sends and receives for it",
+                pid.map(|p| format!(" (pid {p})")).unwrap_or_default()
+            ),
+        }
+    }
+}
+
+/// Why a mailbox operation failed.
+#[derive(Debug, thiserror::Error)]
+pub enum MailboxError {
+    /// The agent could not be opened.
+    #[error(transparent)]
+    Agent(#[from] AgentError),
+    /// The store failed.
+    #[error(transparent)]
+    Store(#[from] StoreError),
+    /// A value was invalid.
+    #[error(transparent)]
+    Invalid(#[from] ValidationError),
+    /// The relay refused the message for good; it stays in the sent mail, marked failed.
+    #[error("not sent: {0}")]
+    NotSent(String),
+    /// A request to the relay failed.
+    #[error(transparent)]
+    Relay(#[from] ClientError),
+    /// The request needs the relay connection, which another process holds.
+    #[error(
+        "another mailslot process{} holds this agent's relay connection; ask there, or have the owner use the mailslot CLI",
+        pid.map(|p| format!(" (pid {p})")).unwrap_or_default()
+    )]
+    ConnectionElsewhere {
+        /// That process, if known.
+        pid: Option<u32>,
+    },
+    /// Starting a thread or opening a file failed.
+    #[error("{0}")]
+    Io(#[from] std::io::Error),
+}
+
+/// The relay connection, if this process holds it.
+struct Holder {
+    session: Arc<SessionHandle>,
+    _lock: File,
+}
+
+struct Inner {
+    name: AgentName,
+    address: Address,
+    identity: Arc<Identity>,
+    store: StoreHandle,
+    relay: RelayUrl,
+    dir: PathBuf,
+    lock: ConnectionLock,
+    holder: Mutex<Option<Holder>>,
+    events: broadcast::Sender<MailboxEvent>,
+    status: tokio::sync::watch::Sender<RelayStatus>,
+    /// Wakes the watcher (the session committed mail).
+    wake: Notify,
+    /// Counts watcher rounds, so waiters can re-check the store after each.
+    rounds: tokio::sync::watch::Sender<u64>,
+    stop: CancellationToken,
+}
+
+/// A running mailbox; cheap to clone.
+#[derive(Clone)]
+pub struct Mailbox(Arc<Inner>);
+
+impl Mailbox {
+    /// Opens the agent `agent` (creating it on first use) and starts its relay connection,
+    /// or serves from the store if another process holds it. Returns whether the agent was
+    /// created now.
+    pub async fn open(agent: Agent, relay: RelayUrl) -> Result<Self, MailboxError> {
+        let Agent {
+            name,
+            identity,
+            store,
+            dir,
+        } = agent;
+        let store = StoreHandle::spawn(store)?;
+        let (events, _) = broadcast::channel(EVENT_BACKLOG);
+        let (status, _) = tokio::sync::watch::channel(RelayStatus::Connecting);
+        let (rounds, _) = tokio::sync::watch::channel(0);
+        let inner = Arc::new(Inner {
+            address: Address::local(name.clone()),
+            name,
+            identity: Arc::new(identity),
+            store,
+            relay,
+            lock: ConnectionLock::for_agent(&dir),
+            dir,
+            holder: Mutex::new(None),
+            events,
+            status,
+            wake: Notify::new(),
+            rounds,
+            stop: CancellationToken::new(),
+        });
+        let mailbox = Self(inner);
+        mailbox.try_hold().await?;
+        let start = mailbox.0.store.call(|s| s.latest_position()).await?;
+        tokio::spawn(watch::run(mailbox.clone(), start));
+        Ok(mailbox)
+    }
+
+    /// The agent's name.
+    pub fn name(&self) -> &AgentName {
+        &self.0.name
+    }
+
+    /// The agent's address.
+    pub fn address(&self) -> &Address {
+        &self.0.address
+    }
+
+    /// The agent's keys (for its fingerprint; private keys never leave `crypto`).
+    pub fn identity(&self) -> &Identity {
+        &self.0.identity
+    }
+
+    /// The agent's store.
+    pub fn store(&self) -> &StoreHandle {
+        &self.0.store
+    }
+
+    /// The relay this mailbox uses.
+    pub fn relay(&self) -> &RelayUrl {
+        &self.0.relay
+    }
+
+    /// The agent's folder.
+    pub fn dir(&self) -> &std::path::Path {
+        &self.0.dir
+    }
+
+    /// A new subscription to the mailbox's events.
+    pub fn subscribe(&self) -> broadcast::Receiver<MailboxEvent> {
+        self.0.events.subscribe()
+    }
+
+    /// Where the relay connection stands now.
+    pub fn status(&self) -> RelayStatus {
+        self.0.status.borrow().clone()
+    }
+
+    /// Watches the relay status.
+    pub fn watch_status(&self) -> tokio::sync::watch::Receiver<RelayStatus> {
+        self.0.status.subscribe()
+    }
+
+    /// Sends a request (consent, lookup) over the relay connection. Only the process that
+    /// holds the connection can.
+    pub async fn relay_call(&self, make: MakeFrame) -> Result<ServerFrame, MailboxError> {
+        let session = self.session().await;
+        match session {
+            Some(s) => Ok(s.call(make).await?),
+            None => Err(MailboxError::ConnectionElsewhere {
+                pid: self.0.lock.holder(),
+            }),
+        }
+    }
+
+    /// Stops the relay connection and the watcher.
+    pub async fn close(&self) {
+        self.0.stop.cancel();
+        if let Some(holder) = self.0.holder.lock().await.take()
+            && let Ok(session) = Arc::try_unwrap(holder.session)
+        {
+            session.stop().await;
+        }
+    }
+
+    async fn session(&self) -> Option<Arc<SessionHandle>> {
+        self.0
+            .holder
+            .lock()
+            .await
+            .as_ref()
+            .map(|h| h.session.clone())
+    }
+
+    /// Takes the connection lock if it is free and starts the session; otherwise records who
+    /// holds it. Called at start and by the watcher, so a follower takes over when the
+    /// holder exits.
+    async fn try_hold(&self) -> Result<(), MailboxError> {
+        let mut holder = self.0.holder.lock().await;
+        if holder.is_some() || self.0.stop.is_cancelled() {
+            return Ok(());
+        }
+        let Some(lock) = self.0.lock.try_take()? else {
+            let pid = self.0.lock.holder();
+            self.0
+                .status
+                .send_if_modified(|s| replace_if_changed(s, RelayStatus::Elsewhere { pid }));
+            return Ok(());
+        };
+        let (session, events) = spawn_session(SessionConfig {
+            url: self.0.relay.clone(),
+            agent: self.0.name.clone(),
+            identity: self.0.identity.clone(),
+            store: self.0.store.clone(),
+        });
+        self.0.status.send_replace(RelayStatus::Connecting);
+        tokio::spawn(forward(self.clone(), events));
+        *holder = Some(Holder {
+            session: Arc::new(session),
+            _lock: lock,
+        });
+        Ok(())
+    }
+}
+
+fn replace_if_changed(current: &mut RelayStatus, new: RelayStatus) -> bool {
+    if *current == new {
+        false
+    } else {
+        *current = new;
+        true
+    }
+}
+
+/// Turns the session's events into status changes, watcher wake-ups and consent events.
+async fn forward(mailbox: Mailbox, mut events: broadcast::Receiver<ClientEvent>) {
+    loop {
+        let event = match events.recv().await {
+            Ok(e) => e,
+            Err(broadcast::error::RecvError::Lagged(_)) => {
+                mailbox.0.wake.notify_one();
+                continue;
+            }
+            Err(broadcast::error::RecvError::Closed) => return,
+        };
+        match event {
+            ClientEvent::Connected { .. } => {
+                mailbox.0.status.send_replace(RelayStatus::Online);
+            }
+            ClientEvent::Disconnected { reason, retry_in } => {
+                tracing::warn!(%reason, retry_in_ms = retry_in.as_millis() as u64, "relay connection lost");
+                mailbox
+                    .0
+                    .status
+                    .send_replace(RelayStatus::Offline { reason });
+            }
+            ClientEvent::NewMail { .. } => mailbox.0.wake.notify_one(),
+            ClientEvent::KeyChanged { from, id } => {
+                tracing::warn!(%from, %id, "a sender's key changed; the message is marked untrusted");
+            }
+            ClientEvent::Consent(event) => {
+                let _ = mailbox.0.events.send(MailboxEvent::Consent(event));
+            }
+            ClientEvent::Sent(_) | ClientEvent::NotSent { .. } => {}
+        }
+    }
+}
+
+/// How long a send waits for the relay's answer before saying the message is queued.
+pub const SEND_WAIT: Duration = Duration::from_secs(5);

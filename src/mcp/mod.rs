@@ -1,0 +1,60 @@
+//! `mailslot mcp`: the agent's mailbox as an MCP server (rmcp), over stdio or Streamable
+//! HTTP. The handler (`server.rs`) wires tools, resources, prompts and pushes over the
+//! domain layer (`mailbox`, `doorbell`), which knows nothing of MCP. This layer never opens a
+//! relay socket itself.
+
+mod prompts;
+mod push;
+mod resources;
+mod server;
+mod stdio;
+mod tools;
+mod views;
+
+pub use push::CHANNEL_METHOD;
+pub use resources::{IDENTITY, INBOX, MEMORY};
+pub use server::MailslotServer;
+pub use stdio::EofSignal;
+
+use rmcp::ServiceExt;
+use rmcp::service::ServerInitializeError;
+use tokio_util::sync::CancellationToken;
+
+use crate::doorbell::Doorbell;
+use crate::mailbox::Mailbox;
+
+/// Why the server stopped with an error.
+#[derive(Debug, thiserror::Error)]
+pub enum McpError {
+    /// The client broke the protocol during setup.
+    #[error("MCP session setup failed: {0}")]
+    Setup(String),
+    /// The session ended abnormally.
+    #[error("MCP session failed: {0}")]
+    Session(String),
+}
+
+/// Serves `mailbox` over `reader`/`writer` (stdin/stdout for `mailslot mcp`) until the client
+/// hangs up. A client that only probes and leaves is a clean end.
+pub async fn serve<R, W>(mailbox: Mailbox, reader: R, writer: W) -> Result<(), McpError>
+where
+    R: tokio::io::AsyncRead + Unpin + Send + 'static,
+    W: tokio::io::AsyncWrite + Unpin + Send + 'static,
+{
+    let eof = CancellationToken::new();
+    let doorbell = Doorbell::start(&mailbox);
+    let server = MailslotServer::new(mailbox.clone(), doorbell, eof.clone());
+    let reader = EofSignal::new(reader, eof.clone());
+    let result = match server.serve((reader, writer)).await {
+        Ok(running) => running
+            .waiting()
+            .await
+            .map(|_| ())
+            .map_err(|e| McpError::Session(e.to_string())),
+        Err(ServerInitializeError::ConnectionClosed(_)) => Ok(()),
+        Err(e) => Err(McpError::Setup(e.to_string())),
+    };
+    eof.cancel();
+    mailbox.close().await;
+    result
+}

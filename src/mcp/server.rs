@@ -1,0 +1,220 @@
+//! The MCP handler: server info and capabilities, and the wiring of tools (`tools.rs`),
+//! resources (`resources.rs`), prompts (`prompts.rs`) and pushes (`push.rs`). Every tool
+//! result ends with the unread footer.
+
+use std::collections::BTreeMap;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+
+use rmcp::handler::server::router::prompt::PromptRouter;
+use rmcp::handler::server::router::tool::ToolRouter;
+use rmcp::handler::server::tool::ToolCallContext;
+use rmcp::model::{
+    CallToolRequestParams, CallToolResponse, ContentBlock, Implementation, JsonObject,
+    ListResourceTemplatesResult, ListResourcesResult, ListToolsResult, PaginatedRequestParams,
+    ReadResourceRequestParams, ReadResourceResponse, ReadResourceResult, ServerCapabilities,
+    ServerConfig, SubscribeRequestParams, SubscriptionFilter, Tool, UnsubscribeRequestParams,
+};
+use rmcp::service::{NotificationContext, RequestContext, SubscriptionContext};
+use rmcp::{ErrorData, RoleServer, ServerHandler, prompt_handler};
+use tokio_util::sync::CancellationToken;
+
+use super::prompts::fill;
+use super::push::{self, Subscriptions};
+use super::resources;
+use crate::doorbell::Doorbell;
+use crate::doorbell::footer::footer;
+use crate::mailbox::Mailbox;
+
+const INSTRUCTIONS: &str = include_str!("../../prompts/instructions.md");
+
+/// The mailslot MCP server for one agent. Clones share the mailbox and the doorbell; each
+/// client session gets its own clone (its own subscriptions).
+#[derive(Clone)]
+pub struct MailslotServer {
+    pub(super) mailbox: Mailbox,
+    doorbell: Doorbell,
+    tool_router: ToolRouter<Self>,
+    prompt_router: PromptRouter<Self>,
+    subscriptions: Subscriptions,
+    pushing: Arc<AtomicBool>,
+    /// Fires when the client's input ends: long-lived handlers return at once.
+    stop: CancellationToken,
+}
+
+impl MailslotServer {
+    /// A server over `mailbox`, ringing `doorbell`; `stop` ends pushes and listen streams.
+    pub fn new(mailbox: Mailbox, doorbell: Doorbell, stop: CancellationToken) -> Self {
+        Self {
+            mailbox,
+            doorbell,
+            tool_router: Self::tool_router(),
+            prompt_router: Self::prompt_router(),
+            subscriptions: Subscriptions::default(),
+            pushing: Arc::new(AtomicBool::new(false)),
+            stop,
+        }
+    }
+
+    /// A fresh per-session copy (for Streamable HTTP, where every session is its own client).
+    pub fn for_new_session(&self) -> Self {
+        Self {
+            subscriptions: Subscriptions::default(),
+            pushing: Arc::new(AtomicBool::new(false)),
+            ..self.clone()
+        }
+    }
+
+    /// Starts pushing to a legacy session's peer, once.
+    fn start_pushing(&self, peer: rmcp::service::Peer<RoleServer>) {
+        if self.pushing.swap(true, Ordering::SeqCst) {
+            return;
+        }
+        tokio::spawn(push::legacy(
+            peer,
+            self.doorbell.clone(),
+            self.subscriptions.clone(),
+            self.stop.clone(),
+        ));
+    }
+
+    async fn footer_line(&self) -> Option<String> {
+        match self.mailbox.store().call(|s| s.unread_summary()).await {
+            Ok(summary) => footer(&summary),
+            Err(e) => Some(format!("[mailslot] cannot read the inbox: {e}")),
+        }
+    }
+}
+
+#[prompt_handler(router = self.prompt_router)]
+impl ServerHandler for MailslotServer {
+    fn get_info(&self) -> ServerConfig {
+        // Logging is deprecated (SEP-2577), but legacy clients send logging/setLevel.
+        #[allow(deprecated)]
+        let mut capabilities = ServerCapabilities::builder()
+            .enable_tools()
+            .enable_prompts()
+            .enable_resources()
+            .enable_resources_subscribe()
+            .enable_resources_list_changed()
+            .enable_logging()
+            .build();
+        capabilities.experimental = Some(BTreeMap::from([(
+            "claude/channel".to_owned(),
+            JsonObject::new(),
+        )]));
+        let instructions = fill(
+            INSTRUCTIONS,
+            &[("address", &self.mailbox.address().to_string())],
+        );
+        ServerConfig::new(capabilities)
+            .with_server_info(
+                Implementation::new("mailslot", env!("CARGO_PKG_VERSION"))
+                    .with_title("mailslot: mail and memory for agents"),
+            )
+            .with_instructions(instructions)
+    }
+
+    async fn call_tool(
+        &self,
+        request: CallToolRequestParams,
+        context: RequestContext<RoleServer>,
+    ) -> Result<CallToolResponse, ErrorData> {
+        let call = ToolCallContext::new(self, request, context);
+        let mut response = self.tool_router.call(call).await?;
+        if let CallToolResponse::Complete(result) = &mut response
+            && let Some(line) = self.footer_line().await
+        {
+            result.content.push(ContentBlock::text(line));
+        }
+        Ok(response)
+    }
+
+    async fn list_tools(
+        &self,
+        _request: Option<PaginatedRequestParams>,
+        _context: RequestContext<RoleServer>,
+    ) -> Result<ListToolsResult, ErrorData> {
+        Ok(ListToolsResult::with_all_items(self.tool_router.list_all()))
+    }
+
+    fn get_tool(&self, name: &str) -> Option<Tool> {
+        self.tool_router.get(name).cloned()
+    }
+
+    async fn list_resources(
+        &self,
+        _request: Option<PaginatedRequestParams>,
+        _context: RequestContext<RoleServer>,
+    ) -> Result<ListResourcesResult, ErrorData> {
+        Ok(ListResourcesResult::with_all_items(
+            resources::list(&self.mailbox).await?,
+        ))
+    }
+
+    async fn list_resource_templates(
+        &self,
+        _request: Option<PaginatedRequestParams>,
+        _context: RequestContext<RoleServer>,
+    ) -> Result<ListResourceTemplatesResult, ErrorData> {
+        Ok(ListResourceTemplatesResult::with_all_items(
+            resources::templates(),
+        ))
+    }
+
+    async fn read_resource(
+        &self,
+        request: ReadResourceRequestParams,
+        _context: RequestContext<RoleServer>,
+    ) -> Result<ReadResourceResponse, ErrorData> {
+        let contents = resources::read(&self.mailbox, &request.uri).await?;
+        Ok(ReadResourceResult::new(vec![contents]).into())
+    }
+
+    fn accepted_subscription_filter(
+        &self,
+        requested: &SubscriptionFilter,
+    ) -> Option<SubscriptionFilter> {
+        Some(push::accept(requested))
+    }
+
+    async fn listen(&self, context: SubscriptionContext) -> Result<(), ErrorData> {
+        push::listen(context, &self.doorbell, &self.stop).await
+    }
+
+    async fn on_initialized(&self, context: NotificationContext<RoleServer>) {
+        self.start_pushing(context.peer);
+    }
+
+    #[allow(deprecated)]
+    async fn subscribe(
+        &self,
+        request: SubscribeRequestParams,
+        context: RequestContext<RoleServer>,
+    ) -> Result<(), ErrorData> {
+        self.subscriptions.add(request.uri);
+        self.start_pushing(context.peer);
+        Ok(())
+    }
+
+    #[allow(deprecated)]
+    async fn unsubscribe(
+        &self,
+        request: UnsubscribeRequestParams,
+        _context: RequestContext<RoleServer>,
+    ) -> Result<(), ErrorData> {
+        self.subscriptions.remove(&request.uri);
+        Ok(())
+    }
+
+    /// Legacy clients (the Inspector) set a level on connect; logs go to stderr only, so
+    /// there is nothing to change, but the request must succeed.
+    #[allow(deprecated)]
+    async fn set_level(
+        &self,
+        _request: rmcp::model::SetLevelRequestParams,
+        _context: RequestContext<RoleServer>,
+    ) -> Result<(), ErrorData> {
+        Ok(())
+    }
+}
