@@ -20,8 +20,6 @@ use crate::store::{InboxQuery, MAX_STATUS_BYTES};
 /// The most items a listing returns.
 const MAX_LIMIT: u32 = 200;
 
-type ToolResult<T> = Result<Json<T>, String>;
-
 fn parse_addresses(field: &str, raw: &[String]) -> Result<Vec<Address>, String> {
     raw.iter()
         .enumerate()
@@ -311,7 +309,7 @@ fn pending(views: Vec<RequestView>) -> Vec<PendingRequest> {
 }
 
 impl MailslotServer {
-    async fn deliver(&self, mut message: Message) -> ToolResult<SendResult> {
+    async fn deliver(&self, mut message: Message) -> Result<Json<SendResult>, String> {
         message.from = self.mailbox.address().clone();
         let (id, thread) = (message.id, message.thread);
         let outcome = self.mailbox.send(message).await;
@@ -375,7 +373,7 @@ impl MailslotServer {
             })
     }
 
-    async fn reply_to(&self, args: ReplyArgs, all: bool) -> ToolResult<SendResult> {
+    async fn reply_to(&self, args: ReplyArgs, all: bool) -> Result<Json<SendResult>, String> {
         let original = self.original(&args.message_id).await?;
         let mut message = compose_reply(&original, self.mailbox.address(), all, args.body)
             .map_err(|e| e.to_string())?;
@@ -413,7 +411,10 @@ impl MailslotServer {
         idempotent_hint = false,
         open_world_hint = true
     ))]
-    async fn send(&self, Parameters(args): Parameters<SendArgs>) -> ToolResult<SendResult> {
+    async fn send(
+        &self,
+        Parameters(args): Parameters<SendArgs>,
+    ) -> Result<Json<SendResult>, String> {
         let to = parse_addresses("to", &args.to)?;
         let cc = parse_addresses("cc", &args.cc)?;
         let bcc = parse_addresses("bcc", &args.bcc)?;
@@ -436,7 +437,10 @@ impl MailslotServer {
         idempotent_hint = false,
         open_world_hint = true
     ))]
-    async fn reply(&self, Parameters(args): Parameters<ReplyArgs>) -> ToolResult<SendResult> {
+    async fn reply(
+        &self,
+        Parameters(args): Parameters<ReplyArgs>,
+    ) -> Result<Json<SendResult>, String> {
         self.reply_to(args, false).await
     }
 
@@ -449,14 +453,20 @@ impl MailslotServer {
         idempotent_hint = false,
         open_world_hint = true
     ))]
-    async fn reply_all(&self, Parameters(args): Parameters<ReplyArgs>) -> ToolResult<SendResult> {
+    async fn reply_all(
+        &self,
+        Parameters(args): Parameters<ReplyArgs>,
+    ) -> Result<Json<SendResult>, String> {
         self.reply_to(args, true).await
     }
 
     /// List received mail: unread first, newest first. Shows summaries; read a message with
     /// the read tool.
     #[tool(annotations(title = "Inbox", read_only_hint = true, open_world_hint = false))]
-    async fn inbox(&self, Parameters(args): Parameters<InboxArgs>) -> ToolResult<MessageList> {
+    async fn inbox(
+        &self,
+        Parameters(args): Parameters<InboxArgs>,
+    ) -> Result<Json<MessageList>, String> {
         let from = args
             .from
             .as_deref()
@@ -498,7 +508,10 @@ impl MailslotServer {
         idempotent_hint = true,
         open_world_hint = false
     ))]
-    async fn read(&self, Parameters(args): Parameters<MessageArgs>) -> ToolResult<MessageView> {
+    async fn read(
+        &self,
+        Parameters(args): Parameters<MessageArgs>,
+    ) -> Result<Json<MessageView>, String> {
         let id = parse_message_id("message_id", &args.message_id)?;
         let found = self
             .mailbox
@@ -525,7 +538,10 @@ impl MailslotServer {
         read_only_hint = true,
         open_world_hint = false
     ))]
-    async fn thread(&self, Parameters(args): Parameters<ThreadArgs>) -> ToolResult<ThreadView> {
+    async fn thread(
+        &self,
+        Parameters(args): Parameters<ThreadArgs>,
+    ) -> Result<Json<ThreadView>, String> {
         let id = ThreadId::parse(args.thread_id.trim()).map_err(|_| {
             format!(
                 "thread_id {:?} is not a thread id; copy thread_id from a message",
@@ -545,7 +561,10 @@ impl MailslotServer {
         idempotent_hint = true,
         open_world_hint = false
     ))]
-    async fn mark_read(&self, Parameters(args): Parameters<MarkReadArgs>) -> ToolResult<Changed> {
+    async fn mark_read(
+        &self,
+        Parameters(args): Parameters<MarkReadArgs>,
+    ) -> Result<Json<Changed>, String> {
         if args.message_ids.len() > MAX_LIMIT as usize {
             return Err(format!(
                 "message_ids has {} ids, over the maximum of {MAX_LIMIT}; mark them in parts",
@@ -572,7 +591,10 @@ impl MailslotServer {
     /// Search all mail, received and sent, by words in subject, body and sender; best
     /// matches first.
     #[tool(annotations(title = "Search mail", read_only_hint = true, open_world_hint = false))]
-    async fn search(&self, Parameters(args): Parameters<SearchArgs>) -> ToolResult<MessageList> {
+    async fn search(
+        &self,
+        Parameters(args): Parameters<SearchArgs>,
+    ) -> Result<Json<MessageList>, String> {
         let limit = limit("limit", args.limit, 20)?;
         let found = self
             .mailbox
@@ -592,7 +614,10 @@ impl MailslotServer {
         idempotent_hint = false,
         open_world_hint = false
     ))]
-    async fn remember(&self, Parameters(args): Parameters<RememberArgs>) -> ToolResult<MemoryView> {
+    async fn remember(
+        &self,
+        Parameters(args): Parameters<RememberArgs>,
+    ) -> Result<Json<MemoryView>, String> {
         let memory = self
             .mailbox
             .store()
@@ -604,7 +629,10 @@ impl MailslotServer {
 
     /// Recall memories: by relevance and recency for a query, else the most recent.
     #[tool(annotations(title = "Recall", read_only_hint = true, open_world_hint = false))]
-    async fn recall(&self, Parameters(args): Parameters<RecallArgs>) -> ToolResult<MemoryList> {
+    async fn recall(
+        &self,
+        Parameters(args): Parameters<RecallArgs>,
+    ) -> Result<Json<MemoryList>, String> {
         let limit = limit("limit", args.limit, 10)?;
         let found = self
             .mailbox
@@ -617,7 +645,7 @@ impl MailslotServer {
         }))
     }
 
-    /// Delete a memory.
+    /// Delete a memory for good (memory_id from recall or remember).
     #[tool(annotations(
         title = "Forget",
         read_only_hint = false,
@@ -625,7 +653,10 @@ impl MailslotServer {
         idempotent_hint = true,
         open_world_hint = false
     ))]
-    async fn forget(&self, Parameters(args): Parameters<ForgetArgs>) -> ToolResult<Changed> {
+    async fn forget(
+        &self,
+        Parameters(args): Parameters<ForgetArgs>,
+    ) -> Result<Json<Changed>, String> {
         let id = MemoryId::parse(args.memory_id.trim()).map_err(|_| {
             format!(
                 "memory_id {:?} is not a memory id; copy memory_id from recall",
@@ -653,7 +684,10 @@ impl MailslotServer {
         idempotent_hint = true,
         open_world_hint = false
     ))]
-    async fn set_status(&self, Parameters(args): Parameters<StatusArgs>) -> ToolResult<Status> {
+    async fn set_status(
+        &self,
+        Parameters(args): Parameters<StatusArgs>,
+    ) -> Result<Json<Status>, String> {
         for (field, value) in [
             ("identity", &args.identity),
             ("current_task", &args.current_task),
@@ -699,7 +733,7 @@ impl MailslotServer {
     async fn request_contact(
         &self,
         Parameters(args): Parameters<ContactRequestArgs>,
-    ) -> ToolResult<ContactRequestResult> {
+    ) -> Result<Json<ContactRequestResult>, String> {
         let to = AgentName::new(args.agent.trim())
             .map_err(|e| format!("agent {}: write an agent name like \"bob\"", e.problem))?;
         validate_note(&args.note).map_err(|e| e.to_string())?;
@@ -733,7 +767,7 @@ impl MailslotServer {
 
     /// Contacts, blocks, pending requests (never their codes) and pinned keys.
     #[tool(annotations(title = "Contacts", read_only_hint = true, open_world_hint = true))]
-    async fn contacts(&self) -> ToolResult<ContactsView> {
+    async fn contacts(&self) -> Result<Json<ContactsView>, String> {
         let known_keys = self
             .mailbox
             .store()

@@ -2,6 +2,8 @@
 //! home, and raw WebSocket access for crafting bad frames.
 #![allow(dead_code)]
 
+pub mod mcp;
+
 use std::sync::Arc;
 use std::time::Duration;
 
