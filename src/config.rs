@@ -17,7 +17,7 @@ pub const ENV_HOME: &str = "MAILSLOT_HOME";
 pub const ENV_AGENT: &str = "MAILSLOT_AGENT";
 /// Points at a config file.
 pub const ENV_CONFIG: &str = "MAILSLOT_CONFIG";
-/// Chooses the relay (`ws://host:port`).
+/// Chooses the relay (`ws://host:port`, or `wss://host[:port]` for TLS).
 pub const ENV_RELAY: &str = "MAILSLOT_RELAY";
 /// The port of the loopback relay started when no relay is configured (default 7878).
 pub const ENV_LOCAL_RELAY_PORT: &str = "MAILSLOT_LOCAL_RELAY_PORT";

@@ -142,12 +142,10 @@ impl Drop for RelayProcess {
     }
 }
 
-type Socket =
-    tokio_tungstenite::WebSocketStream<tokio_tungstenite::MaybeTlsStream<tokio::net::TcpStream>>;
+type Socket = crate::client::RelaySocket;
 
 async fn login(url: &RelayUrl, name: &AgentName, identity: &Identity) -> anyhow::Result<Socket> {
-    let (mut ws, _) =
-        tokio_tungstenite::connect_async_with_config(url.as_str(), None, true).await?;
+    let mut ws = crate::client::open_socket(url, None).await?;
     let Some(Ok(WsMessage::Text(text))) = ws.next().await else {
         bail!("no challenge")
     };

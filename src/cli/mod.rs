@@ -42,7 +42,7 @@ pub struct Cli {
     /// The config file [default: config.toml in --home, else the platform config folder]
     #[arg(long, global = true, env = config::ENV_CONFIG, value_name = "FILE")]
     pub config: Option<PathBuf>,
-    /// The relay, like ws://relay.example.com:7878 [default: the config's relay, else ws://127.0.0.1:7878]
+    /// The relay, like wss://relay.example.com or ws://10.0.0.5:7878 [default: the config's relay, else ws://127.0.0.1:7878]
     #[arg(long, global = true, env = config::ENV_RELAY, value_name = "URL")]
     pub relay: Option<RelayUrl>,
     /// Print JSON instead of text

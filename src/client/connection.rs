@@ -1,15 +1,15 @@
-//! One authenticated WebSocket connection to a relay, with request/answer matching: frames
-//! that arrive while a request waits (deliveries) are kept, in order, for [`Connection::recv`].
+//! One authenticated WebSocket connection to a relay (`ws://`, or `wss://` over TLS), with
+//! request/answer matching: frames that arrive while a request waits (deliveries) are kept, in
+//! order, for [`Connection::recv`].
 
 use std::collections::VecDeque;
 use std::time::Duration;
 
 use futures_util::{SinkExt, StreamExt};
-use tokio::net::TcpStream;
 use tokio_tungstenite::tungstenite::Message as WsMessage;
 use tokio_tungstenite::tungstenite::protocol::WebSocketConfig;
-use tokio_tungstenite::{MaybeTlsStream, WebSocketStream};
 
+use super::tls::{RelaySocket, open_socket};
 use super::{ClientError, RelayUrl, refusal};
 use crate::crypto::Identity;
 use crate::crypto::sign::{self, Domain};
@@ -23,7 +23,7 @@ const ANSWER_TIMEOUT: Duration = Duration::from_secs(15);
 
 /// An authenticated connection.
 pub struct Connection {
-    ws: WebSocketStream<MaybeTlsStream<TcpStream>>,
+    ws: RelaySocket,
     backlog: VecDeque<ServerFrame>,
     next_ref: u64,
     waiting: u64,
@@ -53,12 +53,11 @@ impl Connection {
             .max_message_size(Some(max))
             .max_frame_size(Some(max))
             .read_buffer_size(16 * 1024);
-        let connecting =
-            tokio_tungstenite::connect_async_with_config(url.as_str(), Some(config), true);
-        let (ws, _) = tokio::time::timeout(ANSWER_TIMEOUT, connecting)
+        let ws = tokio::time::timeout(ANSWER_TIMEOUT, open_socket(url, Some(config)))
             .await
-            .map_err(|_| unreachable(format!("no answer within {} s", ANSWER_TIMEOUT.as_secs())))?
-            .map_err(|e| unreachable(e.to_string()))?;
+            .map_err(|_| {
+                unreachable(format!("no answer within {} s", ANSWER_TIMEOUT.as_secs()))
+            })??;
         let mut conn = Self {
             ws,
             backlog: VecDeque::new(),

@@ -1,11 +1,13 @@
-//! The relay client: connect and authenticate, send the outbox, receive mail into the store,
-//! acknowledge only what is committed. Store work goes through [`crate::store::StoreHandle`].
+//! The relay client: connect (over TLS for `wss://`) and authenticate, send the outbox, receive
+//! mail into the store, acknowledge only what is committed. Store work goes through
+//! [`crate::store::StoreHandle`].
 
 mod connection;
 mod inbound;
 mod outbound;
 mod session;
 mod sync;
+mod tls;
 mod url;
 
 pub use connection::Connection;
@@ -13,6 +15,7 @@ pub use inbound::Received;
 pub use outbound::{Flushed, SendFailure, flush as outbound_flush};
 pub use session::{ClientEvent, MakeFrame, SessionConfig, SessionHandle, spawn as spawn_session};
 pub use sync::{SyncReport, sync};
+pub use tls::{RelaySocket, open_socket};
 pub use url::RelayUrl;
 
 use crate::protocol::{ErrorCode, ServerFrame};
