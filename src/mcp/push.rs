@@ -49,14 +49,13 @@ pub fn channel_notification(ring: &Ring) -> ServerNotification {
     ))
 }
 
-/// Pushes rings to a legacy session until its transport closes or `stop` fires.
+/// Pushes `rings` (subscribed when the session began) to a legacy session until its transport closes or `stop` fires.
 pub async fn legacy(
     peer: Peer<RoleServer>,
-    doorbell: Doorbell,
+    mut rings: broadcast::Receiver<Ring>,
     subscriptions: Subscriptions,
     stop: CancellationToken,
 ) {
-    let mut rings = doorbell.subscribe();
     loop {
         let ring = tokio::select! {
             _ = stop.cancelled() => return,

@@ -3,8 +3,7 @@
 //! result ends with the unread footer.
 
 use std::collections::BTreeMap;
-use std::sync::Arc;
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex};
 
 use rmcp::handler::server::router::prompt::PromptRouter;
 use rmcp::handler::server::router::tool::ToolRouter;
@@ -17,13 +16,14 @@ use rmcp::model::{
 };
 use rmcp::service::{NotificationContext, RequestContext, SubscriptionContext};
 use rmcp::{ErrorData, RoleServer, ServerHandler, prompt_handler};
+use tokio::sync::broadcast;
 use tokio_util::sync::CancellationToken;
 
 use super::prompts::fill;
 use super::push::{self, Subscriptions};
 use super::resources;
-use crate::doorbell::Doorbell;
 use crate::doorbell::footer::footer;
+use crate::doorbell::{Doorbell, Ring};
 use crate::mailbox::Mailbox;
 
 const INSTRUCTIONS: &str = include_str!("../../prompts/instructions.md");
@@ -37,7 +37,9 @@ pub struct MailslotServer {
     tool_router: ToolRouter<Self>,
     prompt_router: PromptRouter<Self>,
     subscriptions: Subscriptions,
-    pushing: Arc<AtomicBool>,
+    /// Rings since this session began, kept until the session's pushes can start (a legacy
+    /// client's peer is known only once it initializes).
+    pending: Arc<Mutex<Option<broadcast::Receiver<Ring>>>>,
     /// Fires when the client's input ends: long-lived handlers return at once.
     stop: CancellationToken,
 }
@@ -47,11 +49,11 @@ impl MailslotServer {
     pub fn new(mailbox: Mailbox, doorbell: Doorbell, stop: CancellationToken) -> Self {
         Self {
             mailbox,
-            doorbell,
             tool_router: Self::tool_router(),
             prompt_router: Self::prompt_router(),
             subscriptions: Subscriptions::default(),
-            pushing: Arc::new(AtomicBool::new(false)),
+            pending: Arc::new(Mutex::new(Some(doorbell.subscribe()))),
+            doorbell,
             stop,
         }
     }
@@ -60,19 +62,19 @@ impl MailslotServer {
     pub fn for_new_session(&self) -> Self {
         Self {
             subscriptions: Subscriptions::default(),
-            pushing: Arc::new(AtomicBool::new(false)),
+            pending: Arc::new(Mutex::new(Some(self.doorbell.subscribe()))),
             ..self.clone()
         }
     }
 
     /// Starts pushing to a legacy session's peer, once.
     fn start_pushing(&self, peer: rmcp::service::Peer<RoleServer>) {
-        if self.pushing.swap(true, Ordering::SeqCst) {
+        let Some(rings) = self.pending.lock().expect("not poisoned").take() else {
             return;
-        }
+        };
         tokio::spawn(push::legacy(
             peer,
-            self.doorbell.clone(),
+            rings,
             self.subscriptions.clone(),
             self.stop.clone(),
         ));
