@@ -257,3 +257,39 @@ async fn a_client_that_probes_and_hangs_up_is_a_clean_exit() {
     std::io::Read::read_to_string(&mut stdout, &mut rest).unwrap();
     assert!(rest.trim().is_empty(), "unexpected output: {rest}");
 }
+
+#[test]
+fn the_demo_runs_end_to_end_and_cleans_up() {
+    let out = Command::new(env!("CARGO_BIN_EXE_mailslot"))
+        .arg("demo")
+        .env_clear()
+        .output()
+        .unwrap();
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        out.status.success(),
+        "{stdout}\n{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    for expected in [
+        "-> sent in",
+        "notifications/resources/updated mailslot://inbox",
+        "| From: alice (fingerprint ",
+        "| Is the release build green?",
+        "| From: bob (fingerprint ",
+        "| Subject: Re: Build status?",
+        "reply -> alice's channel event",
+        "the temporary folder is gone",
+    ] {
+        assert!(
+            stdout.contains(expected),
+            "missing {expected:?} in:\n{stdout}"
+        );
+    }
+    let folder = stdout
+        .split("data in ")
+        .nth(1)
+        .and_then(|r| r.split(')').next())
+        .unwrap();
+    assert!(!Path::new(folder).exists(), "{folder} was left behind");
+}

@@ -219,6 +219,8 @@ pub enum Command {
     },
     /// Serve this agent's mailbox to an LLM client (MCP over stdio)
     Mcp,
+    /// See it work: a relay and two MCP servers in a temp folder, a message, its doorbell and a reply
+    Demo,
     /// Run a relay in the foreground
     Relay(relay::RelayArgs),
     /// Measure the store and the crypto on this machine
@@ -368,6 +370,11 @@ fn dispatch(cli: Cli) -> anyhow::Result<()> {
         ),
         Command::Policy { policy } => consent::change(&ctx, consent::Change::Policy(policy)),
         Command::Mcp => mcp::run(&ctx),
+        Command::Demo => tokio::runtime::Builder::new_multi_thread()
+            .worker_threads(2)
+            .enable_all()
+            .build()?
+            .block_on(crate::demo::run()),
         Command::Relay(args) => relay::run(&ctx, args),
         Command::Bench(cmd) => crate::bench::run(cmd, ctx.json),
     }

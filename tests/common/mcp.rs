@@ -1,83 +1,26 @@
-//! MCP test helpers: a client handler that records what the server pushes, and ways to run
+//! MCP test helpers over `mailslot::demo::driver`: the same client handler and driver the
+//! demo uses, with methods that fail the test instead of returning errors, and ways to run
 //! `mailslot mcp` in-process (over a duplex pipe) or as a real child process.
 
 use mailslot::agent::Agent;
 use mailslot::client::RelayUrl;
 use mailslot::config::Paths;
+use mailslot::demo::driver::Driver;
+pub use mailslot::demo::driver::{Era, Pushed, text_of};
 use mailslot::mailbox::Mailbox;
 use mailslot::protocol::AgentName;
-use rmcp::model::{
-    CallToolRequestParams, CallToolResult, CustomNotification, ProtocolVersion,
-    ResourceUpdatedNotificationParam,
-};
-use rmcp::service::{NotificationContext, RunningService};
-use rmcp::{ClientHandler, ClientLifecycleMode, ClientServiceExt, RoleClient};
-use serde_json::{Value, json};
-use tokio::sync::mpsc;
 
 use super::EVENT_TIMEOUT;
+use rmcp::model::CallToolResult;
+use serde_json::{Value, json};
 
-/// What the server pushed.
-#[derive(Debug, Clone, PartialEq)]
-pub enum Pushed {
-    /// `notifications/resources/updated`.
-    Updated(String),
-    /// `notifications/resources/list_changed`.
-    ListChanged,
-    /// A custom notification: method and params.
-    Custom(String, Value),
-}
+/// A connected MCP client whose calls fail the test on error.
+pub struct McpClient(pub Driver);
 
-/// Records every push on a channel.
-#[derive(Clone)]
-pub struct Recorder(pub mpsc::UnboundedSender<Pushed>);
-
-impl ClientHandler for Recorder {
-    async fn on_resource_updated(
-        &self,
-        params: ResourceUpdatedNotificationParam,
-        _context: NotificationContext<RoleClient>,
-    ) {
-        let _ = self.0.send(Pushed::Updated(params.uri));
-    }
-
-    async fn on_resource_list_changed(&self, _context: NotificationContext<RoleClient>) {
-        let _ = self.0.send(Pushed::ListChanged);
-    }
-
-    async fn on_custom_notification(
-        &self,
-        notification: CustomNotification,
-        _context: NotificationContext<RoleClient>,
-    ) {
-        let _ = self.0.send(Pushed::Custom(
-            notification.method,
-            notification.params.unwrap_or(Value::Null),
-        ));
-    }
-}
-
-/// Which protocol era a client speaks.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Era {
-    /// 2025-11-25: initialize, resources/subscribe.
-    Legacy,
-    /// 2026-07-28: server/discover, subscriptions/listen.
-    Modern,
-}
-
-/// A connected MCP client and what it has been pushed.
-pub struct McpClient {
-    pub client: RunningService<RoleClient, Recorder>,
-    pub pushed: mpsc::UnboundedReceiver<Pushed>,
-}
-
-fn lifecycle(era: Era) -> ClientLifecycleMode {
-    match era {
-        Era::Legacy => ClientLifecycleMode::Initialize,
-        Era::Modern => ClientLifecycleMode::Discover {
-            preferred_versions: vec![ProtocolVersion::V_2026_07_28],
-        },
+impl std::ops::Deref for McpClient {
+    type Target = Driver;
+    fn deref(&self) -> &Driver {
+        &self.0
     }
 }
 
@@ -85,47 +28,24 @@ impl McpClient {
     /// Connects over `transport`.
     pub async fn connect<T, E, A>(transport: T, era: Era) -> Self
     where
-        T: rmcp::transport::IntoTransport<RoleClient, E, A>,
+        T: rmcp::transport::IntoTransport<rmcp::RoleClient, E, A>,
         E: std::error::Error + Send + Sync + 'static,
     {
-        let (tx, pushed) = mpsc::unbounded_channel();
-        let client = tokio::time::timeout(
-            EVENT_TIMEOUT,
-            Recorder(tx).serve_with_lifecycle(transport, lifecycle(era)),
+        Self(
+            Driver::connect(transport, era)
+                .await
+                .expect("the MCP session starts"),
         )
-        .await
-        .expect("connecting timed out")
-        .expect("the MCP session starts");
-        Self { client, pushed }
     }
 
     /// Calls a tool; the raw result (check `is_error`).
     pub async fn call(&self, tool: &str, args: Value) -> CallToolResult {
-        let Value::Object(args) = args else {
-            panic!("tool arguments are an object")
-        };
-        tokio::time::timeout(
-            EVENT_TIMEOUT,
-            self.client
-                .call_tool(CallToolRequestParams::new(tool.to_owned()).with_arguments(args)),
-        )
-        .await
-        .expect("the tool call timed out")
-        .expect("the tool call is answered")
+        self.0.call(tool, args).await.unwrap()
     }
 
     /// Calls a tool that must succeed; its structured result.
     pub async fn ok(&self, tool: &str, args: Value) -> Value {
-        let result = self.call(tool, args.clone()).await;
-        assert_ne!(
-            result.is_error,
-            Some(true),
-            "{tool}({args}) failed: {:?}",
-            result.content
-        );
-        result
-            .structured_content
-            .expect("tools return structured content")
+        self.0.ok(tool, args).await.unwrap()
     }
 
     /// Calls a tool that must fail; its error text.
@@ -141,39 +61,14 @@ impl McpClient {
     }
 
     /// Waits for the first push matching `pick`.
-    pub async fn wait_for<T>(&mut self, mut pick: impl FnMut(&Pushed) -> Option<T>) -> T {
-        tokio::time::timeout(EVENT_TIMEOUT, async {
-            loop {
-                let p = self.pushed.recv().await.expect("the client is running");
-                if let Some(found) = pick(&p) {
-                    return found;
-                }
-            }
-        })
-        .await
-        .expect("the push did not come")
+    pub async fn wait_for<T>(&mut self, pick: impl FnMut(&Pushed) -> Option<T>) -> T {
+        self.0.wait_for(pick).await.unwrap()
     }
 
     /// Waits for a Claude Code channel event; its params.
     pub async fn channel_event(&mut self) -> Value {
-        self.wait_for(|p| match p {
-            Pushed::Custom(method, params) if method == mailslot::mcp::CHANNEL_METHOD => {
-                Some(params.clone())
-            }
-            _ => None,
-        })
-        .await
+        self.0.channel_event().await.unwrap()
     }
-}
-
-/// All text blocks of a result, joined.
-pub fn text_of(result: &CallToolResult) -> String {
-    result
-        .content
-        .iter()
-        .filter_map(|c| c.as_text().map(|t| t.text.clone()))
-        .collect::<Vec<_>>()
-        .join("\n")
 }
 
 /// An agent home in a temp folder, served in-process over a duplex pipe.
