@@ -2,6 +2,7 @@
 
 mod corpus;
 mod crypto;
+mod mcp;
 mod relay;
 mod stats;
 mod store;
@@ -19,6 +20,25 @@ pub enum BenchCommand {
     Crypto(CryptoArgs),
     /// Relay: throughput, latency, CPU and memory of a real relay process on loopback
     Relay(RelayBenchArgs),
+    /// MCP: tool calls and send -> doorbell latency through two real `mailslot mcp` processes
+    Mcp(McpBenchArgs),
+}
+
+/// Options for `bench mcp`.
+#[derive(Debug, Args)]
+pub struct McpBenchArgs {
+    /// Messages sent one after another (each waits for the recipient's doorbell)
+    #[arg(long, default_value_t = 300, value_parser = clap::value_parser!(u32).range(1..=100_000))]
+    pub messages: u32,
+    /// Calls per measured tool
+    #[arg(long, default_value_t = 500, value_parser = clap::value_parser!(u32).range(1..=100_000))]
+    pub calls: u32,
+    /// Server starts and exits measured
+    #[arg(long, default_value_t = 20, value_parser = clap::value_parser!(u32).range(1..=1_000))]
+    pub starts: u32,
+    /// Body bytes per message
+    #[arg(long, default_value_t = 1024, value_parser = clap::value_parser!(u32).range(1..=60_000))]
+    pub size: u32,
 }
 
 /// Options for `bench relay`.
@@ -82,6 +102,7 @@ pub fn run(cmd: BenchCommand, json: bool) -> anyhow::Result<()> {
         BenchCommand::Store(args) => store::run(&args)?,
         BenchCommand::Crypto(args) => crypto::run(&args)?,
         BenchCommand::Relay(args) => relay::run(&args)?,
+        BenchCommand::Mcp(args) => mcp::run(&args)?,
     };
     if json {
         println!("{}", serde_json::to_string_pretty(&rows)?);

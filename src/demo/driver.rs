@@ -75,7 +75,10 @@ pub struct Driver {
     /// The rmcp client.
     pub client: RunningService<RoleClient, Recorder>,
     /// Pushes, in arrival order.
-    pub pushed: mpsc::UnboundedReceiver<Pushed>,
+    pushed: mpsc::UnboundedReceiver<Pushed>,
+    /// Pushes that arrived but no wait has taken yet (handlers run concurrently, so pushes
+    /// sent in one order may arrive in another).
+    unclaimed: Vec<Pushed>,
 }
 
 impl Driver {
@@ -98,7 +101,11 @@ impl Driver {
         )
         .await
         .context("the MCP server did not answer")??;
-        Ok(Self { client, pushed })
+        Ok(Self {
+            client,
+            pushed,
+            unclaimed: Vec::new(),
+        })
     }
 
     /// Starts `mailslot mcp` (the binary at `exe`) for `agent` in `home` against `relay`,
@@ -157,15 +164,26 @@ impl Driver {
         }
     }
 
-    /// Waits for the first push that `pick` accepts.
+    /// Waits for the first push that `pick` accepts; pushes it passes over stay for later
+    /// waits.
     pub async fn wait_for<T>(
         &mut self,
         mut pick: impl FnMut(&Pushed) -> Option<T>,
     ) -> anyhow::Result<T> {
+        if let Some((at, found)) = self
+            .unclaimed
+            .iter()
+            .enumerate()
+            .find_map(|(at, p)| pick(p).map(|f| (at, f)))
+        {
+            self.unclaimed.remove(at);
+            return Ok(found);
+        }
         tokio::time::timeout(WAIT, async {
             while let Some(p) = self.pushed.recv().await {
-                if let Some(found) = pick(&p) {
-                    return Ok(found);
+                match pick(&p) {
+                    Some(found) => return Ok(found),
+                    None => self.unclaimed.push(p),
                 }
             }
             bail!("the MCP server went away")
