@@ -1,0 +1,378 @@
+//! Interop with real third-party MCP clients: the Python `mcp` SDK (2.3) and the MCP Inspector
+//! CLI (2.12) drive real `mailslot mcp` processes, through a relay on loopback, in both protocol
+//! eras.
+//!
+//! The clients are installed by `.ci/interop-setup`, which prints the variables read here
+//! (`MAILSLOT_INTEROP_PYTHON`, `MAILSLOT_INTEROP_NODE`, `MAILSLOT_INTEROP_INSPECTOR`). Without
+//! them the tests say they are skipped and pass, unless `MAILSLOT_REQUIRE_INTEROP=1` (CI sets
+//! it), where they fail: CI never passes without running them.
+
+mod common;
+
+use std::io::Write;
+use std::path::{Path, PathBuf};
+use std::process::{ExitStatus, Stdio};
+use std::time::Duration;
+
+use common::TestRelay;
+use serde_json::{Value, json};
+use tokio::io::AsyncReadExt;
+use tokio::process::Command;
+
+/// How long one client process may run before it is killed (with everything it started).
+const CHILD_TIMEOUT: Duration = Duration::from_secs(60);
+/// How long a finished client's output may stay open (held by a process it left behind).
+const DRAIN_TIMEOUT: Duration = Duration::from_secs(10);
+
+const TOOLS: [&str; 14] = [
+    "contacts",
+    "forget",
+    "inbox",
+    "mark_read",
+    "read",
+    "recall",
+    "remember",
+    "reply",
+    "reply_all",
+    "request_contact",
+    "search",
+    "send",
+    "set_status",
+    "thread",
+];
+
+/// Where `.ci/interop-setup` put the clients.
+struct Clients {
+    python: PathBuf,
+    node: PathBuf,
+    inspector: PathBuf,
+}
+
+/// The clients, or `None` (after saying so) when they are not set up and not required.
+fn clients() -> Option<Clients> {
+    let vars = [
+        "MAILSLOT_INTEROP_PYTHON",
+        "MAILSLOT_INTEROP_NODE",
+        "MAILSLOT_INTEROP_INSPECTOR",
+    ];
+    let found: Vec<Option<PathBuf>> = vars
+        .iter()
+        .map(|v| {
+            std::env::var_os(v)
+                .filter(|s| !s.is_empty())
+                .map(PathBuf::from)
+        })
+        .collect();
+    let missing: Vec<&str> = vars
+        .iter()
+        .zip(&found)
+        .filter(|(_, f)| f.is_none())
+        .map(|(v, _)| *v)
+        .collect();
+    if !missing.is_empty() {
+        let required = std::env::var("MAILSLOT_REQUIRE_INTEROP").is_ok_and(|v| v == "1");
+        assert!(
+            !required,
+            "MAILSLOT_REQUIRE_INTEROP=1 but {} not set: run `eval \"$(bash .ci/interop-setup)\"` first",
+            missing.join(", ")
+        );
+        // Straight to stderr, past the test harness's capture, so that it is seen.
+        let _ = writeln!(
+            std::io::stderr(),
+            "skipped: run .ci/interop-setup (see README, \"Interop tests\"); {} not set",
+            missing.join(", ")
+        );
+        return None;
+    }
+    let mut found = found.into_iter().map(Option::unwrap);
+    let clients = Clients {
+        python: found.next().unwrap(),
+        node: found.next().unwrap(),
+        inspector: found.next().unwrap(),
+    };
+    for (var, path) in vars
+        .iter()
+        .zip([&clients.python, &clients.node, &clients.inspector])
+    {
+        assert!(
+            path.is_file(),
+            "{var}={} does not exist: re-run .ci/interop-setup",
+            path.display()
+        );
+    }
+    Some(clients)
+}
+
+/// What a client process did.
+struct Finished {
+    what: String,
+    /// `None` when it was killed for taking too long.
+    status: Option<ExitStatus>,
+    stdout: String,
+    stderr: String,
+}
+
+impl Finished {
+    fn report(&self) -> String {
+        let status = match self.status {
+            Some(s) => s.to_string(),
+            None => format!("killed after {} s", CHILD_TIMEOUT.as_secs()),
+        };
+        format!(
+            "{}: {status}\n--- stdout ---\n{}\n--- stderr ---\n{}",
+            self.what, self.stdout, self.stderr
+        )
+    }
+
+    /// Asserts the exit code; the whole output on failure.
+    fn expect_code(&self, code: i32) -> &Self {
+        assert_eq!(
+            self.status.and_then(|s| s.code()),
+            Some(code),
+            "expected exit code {code}\n{}",
+            self.report()
+        );
+        self
+    }
+
+    /// Stdout as JSON.
+    fn json(&self) -> Value {
+        serde_json::from_str(&self.stdout)
+            .unwrap_or_else(|e| panic!("stdout is not JSON ({e})\n{}", self.report()))
+    }
+}
+
+async fn read_all(mut pipe: impl tokio::io::AsyncRead + Unpin) -> String {
+    let mut bytes = Vec::new();
+    let _ = pipe.read_to_end(&mut bytes).await;
+    String::from_utf8_lossy(&bytes).into_owned()
+}
+
+/// Runs `cmd` in its own process group with no input, a minimal environment (`PATH`, and a
+/// throwaway `HOME`) and a time limit; kills the whole group when the limit passes.
+async fn run(what: String, mut cmd: Command, home: &Path) -> Finished {
+    cmd.env_clear()
+        .env("PATH", std::env::var_os("PATH").unwrap_or_default())
+        .env("HOME", home)
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .process_group(0)
+        .kill_on_drop(true);
+    let mut child = cmd
+        .spawn()
+        .unwrap_or_else(|e| panic!("{what}: cannot start: {e}"));
+    let group = nix::unistd::Pid::from_raw(child.id().expect("running") as i32);
+    let kill_group = || {
+        let _ = nix::sys::signal::killpg(group, nix::sys::signal::Signal::SIGKILL);
+    };
+    let stdout = tokio::spawn(read_all(child.stdout.take().unwrap()));
+    let stderr = tokio::spawn(read_all(child.stderr.take().unwrap()));
+    let status = match tokio::time::timeout(CHILD_TIMEOUT, child.wait()).await {
+        Ok(status) => Some(status.unwrap()),
+        Err(_) => {
+            kill_group();
+            let _ = child.wait().await;
+            None
+        }
+    };
+    // The pipes close when the last process holding them exits: a `mailslot mcp` that outlived
+    // its client (whose input closed) would keep them open.
+    let collect = async { (stdout.await.unwrap(), stderr.await.unwrap()) };
+    tokio::pin!(collect);
+    let (stdout, stderr, lingered) = match tokio::time::timeout(DRAIN_TIMEOUT, &mut collect).await {
+        Ok((out, err)) => (out, err, false),
+        Err(_) => {
+            kill_group();
+            let (out, err) = collect.await;
+            (out, err, true)
+        }
+    };
+    let done = Finished {
+        what,
+        status,
+        stdout,
+        stderr,
+    };
+    assert!(
+        !lingered,
+        "a process started by the client still held its output {} s after it exited\n{}",
+        DRAIN_TIMEOUT.as_secs(),
+        done.report()
+    );
+    done
+}
+
+/// The Python SDK, legacy (`initialize`, `resources/subscribe`, the channel notification) and
+/// modern (`server/discover`, `subscriptions/listen`): surface, send, push, read, reply; see
+/// tests/interop/python_client.py for every check.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn python_sdk_drives_two_servers_in_both_eras() {
+    let Some(clients) = clients() else { return };
+    let relay = TestRelay::start(|_| {}).await;
+    let home = tempfile::tempdir().unwrap();
+    let mut cmd = Command::new(&clients.python);
+    cmd.arg(concat!(
+        env!("CARGO_MANIFEST_DIR"),
+        "/tests/interop/python_client.py"
+    ))
+    .args(["--mailslot", env!("CARGO_BIN_EXE_mailslot")])
+    .args(["--relay", relay.url.as_str()]);
+    let done = run("python_client.py".into(), cmd, home.path()).await;
+    done.expect_code(0);
+    assert!(
+        done.stdout.contains("all checks passed (legacy, modern)"),
+        "{}",
+        done.report()
+    );
+    println!("{}", done.report());
+    relay.relay.shutdown().await;
+}
+
+/// One agent (alice) served to the Inspector CLI, one process per call.
+struct Inspector<'a> {
+    clients: &'a Clients,
+    relay: &'a str,
+    data: &'a Path,
+    home: &'a Path,
+    era: &'static str,
+}
+
+impl Inspector<'_> {
+    async fn call(&self, method_args: &[&str]) -> Finished {
+        let mut cmd = Command::new(&self.clients.node);
+        let mailslot_home = format!("MAILSLOT_HOME={}", self.data.display());
+        cmd.arg(&self.clients.inspector)
+            .args(["--cli", "--format", "json", "--protocol-era", self.era])
+            .args(["-e", &mailslot_home, "-e", "MAILSLOT_LOG=warn"])
+            .args(method_args)
+            .arg(env!("CARGO_BIN_EXE_mailslot"))
+            .args(["--agent", "alice", "--relay", self.relay, "mcp"]);
+        let what = format!(
+            "inspector --protocol-era {} {}",
+            self.era,
+            method_args.join(" ")
+        );
+        run(what, cmd, self.home).await
+    }
+
+    /// A `tools/call` that must succeed; its structured content.
+    async fn tool_ok(&self, tool: &str, args: Value) -> Value {
+        let args = args.to_string();
+        let done = self
+            .call(&[
+                "--method",
+                "tools/call",
+                "--tool-name",
+                tool,
+                "--tool-args-json",
+                &args,
+            ])
+            .await;
+        let result = done.expect_code(0).json()["result"].clone();
+        assert_eq!(result["isError"], false, "{}", done.report());
+        result["structuredContent"].clone()
+    }
+}
+
+/// The Inspector CLI in `--protocol-era legacy` and `modern`: tools/list (with its schema
+/// portability check), resources/read, prompts/get, remember then recall in a later process,
+/// and a failing tool call (exit 5 on `isError`).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn inspector_cli_in_both_eras() {
+    let Some(clients) = clients() else { return };
+    let relay = TestRelay::start(|_| {}).await;
+    let data = tempfile::tempdir().unwrap();
+    let home = tempfile::tempdir().unwrap();
+    let mut fingerprint = None;
+    for era in ["legacy", "modern"] {
+        let inspector = Inspector {
+            clients: &clients,
+            relay: relay.url.as_str(),
+            data: data.path(),
+            home: home.path(),
+            era,
+        };
+
+        // --strict exits 6 on any error-severity schema portability problem.
+        let done = inspector
+            .call(&["--method", "tools/list", "--strict"])
+            .await;
+        let listed = done.expect_code(0).json();
+        let tools = listed["result"]["tools"].as_array().unwrap();
+        let mut names: Vec<&str> = tools.iter().map(|t| t["name"].as_str().unwrap()).collect();
+        names.sort();
+        assert_eq!(names, TOOLS, "{}", done.report());
+        for t in tools {
+            assert!(
+                t["description"].as_str().is_some_and(|d| d.len() > 20),
+                "{t}"
+            );
+            assert_eq!(t["inputSchema"]["type"], "object", "{t}");
+            assert!(t["outputSchema"].is_object(), "{t}");
+        }
+
+        let done = inspector
+            .call(&["--method", "resources/read", "--uri", "mailslot://identity"])
+            .await;
+        let result = done.expect_code(0).json()["result"].clone();
+        let identity: Value =
+            serde_json::from_str(result["contents"][0]["text"].as_str().unwrap()).unwrap();
+        assert_eq!(identity["address"], "alice", "{}", done.report());
+        // Every process serves the same agent: the same keys.
+        let fp = identity["fingerprint"].as_str().unwrap().to_owned();
+        assert_eq!(fingerprint.get_or_insert_with(|| fp.clone()), &fp);
+        // The era really was negotiated: 2026-07-28 results carry cache hints (SEP-2549).
+        assert_eq!(
+            result.get("cacheScope").is_some(),
+            era == "modern",
+            "cache hints say the era is not {era}: {result}"
+        );
+
+        let done = inspector
+            .call(&["--method", "prompts/get", "--prompt-name", "startup"])
+            .await;
+        let prompt = done.expect_code(0).json();
+        let text = prompt["result"]["messages"][0]["content"]["text"]
+            .as_str()
+            .unwrap_or_default();
+        assert!(text.contains("mailslot agent alice"), "{}", done.report());
+
+        let text = format!("The interop deploy window via {era} is Friday");
+        let memory = inspector
+            .tool_ok(
+                "remember",
+                json!({ "text": text, "title": format!("interop {era}"), "tags": ["interop"] }),
+            )
+            .await;
+        let id = memory["memory_id"].as_str().unwrap().to_owned();
+        assert_eq!(memory["text"], text);
+        // A later process finds it (the store is on disk).
+        let recalled = inspector
+            .tool_ok("recall", json!({ "query": format!("deploy window {era}") }))
+            .await;
+        let memories = recalled["memories"].as_array().unwrap();
+        assert!(
+            memories.iter().any(|m| m["memory_id"] == id.as_str()),
+            "{id} not recalled: {recalled}"
+        );
+
+        // A tool error is an isError result, which the Inspector turns into exit code 5.
+        let done = inspector
+            .call(&[
+                "--method",
+                "tools/call",
+                "--tool-name",
+                "read",
+                "--tool-args-json",
+                r#"{"message_id":"42"}"#,
+            ])
+            .await;
+        let failed = done.expect_code(5).json();
+        assert_eq!(failed["result"]["isError"], true, "{}", done.report());
+        let message = failed["result"]["content"][0]["text"].as_str().unwrap();
+        assert!(message.contains("not a message id"), "{}", done.report());
+        println!("inspector --protocol-era {era}: all checks passed");
+    }
+    relay.relay.shutdown().await;
+}
