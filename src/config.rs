@@ -3,6 +3,8 @@
 //! Precedence, highest first: command-line flags (which clap also reads from `MAILSLOT_*`
 //! environment variables), the config file, built-in defaults.
 
+pub mod openclaw;
+
 use std::path::{Path, PathBuf};
 
 use directories::ProjectDirs;
@@ -75,6 +77,8 @@ pub struct Config {
     pub relay: Option<RelayUrl>,
     /// The loopback relay's port when no relay is configured (for several homes side by side).
     pub local_relay_port: Option<u16>,
+    /// The OpenClaw doorbell (`[openclaw]`): deliver new mail into an OpenClaw session.
+    pub openclaw: Option<openclaw::OpenClawConfig>,
 }
 
 impl Config {
@@ -184,6 +188,7 @@ mod tests {
             default_agent: Some(name("from-config")),
             relay: None,
             local_relay_port: None,
+            openclaw: None,
         };
         let cwd = Path::new("/work/My Repo");
         assert_eq!(
