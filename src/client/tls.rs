@@ -41,7 +41,7 @@ pub async fn open_socket(
 }
 
 /// The TLS settings, built once per process: `ring`, TLS 1.2 and 1.3, the trusted roots.
-fn client_config() -> Result<Arc<ClientConfig>, String> {
+pub(crate) fn client_config() -> Result<Arc<ClientConfig>, String> {
     static CONFIG: OnceLock<Arc<ClientConfig>> = OnceLock::new();
     if let Some(config) = CONFIG.get() {
         return Ok(config.clone());

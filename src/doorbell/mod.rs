@@ -5,6 +5,7 @@
 
 pub mod footer;
 pub mod frame;
+pub mod openclaw;
 
 use std::collections::BTreeMap;
 
