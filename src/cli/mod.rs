@@ -3,6 +3,7 @@
 
 mod consent;
 mod directory;
+mod doctor;
 mod identity;
 mod local_relay;
 mod mail;
@@ -118,6 +119,8 @@ pub enum Command {
     },
     /// Show the agent's identity, store and counts
     Status,
+    /// Check the configuration and the OpenClaw gateway end to end; says how to fix what fails
+    Doctor,
     /// Send a message (queued first, so nothing is lost when the relay is down)
     Send {
         /// A recipient (repeatable)
@@ -324,6 +327,7 @@ fn dispatch(cli: Cli) -> anyhow::Result<()> {
         Command::Whoami { set } => identity::whoami(&ctx, set),
         Command::Doing { set } => identity::doing(&ctx, set),
         Command::Status => identity::status(&ctx),
+        Command::Doctor => doctor::run(&ctx),
         Command::Remember { title, tags, text } => memory::remember(&ctx, title, tags, text),
         Command::Recall { query, limit } => memory::recall(&ctx, query, limit),
         Command::Forget { id } => memory::forget(&ctx, id),
