@@ -18,8 +18,11 @@ pub(super) fn run(ctx: &Ctx) -> anyhow::Result<()> {
         let mailbox = Mailbox::open(agent, relay)
             .await
             .context("opening the mailbox")?;
+        let doorbell = crate::doorbell::Doorbell::start(&mailbox);
+        let _openclaw =
+            crate::doorbell::openclaw::start(ctx.config.openclaw.as_ref(), &mailbox, &doorbell);
         let (reader, writer) = rmcp::transport::io::stdio_pipes();
-        crate::mcp::serve(mailbox, reader, writer).await?;
+        crate::mcp::serve_with(mailbox, doorbell, reader, writer).await?;
         anyhow::Ok(())
     })?;
     // Nothing may keep a finished server alive (blocking store or stdin threads).

@@ -41,8 +41,22 @@ where
     R: tokio::io::AsyncRead + Unpin + Send + 'static,
     W: tokio::io::AsyncWrite + Unpin + Send + 'static,
 {
-    let eof = CancellationToken::new();
     let doorbell = Doorbell::start(&mailbox);
+    serve_with(mailbox, doorbell, reader, writer).await
+}
+
+/// [`serve`] ringing a `doorbell` the caller started (and may give to other sinks).
+pub async fn serve_with<R, W>(
+    mailbox: Mailbox,
+    doorbell: Doorbell,
+    reader: R,
+    writer: W,
+) -> Result<(), McpError>
+where
+    R: tokio::io::AsyncRead + Unpin + Send + 'static,
+    W: tokio::io::AsyncWrite + Unpin + Send + 'static,
+{
+    let eof = CancellationToken::new();
     let server = MailslotServer::new(mailbox.clone(), doorbell, eof.clone());
     let reader = EofSignal::new(reader, eof.clone());
     let result = match server.serve((reader, writer)).await {
