@@ -172,6 +172,10 @@ pub async fn run(config: &OpenClawConfig, agent: &AgentName, dir: &Path) -> Vec<
                 Outcome::Skip,
                 "needs the token",
             ));
+            if f == Failure::BadToken {
+                checks.push(Check::new("session", Outcome::Skip, "needs the token"));
+                return with_last_delivery(checks, dir);
+            }
         }
     }
 
