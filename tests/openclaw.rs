@@ -413,6 +413,73 @@ fn history_texts(details: &Value) -> Vec<String> {
         .collect()
 }
 
+// --- a proxy that loses an answer ---------------------------------------------------------
+
+/// An HTTP proxy in front of the gateway that forwards every request, but answers the first
+/// `sessions_send` with 502 after the gateway took it: an unclear failure, where the message
+/// did arrive. Returns its URL and how many `sessions_send` calls passed through.
+async fn lossy_proxy(gateway: &Gateway) -> (String, Arc<Mutex<usize>>) {
+    #[derive(Clone)]
+    struct Proxy {
+        upstream: String,
+        http: reqwest::Client,
+        sends: Arc<Mutex<usize>>,
+    }
+    async fn forward(
+        State(p): State<Proxy>,
+        method: axum::http::Method,
+        uri: axum::http::Uri,
+        headers: axum::http::HeaderMap,
+        body: axum::body::Bytes,
+    ) -> axum::response::Response {
+        let is_send = String::from_utf8_lossy(&body).contains("\"sessions_send\"");
+        let mut request = p
+            .http
+            .request(method, format!("{}{}", p.upstream, uri))
+            .body(body);
+        for name in [
+            axum::http::header::AUTHORIZATION,
+            axum::http::header::CONTENT_TYPE,
+        ] {
+            if let Some(v) = headers.get(&name) {
+                request = request.header(name, v);
+            }
+        }
+        let answer = request.send().await.unwrap();
+        let status = answer.status();
+        let bytes = answer.bytes().await.unwrap();
+        let lose = is_send && {
+            let mut sends = p.sends.lock().unwrap();
+            *sends += 1;
+            *sends == 1
+        };
+        let status = if lose {
+            axum::http::StatusCode::BAD_GATEWAY
+        } else {
+            status
+        };
+        axum::response::Response::builder()
+            .status(status)
+            .header("content-type", "application/json")
+            .body(axum::body::Body::from(if lose {
+                axum::body::Bytes::new()
+            } else {
+                bytes
+            }))
+            .unwrap()
+    }
+    let sends = Arc::new(Mutex::new(0));
+    let app = axum::Router::new().fallback(forward).with_state(Proxy {
+        upstream: gateway.url.clone(),
+        http: gateway.http.clone(),
+        sends: sends.clone(),
+    });
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = listener.local_addr().unwrap();
+    tokio::spawn(async move { axum::serve(listener, app).await });
+    (format!("http://{addr}"), sends)
+}
+
 // --- bob: a real `mailslot mcp` with [openclaw] ------------------------------------------------
 
 /// Registers `name` with the relay (a one-shot sync), so that mail to it is accepted.
@@ -616,7 +683,69 @@ async fn mail_reaches_the_dedicated_openclaw_session_exactly_once() {
         "{report}"
     );
 
-    // 2. Without sessions_send in gateway.tools.allow the owner is told what to add, and the
+    // 2. An unclear failure (the gateway took the message, its answer was lost): the session
+    //    is searched for the marker and the message is not sent again. carol's mail goes
+    //    through the proxy into bob's session, which exists now.
+    let (proxy_url, sends) = lossy_proxy(&gateway).await;
+    let carol_home = tempfile::tempdir().unwrap();
+    std::fs::write(
+        carol_home.path().join("config.toml"),
+        format!(
+            "[openclaw]\ngateway_url = \"{proxy_url}\"\ntoken_env = \"{TOKEN_ENV}\"\nsession_key = \"agent:{{agent_id}}:dm:mailbox-bob\"\n"
+        ),
+    )
+    .unwrap();
+    register(carol_home.path(), "carol", &relay.url);
+    let (_carol, carol_log) =
+        spawn_mcp_with_stderr(carol_home.path(), "carol", &relay.url, &gateway.token).await;
+    let third = Message::new(
+        alice.address(),
+        vec![Address::parse("carol").unwrap()],
+        "Lost answer",
+        "This one arrives although the gateway's answer is lost.",
+    );
+    let third_id = third.id;
+    alice.send(&relay, third).await;
+    let third_marker = format!("[mailslot:{third_id}]");
+    wait_until(
+        TURN_TIMEOUT,
+        "the model was prompted with carol's message",
+        async || (mock.prompted_with(&third_marker) > 0).then_some(()),
+    )
+    .await;
+    wait_until(
+        Duration::from_secs(60),
+        "carol's doorbell found it in the session",
+        async || {
+            let status = std::fs::read_to_string(
+                carol_home
+                    .path()
+                    .join("agents/carol/openclaw-doorbell.json"),
+            )
+            .ok()?;
+            status.contains("\"delivered\"").then_some(())
+        },
+    )
+    .await;
+    tokio::time::sleep(Duration::from_secs(5)).await;
+    assert_eq!(
+        *sends.lock().unwrap(),
+        1,
+        "sent once, never again after the lost answer"
+    );
+    assert_eq!(mock.prompted_with(&third_marker), 1);
+    let carrying = history_texts(&gateway.history(BOB_SESSION).await)
+        .into_iter()
+        .filter(|t| t.contains(&third_marker))
+        .count();
+    assert_eq!(carrying, 1, "in the session exactly once");
+    let log = carol_log.lock().unwrap().clone();
+    assert!(
+        log.contains("no clear answer") && log.contains("HTTP 502"),
+        "{log}"
+    );
+
+    // 3. Without sessions_send in gateway.tools.allow the owner is told what to add, and the
     //    message stays in bob's store.
     gateway.set_allow(&[]).await;
     let second = Message::new(
