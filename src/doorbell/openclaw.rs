@@ -130,7 +130,6 @@ impl OpenClawSink {
         let rings = doorbell.subscribe();
         let sink = Arc::new(Worker {
             lock: std::sync::Mutex::new(DeliveryLock::new(mailbox.dir().join(LOCK_FILE))),
-            dir: mailbox.dir().to_owned(),
             address: mailbox.address().clone(),
             mailbox: mailbox.name().clone(),
             config,
@@ -139,9 +138,14 @@ impl OpenClawSink {
         });
         let reader = tokio::spawn(read_rings(rings, queue));
         let worker = tokio::spawn(run(sink, waiting));
+        let writer = tokio::spawn(persist(status.clone(), mailbox.dir().to_owned()));
         Ok(Some(Self {
             status,
-            tasks: vec![reader.abort_handle(), worker.abort_handle()],
+            tasks: vec![
+                reader.abort_handle(),
+                worker.abort_handle(),
+                writer.abort_handle(),
+            ],
         }))
     }
 
@@ -193,6 +197,22 @@ async fn read_rings(mut rings: broadcast::Receiver<Ring>, queue: mpsc::Sender<Pe
     }
 }
 
+/// Writes each new status to the agent's folder for `mailslot doctor`, one write at a time,
+/// so the file always ends with the latest.
+async fn persist(mut status: watch::Receiver<Option<DeliveryStatus>>, dir: PathBuf) {
+    status.mark_unchanged();
+    while status.changed().await.is_ok() {
+        let Some(latest) = status.borrow_and_update().clone() else {
+            continue;
+        };
+        let dir = dir.clone();
+        let saved = tokio::task::spawn_blocking(move || status::save(&dir, &latest)).await;
+        if let Ok(Err(e)) = saved {
+            tracing::warn!(error = %e, "cannot record the OpenClaw delivery status");
+        }
+    }
+}
+
 async fn run(worker: Arc<Worker>, mut waiting: mpsc::Receiver<Pending>) {
     while let Some(pending) = waiting.recv().await {
         worker.deliver(pending).await;
@@ -204,7 +224,6 @@ struct Worker {
     gateway: Gateway,
     mailbox: crate::protocol::AgentName,
     address: Address,
-    dir: PathBuf,
     lock: std::sync::Mutex<DeliveryLock>,
     status: watch::Sender<Option<DeliveryStatus>>,
 }
@@ -335,13 +354,7 @@ impl Worker {
             at: jiff::Timestamp::now(),
             error,
         };
-        self.status.send_replace(Some(status.clone()));
-        let dir = self.dir.clone();
-        tokio::task::spawn_blocking(move || {
-            if let Err(e) = status::save(&dir, &status) {
-                tracing::warn!(error = %e, "cannot record the OpenClaw delivery status");
-            }
-        });
+        self.status.send_replace(Some(status));
     }
 }
 
