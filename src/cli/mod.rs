@@ -218,7 +218,11 @@ pub enum Command {
         policy: Policy,
     },
     /// Serve this agent's mailbox to an LLM client (MCP over stdio)
-    Mcp,
+    Mcp {
+        /// Serve Streamable HTTP on this loopback address instead, like 127.0.0.1:8787
+        #[arg(long, value_name = "ADDR")]
+        http: Option<std::net::SocketAddr>,
+    },
     /// See it work: a relay and two MCP servers in a temp folder, a message, its doorbell and a reply
     Demo,
     /// Run a relay in the foreground
@@ -369,7 +373,7 @@ fn dispatch(cli: Cli) -> anyhow::Result<()> {
             },
         ),
         Command::Policy { policy } => consent::change(&ctx, consent::Change::Policy(policy)),
-        Command::Mcp => mcp::run(&ctx),
+        Command::Mcp { http } => mcp::run(&ctx, http),
         Command::Demo => tokio::runtime::Builder::new_multi_thread()
             .worker_threads(2)
             .enable_all()

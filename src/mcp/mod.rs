@@ -3,6 +3,7 @@
 //! domain layer (`mailbox`, `doorbell`), which knows nothing of MCP. This layer never opens a
 //! relay socket itself.
 
+mod http;
 mod prompts;
 mod push;
 mod resources;
@@ -11,6 +12,7 @@ mod stdio;
 mod tools;
 mod views;
 
+pub use http::{PATH as HTTP_PATH, serve_http};
 pub use push::CHANNEL_METHOD;
 pub use resources::{IDENTITY, INBOX, MEMORY};
 pub use server::MailslotServer;
