@@ -3,6 +3,7 @@
 
 mod consent;
 mod directory;
+mod hook;
 mod identity;
 mod local_relay;
 mod mail;
@@ -223,6 +224,12 @@ pub enum Command {
         #[arg(long, value_name = "ADDR")]
         http: Option<std::net::SocketAddr>,
     },
+    /// Claude Code hooks: print the unread digest (session-start, prompt) or keep working on unread mail (stop)
+    Hook {
+        /// Which hook
+        #[arg(value_enum)]
+        kind: hook::HookKind,
+    },
     /// See it work: a relay and two MCP servers in a temp folder, a message, its doorbell and a reply
     Demo,
     /// Run a relay in the foreground
@@ -373,6 +380,7 @@ fn dispatch(cli: Cli) -> anyhow::Result<()> {
             },
         ),
         Command::Policy { policy } => consent::change(&ctx, consent::Change::Policy(policy)),
+        Command::Hook { kind } => hook::run(&ctx, kind),
         Command::Mcp { http } => mcp::run(&ctx, http),
         Command::Demo => tokio::runtime::Builder::new_multi_thread()
             .worker_threads(2)
