@@ -36,6 +36,11 @@ pub enum McpError {
     Session(String),
 }
 
+/// How long in-flight handlers may finish after the client's input ended. rmcp itself waits
+/// up to 5 s, and a `subscriptions/listen` whose acknowledgment was still being confirmed when
+/// the input ended waits that long; nobody is left to read a late answer anyway.
+const EXIT_GRACE: std::time::Duration = std::time::Duration::from_millis(50);
+
 /// Serves `mailbox` over `reader`/`writer` (stdin/stdout for `mailslot mcp`) until the client
 /// hangs up. A client that only probes and leaves is a clean end.
 pub async fn serve<R, W>(mailbox: Mailbox, reader: R, writer: W) -> Result<(), McpError>
@@ -48,11 +53,22 @@ where
     let server = MailslotServer::new(mailbox.clone(), doorbell, eof.clone());
     let reader = EofSignal::new(reader, eof.clone());
     let result = match server.serve((reader, writer)).await {
-        Ok(running) => running
-            .waiting()
-            .await
-            .map(|_| ())
-            .map_err(|e| McpError::Session(e.to_string())),
+        Ok(running) => {
+            let waiting = running.waiting();
+            tokio::pin!(waiting);
+            let ended = tokio::select! {
+                ended = &mut waiting => Some(ended),
+                _ = eof.cancelled() => tokio::time::timeout(EXIT_GRACE, &mut waiting).await.ok(),
+            };
+            match ended {
+                Some(Ok(_)) => Ok(()),
+                Some(Err(e)) => Err(McpError::Session(e.to_string())),
+                None => {
+                    tracing::debug!("input closed; handlers still running are abandoned");
+                    Ok(())
+                }
+            }
+        }
         Err(ServerInitializeError::ConnectionClosed(_)) => Ok(()),
         Err(e) => Err(McpError::Setup(e.to_string())),
     };
