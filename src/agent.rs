@@ -63,7 +63,7 @@ impl Agent {
     pub fn open_or_create(paths: &Paths, name: &AgentName) -> Result<(Self, bool), AgentError> {
         let dir = paths.agent_dir(name);
         let key_path = dir.join(KEY_FILE);
-        let store_path = dir.join(STORE_FILE);
+        let store_path = store_path(&dir);
         let mut created = false;
         if !key_path.exists() {
             if store_path.exists() {
@@ -98,6 +98,11 @@ impl Agent {
     pub fn address(&self) -> Address {
         Address::local(self.name.clone())
     }
+}
+
+/// Where the store of the agent whose folder is `dir` lives.
+pub fn store_path(dir: &Path) -> PathBuf {
+    dir.join(STORE_FILE)
 }
 
 fn make_private_dir(dir: &Path) -> Result<(), AgentError> {

@@ -25,6 +25,15 @@ pub const ENV_RELAY: &str = "MAILSLOT_RELAY";
 pub const ENV_LOCAL_RELAY_PORT: &str = "MAILSLOT_LOCAL_RELAY_PORT";
 /// Sets the log filter (tracing's `EnvFilter` syntax), e.g. `debug` or `mailslot=trace`.
 pub const ENV_LOG: &str = "MAILSLOT_LOG";
+/// Every environment variable mailslot reads.
+pub const ENV_VARS: &[&str] = &[
+    ENV_HOME,
+    ENV_AGENT,
+    ENV_CONFIG,
+    ENV_RELAY,
+    ENV_LOCAL_RELAY_PORT,
+    ENV_LOG,
+];
 
 /// The largest config file read, in bytes.
 const MAX_CONFIG_BYTES: u64 = 64 * 1024;

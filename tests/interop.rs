@@ -1,9 +1,11 @@
 //! Interop with real third-party MCP clients: the Python `mcp` SDK (2.3) and the MCP Inspector
 //! CLI (2.12) drive real `mailslot mcp` processes, through a relay on loopback, in both protocol
-//! eras.
+//! eras; the official MCP conformance suite (0.1.16) runs its generic server scenarios against
+//! `mailslot mcp --http`.
 //!
 //! The clients are installed by `.ci/interop-setup`, which prints the variables read here
-//! (`MAILSLOT_INTEROP_PYTHON`, `MAILSLOT_INTEROP_NODE`, `MAILSLOT_INTEROP_INSPECTOR`). Without
+//! (`MAILSLOT_INTEROP_PYTHON`, `MAILSLOT_INTEROP_NODE`, `MAILSLOT_INTEROP_INSPECTOR`,
+//! `MAILSLOT_INTEROP_CONFORMANCE`). Without
 //! them the tests say they are skipped and pass, unless `MAILSLOT_REQUIRE_INTEROP=1` (CI sets
 //! it), where they fail: CI never passes without running them.
 
@@ -48,13 +50,15 @@ struct Clients {
     inspector: PathBuf,
 }
 
-/// The clients, or `None` (after saying so) when they are not set up and not required.
-fn clients() -> Option<Clients> {
-    let vars = [
-        "MAILSLOT_INTEROP_PYTHON",
-        "MAILSLOT_INTEROP_NODE",
-        "MAILSLOT_INTEROP_INSPECTOR",
-    ];
+/// One line straight to stderr, past the test harness's capture, so that it is seen; in one
+/// write, so that lines of tests running in parallel do not mix.
+fn say(line: &str) {
+    let _ = std::io::stderr().write_all(format!("{line}\n").as_bytes());
+}
+
+/// The paths in `vars`, or `None` (after saying so) when one is not set and they are not
+/// required. Each must name an existing file.
+fn interop_paths(vars: &[&str]) -> Option<Vec<PathBuf>> {
     let found: Vec<Option<PathBuf>> = vars
         .iter()
         .map(|v| {
@@ -76,31 +80,37 @@ fn clients() -> Option<Clients> {
             "MAILSLOT_REQUIRE_INTEROP=1 but {} not set: run `eval \"$(bash .ci/interop-setup)\"` first",
             missing.join(", ")
         );
-        // Straight to stderr, past the test harness's capture, so that it is seen.
-        let _ = writeln!(
-            std::io::stderr(),
+        say(&format!(
             "skipped: run .ci/interop-setup (see README, \"Interop tests\"); {} not set",
             missing.join(", ")
-        );
+        ));
         return None;
     }
-    let mut found = found.into_iter().map(Option::unwrap);
-    let clients = Clients {
-        python: found.next().unwrap(),
-        node: found.next().unwrap(),
-        inspector: found.next().unwrap(),
-    };
-    for (var, path) in vars
-        .iter()
-        .zip([&clients.python, &clients.node, &clients.inspector])
-    {
+    let found: Vec<PathBuf> = found.into_iter().map(Option::unwrap).collect();
+    for (var, path) in vars.iter().zip(&found) {
         assert!(
             path.is_file(),
             "{var}={} does not exist: re-run .ci/interop-setup",
             path.display()
         );
     }
-    Some(clients)
+    Some(found)
+}
+
+/// The clients, or `None` (after saying so) when they are not set up and not required.
+fn clients() -> Option<Clients> {
+    let [python, node, inspector] = interop_paths(&[
+        "MAILSLOT_INTEROP_PYTHON",
+        "MAILSLOT_INTEROP_NODE",
+        "MAILSLOT_INTEROP_INSPECTOR",
+    ])?
+    .try_into()
+    .unwrap();
+    Some(Clients {
+        python,
+        node,
+        inspector,
+    })
 }
 
 /// What a client process did.
@@ -375,4 +385,257 @@ async fn inspector_cli_in_both_eras() {
         println!("inspector --protocol-era {era}: all checks passed");
     }
     relay.relay.shutdown().await;
+}
+
+/// The scenarios of the official conformance suite that a real server can pass: the others call
+/// fixture tools, resources and prompts of the suite's reference server (`test_simple_text`,
+/// `test://static-text`, `test_simple_prompt`, …), so against mailslot they only find "not found".
+/// `server-sse-polling` (pending upstream) is left out too: it calls the fixture tool
+/// `test_reconnection`, and what it checks of a server without it can only warn, never fail.
+const CONFORMANCE_SCENARIOS: [&str; 11] = [
+    "server-initialize",
+    "ping",
+    "logging-set-level",
+    "completion-complete",
+    "tools-list",
+    "resources-list",
+    "resources-subscribe",
+    "resources-unsubscribe",
+    "prompts-list",
+    "server-sse-multiple-streams",
+    "dns-rebinding-protection",
+];
+
+/// A `mailslot mcp --http 127.0.0.1:0` child process, killed when dropped (so also when the test
+/// panics).
+struct HttpServer {
+    child: tokio::process::Child,
+    /// `http://127.0.0.1:PORT/mcp`
+    url: String,
+    /// Everything it wrote to stderr, once it has exited.
+    stderr: tokio::task::JoinHandle<String>,
+}
+
+impl HttpServer {
+    async fn start(relay: &str, home: &Path) -> Self {
+        use tokio::io::AsyncBufReadExt;
+        let mut child = Command::new(env!("CARGO_BIN_EXE_mailslot"))
+            .args(["--agent", "alice", "--relay", relay])
+            .args(["mcp", "--http", "127.0.0.1:0"])
+            .env_clear()
+            .env("MAILSLOT_HOME", home)
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(Stdio::piped())
+            .kill_on_drop(true)
+            .spawn()
+            .expect("cannot start mailslot mcp --http");
+        let mut lines = tokio::io::BufReader::new(child.stderr.take().unwrap()).lines();
+        let mut seen = String::new();
+        let url = tokio::time::timeout(CHILD_TIMEOUT, async {
+            while let Some(line) = lines.next_line().await.unwrap() {
+                seen.push_str(&line);
+                seen.push('\n');
+                if let Some(url) = line
+                    .trim()
+                    .strip_prefix("mailslot: MCP over Streamable HTTP at ")
+                {
+                    return Some(url.to_owned());
+                }
+            }
+            None
+        })
+        .await;
+        let Ok(Some(url)) = url else {
+            panic!("mailslot mcp --http printed no URL\n--- stderr ---\n{seen}");
+        };
+        // Keep reading, so that its logging never blocks on a full pipe.
+        let stderr = tokio::spawn(async move {
+            while let Ok(Some(line)) = lines.next_line().await {
+                seen.push_str(&line);
+                seen.push('\n');
+            }
+            seen
+        });
+        Self { child, url, stderr }
+    }
+
+    /// Whether it is still running.
+    fn running(&mut self) -> bool {
+        self.child.try_wait().unwrap().is_none()
+    }
+
+    /// SIGTERM, then its exit status and stderr.
+    async fn stop(mut self) -> (Option<ExitStatus>, String) {
+        if let Some(pid) = self.child.id() {
+            let _ = nix::sys::signal::kill(
+                nix::unistd::Pid::from_raw(pid as i32),
+                nix::sys::signal::Signal::SIGTERM,
+            );
+        }
+        let status = match tokio::time::timeout(DRAIN_TIMEOUT, self.child.wait()).await {
+            Ok(status) => Some(status.unwrap()),
+            Err(_) => {
+                let _ = self.child.kill().await;
+                None
+            }
+        };
+        let stderr = tokio::time::timeout(DRAIN_TIMEOUT, self.stderr)
+            .await
+            .map(Result::unwrap)
+            .unwrap_or_else(|_| "(stderr still open)".into());
+        (status, stderr)
+    }
+}
+
+/// `text` without ANSI escape sequences (the suite colours its output even into a pipe).
+fn strip_ansi(text: &str) -> String {
+    let mut out = String::with_capacity(text.len());
+    let mut chars = text.chars();
+    while let Some(c) = chars.next() {
+        if c != '\u{1b}' {
+            out.push(c);
+        } else if chars.next() == Some('[') {
+            // Parameters and intermediates, up to the final byte.
+            for c in chars.by_ref() {
+                if ('@'..='~').contains(&c) {
+                    break;
+                }
+            }
+        }
+    }
+    out
+}
+
+/// The suite's verdict on one scenario, from its `Passed: 2/2, 0 failed, 0 warnings` line.
+#[derive(Debug, PartialEq)]
+struct Checks {
+    passed: u32,
+    total: u32,
+    failed: u32,
+    warnings: u32,
+}
+
+impl Checks {
+    fn parse(stdout: &str) -> Option<Self> {
+        let line = stdout
+            .lines()
+            .rev()
+            .find_map(|l| l.trim().strip_prefix("Passed: "))?;
+        let (counts, rest) = line.split_once(", ")?;
+        let (passed, total) = counts.split_once('/')?;
+        let (failed, warnings) = rest.split_once(" failed, ")?;
+        Some(Self {
+            passed: passed.parse().ok()?,
+            total: total.parse().ok()?,
+            failed: failed.parse().ok()?,
+            warnings: warnings.strip_suffix(" warnings")?.parse().ok()?,
+        })
+    }
+}
+
+/// `text` with every line prefixed, so that none of the suite's own summary lines reaches the
+/// test output as if it were ours.
+fn quoted(text: &str) -> String {
+    text.lines()
+        .map(|l| format!("  conformance| {l}\n"))
+        .collect()
+}
+
+/// The official MCP conformance suite (`@modelcontextprotocol/conformance`, Streamable HTTP only)
+/// against one `mailslot mcp --http` process, once per generic scenario (see
+/// `CONFORMANCE_SCENARIOS`). Prints one line of its own per scenario; the suite's output is shown,
+/// prefixed, only for a scenario that fails.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn conformance_suite_generic_server_scenarios() {
+    let Some(paths) = interop_paths(&["MAILSLOT_INTEROP_NODE", "MAILSLOT_INTEROP_CONFORMANCE"])
+    else {
+        return;
+    };
+    let [node, conformance]: [PathBuf; 2] = paths.try_into().unwrap();
+    let relay = TestRelay::start(|_| {}).await;
+    let data = tempfile::tempdir().unwrap();
+    let home = tempfile::tempdir().unwrap();
+    let mut server = HttpServer::start(relay.url.as_str(), data.path()).await;
+
+    let started = std::time::Instant::now();
+    let mut failures = Vec::new();
+    for scenario in CONFORMANCE_SCENARIOS {
+        let t0 = std::time::Instant::now();
+        let mut cmd = Command::new(&node);
+        cmd.arg(&conformance)
+            .args(["server", "--url", &server.url, "--scenario", scenario]);
+        let done = run(format!("conformance {scenario}"), cmd, home.path()).await;
+        let stdout = strip_ansi(&done.stdout);
+        let checks = Checks::parse(&stdout);
+        let ok = done.status.is_some_and(|s| s.success())
+            && checks
+                .as_ref()
+                .is_some_and(|c| c.total > 0 && c.failed == 0 && c.passed == c.total);
+        let counts = match &checks {
+            Some(c) => format!(
+                "{} of {} checks ok, {} warnings",
+                c.passed, c.total, c.warnings
+            ),
+            None => "no verdict line".to_owned(),
+        };
+        say(&format!(
+            "conformance {scenario}: {} ({counts}; {:.1} s)",
+            if ok { "ok" } else { "FAILED" },
+            t0.elapsed().as_secs_f64()
+        ));
+        if !ok {
+            let status = match done.status {
+                Some(s) => s.to_string(),
+                None => format!("killed after {} s", CHILD_TIMEOUT.as_secs()),
+            };
+            failures.push(format!(
+                "scenario {scenario}: {status}\n{}{}",
+                quoted(&stdout),
+                quoted(&strip_ansi(&done.stderr))
+            ));
+        }
+    }
+    let alive = server.running();
+    let (status, server_log) = server.stop().await;
+    assert!(
+        failures.is_empty(),
+        "{} conformance scenario(s) failed against {}\n{}\n--- mailslot mcp --http stderr ---\n{server_log}",
+        failures.len(),
+        env!("CARGO_BIN_EXE_mailslot"),
+        failures.join("\n")
+    );
+    assert!(
+        alive,
+        "mailslot mcp --http exited during the suite\n{server_log}"
+    );
+    assert!(
+        status.is_some_and(|s| s.success()),
+        "mailslot mcp --http did not exit cleanly on SIGTERM: {status:?}\n{server_log}"
+    );
+    say(&format!(
+        "conformance: all {} generic server scenarios ok ({:.1} s)",
+        CONFORMANCE_SCENARIOS.len(),
+        started.elapsed().as_secs_f64()
+    ));
+    relay.relay.shutdown().await;
+}
+
+#[test]
+fn conformance_verdict_line_parses() {
+    let out = strip_ansi(
+        "Checks:\n\u{1b}[90m2026\u{1b}[0m [ping] \u{1b}[32mSUCCESS\u{1b}[0m ok\n\nTest Results:\nPassed: 2/3, 1 failed, 4 warnings\n",
+    );
+    assert!(!out.contains('\u{1b}'), "{out}");
+    assert!(out.contains("[ping] SUCCESS ok"), "{out}");
+    assert_eq!(
+        Checks::parse(&out),
+        Some(Checks {
+            passed: 2,
+            total: 3,
+            failed: 1,
+            warnings: 4
+        })
+    );
+    assert_eq!(Checks::parse("Total: 3 passed, 0 failed"), None);
 }

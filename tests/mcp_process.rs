@@ -293,3 +293,120 @@ fn the_demo_runs_end_to_end_and_cleans_up() {
         .unwrap();
     assert!(!Path::new(folder).exists(), "{folder} was left behind");
 }
+
+/// Sends one HTTP/1.1 request and returns the status line and whatever body arrives until the
+/// server closes the response or `until` appears in it.
+async fn http_post(
+    addr: &str,
+    host: &str,
+    origin: Option<&str>,
+    body: &str,
+    until: &str,
+) -> (String, String) {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let mut tcp = tokio::net::TcpStream::connect(addr).await.unwrap();
+    let origin = origin
+        .map(|o| format!("Origin: {o}\r\n"))
+        .unwrap_or_default();
+    let request = format!(
+        "POST /mcp HTTP/1.1\r\nHost: {host}\r\n{origin}Content-Type: application/json\r\nAccept: application/json, text/event-stream\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{body}",
+        body.len()
+    );
+    tcp.write_all(request.as_bytes()).await.unwrap();
+    let mut got = Vec::new();
+    let mut buf = [0u8; 4096];
+    tokio::time::timeout(EVENT_TIMEOUT, async {
+        loop {
+            let n = tcp.read(&mut buf).await.unwrap();
+            got.extend_from_slice(&buf[..n]);
+            if n == 0 || String::from_utf8_lossy(&got).contains(until) {
+                break;
+            }
+        }
+    })
+    .await
+    .expect("the HTTP answer came");
+    let text = String::from_utf8_lossy(&got).into_owned();
+    let status = text.lines().next().unwrap_or_default().to_owned();
+    (status, text)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn streamable_http_on_loopback_refuses_foreign_hosts_and_origins() {
+    let relay = TestRelay::start(|_| {}).await;
+    let home = tempfile::tempdir().unwrap();
+    let refused = Command::new(env!("CARGO_BIN_EXE_mailslot"))
+        .args([
+            "--agent",
+            "alice",
+            "--relay",
+            relay.url.as_str(),
+            "mcp",
+            "--http",
+            "0.0.0.0:0",
+        ])
+        .env_clear()
+        .env("MAILSLOT_HOME", home.path())
+        .output()
+        .unwrap();
+    assert!(!refused.status.success());
+    assert!(String::from_utf8_lossy(&refused.stderr).contains("not a loopback address"));
+
+    let mut child = Command::new(env!("CARGO_BIN_EXE_mailslot"))
+        .args([
+            "--agent",
+            "alice",
+            "--relay",
+            relay.url.as_str(),
+            "mcp",
+            "--http",
+            "127.0.0.1:0",
+        ])
+        .env_clear()
+        .env("MAILSLOT_HOME", home.path())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut stderr = BufReader::new(child.stderr.take().unwrap());
+    let addr = loop {
+        let mut line = String::new();
+        assert!(stderr.read_line(&mut line).unwrap() > 0, "no URL printed");
+        if let Some(rest) = line
+            .trim()
+            .strip_prefix("mailslot: MCP over Streamable HTTP at http://")
+        {
+            break rest.trim_end_matches("/mcp").to_owned();
+        }
+    };
+    let init = r#"{"jsonrpc":"2.0","id":1,"method":"initialize","params":{"protocolVersion":"2025-11-25","capabilities":{},"clientInfo":{"name":"t","version":"1"}}}"#;
+    let (status, body) = http_post(&addr, &addr, None, init, "\"serverInfo\"").await;
+    assert!(status.contains("200"), "{body}");
+    assert!(body.contains("\"name\":\"mailslot\""), "{body}");
+    let (status, _) = http_post(&addr, "evil.example.com", None, init, "\r\n\r\n").await;
+    assert!(status.contains("403"), "{status}");
+    let (status, _) = http_post(
+        &addr,
+        &addr,
+        Some("http://evil.example.com"),
+        init,
+        "\r\n\r\n",
+    )
+    .await;
+    assert!(status.contains("403"), "{status}");
+    let (status, _) = http_post(
+        &addr,
+        &addr,
+        Some("http://localhost:3000"),
+        init,
+        "\"serverInfo\"",
+    )
+    .await;
+    assert!(status.contains("200"), "{status}");
+    nix::sys::signal::kill(
+        nix::unistd::Pid::from_raw(child.id() as i32),
+        nix::sys::signal::Signal::SIGTERM,
+    )
+    .unwrap();
+    let (status, _) = exit_status(&mut child);
+    assert!(status.success(), "{status}");
+}

@@ -651,3 +651,48 @@ async fn agents_opt_in_and_out_of_the_directory() {
     .unwrap();
     assert_eq!(http(&format!("{base}/v1/directory"), None).await.1, "[]");
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_ack_just_before_a_reconnect_is_honoured_by_the_next_connection() {
+    // The client acks and at once connects again (closing the old socket, or leaving it to be
+    // replaced). The relay applies acks asynchronously; the next connection must still not
+    // get the acknowledged mail again.
+    const ROUNDS: usize = 60;
+    let relay = TestRelay::start(|_| {}).await;
+    let (alice, bob) = (TestAgent::new("alice"), TestAgent::new("bob"));
+    bob.sync(&relay).await;
+    let mut sender = alice.connect(&relay).await;
+    let keys = vec![(bob.address(), bob.identity.public().clone())];
+    let mut ws = raw_login(&relay, &bob).await;
+    assert!(matches!(
+        raw_recv(&mut ws).await,
+        Some(ServerFrame::CaughtUp)
+    ));
+    for round in 0..ROUNDS {
+        let m = alice.message(&[&bob], &format!("round {round}"), "x");
+        let env = seal(&m, &alice.identity, &keys, &Limits::default())
+            .unwrap()
+            .remove(0);
+        sender.send_envelope(env).await.unwrap();
+        let seq = match raw_recv(&mut ws).await {
+            Some(ServerFrame::Deliver { seq, .. }) => seq,
+            other => panic!("round {round}: expected the pushed delivery, got {other:?}"),
+        };
+        raw_send(&mut ws, &ClientFrame::Ack { seq }).await;
+        let closed = round % 2 == 0;
+        if closed {
+            futures_util::SinkExt::close(&mut ws).await.unwrap();
+        }
+        let mut next = raw_login(&relay, &bob).await;
+        match raw_recv(&mut next).await {
+            Some(ServerFrame::CaughtUp) => {}
+            other => panic!(
+                "round {round} ({}): acked mail is not redelivered, got {other:?}",
+                if closed { "closed" } else { "replaced" }
+            ),
+        }
+        ws = next;
+    }
+    sender.close().await;
+    relay.relay.shutdown().await;
+}

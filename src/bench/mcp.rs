@@ -129,6 +129,31 @@ async fn measure(args: &McpBenchArgs) -> anyhow::Result<Vec<Summary>> {
         total,
     ));
     rows.push(Summary::new("send -> recipient channel event", rang, total));
+    // A Claude Code hook with the unread mail bob now has: a whole process per prompt.
+    let mut hooks = Vec::with_capacity(args.starts as usize);
+    for _ in 0..args.starts {
+        let t = Instant::now();
+        let out = tokio::process::Command::new(&exe)
+            .args(["--agent", "bob", "hook", "prompt"])
+            .env_clear()
+            .env(crate::config::ENV_HOME, home.path())
+            .stdin(std::process::Stdio::null())
+            .output()
+            .await?;
+        hooks.push(t.elapsed());
+        if !out.status.success() || out.stdout.is_empty() {
+            bail!(
+                "mailslot hook prompt failed: {}",
+                String::from_utf8_lossy(&out.stderr)
+            );
+        }
+    }
+    let total = hooks.iter().sum();
+    rows.push(Summary::new(
+        "hook prompt (process, unread digest)",
+        hooks,
+        total,
+    ));
     alice.close().await?;
     bob.close().await?;
     relay.shutdown().await;

@@ -1,12 +1,12 @@
-//! `mailslot mcp`: serve the agent's mailbox to an LLM client over stdio. stdout carries the
-//! protocol and nothing else; logs go to stderr.
+//! `mailslot mcp`: serve the agent's mailbox to an LLM client over stdio (stdout carries the
+//! protocol and nothing else; logs go to stderr), or over Streamable HTTP on loopback.
 
 use anyhow::Context;
 
 use super::Ctx;
 use crate::mailbox::Mailbox;
 
-pub(super) fn run(ctx: &Ctx) -> anyhow::Result<()> {
+pub(super) fn run(ctx: &Ctx, http: Option<std::net::SocketAddr>) -> anyhow::Result<()> {
     let agent = ctx.open_agent()?;
     // The embedded relay may fail to start: serve from the store anyway and keep retrying.
     let relay = ctx.relay_url_or_default();
@@ -18,11 +18,30 @@ pub(super) fn run(ctx: &Ctx) -> anyhow::Result<()> {
         let mailbox = Mailbox::open(agent, relay)
             .await
             .context("opening the mailbox")?;
+        // One doorbell for the OpenClaw sink and (over stdio) the MCP pushes; serve_http
+        // starts its own for its sessions.
         let doorbell = crate::doorbell::Doorbell::start(&mailbox);
         let _openclaw =
             crate::doorbell::openclaw::start(ctx.config.openclaw.as_ref(), &mailbox, &doorbell);
-        let (reader, writer) = rmcp::transport::io::stdio_pipes();
-        crate::mcp::serve_with(mailbox, doorbell, reader, writer).await?;
+        match http {
+            Some(addr) => {
+                let stop = tokio_util::sync::CancellationToken::new();
+                tokio::spawn({
+                    let stop = stop.clone();
+                    async move {
+                        if let Err(e) = super::relay::wait_for_signal().await {
+                            tracing::warn!(error = %e, "cannot watch for SIGTERM");
+                        }
+                        stop.cancel();
+                    }
+                });
+                crate::mcp::serve_http(mailbox, addr, stop).await?;
+            }
+            None => {
+                let (reader, writer) = rmcp::transport::io::stdio_pipes();
+                crate::mcp::serve_with(mailbox, doorbell, reader, writer).await?;
+            }
+        }
         anyhow::Ok(())
     })?;
     // Nothing may keep a finished server alive (blocking store or stdin threads).

@@ -4,6 +4,7 @@
 mod consent;
 mod directory;
 mod doctor;
+mod hook;
 mod identity;
 mod local_relay;
 mod mail;
@@ -221,7 +222,17 @@ pub enum Command {
         policy: Policy,
     },
     /// Serve this agent's mailbox to an LLM client (MCP over stdio)
-    Mcp,
+    Mcp {
+        /// Serve Streamable HTTP on this loopback address instead, like 127.0.0.1:8787
+        #[arg(long, value_name = "ADDR")]
+        http: Option<std::net::SocketAddr>,
+    },
+    /// Claude Code hooks: print the unread digest (session-start, prompt) or keep working on unread mail (stop)
+    Hook {
+        /// Which hook
+        #[arg(value_enum)]
+        kind: hook::HookKind,
+    },
     /// See it work: a relay and two MCP servers in a temp folder, a message, its doorbell and a reply
     Demo,
     /// Run a relay in the foreground
@@ -373,7 +384,8 @@ fn dispatch(cli: Cli) -> anyhow::Result<()> {
             },
         ),
         Command::Policy { policy } => consent::change(&ctx, consent::Change::Policy(policy)),
-        Command::Mcp => mcp::run(&ctx),
+        Command::Hook { kind } => hook::run(&ctx, kind),
+        Command::Mcp { http } => mcp::run(&ctx, http),
         Command::Demo => tokio::runtime::Builder::new_multi_thread()
             .worker_threads(2)
             .enable_all()

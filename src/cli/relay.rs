@@ -124,7 +124,8 @@ fn serve(args: RelayArgs, db: PathBuf) -> anyhow::Result<()> {
     })
 }
 
-async fn wait_for_signal() -> anyhow::Result<()> {
+/// Returns on SIGINT or SIGTERM.
+pub(super) async fn wait_for_signal() -> anyhow::Result<()> {
     let mut term = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate())?;
     tokio::select! {
         r = tokio::signal::ctrl_c() => r?,

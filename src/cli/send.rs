@@ -9,7 +9,8 @@ use serde::Serialize;
 
 use super::{Ctx, output};
 use crate::agent::Agent;
-use crate::client::{self, ClientError, Connection};
+use crate::client;
+use crate::mailbox::{Mailbox, MailboxError, SendOutcome};
 use crate::protocol::{Address, Limits, Message, MessageId};
 use crate::store::StoreHandle;
 
@@ -55,60 +56,33 @@ struct SendResult {
     detail: String,
 }
 
-/// Queues `message`, then tries to hand it to the relay now.
+/// Queues `message`, then hands it to the relay now: over this agent's connection, or through
+/// the `mailslot mcp` process that holds it.
 fn deliver(ctx: &Ctx, agent: Agent, message: Message) -> anyhow::Result<()> {
     message.validate(&Limits::default())?;
-    let Agent {
-        name,
-        identity,
-        mut store,
-        ..
-    } = agent;
-    store.queue_outgoing(&message)?;
-    let url = ctx.relay_url()?;
+    let url = ctx.relay_url_or_default();
     let id = message.id;
-    let store = StoreHandle::spawn(store)?;
     let outcome = runtime()?.block_on(async {
-        let mut conn = match Connection::connect(&url, &name, &identity).await {
-            Ok(c) => c,
-            Err(e @ (ClientError::Unreachable { .. } | ClientError::Closed(_))) => {
-                return Ok(Err(e));
-            }
-            Err(e) => return Err(e),
-        };
-        let flushed = client::outbound_flush(&mut conn, &store, &identity).await;
-        conn.close().await;
-        flushed.map(Ok)
-    })?;
+        let mailbox = Mailbox::open(agent, url.clone()).await?;
+        let outcome = mailbox.send(message).await;
+        mailbox.close().await;
+        outcome
+    });
     let result = match outcome {
-        Err(e) => SendResult {
+        Ok(SendOutcome::Sent) => SendResult {
+            id,
+            status: "sent",
+            detail: format!("accepted by {}", url.authority()),
+        },
+        Ok(SendOutcome::Queued { reason }) => SendResult {
             id,
             status: "queued",
-            detail: format!(
-                "{e}; it stays in the outbox and goes out with the next `mailslot sync`"
-            ),
+            detail: format!("{reason}; `mailslot sync` retries"),
         },
-        Ok(flushed) => match flushed.failed.iter().find(|f| f.id == id) {
-            None if flushed.sent.contains(&id) => SendResult {
-                id,
-                status: "sent",
-                detail: format!("accepted by {}", url.authority()),
-            },
-            None => SendResult {
-                id,
-                status: "queued",
-                detail: "earlier mail is still waiting; `mailslot sync` retries".into(),
-            },
-            Some(f) if f.will_retry => SendResult {
-                id,
-                status: "queued",
-                detail: format!("{}; `mailslot sync` retries", f.reason),
-            },
-            Some(f) => bail!(
-                "not sent: {}. The message is kept in your sent mail, marked failed",
-                f.reason
-            ),
-        },
+        Err(MailboxError::NotSent(reason)) => bail!(
+            "not sent: {reason}. The message is kept in your sent mail, marked failed"
+        ),
+        Err(e) => return Err(e.into()),
     };
     output::emit(ctx.json, &result, |r| {
         format!("{} {}: {}", r.status, r.id, r.detail)

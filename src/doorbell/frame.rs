@@ -176,7 +176,7 @@ fn is_hidden(c: char) -> bool {
 }
 
 /// 16 hex digits from the OS random source.
-fn fresh_nonce() -> String {
+pub(super) fn fresh_nonce() -> String {
     let mut bytes = [0u8; 8];
     getrandom::fill(&mut bytes).expect("the OS random source works");
     bytes.iter().map(|b| format!("{b:02x}")).collect()

@@ -315,7 +315,13 @@ async fn forward(mailbox: Mailbox, mut events: broadcast::Receiver<ClientEvent>)
                 mailbox.0.status.send_replace(RelayStatus::Online);
             }
             ClientEvent::Disconnected { reason, retry_in } => {
-                tracing::warn!(%reason, retry_in_ms = retry_in.as_millis() as u64, "relay connection lost");
+                let retry_in_ms = retry_in.as_millis() as u64;
+                // Once per outage, not once per retry.
+                if matches!(mailbox.status(), RelayStatus::Offline { .. }) {
+                    tracing::debug!(%reason, retry_in_ms, "relay still unreachable");
+                } else {
+                    tracing::warn!(%reason, retry_in_ms, "relay unreachable; mail is queued meanwhile");
+                }
                 mailbox
                     .0
                     .status

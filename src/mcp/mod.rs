@@ -3,6 +3,7 @@
 //! domain layer (`mailbox`, `doorbell`), which knows nothing of MCP. This layer never opens a
 //! relay socket itself.
 
+mod http;
 mod prompts;
 mod push;
 mod resources;
@@ -11,6 +12,7 @@ mod stdio;
 mod tools;
 mod views;
 
+pub use http::{PATH as HTTP_PATH, serve_http};
 pub use push::CHANNEL_METHOD;
 pub use resources::{IDENTITY, INBOX, MEMORY};
 pub use server::MailslotServer;
@@ -33,6 +35,11 @@ pub enum McpError {
     #[error("MCP session failed: {0}")]
     Session(String),
 }
+
+/// How long in-flight handlers may finish after the client's input ended. rmcp itself waits
+/// up to 5 s, and a `subscriptions/listen` whose acknowledgment was still being confirmed when
+/// the input ended waits that long; nobody is left to read a late answer anyway.
+const EXIT_GRACE: std::time::Duration = std::time::Duration::from_millis(50);
 
 /// Serves `mailbox` over `reader`/`writer` (stdin/stdout for `mailslot mcp`) until the client
 /// hangs up. A client that only probes and leaves is a clean end.
@@ -60,11 +67,22 @@ where
     let server = MailslotServer::new(mailbox.clone(), doorbell, eof.clone());
     let reader = EofSignal::new(reader, eof.clone());
     let result = match server.serve((reader, writer)).await {
-        Ok(running) => running
-            .waiting()
-            .await
-            .map(|_| ())
-            .map_err(|e| McpError::Session(e.to_string())),
+        Ok(running) => {
+            let waiting = running.waiting();
+            tokio::pin!(waiting);
+            let ended = tokio::select! {
+                ended = &mut waiting => Some(ended),
+                _ = eof.cancelled() => tokio::time::timeout(EXIT_GRACE, &mut waiting).await.ok(),
+            };
+            match ended {
+                Some(Ok(_)) => Ok(()),
+                Some(Err(e)) => Err(McpError::Session(e.to_string())),
+                None => {
+                    tracing::debug!("input closed; handlers still running are abandoned");
+                    Ok(())
+                }
+            }
+        }
         Err(ServerInitializeError::ConnectionClosed(_)) => Ok(()),
         Err(e) => Err(McpError::Setup(e.to_string())),
     };

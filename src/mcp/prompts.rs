@@ -8,7 +8,7 @@ use schemars::JsonSchema;
 use serde::Deserialize;
 
 use super::server::MailslotServer;
-use crate::doorbell::frame::one_line;
+use crate::doorbell::digest::unread_digest;
 use crate::protocol::MessageId;
 use crate::store::InboxQuery;
 
@@ -37,36 +37,25 @@ pub struct ReplyPromptArgs {
 }
 
 impl MailslotServer {
-    /// One line per unread message (sanitized, untrusted subjects), or a sentence when none.
+    /// The framed digest of unread mail.
     pub(super) async fn unread_digest(&self) -> Result<String, ErrorData> {
-        let unread = self
+        let (unread, total) = self
             .mailbox
             .store()
             .call(|s| {
-                s.inbox(&InboxQuery {
+                let unread = s.inbox(&InboxQuery {
                     limit: DIGEST_ITEMS,
                     ..InboxQuery::default()
-                })
+                })?;
+                Ok((unread, s.unread_summary()?.count))
             })
             .await
             .map_err(internal)?;
-        if unread.is_empty() {
-            return Ok("No unread mail.".into());
-        }
-        let mut lines: Vec<String> = unread
-            .iter()
-            .map(|m| {
-                format!(
-                    "- {} from {} ({}): \"{}\"",
-                    m.message.id,
-                    m.message.from,
-                    super::views::trust_name(m.trust),
-                    one_line(&m.message.subject, 120).replace('"', "'")
-                )
-            })
-            .collect();
-        lines.push("(Subjects are untrusted text from other agents.)".into());
-        Ok(lines.join("\n"))
+        Ok(unread_digest(
+            &unread,
+            total,
+            "Read a message with the read tool (message_id).",
+        ))
     }
 }
 

@@ -16,7 +16,8 @@ async fn send(socket: &mut WebSocket, frame: &ServerFrame) -> bool {
     socket.send(Message::Text(text.into())).await.is_ok()
 }
 
-/// Reads the hello within the deadline, verifies it, and sends the welcome.
+/// Reads the hello within the deadline and verifies it (registering a new name); the caller
+/// sends the [`welcome`].
 pub async fn authenticate<S: Storage>(
     state: &RelayState<S>,
     socket: &mut WebSocket,
@@ -113,11 +114,25 @@ pub async fn authenticate<S: Storage>(
         }
     }
     state.remember_registered(&agent);
+    Ok(agent)
+}
+
+/// Sends the welcome with the number of messages waiting. Called once the session has its
+/// turn, so the count already reflects every ack of the agent's previous session.
+pub async fn welcome<S: Storage>(
+    state: &RelayState<S>,
+    socket: &mut WebSocket,
+    agent: &AgentName,
+) -> Result<(), Ending> {
     let waiting = state
         .storage
         .waiting(agent.clone())
         .await
-        .map_err(internal)?;
+        .map_err(|e| Ending {
+            code: ErrorCode::Internal,
+            message: e.to_string(),
+            close: close::GOING_AWAY,
+        })?;
     if !send(
         socket,
         &ServerFrame::Welcome {
@@ -127,7 +142,11 @@ pub async fn authenticate<S: Storage>(
     )
     .await
     {
-        return Err(auth(ErrorCode::Internal, "the connection dropped".into()));
+        return Err(Ending {
+            code: ErrorCode::Internal,
+            message: "the connection dropped".into(),
+            close: close::AUTH,
+        });
     }
-    Ok(agent)
+    Ok(())
 }

@@ -5,12 +5,17 @@
 //! a session delivers new mail without reading it back from the database. When a session falls
 //! behind and its push queue is full, the push is dropped, the session is flagged, and it
 //! reads the missed mail from the database instead — in order, never twice.
+//!
+//! Sessions of one agent never overlap: each takes the agent's *turn* before it reads the
+//! queue, and a replaced session holds it until it has ended, so every ack it received is
+//! committed before its successor reads the queue. Without this, an ack still being committed
+//! when the client reconnects lets the new session read the acked mail and deliver it again.
 
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 
-use tokio::sync::{Notify, mpsc, oneshot};
+use tokio::sync::{Mutex as AsyncMutex, Notify, OwnedMutexGuard, mpsc, oneshot};
 
 use super::storage::Committed;
 use crate::protocol::{AgentName, ConsentEvent};
@@ -23,6 +28,7 @@ const PUSH_BACKLOG: usize = 1024;
 
 struct Entry {
     conn: u64,
+    turn: Turn,
     missed: Arc<Missed>,
     kick: oneshot::Sender<()>,
     events: mpsc::Sender<ConsentEvent>,
@@ -53,6 +59,19 @@ impl Missed {
     }
 }
 
+/// The right to serve an agent, shared by the sessions that replace one another. Held by at
+/// most one of them at a time, handed over in attach order (tokio's mutex is fair).
+#[derive(Clone, Default)]
+pub struct Turn(Arc<AsyncMutex<()>>);
+
+impl Turn {
+    /// Waits until every earlier session of the agent has ended, then holds the turn until
+    /// the guard is dropped.
+    pub async fn take(self) -> OwnedMutexGuard<()> {
+        self.0.lock_owned().await
+    }
+}
+
 /// The live sessions, by agent.
 #[derive(Default)]
 pub struct Hub {
@@ -72,24 +91,33 @@ pub struct Attached {
     pub events: mpsc::Receiver<ConsentEvent>,
     /// Copies stored for the agent, in commit order.
     pub pushes: mpsc::Receiver<Committed>,
+    /// The agent's turn: take it before reading the queue, hold it until detached.
+    pub turn: Turn,
 }
 
 impl Hub {
-    /// Makes this connection the agent's live session, kicking any older one.
+    /// Makes this connection the agent's live session, kicking any older one. The new session
+    /// shares the older one's [`Turn`], so it can wait for it to end.
     pub fn attach(&self, agent: &AgentName) -> Attached {
         let conn = self.next_conn.fetch_add(1, Ordering::Relaxed);
         let missed = Arc::new(Missed::default());
         let (kick, kicked) = oneshot::channel();
         let (events_tx, events) = mpsc::channel(EVENT_BACKLOG);
         let (pushes_tx, pushes) = mpsc::channel(PUSH_BACKLOG);
+        let mut sessions = self.lock();
+        let turn = sessions
+            .get(agent)
+            .map(|old| old.turn.clone())
+            .unwrap_or_default();
         let entry = Entry {
             conn,
+            turn: turn.clone(),
             missed: missed.clone(),
             kick,
             events: events_tx,
             pushes: pushes_tx,
         };
-        if let Some(old) = self.lock().insert(agent.clone(), entry) {
+        if let Some(old) = sessions.insert(agent.clone(), entry) {
             let _ = old.kick.send(());
         }
         Attached {
@@ -98,6 +126,7 @@ impl Hub {
             kicked,
             events,
             pushes,
+            turn,
         }
     }
 
@@ -166,6 +195,38 @@ mod tests {
         );
         hub.detach(&alice, second.conn);
         assert!(hub.lock().is_empty());
+    }
+
+    #[tokio::test]
+    async fn a_session_gets_its_turn_only_after_the_sessions_it_replaced_ended() {
+        use futures_util::FutureExt;
+        let hub = Hub::default();
+        let alice = AgentName::new("alice").unwrap();
+        let first = hub.attach(&alice);
+        let serving = first.turn.clone().take().await;
+        let second = hub.attach(&alice);
+        let mut waiting = Box::pin(second.turn.clone().take());
+        assert!(
+            (&mut waiting).now_or_never().is_none(),
+            "the first session still serves"
+        );
+        // A third connection replaces the second before its turn came; the second gives up.
+        let third = hub.attach(&alice);
+        drop(waiting);
+        let mut next = Box::pin(third.turn.clone().take());
+        assert!((&mut next).now_or_never().is_none());
+        hub.detach(&alice, first.conn);
+        drop(serving);
+        let serving = next
+            .now_or_never()
+            .expect("the first ended: the third's turn");
+        hub.detach(&alice, third.conn);
+        drop(serving);
+        let fresh = hub.attach(&alice);
+        assert!(
+            fresh.turn.take().now_or_never().is_some(),
+            "nobody else serves"
+        );
     }
 
     #[test]

@@ -65,6 +65,14 @@ impl Relay {
     pub async fn start(config: RelayConfig) -> Result<Self, RelayError> {
         let db: PathBuf = config.db.clone().ok_or(RelayError::NoDatabase)?;
         let storage = SqliteStorage::open(&db)?;
+        Self::start_with(storage, config).await
+    }
+
+    /// Binds the listener and starts serving from `storage` (`config.db` is not used).
+    pub async fn start_with<S: Storage>(
+        storage: S,
+        config: RelayConfig,
+    ) -> Result<Self, RelayError> {
         let listener =
             TcpListener::bind(config.listen)
                 .await

@@ -7,13 +7,14 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use axum::extract::ws::{Message, WebSocket};
-use futures_util::StreamExt;
 use futures_util::stream::{FuturesUnordered, SplitStream};
+use futures_util::{FutureExt, StreamExt};
 
+use tokio::sync::OwnedMutexGuard;
 use tokio::time::{Instant, timeout_at};
 
 use super::accept::{self, QueuedSend};
-use super::auth::authenticate;
+use super::auth::{authenticate, welcome};
 use super::hub::Attached;
 use super::state::RelayState;
 use super::storage::{Committed, Storage};
@@ -28,6 +29,8 @@ const FETCH: usize = 256;
 const PIPELINED: usize = 256;
 /// Frames that may wait for the socket: a full window plus answers to pipelined requests.
 const QUEUE: usize = WINDOW as usize + PIPELINED + 64;
+/// Frames an ending session reads, at most, looking for acks already sent.
+const SETTLE_FRAMES: usize = 64;
 
 fn gone(message: &str) -> Ending {
     Ending {
@@ -66,13 +69,31 @@ pub async fn run<S: Storage>(state: Arc<RelayState<S>>, mut socket: WebSocket, i
             return refuse(&mut socket, ending).await;
         }
     };
+    let mut attached = state.hub.attach(&agent);
+    // The agent's previous session, if any, ends first (it was just kicked): its acks are
+    // then committed, and this session neither counts nor delivers acknowledged mail.
+    let turn = match take_turn(&state, &agent, &mut attached).await {
+        Ok(turn) => turn,
+        Err(ending) => {
+            state.hub.detach(&agent, attached.conn);
+            state.metrics.reject(ending.code);
+            return refuse(&mut socket, ending).await;
+        }
+    };
+    if let Err(ending) = welcome(&state, &mut socket, &agent).await {
+        state.hub.detach(&agent, attached.conn);
+        state.metrics.reject(ending.code);
+        return refuse(&mut socket, ending).await;
+    }
     let (sink, stream) = socket.split();
     let out = Outgoing::spawn(sink, QUEUE);
-    let mut attached = state.hub.attach(&agent);
     state.metrics.connections.inc();
     tracing::debug!(%agent, %ip, conn = attached.conn, "connected");
     let ending = serve(&state, stream, &out, &agent, &mut attached).await;
+    // Every ack this session read is committed by now (they are applied before the next
+    // frame is read); only now may the agent's next session read the queue.
     state.hub.detach(&agent, attached.conn);
+    drop(turn);
     state.metrics.connections.dec();
     if let Some(ending) = &ending {
         state.metrics.reject(ending.code);
@@ -83,6 +104,38 @@ pub async fn run<S: Storage>(state: Arc<RelayState<S>>, mut socket: WebSocket, i
         }
     }
     out.finish(ending).await;
+}
+
+/// Waits until the agent's earlier sessions have ended, unless this one is replaced or the
+/// relay shuts down first.
+async fn take_turn<S: Storage>(
+    state: &RelayState<S>,
+    agent: &AgentName,
+    attached: &mut Attached,
+) -> Result<OwnedMutexGuard<()>, Ending> {
+    let mut shutdown = state.shutdown.clone();
+    tokio::select! {
+        biased;
+        _ = shutdown.changed() => Err(shutting_down()),
+        _ = &mut attached.kicked => Err(replaced(agent)),
+        turn = attached.turn.clone().take() => Ok(turn),
+    }
+}
+
+fn shutting_down() -> Ending {
+    Ending {
+        code: ErrorCode::ShuttingDown,
+        message: "the relay is shutting down; reconnect shortly".into(),
+        close: close::GOING_AWAY,
+    }
+}
+
+fn replaced(agent: &AgentName) -> Ending {
+    Ending {
+        code: ErrorCode::Replaced,
+        message: format!("another connection for {agent} took over"),
+        close: close::REPLACED,
+    }
 }
 
 /// Per-connection delivery progress. Sequence numbers are relay-wide, so the window counts
@@ -129,12 +182,14 @@ async fn serve<S: Storage>(
         tokio::select! {
             biased;
             _ = shutdown.changed() => {
-                return Some(Ending { code: ErrorCode::ShuttingDown, message: "the relay is shutting down; reconnect shortly".into(), close: close::GOING_AWAY });
+                settle_acks(state, agent, &mut d, &mut stream).await;
+                return Some(shutting_down());
             }
-                        _ = &mut attached.kicked => {
-                return Some(Ending { code: ErrorCode::Replaced, message: format!("another connection for {agent} took over"), close: close::REPLACED });
+            _ = &mut attached.kicked => {
+                settle_acks(state, agent, &mut d, &mut stream).await;
+                return Some(replaced(agent));
             }
-                        _ = attached.missed.notified(), if !d.need_fetch => {}
+            _ = attached.missed.notified(), if !d.need_fetch => {}
             Some(copy) = attached.pushes.recv(), if !d.need_fetch && d.in_flight < WINDOW => {
                 if let Err(ending) = push(state, out, agent, &mut d, copy) {
                     return Some(ending);
@@ -145,7 +200,7 @@ async fn serve<S: Storage>(
                     return Some(gone("the client is not reading its frames"));
                 }
             }
-                        Some(event) = attached.events.recv() => {
+            Some(event) = attached.events.recv() => {
                 if !out.frame(&ServerFrame::Event { event }) {
                     return Some(gone("the client is not reading its frames"));
                 }
@@ -268,6 +323,71 @@ async fn deliver<S: Storage>(
     Ok(())
 }
 
+/// Applies a cumulative ack; `Some` is the refusal. The session waits for the commit before
+/// it reads its next frame, so a session that has ended has no ack in flight — which the
+/// agent's next session relies on (see [`take_turn`]).
+async fn ack<S: Storage>(
+    state: &RelayState<S>,
+    agent: &AgentName,
+    d: &mut Delivery,
+    seq: Seq,
+) -> Option<ServerFrame> {
+    if seq > d.last_sent {
+        return Some(error_frame(
+            None,
+            ErrorCode::UnexpectedFrame,
+            format!("ack {seq} is beyond the last delivery {}", d.last_sent),
+            None,
+        ));
+    }
+    if seq <= d.last_acked {
+        return None;
+    }
+    match state.storage.ack(agent.clone(), seq).await {
+        Ok(n) => {
+            d.last_acked = seq;
+            d.in_flight = d.in_flight.saturating_sub(n);
+            state.metrics.acked.inc_by(n);
+            state.metrics.queued.dec_by(n as i64);
+            None
+        }
+        Err(e) => Some(error_frame(
+            None,
+            ErrorCode::Internal,
+            format!("the ack was not stored: {e}; send it again"),
+            Some(Duration::from_secs(1)),
+        )),
+    }
+}
+
+/// A session that is ending (replaced or shut down) still applies the acks its client sent
+/// before that, already received but not read yet: a client that acks and at once reconnects
+/// must not get that mail again. Reads only what is already there; never waits for the client.
+async fn settle_acks<S: Storage>(
+    state: &RelayState<S>,
+    agent: &AgentName,
+    d: &mut Delivery,
+    stream: &mut SplitStream<WebSocket>,
+) {
+    for _ in 0..SETTLE_FRAMES {
+        let Some(Some(Ok(message))) = stream.next().now_or_never() else {
+            return;
+        };
+        match message {
+            // An ack frame is tiny; anything larger is not one and is not worth parsing.
+            Message::Text(text) if text.len() <= 128 => {
+                if let Ok(ClientFrame::Ack { seq }) = serde_json::from_str(&text)
+                    && ack(state, agent, d, seq).await.is_some()
+                {
+                    return;
+                }
+            }
+            Message::Close(_) => return,
+            _ => {}
+        }
+    }
+}
+
 /// Answers one frame from an authenticated client; acks succeed silently, and sends are
 /// answered when their write completes.
 async fn handle<S: Storage>(
@@ -285,34 +405,7 @@ async fn handle<S: Storage>(
             "already authenticated",
             None,
         ),
-        ClientFrame::Ack { seq } => {
-            if seq > d.last_sent {
-                return Some(error_frame(
-                    None,
-                    ErrorCode::UnexpectedFrame,
-                    format!("ack {seq} is beyond the last delivery {}", d.last_sent),
-                    None,
-                ));
-            }
-            if seq <= d.last_acked {
-                return None;
-            }
-            match state.storage.ack(agent.clone(), seq).await {
-                Ok(n) => {
-                    d.last_acked = seq;
-                    d.in_flight = d.in_flight.saturating_sub(n);
-                    state.metrics.acked.inc_by(n);
-                    state.metrics.queued.dec_by(n as i64);
-                    return None;
-                }
-                Err(e) => error_frame(
-                    None,
-                    ErrorCode::Internal,
-                    format!("the ack was not stored: {e}; send it again"),
-                    Some(Duration::from_secs(1)),
-                ),
-            }
-        }
+        ClientFrame::Ack { seq } => return ack(state, agent, d, seq).await,
         ClientFrame::Lookup {
             reference,
             agent: wanted,
@@ -358,4 +451,228 @@ async fn handle<S: Storage>(
             },
         },
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use std::sync::atomic::{AtomicBool, Ordering};
+
+    use futures_util::SinkExt;
+    use tokio::sync::Notify;
+    use tokio_tungstenite::tungstenite::Message as WsMessage;
+
+    use super::*;
+    use crate::crypto::Identity;
+    use crate::crypto::sign::{Domain, signature};
+    use crate::protocol::{MessageId, Policy, PublicKeys, hello_payload};
+    use crate::relay::storage::{
+        Accepted, CommitListener, ConsentChange, ConsentOutcome, ConsentState, Copy, Pending,
+        Queued, Quota, Registration, SqliteStorage, StorageError,
+    };
+    use crate::relay::{Relay, RelayConfig};
+
+    const TIMEOUT: Duration = Duration::from_secs(20);
+    /// How long an ack is held when nothing reads the queue meanwhile (the fixed relay).
+    const HOLD: Duration = Duration::from_millis(300);
+
+    /// SQLite storage whose acks are held back, as a busy group commit would: each one is
+    /// applied only after a queue read (which then saw the acked mail still stored) or after
+    /// [`HOLD`].
+    struct SlowAcks {
+        inner: SqliteStorage,
+        gate: Arc<Gate>,
+    }
+
+    #[derive(Default)]
+    struct Gate {
+        holding: AtomicBool,
+        arrived: Notify,
+        read_while_held: AtomicBool,
+        release: Notify,
+    }
+
+    impl Storage for SlowAcks {
+        fn relay_id(&self) -> &str {
+            self.inner.relay_id()
+        }
+        fn on_commit(&self, listener: CommitListener) {
+            self.inner.on_commit(listener)
+        }
+        async fn register(
+            &self,
+            name: AgentName,
+            keys: PublicKeys,
+        ) -> Result<Registration, StorageError> {
+            self.inner.register(name, keys).await
+        }
+        async fn keys(&self, name: AgentName) -> Result<Option<PublicKeys>, StorageError> {
+            self.inner.keys(name).await
+        }
+        fn accept(
+            &self,
+            sender: AgentName,
+            id: MessageId,
+            copies: Vec<Copy>,
+            quota: Quota,
+            expires_at_ms: i64,
+            default: Policy,
+        ) -> Pending<Accepted> {
+            self.inner
+                .accept(sender, id, copies, quota, expires_at_ms, default)
+        }
+        async fn pending(
+            &self,
+            agent: AgentName,
+            after: Seq,
+            limit: usize,
+        ) -> Result<Vec<Queued>, StorageError> {
+            let held = self.gate.holding.load(Ordering::SeqCst);
+            let read = self.inner.pending(agent, after, limit).await;
+            if held {
+                self.gate.read_while_held.store(true, Ordering::SeqCst);
+                self.gate.release.notify_one();
+            }
+            read
+        }
+        async fn ack(&self, agent: AgentName, upto: Seq) -> Result<u64, StorageError> {
+            self.gate.holding.store(true, Ordering::SeqCst);
+            self.gate.arrived.notify_one();
+            let _ = tokio::time::timeout(HOLD, self.gate.release.notified()).await;
+            let done = self.inner.ack(agent, upto).await;
+            self.gate.holding.store(false, Ordering::SeqCst);
+            done
+        }
+        async fn waiting(&self, agent: AgentName) -> Result<u64, StorageError> {
+            self.inner.waiting(agent).await
+        }
+        async fn consent(&self, change: ConsentChange) -> Result<ConsentOutcome, StorageError> {
+            self.inner.consent(change).await
+        }
+        async fn consent_state(
+            &self,
+            agent: AgentName,
+            now_ms: i64,
+        ) -> Result<ConsentState, StorageError> {
+            self.inner.consent_state(agent, now_ms).await
+        }
+        async fn set_listing(
+            &self,
+            agent: AgentName,
+            description: Option<String>,
+        ) -> Result<(), StorageError> {
+            self.inner.set_listing(agent, description).await
+        }
+        async fn directory(
+            &self,
+            limit: usize,
+        ) -> Result<Vec<(AgentName, PublicKeys, String)>, StorageError> {
+            self.inner.directory(limit).await
+        }
+        async fn total_waiting(&self) -> Result<u64, StorageError> {
+            self.inner.total_waiting().await
+        }
+        async fn expire(&self, now_ms: i64) -> Result<u64, StorageError> {
+            self.inner.expire(now_ms).await
+        }
+    }
+
+    type Socket = tokio_tungstenite::WebSocketStream<
+        tokio_tungstenite::MaybeTlsStream<tokio::net::TcpStream>,
+    >;
+
+    /// The next text frame as JSON (`null` once closed).
+    async fn next(ws: &mut Socket) -> serde_json::Value {
+        loop {
+            match tokio::time::timeout(TIMEOUT, ws.next())
+                .await
+                .expect("a frame in time")
+            {
+                Some(Ok(WsMessage::Text(t))) => return serde_json::from_str(&t).unwrap(),
+                Some(Ok(WsMessage::Close(_))) | None | Some(Err(_)) => {
+                    return serde_json::Value::Null;
+                }
+                Some(Ok(_)) => {}
+            }
+        }
+    }
+
+    async fn login(url: &str, agent: &AgentName, identity: &Identity) -> Socket {
+        let (mut ws, _) = tokio_tungstenite::connect_async(url).await.unwrap();
+        let Ok(ServerFrame::Challenge { relay, nonce, .. }) =
+            serde_json::from_value(next(&mut ws).await)
+        else {
+            panic!("expected a challenge")
+        };
+        let hello = ClientFrame::Hello {
+            agent: agent.clone(),
+            signature: signature(identity, Domain::Hello, &hello_payload(&relay, &nonce)).to_vec(),
+            register: Some(identity.public().to_keys()),
+        };
+        let text = serde_json::to_string(&hello).unwrap();
+        ws.send(WsMessage::Text(text.into())).await.unwrap();
+        assert_eq!(next(&mut ws).await["type"], "welcome");
+        ws
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn an_ack_still_committing_is_applied_before_the_next_session_reads_the_queue() {
+        let dir = tempfile::tempdir().unwrap();
+        let gate = Arc::new(Gate::default());
+        let storage = SlowAcks {
+            inner: SqliteStorage::open(&dir.path().join("relay.db")).unwrap(),
+            gate: gate.clone(),
+        };
+        let bob = AgentName::new("bob").unwrap();
+        let identity = Identity::generate();
+        let keys = identity.public().to_keys();
+        storage.register(bob.clone(), keys).await.unwrap();
+        let stored = storage
+            .accept(
+                AgentName::new("alice").unwrap(),
+                MessageId::new(),
+                vec![Copy {
+                    recipient: bob.clone(),
+                    envelope: Arc::from(&br#"{"opaque":true}"#[..]),
+                }],
+                Quota {
+                    count: 10,
+                    bytes: 1 << 20,
+                },
+                i64::MAX,
+                Policy::Open,
+            )
+            .await
+            .unwrap();
+        assert!(matches!(stored, Accepted::Stored(_)));
+        let config = RelayConfig {
+            listen: "127.0.0.1:0".parse().unwrap(),
+            ..RelayConfig::default()
+        };
+        let relay = Relay::start_with(storage, config).await.unwrap();
+        let url = relay.url();
+
+        let mut first = login(&url, &bob, &identity).await;
+        let delivery = next(&mut first).await;
+        assert_eq!(delivery["type"], "deliver");
+        let seq = delivery["seq"].as_u64().unwrap();
+        assert_eq!(next(&mut first).await["type"], "caught_up");
+        let ack = serde_json::to_string(&ClientFrame::Ack { seq }).unwrap();
+        first.send(WsMessage::Text(ack.into())).await.unwrap();
+        first.close(None).await.unwrap();
+        // The ack reached storage and is being committed; the client reconnects at once.
+        tokio::time::timeout(TIMEOUT, gate.arrived.notified())
+            .await
+            .expect("the ack reaches storage");
+        let mut second = login(&url, &bob, &identity).await;
+        let frame = next(&mut second).await;
+        assert_eq!(
+            frame["type"], "caught_up",
+            "acked mail is not delivered again: {frame}"
+        );
+        assert!(
+            !gate.read_while_held.load(Ordering::SeqCst),
+            "the queue was read while an ack was being committed"
+        );
+        relay.shutdown().await;
+    }
 }

@@ -1,0 +1,43 @@
+//! The unread digest: a short list of unread messages for a model's context (the startup and
+//! triage prompts, Claude Code hooks). Subjects are the senders' words, so the list is fenced
+//! like a message body.
+
+use std::fmt::Write;
+
+use super::frame::{REMINDER, fenced, fresh_nonce, one_line};
+use crate::store::{StoredMessage, Trust};
+
+/// The digest of `unread` (newest first) out of `total` unread messages; `how` says which tool
+/// or command reads them.
+pub fn unread_digest(unread: &[StoredMessage], total: u32, how: &str) -> String {
+    if unread.is_empty() {
+        return "No unread mail.".into();
+    }
+    let nonce = fresh_nonce();
+    let noun = if total == 1 { "message" } else { "messages" };
+    let mut out = format!("[mailslot] {total} unread {noun}");
+    if (total as usize) > unread.len() {
+        let _ = write!(out, " (the newest {} listed)", unread.len());
+    }
+    let _ = writeln!(out, ":\n<<<mailslot-untrusted {nonce}>>>");
+    for m in unread {
+        let trust = match m.trust {
+            Trust::Verified => "verified",
+            Trust::KeyChanged => "KEY CHANGED, do not trust",
+            Trust::Unverified => "unverified",
+            Trust::Own => "own",
+        };
+        let line = format!(
+            "- {} from {} ({trust}): {}",
+            m.message.id,
+            m.message.from,
+            one_line(&m.message.subject, 120)
+        );
+        let _ = writeln!(out, "{}", fenced(&line, &nonce));
+    }
+    let _ = write!(
+        out,
+        "<<<end mailslot-untrusted {nonce}>>>\n{REMINDER} {how}"
+    );
+    out
+}
