@@ -564,3 +564,38 @@ async fn two_servers_for_one_agent_share_the_store_and_both_ring() {
         mailslot::mailbox::RelayStatus::Online
     );
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn owner_commands_beside_a_running_server_leave_its_connection_alone() {
+    let relay = TestRelay::start(|_| {}).await;
+    let alice = InProcess::start("alice", &relay.url, Era::Legacy).await;
+    let mut bob = InProcess::start("bob", &relay.url, Era::Legacy).await;
+    bob.online().await;
+    let mut status = bob.mailbox.watch_status();
+    status.mark_unchanged();
+    // What `mailslot approve` / `contacts` / `connect` do: a control connection as bob.
+    let mut control = mailslot::client::Connection::connect_control(
+        &relay.url,
+        bob.mailbox.name(),
+        bob.mailbox.identity(),
+    )
+    .await
+    .unwrap();
+    let state = control
+        .call(|reference| mailslot::protocol::ClientFrame::Consent { reference })
+        .await
+        .unwrap();
+    assert!(matches!(
+        state,
+        mailslot::protocol::ServerFrame::ConsentState { .. }
+    ));
+    control.close().await;
+    // The server's connection was never replaced: mail still rings, and its status never moved.
+    let sent = alice
+        .mcp
+        .ok("send", send_args(&["bob"], "still", "there"))
+        .await;
+    let event = bob.mcp.channel_event().await;
+    assert_eq!(event["meta"]["message_id"], sent["message_id"]);
+    assert!(!status.has_changed().unwrap(), "bob's relay status changed");
+}

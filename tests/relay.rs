@@ -228,6 +228,7 @@ async fn bad_hellos_are_refused_with_their_codes() {
             agent: alice.name.clone(),
             signature,
             register: None,
+            control: false,
         },
     )
     .await;
@@ -256,6 +257,7 @@ async fn bad_hellos_are_refused_with_their_codes() {
             agent: alice.name.clone(),
             signature,
             register,
+            control: false,
         },
     )
     .await;

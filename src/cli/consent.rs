@@ -25,7 +25,8 @@ pub(super) fn with_relay<T>(
         .enable_all()
         .build()?;
     runtime.block_on(async {
-        let mut conn = Connection::connect(&url, &agent.name, &agent.identity).await?;
+        // A control connection: a running `mailslot mcp` for this agent keeps its own.
+        let mut conn = Connection::connect_control(&url, &agent.name, &agent.identity).await?;
         let result = work(&mut conn, &agent).await;
         conn.close().await;
         result

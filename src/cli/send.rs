@@ -10,7 +10,7 @@ use serde::Serialize;
 use super::{Ctx, output};
 use crate::agent::Agent;
 use crate::client;
-use crate::mailbox::{Mailbox, MailboxError, SendOutcome};
+use crate::mailbox::{ConnectionLock, Mailbox, MailboxError, SendOutcome};
 use crate::protocol::{Address, Limits, Message, MessageId};
 use crate::store::StoreHandle;
 
@@ -79,9 +79,9 @@ fn deliver(ctx: &Ctx, agent: Agent, message: Message) -> anyhow::Result<()> {
             status: "queued",
             detail: format!("{reason}; `mailslot sync` retries"),
         },
-        Err(MailboxError::NotSent(reason)) => bail!(
-            "not sent: {reason}. The message is kept in your sent mail, marked failed"
-        ),
+        Err(MailboxError::NotSent(reason)) => {
+            bail!("not sent: {reason}. The message is kept in your sent mail, marked failed")
+        }
         Err(e) => return Err(e.into()),
     };
     output::emit(ctx.json, &result, |r| {
@@ -128,8 +128,22 @@ pub(super) fn sync(ctx: &Ctx) -> anyhow::Result<()> {
         name,
         identity,
         store,
-        ..
+        dir,
     } = ctx.open_agent()?;
+    // A running `mailslot mcp` for this agent holds its relay connection and syncs all the
+    // time; connecting here would knock it off the relay.
+    let lock = ConnectionLock::for_agent(&dir);
+    let Some(_held) = lock.try_take()? else {
+        let pid = lock
+            .holder()
+            .map(|p| format!(" (pid {p})"))
+            .unwrap_or_default();
+        let waiting = store.outbox_len()?;
+        eprintln!(
+            "another mailslot process{pid} holds {name}'s relay connection and sends and receives continuously; {waiting} message(s) wait in the outbox"
+        );
+        return Ok(());
+    };
     let url = ctx.relay_url()?;
     let store = StoreHandle::spawn(store)?;
     let report = runtime()?.block_on(client::sync(&url, &name, &identity, &store))?;

@@ -38,11 +38,32 @@ const ACK_EVERY: usize = 256;
 
 impl Connection {
     /// Connects, answers the challenge as `agent` (registering its keys if the relay does not
-    /// know them yet), and waits for the welcome.
+    /// know them yet), and waits for the welcome. This is the agent's delivery connection: it
+    /// replaces any other one the agent has.
     pub async fn connect(
         url: &RelayUrl,
         agent: &AgentName,
         identity: &Identity,
+    ) -> Result<Self, ClientError> {
+        Self::open(url, agent, identity, false).await
+    }
+
+    /// Like [`Connection::connect`], but a control connection: requests only (sends, lookups,
+    /// consent), no deliveries, and the agent's delivery connection (a running `mailslot mcp`)
+    /// is left alone.
+    pub async fn connect_control(
+        url: &RelayUrl,
+        agent: &AgentName,
+        identity: &Identity,
+    ) -> Result<Self, ClientError> {
+        Self::open(url, agent, identity, true).await
+    }
+
+    async fn open(
+        url: &RelayUrl,
+        agent: &AgentName,
+        identity: &Identity,
+        control: bool,
     ) -> Result<Self, ClientError> {
         let unreachable = |reason: String| ClientError::Unreachable {
             url: url.to_string(),
@@ -87,6 +108,7 @@ impl Connection {
             agent: agent.clone(),
             signature,
             register: Some(register),
+            control,
         })
         .await?;
         match refusal(conn.recv_timed().await?)? {

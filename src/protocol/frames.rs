@@ -147,6 +147,11 @@ pub enum ClientFrame {
         /// Keys to register under `agent`.
         #[serde(default, skip_serializing_if = "Option::is_none")]
         register: Option<PublicKeys>,
+        /// A control connection: requests only (sends, lookups, consent). It gets no
+        /// deliveries and no events, and never replaces the agent's delivery connection, so
+        /// an owner's command can run beside a running agent.
+        #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+        control: bool,
     },
     /// Store and forward an envelope.
     Send {

@@ -23,7 +23,7 @@ pub async fn authenticate<S: Storage>(
     socket: &mut WebSocket,
     relay: &str,
     nonce: &[u8],
-) -> Result<AgentName, Ending> {
+) -> Result<(AgentName, bool), Ending> {
     let auth = |code, message: String| Ending {
         code,
         message,
@@ -49,6 +49,7 @@ pub async fn authenticate<S: Storage>(
         agent,
         signature,
         register,
+        control,
     }) = serde_json::from_str::<ClientFrame>(&text)
     else {
         return Err(auth(
@@ -114,7 +115,7 @@ pub async fn authenticate<S: Storage>(
         }
     }
     state.remember_registered(&agent);
-    Ok(agent)
+    Ok((agent, control))
 }
 
 /// Sends the welcome with the number of messages waiting. Called once the session has its

@@ -95,7 +95,37 @@ pub struct Attached {
     pub turn: Turn,
 }
 
+/// What keeps a control connection's [`Attached`] quiet: senders nobody uses.
+pub struct Quiet {
+    _kick: oneshot::Sender<()>,
+    _events: mpsc::Sender<ConsentEvent>,
+    _pushes: mpsc::Sender<Committed>,
+}
+
 impl Hub {
+    /// An attachment for a control connection: never registered, so it receives no pushes or
+    /// events, is never kicked, and kicks nobody. Keep the [`Quiet`] for as long as it lives.
+    pub fn control(&self) -> (Attached, Quiet) {
+        let conn = self.next_conn.fetch_add(1, Ordering::Relaxed);
+        let (kick, kicked) = oneshot::channel();
+        let (events_tx, events) = mpsc::channel(1);
+        let (pushes_tx, pushes) = mpsc::channel(1);
+        let attached = Attached {
+            conn,
+            missed: Arc::new(Missed::default()),
+            kicked,
+            events,
+            pushes,
+            turn: Turn::default(),
+        };
+        let quiet = Quiet {
+            _kick: kick,
+            _events: events_tx,
+            _pushes: pushes_tx,
+        };
+        (attached, quiet)
+    }
+
     /// Makes this connection the agent's live session, kicking any older one. The new session
     /// shares the older one's [`Turn`], so it can wait for it to end.
     pub fn attach(&self, agent: &AgentName) -> Attached {

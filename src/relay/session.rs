@@ -61,14 +61,17 @@ pub async fn run<S: Storage>(state: Arc<RelayState<S>>, mut socket: WebSocket, i
     if socket.send(Message::Text(text.into())).await.is_err() {
         return;
     }
-    let agent = match authenticate(&state, &mut socket, &relay, &nonce).await {
-        Ok(agent) => agent,
+    let (agent, control) = match authenticate(&state, &mut socket, &relay, &nonce).await {
+        Ok(found) => found,
         Err(ending) => {
             state.metrics.reject(ending.code);
             tracing::info!(%ip, code = %ending.code, "authentication refused");
             return refuse(&mut socket, ending).await;
         }
     };
+    if control {
+        return run_control(state, socket, agent).await;
+    }
     let mut attached = state.hub.attach(&agent);
     // The agent's previous session, if any, ends first (it was just kicked): its acks are
     // then committed, and this session neither counts nor delivers acknowledged mail.
@@ -89,7 +92,7 @@ pub async fn run<S: Storage>(state: Arc<RelayState<S>>, mut socket: WebSocket, i
     let out = Outgoing::spawn(sink, QUEUE);
     state.metrics.connections.inc();
     tracing::debug!(%agent, %ip, conn = attached.conn, "connected");
-    let ending = serve(&state, stream, &out, &agent, &mut attached).await;
+    let ending = serve(&state, stream, &out, &agent, &mut attached, true).await;
     // Every ack this session read is committed by now (they are applied before the next
     // frame is read); only now may the agent's next session read the queue.
     state.hub.detach(&agent, attached.conn);
@@ -102,6 +105,30 @@ pub async fn run<S: Storage>(state: Arc<RelayState<S>>, mut socket: WebSocket, i
         } else {
             tracing::debug!(%agent, code = %ending.code, "closing");
         }
+    }
+    out.finish(ending).await;
+}
+
+/// A control connection: requests only. It takes no turn and attaches to nothing, so the
+/// agent's delivery connection keeps running beside it.
+async fn run_control<S: Storage>(
+    state: Arc<RelayState<S>>,
+    mut socket: WebSocket,
+    agent: AgentName,
+) {
+    let (mut attached, _quiet) = state.hub.control();
+    if let Err(ending) = welcome(&state, &mut socket, &agent).await {
+        state.metrics.reject(ending.code);
+        return refuse(&mut socket, ending).await;
+    }
+    let (sink, stream) = socket.split();
+    let out = Outgoing::spawn(sink, QUEUE);
+    state.metrics.connections.inc();
+    tracing::debug!(%agent, "control connection");
+    let ending = serve(&state, stream, &out, &agent, &mut attached, false).await;
+    state.metrics.connections.dec();
+    if let Some(ending) = &ending {
+        state.metrics.reject(ending.code);
     }
     out.finish(ending).await;
 }
@@ -154,13 +181,14 @@ async fn serve<S: Storage>(
     out: &Outgoing,
     agent: &AgentName,
     attached: &mut Attached,
+    deliveries: bool,
 ) -> Option<Ending> {
     let mut shutdown = state.shutdown.clone();
     let mut d = Delivery {
         last_sent: 0,
         last_acked: 0,
         in_flight: 0,
-        need_fetch: true,
+        need_fetch: deliveries,
         caught_up: false,
     };
     let mut errors = 0u32;
@@ -607,6 +635,7 @@ mod tests {
             agent: agent.clone(),
             signature: signature(identity, Domain::Hello, &hello_payload(&relay, &nonce)).to_vec(),
             register: Some(identity.public().to_keys()),
+            control: false,
         };
         let text = serde_json::to_string(&hello).unwrap();
         ws.send(WsMessage::Text(text.into())).await.unwrap();

@@ -173,6 +173,7 @@ pub fn hello(agent: &TestAgent, relay_id: &str, nonce: &[u8]) -> ClientFrame {
         )
         .to_vec(),
         register: Some(agent.identity.public().to_keys()),
+        control: false,
     }
 }
 
