@@ -156,3 +156,41 @@ fn an_unreachable_relay_queues_the_message_and_sync_sends_it_later() {
         serde_json::from_str(&home.ok(&["--agent", "bob", "--json", "sync"])).unwrap();
     assert_eq!(got["received"][0], queued["id"]);
 }
+
+/// The relay's pid from `relay status --json`, if one runs.
+fn relay_pid(home: &Home) -> Option<i64> {
+    let status: serde_json::Value =
+        serde_json::from_str(&home.ok(&["--json", "relay", "status"])).unwrap();
+    status["pid"].as_i64()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_running_server_restarts_the_local_relay_when_it_stops() {
+    let home = Home::new();
+    let mut cmd = tokio::process::Command::new(env!("CARGO_BIN_EXE_mailslot"));
+    cmd.args(["--agent", "alice", "mcp"])
+        .env_clear()
+        .env("MAILSLOT_HOME", home.dir.path())
+        .env("MAILSLOT_LOCAL_RELAY_PORT", home.port.to_string());
+    let transport = rmcp::transport::TokioChildProcess::new(cmd).unwrap();
+    let alice =
+        mailslot::demo::driver::Driver::connect(transport, mailslot::demo::driver::Era::Legacy)
+            .await
+            .unwrap();
+    let first = relay_pid(&home).expect("mailslot mcp started the local relay");
+    home.ok(&["relay", "stop"]);
+    // Wait (bounded) for the server to notice and start a new relay.
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(20);
+    let second = loop {
+        if let Some(pid) = relay_pid(&home) {
+            break pid;
+        }
+        assert!(
+            std::time::Instant::now() < deadline,
+            "the local relay was not restarted"
+        );
+        tokio::task::yield_now().await;
+    };
+    assert_ne!(first, second);
+    alice.close().await.unwrap();
+}

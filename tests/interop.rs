@@ -17,6 +17,7 @@ use std::process::{ExitStatus, Stdio};
 use std::time::Duration;
 
 use common::TestRelay;
+use common::mcp::TOOLS;
 use serde_json::{Value, json};
 use tokio::io::AsyncReadExt;
 use tokio::process::Command;
@@ -25,23 +26,6 @@ use tokio::process::Command;
 const CHILD_TIMEOUT: Duration = Duration::from_secs(60);
 /// How long a finished client's output may stay open (held by a process it left behind).
 const DRAIN_TIMEOUT: Duration = Duration::from_secs(10);
-
-const TOOLS: [&str; 14] = [
-    "contacts",
-    "forget",
-    "inbox",
-    "mark_read",
-    "read",
-    "recall",
-    "remember",
-    "reply",
-    "reply_all",
-    "request_contact",
-    "search",
-    "send",
-    "set_status",
-    "thread",
-];
 
 /// Where `.ci/interop-setup` put the clients.
 struct Clients {

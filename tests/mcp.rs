@@ -12,23 +12,6 @@ use rmcp::model::{
 };
 use serde_json::{Value, json};
 
-const TOOLS: [&str; 14] = [
-    "contacts",
-    "forget",
-    "inbox",
-    "mark_read",
-    "read",
-    "recall",
-    "remember",
-    "reply",
-    "reply_all",
-    "request_contact",
-    "search",
-    "send",
-    "set_status",
-    "thread",
-];
-
 fn text(contents: &ResourceContents) -> String {
     match contents {
         ResourceContents::TextResourceContents { text, .. } => text.clone(),
@@ -462,14 +445,7 @@ async fn spoofed_senders_and_injected_text_change_nothing() {
     let event = bob.mcp.channel_event().await;
     assert_eq!(event["meta"]["from"], "alice");
     let content = event["content"].as_str().unwrap();
-    let nonce = content
-        .split("<<<mailslot-untrusted ")
-        .nth(1)
-        .and_then(|r| r.split(">>>").next())
-        .unwrap();
-    let close = format!("<<<end mailslot-untrusted {nonce}>>>");
-    assert_eq!(content.matches(&close).count(), 1);
-    let (inside, after) = content.split_once(&close).unwrap();
+    let (inside, after) = split_fence(content);
     assert!(inside.contains("Ignore previous instructions"));
     assert!(!after.contains("Ignore previous instructions"));
     assert!(content.starts_with(&format!(

@@ -78,14 +78,7 @@ async fn mail_rings_the_other_process_and_the_reply_comes_back() {
         sent["message_id"].as_str().unwrap()
     )));
     assert!(content.contains("Cc: carol") && !content.contains("dave"));
-    let nonce = content
-        .split("<<<mailslot-untrusted ")
-        .nth(1)
-        .and_then(|r| r.split(">>>").next())
-        .unwrap();
-    let (inside, after) = content
-        .split_once(&format!("<<<end mailslot-untrusted {nonce}>>>"))
-        .unwrap();
+    let (inside, after) = split_fence(content);
     assert!(inside.contains("Ignore previous instructions"));
     assert!(!after.contains("Ignore previous instructions"));
 

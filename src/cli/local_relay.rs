@@ -119,6 +119,9 @@ pub fn ensure(paths: &Paths, port: u16) -> anyhow::Result<RelayUrl> {
                 "mailslot: started the local relay on {addr} (log: {})",
                 files.log.display()
             );
+            // A long-running parent (`mailslot mcp`) must reap it when it exits, or it stays a
+            // zombie that `relay stop` and `relay status` take for a running relay.
+            std::thread::spawn(move || child.wait());
             return Ok(url);
         }
         if let Some(status) = child.try_wait()? {

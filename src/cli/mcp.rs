@@ -4,7 +4,7 @@
 use anyhow::Context;
 
 use super::Ctx;
-use crate::mailbox::Mailbox;
+use crate::mailbox::{Mailbox, RelayStatus};
 
 pub(super) fn run(ctx: &Ctx, http: Option<std::net::SocketAddr>) -> anyhow::Result<()> {
     let agent = ctx.open_agent()?;
@@ -18,6 +18,9 @@ pub(super) fn run(ctx: &Ctx, http: Option<std::net::SocketAddr>) -> anyhow::Resu
         let mailbox = Mailbox::open(agent, relay)
             .await
             .context("opening the mailbox")?;
+        if let Some(port) = ctx.local_relay()? {
+            tokio::spawn(keep_local_relay(mailbox.clone(), ctx.paths.clone(), port));
+        }
         // One doorbell for the OpenClaw sink and (over stdio) the MCP pushes; serve_http
         // starts its own for its sessions.
         let doorbell = crate::doorbell::Doorbell::start(&mailbox);
@@ -47,4 +50,21 @@ pub(super) fn run(ctx: &Ctx, http: Option<std::net::SocketAddr>) -> anyhow::Resu
     // Nothing may keep a finished server alive (blocking store or stdin threads).
     runtime.shutdown_timeout(std::time::Duration::from_millis(50));
     Ok(())
+}
+
+/// With the embedded default, nobody else restarts the loopback relay when it stops: each
+/// time the connection is lost, start it again if nothing listens (a no-op when it runs).
+async fn keep_local_relay(mailbox: Mailbox, paths: crate::config::Paths, port: u16) {
+    let mut status = mailbox.watch_status();
+    while status.changed().await.is_ok() {
+        if !matches!(*status.borrow_and_update(), RelayStatus::Offline { .. }) {
+            continue;
+        }
+        let paths = paths.clone();
+        let started =
+            tokio::task::spawn_blocking(move || super::local_relay::ensure(&paths, port)).await;
+        if let Ok(Err(e)) = started {
+            tracing::warn!(error = %format!("{e:#}"), "cannot restart the local relay");
+        }
+    }
 }

@@ -279,6 +279,14 @@ impl Ctx {
         }
     }
 
+    /// The loopback relay's port when no relay is configured (the embedded default).
+    pub(super) fn local_relay(&self) -> anyhow::Result<Option<u16>> {
+        if self.relay.is_some() || self.config.relay.is_some() {
+            return Ok(None);
+        }
+        self.local_relay_port().map(Some)
+    }
+
     /// [`Ctx::relay_url`], or when the embedded relay cannot be started, its URL anyway (with
     /// a warning): a long-running client retries until it is up.
     pub(super) fn relay_url_or_default(&self) -> RelayUrl {

@@ -89,17 +89,7 @@ async fn mail_ring(
     id: MessageId,
     trust: Trust,
 ) -> Result<Option<Ring>, StoreError> {
-    let found = mailbox
-        .store()
-        .call(move |s| {
-            let Some(stored) = s.message(&id)? else {
-                return Ok(None);
-            };
-            let contact = s.contact(&stored.message.from)?;
-            Ok(Some((stored, contact)))
-        })
-        .await?;
-    let Some((stored, contact)) = found else {
+    let Some((stored, contact)) = mailbox.message_and_sender(id).await? else {
         return Ok(None);
     };
     let m = &stored.message;
@@ -110,18 +100,12 @@ async fn mail_ring(
         },
         &mcp_reply_hint(m),
     );
-    let trust = match trust {
-        Trust::Verified => "verified",
-        Trust::KeyChanged => "key_changed",
-        Trust::Unverified => "unverified",
-        Trust::Own => "own",
-    };
     let meta = BTreeMap::from([
         ("kind".to_owned(), "message".to_owned()),
         ("from".to_owned(), m.from.to_string()),
         ("message_id".to_owned(), m.id.to_string()),
         ("thread_id".to_owned(), m.thread.to_string()),
-        ("trust".to_owned(), trust.to_owned()),
+        ("trust".to_owned(), trust.as_str().to_owned()),
     ]);
     Ok(Some(Ring {
         message: Some(id),

@@ -30,7 +30,7 @@ use crate::client::{
 };
 use crate::crypto::Identity;
 use crate::protocol::{Address, AgentName, ConsentEvent, MessageId, ServerFrame, ValidationError};
-use crate::store::{StoreError, StoreHandle, Trust};
+use crate::store::{Contact, StoreError, StoreHandle, StoredMessage, Trust};
 
 /// Events kept for slow subscribers before the oldest are dropped (they re-read the store).
 const EVENT_BACKLOG: usize = 1024;
@@ -211,6 +211,23 @@ impl Mailbox {
     /// The agent's folder.
     pub fn dir(&self) -> &std::path::Path {
         &self.0.dir
+    }
+
+    /// A stored message and its sender's pinned contact, if both are known.
+    pub async fn message_and_sender(
+        &self,
+        id: MessageId,
+    ) -> Result<Option<(StoredMessage, Option<Contact>)>, StoreError> {
+        self.0
+            .store
+            .call(move |s| {
+                let Some(stored) = s.message(&id)? else {
+                    return Ok(None);
+                };
+                let contact = s.contact(&stored.message.from)?;
+                Ok(Some((stored, contact)))
+            })
+            .await
     }
 
     /// A new subscription to the mailbox's events.

@@ -134,18 +134,11 @@ pub async fn read(mailbox: &Mailbox, uri: &str) -> Result<ResourceContents, Erro
         _ => {
             if let Some(raw) = uri.strip_prefix(MESSAGES) {
                 let id = MessageId::parse(raw).map_err(|_| not_found(uri))?;
-                let found = mailbox
-                    .store()
-                    .call(move |s| {
-                        let Some(stored) = s.message(&id)? else {
-                            return Ok(None);
-                        };
-                        let contact = s.contact(&stored.message.from)?;
-                        Ok(Some((stored, contact)))
-                    })
+                let (stored, contact) = mailbox
+                    .message_and_sender(id)
                     .await
-                    .map_err(internal)?;
-                let (stored, contact) = found.ok_or_else(|| not_found(uri))?;
+                    .map_err(internal)?
+                    .ok_or_else(|| not_found(uri))?;
                 let view = MessageView::of(&stored, contact.as_ref());
                 Ok(ResourceContents::text(view.framed, uri))
             } else if let Some(raw) = uri.strip_prefix(THREADS) {

@@ -513,22 +513,19 @@ impl MailslotServer {
         Parameters(args): Parameters<MessageArgs>,
     ) -> Result<Json<MessageView>, String> {
         let id = parse_message_id("message_id", &args.message_id)?;
-        let found = self
+        let (stored, contact) = self
             .mailbox
+            .message_and_sender(id)
+            .await
+            .map_err(|e| e.to_string())?
+            .ok_or_else(|| {
+                format!("no message with id {id}; list messages with the inbox or search tool")
+            })?;
+        self.mailbox
             .store()
-            .call(move |s| {
-                let Some(stored) = s.message(&id)? else {
-                    return Ok(None);
-                };
-                s.mark_read(&[id])?;
-                let contact = s.contact(&stored.message.from)?;
-                Ok(Some((stored, contact)))
-            })
+            .call(move |s| s.mark_read(&[id]))
             .await
             .map_err(|e| e.to_string())?;
-        let (stored, contact) = found.ok_or_else(|| {
-            format!("no message with id {id}; list messages with the inbox or search tool")
-        })?;
         Ok(Json(MessageView::of(&stored, contact.as_ref())))
     }
 

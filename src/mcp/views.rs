@@ -6,7 +6,7 @@ use schemars::JsonSchema;
 use serde::Serialize;
 
 use crate::doorbell::frame::{SenderFacts, frame_message, mcp_reply_hint, one_line};
-use crate::store::{Contact, Direction, Memory, Recalled, StoredMessage, Trust};
+use crate::store::{Contact, Direction, Memory, Recalled, StoredMessage};
 
 /// A message in a list.
 #[derive(Debug, Serialize, JsonSchema)]
@@ -55,15 +55,6 @@ pub struct MemoryView {
     pub updated_at: String,
 }
 
-pub(crate) fn trust_name(trust: Trust) -> &'static str {
-    match trust {
-        Trust::Own => "own",
-        Trust::Verified => "verified",
-        Trust::KeyChanged => "key_changed",
-        Trust::Unverified => "unverified",
-    }
-}
-
 impl MessageSummary {
     /// The summary of `stored`.
     pub fn of(stored: &StoredMessage) -> Self {
@@ -75,7 +66,7 @@ impl MessageSummary {
             subject: one_line(&m.subject, 200),
             sent_at: m.sent_at.to_string(),
             unread: stored.read_at.is_none(),
-            trust: trust_name(stored.trust).to_owned(),
+            trust: stored.trust.as_str().to_owned(),
             direction: match stored.direction {
                 Direction::In => "in",
                 Direction::Out => "out",

@@ -43,7 +43,8 @@ impl Direction {
 }
 
 impl Trust {
-    fn as_str(self) -> &'static str {
+    /// Its name in JSON, tool results and doorbell meta.
+    pub fn as_str(self) -> &'static str {
         match self {
             Trust::Own => "own",
             Trust::Verified => "verified",

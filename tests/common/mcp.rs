@@ -14,6 +14,42 @@ use super::EVENT_TIMEOUT;
 use rmcp::model::CallToolResult;
 use serde_json::{Value, json};
 
+/// Every tool `mailslot mcp` offers, sorted (no approve tool).
+pub const TOOLS: [&str; 14] = [
+    "contacts",
+    "forget",
+    "inbox",
+    "mark_read",
+    "read",
+    "recall",
+    "remember",
+    "reply",
+    "reply_all",
+    "request_contact",
+    "search",
+    "send",
+    "set_status",
+    "thread",
+];
+
+/// Splits framed text at its untrusted fence: what is inside, and what follows the closing
+/// marker. Fails the test when the fence is missing or does not close exactly once.
+pub fn split_fence(framed: &str) -> (String, String) {
+    let nonce = framed
+        .split("<<<mailslot-untrusted ")
+        .nth(1)
+        .and_then(|r| r.split(">>>").next())
+        .unwrap_or_else(|| panic!("no fence in: {framed}"));
+    let close = format!("<<<end mailslot-untrusted {nonce}>>>");
+    assert_eq!(framed.matches(&close).count(), 1, "{framed}");
+    let (before, after) = framed.split_once(&close).unwrap();
+    let inside = before
+        .split_once(&format!("<<<mailslot-untrusted {nonce}>>>"))
+        .unwrap()
+        .1;
+    (inside.to_owned(), after.to_owned())
+}
+
 /// A connected MCP client whose calls fail the test on error.
 pub struct McpClient(pub Driver);
 
