@@ -21,8 +21,7 @@ pub(super) fn run(ctx: &Ctx, http: Option<std::net::SocketAddr>) -> anyhow::Resu
         if let Some(port) = ctx.local_relay()? {
             tokio::spawn(keep_local_relay(mailbox.clone(), ctx.paths.clone(), port));
         }
-        // One doorbell for the OpenClaw sink and (over stdio) the MCP pushes; serve_http
-        // starts its own for its sessions.
+        // One doorbell for the OpenClaw sink and the MCP pushes.
         let doorbell = crate::doorbell::Doorbell::start(&mailbox);
         let _openclaw =
             crate::doorbell::openclaw::start(ctx.config.openclaw.as_ref(), &mailbox, &doorbell);
@@ -38,7 +37,7 @@ pub(super) fn run(ctx: &Ctx, http: Option<std::net::SocketAddr>) -> anyhow::Resu
                         stop.cancel();
                     }
                 });
-                crate::mcp::serve_http(mailbox, addr, stop).await?;
+                crate::mcp::serve_http(mailbox, doorbell, addr, stop).await?;
             }
             None => {
                 let (reader, writer) = rmcp::transport::io::stdio_pipes();

@@ -16,10 +16,11 @@ use crate::mailbox::Mailbox;
 /// The path the server answers on.
 pub const PATH: &str = "/mcp";
 
-/// Serves `mailbox` at `http://ADDR/mcp` until `stop` fires. `addr` must be a loopback
+/// Serves `mailbox` (ringing `doorbell`) at `http://ADDR/mcp` until `stop` fires. `addr` must be a loopback
 /// address: the server has no authentication of its own.
 pub async fn serve_http(
     mailbox: Mailbox,
+    doorbell: Doorbell,
     addr: SocketAddr,
     stop: CancellationToken,
 ) -> Result<(), McpError> {
@@ -34,7 +35,6 @@ pub async fn serve_http(
     let bound = listener
         .local_addr()
         .map_err(|e| McpError::Setup(e.to_string()))?;
-    let doorbell = Doorbell::start(&mailbox);
     let server = MailslotServer::new(mailbox.clone(), doorbell, stop.clone());
     let config = StreamableHttpServerConfig::default()
         .with_allowed_hosts(["localhost", "127.0.0.1", "::1", "[::1]"])
