@@ -219,6 +219,15 @@ async fn exits_cleanly_when_input_closes_even_with_a_live_listen() {
         line.contains("notifications/subscriptions/acknowledged"),
         "{line}"
     );
+    // The owner sees which process holds the agent's relay connection.
+    let status = Command::new(env!("CARGO_BIN_EXE_mailslot"))
+        .args(["--agent", "alice", "--json", "status"])
+        .env_clear()
+        .env("MAILSLOT_HOME", home.path())
+        .output()
+        .unwrap();
+    let status: serde_json::Value = serde_json::from_slice(&status.stdout).unwrap();
+    assert_eq!(status["connection_held_by"], child.id());
     drop(stdin);
     let (status, took) = exit_status(&mut child);
     eprintln!("exit after input closed: {took:?}");

@@ -87,6 +87,8 @@ struct Status {
     memories: u64,
     contacts: usize,
     outbox: u64,
+    /// The process holding the agent's relay connection (a running `mailslot mcp`), if any.
+    connection_held_by: Option<u32>,
 }
 
 pub(super) fn status(ctx: &Ctx) -> anyhow::Result<()> {
@@ -106,11 +108,12 @@ pub(super) fn status(ctx: &Ctx) -> anyhow::Result<()> {
         memories: s.memory_count()?,
         contacts: s.contacts()?.len(),
         outbox: s.outbox_len()?,
+        connection_held_by: held_by(&agent.dir),
     };
     output::emit(ctx.json, &status, |st| {
         let none = "(not set)";
         format!(
-            "agent        {}\nfingerprint  {}\nidentity     {}\ndoing        {}\nfolder       {}\nmail         {} messages, {} unread, {} waiting in the outbox\nmemories     {}\ncontacts     {}",
+            "agent        {}\nfingerprint  {}\nidentity     {}\ndoing        {}\nfolder       {}\nmail         {} messages, {} unread, {} waiting in the outbox\nmemories     {}\ncontacts     {}\nconnection   {}",
             st.address,
             st.fingerprint,
             st.identity
@@ -129,6 +132,19 @@ pub(super) fn status(ctx: &Ctx) -> anyhow::Result<()> {
             st.outbox,
             st.memories,
             st.contacts,
+            st.connection_held_by
+                .map(|pid| format!("held by a running mailslot process (pid {pid})"))
+                .unwrap_or_else(|| "no mailslot mcp is running for this agent".into()),
         )
     })
+}
+
+/// The pid of the process holding the agent's relay connection lock, if one does.
+fn held_by(dir: &std::path::Path) -> Option<u32> {
+    let lock = crate::mailbox::ConnectionLock::for_agent(dir);
+    match lock.try_take() {
+        Ok(Some(_free)) => None,
+        Ok(None) => lock.holder(),
+        Err(_) => None,
+    }
 }
