@@ -41,44 +41,14 @@ fn say(line: &str) {
 }
 
 /// The paths in `vars`, or `None` (after saying so) when one is not set and they are not
-/// required. Each must name an existing file.
+/// required.
 fn interop_paths(vars: &[&str]) -> Option<Vec<PathBuf>> {
-    let found: Vec<Option<PathBuf>> = vars
-        .iter()
-        .map(|v| {
-            std::env::var_os(v)
-                .filter(|s| !s.is_empty())
-                .map(PathBuf::from)
-        })
-        .collect();
-    let missing: Vec<&str> = vars
-        .iter()
-        .zip(&found)
-        .filter(|(_, f)| f.is_none())
-        .map(|(v, _)| *v)
-        .collect();
-    if !missing.is_empty() {
-        let required = std::env::var("MAILSLOT_REQUIRE_INTEROP").is_ok_and(|v| v == "1");
-        assert!(
-            !required,
-            "MAILSLOT_REQUIRE_INTEROP=1 but {} not set: run `eval \"$(bash .ci/interop-setup)\"` first",
-            missing.join(", ")
-        );
-        say(&format!(
-            "skipped: run .ci/interop-setup (see README, \"Interop tests\"); {} not set",
-            missing.join(", ")
-        ));
-        return None;
-    }
-    let found: Vec<PathBuf> = found.into_iter().map(Option::unwrap).collect();
-    for (var, path) in vars.iter().zip(&found) {
-        assert!(
-            path.is_file(),
-            "{var}={} does not exist: re-run .ci/interop-setup",
-            path.display()
-        );
-    }
-    Some(found)
+    common::external_tools(
+        vars,
+        "MAILSLOT_REQUIRE_INTEROP",
+        "interop-setup",
+        "Interop tests",
+    )
 }
 
 /// The clients, or `None` (after saying so) when they are not set up and not required.

@@ -13,22 +13,6 @@ use common::*;
 use rmcp::model::{SubscribeRequestParams, SubscriptionFilter};
 use serde_json::json;
 
-/// Registers `name` with the relay (a one-shot sync), so that mail to it is accepted before
-/// its MCP server first connects.
-fn register(home: &Path, name: &str, relay: &mailslot::client::RelayUrl) {
-    let out = Command::new(env!("CARGO_BIN_EXE_mailslot"))
-        .args(["--agent", name, "--relay", relay.as_str(), "sync"])
-        .env_clear()
-        .env("MAILSLOT_HOME", home)
-        .output()
-        .unwrap();
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-}
-
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn mail_rings_the_other_process_and_the_reply_comes_back() {
     let relay = TestRelay::start(|_| {}).await;

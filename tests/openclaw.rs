@@ -21,7 +21,7 @@ use std::time::{Duration, Instant};
 use axum::extract::State;
 use axum::routing::{get, post};
 use common::mcp::{Era, McpClient};
-use common::{TestAgent, TestRelay};
+use common::{TestAgent, TestRelay, register};
 use mailslot::protocol::{Address, Message};
 use serde_json::{Value, json};
 use tokio::io::AsyncBufReadExt;
@@ -45,49 +45,17 @@ struct Setup {
 
 /// The setup, or `None` (after saying so) when it is not there and not required.
 fn setup() -> Option<Setup> {
-    let vars = ["MAILSLOT_OPENCLAW_NODE", "MAILSLOT_OPENCLAW_BIN"];
-    let found: Vec<Option<PathBuf>> = vars
-        .iter()
-        .map(|v| {
-            std::env::var_os(v)
-                .filter(|s| !s.is_empty())
-                .map(PathBuf::from)
-        })
-        .collect();
-    let missing: Vec<&str> = vars
-        .iter()
-        .zip(&found)
-        .filter(|(_, f)| f.is_none())
-        .map(|(v, _)| *v)
-        .collect();
-    if !missing.is_empty() {
-        let required = std::env::var("MAILSLOT_REQUIRE_OPENCLAW").is_ok_and(|v| v == "1");
-        assert!(
-            !required,
-            "MAILSLOT_REQUIRE_OPENCLAW=1 but {} not set: run `eval \"$(bash .ci/openclaw-setup)\"` first",
-            missing.join(", ")
-        );
-        // Straight to stderr, past the test harness's capture, so that it is seen.
-        let _ = writeln!(
-            std::io::stderr(),
-            "skipped: run .ci/openclaw-setup (see README, \"OpenClaw\"); {} not set",
-            missing.join(", ")
-        );
-        return None;
-    }
-    let mut found = found.into_iter().map(Option::unwrap);
-    let setup = Setup {
+    let found = common::external_tools(
+        &["MAILSLOT_OPENCLAW_NODE", "MAILSLOT_OPENCLAW_BIN"],
+        "MAILSLOT_REQUIRE_OPENCLAW",
+        "openclaw-setup",
+        "OpenClaw",
+    )?;
+    let mut found = found.into_iter();
+    Some(Setup {
         node: found.next().unwrap(),
         openclaw: found.next().unwrap(),
-    };
-    for (var, path) in vars.iter().zip([&setup.node, &setup.openclaw]) {
-        assert!(
-            path.is_file(),
-            "{var}={} does not exist: re-run .ci/openclaw-setup",
-            path.display()
-        );
-    }
-    Some(setup)
+    })
 }
 
 /// The environment OpenClaw runs in: minimal, offline, everything in `dir`.
@@ -481,21 +449,6 @@ async fn lossy_proxy(gateway: &Gateway) -> (String, Arc<Mutex<usize>>) {
 }
 
 // --- bob: a real `mailslot mcp` with [openclaw] ------------------------------------------------
-
-/// Registers `name` with the relay (a one-shot sync), so that mail to it is accepted.
-fn register(home: &Path, name: &str, relay: &mailslot::client::RelayUrl) {
-    let out = std::process::Command::new(env!("CARGO_BIN_EXE_mailslot"))
-        .args(["--agent", name, "--relay", relay.as_str(), "sync"])
-        .env_clear()
-        .env("MAILSLOT_HOME", home)
-        .output()
-        .unwrap();
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-}
 
 /// A `mailslot mcp` process for `name` whose stderr is collected.
 async fn spawn_mcp_with_stderr(

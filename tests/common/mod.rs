@@ -193,3 +193,69 @@ pub async fn next_error(
         }
     }
 }
+
+/// Registers `name` with the relay (a one-shot `mailslot sync` in `home`), so that mail to it
+/// is accepted before its MCP server first connects.
+pub fn register(home: &std::path::Path, name: &str, relay: &RelayUrl) {
+    let out = std::process::Command::new(env!("CARGO_BIN_EXE_mailslot"))
+        .args(["--agent", name, "--relay", relay.as_str(), "sync"])
+        .env_clear()
+        .env("MAILSLOT_HOME", home)
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+}
+
+/// The files that the environment variables `vars` name (set up by `.ci/<setup>`), or `None`
+/// after saying on stderr that the test is skipped. When `require` is set to 1 (CI), missing
+/// variables fail the test instead: CI never passes without running it.
+pub fn external_tools(
+    vars: &[&str],
+    require: &str,
+    setup: &str,
+    readme_section: &str,
+) -> Option<Vec<std::path::PathBuf>> {
+    use std::io::Write;
+    let found: Vec<Option<std::path::PathBuf>> = vars
+        .iter()
+        .map(|v| {
+            std::env::var_os(v)
+                .filter(|s| !s.is_empty())
+                .map(std::path::PathBuf::from)
+        })
+        .collect();
+    let missing: Vec<&str> = vars
+        .iter()
+        .zip(&found)
+        .filter(|(_, f)| f.is_none())
+        .map(|(v, _)| *v)
+        .collect();
+    if !missing.is_empty() {
+        let required = std::env::var(require).is_ok_and(|v| v == "1");
+        assert!(
+            !required,
+            "{require}=1 but {} not set: run `eval \"$(bash .ci/{setup})\"` first",
+            missing.join(", ")
+        );
+        // Straight to stderr, past the test harness's capture, so that it is seen.
+        let _ = writeln!(
+            std::io::stderr(),
+            "skipped: run .ci/{setup} (see README, \"{readme_section}\"); {} not set",
+            missing.join(", ")
+        );
+        return None;
+    }
+    let found: Vec<std::path::PathBuf> = found.into_iter().map(Option::unwrap).collect();
+    for (var, path) in vars.iter().zip(&found) {
+        assert!(
+            path.is_file(),
+            "{var}={} does not exist: re-run .ci/{setup}",
+            path.display()
+        );
+    }
+    Some(found)
+}
