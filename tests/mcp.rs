@@ -462,19 +462,12 @@ async fn spoofed_senders_and_injected_text_change_nothing() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn offline_relay_queues_and_delivers_on_reconnect() {
-    let dir = tempfile::tempdir().unwrap();
-    let config = mailslot::relay::RelayConfig {
-        listen: "127.0.0.1:0".parse().unwrap(),
-        db: Some(dir.path().join("relay.db")),
-        ..Default::default()
-    };
     // Bob registers, then the relay goes away.
-    let relay = mailslot::relay::Relay::start(config.clone()).await.unwrap();
-    let url: mailslot::client::RelayUrl = relay.url().parse().unwrap();
+    let relay = TestRelay::start(|_| {}).await;
+    let url = relay.url.clone();
     let mut bob = InProcess::start("bob", &url, Era::Legacy).await;
     bob.online().await;
-    let addr = relay.addr();
-    relay.shutdown().await;
+    let stopped = relay.stop().await;
 
     let alice = InProcess::start("alice", &url, Era::Legacy).await;
     let sent = alice
@@ -490,15 +483,9 @@ async fn offline_relay_queues_and_delivers_on_reconnect() {
     assert!(inbox["relay"].as_str().unwrap().contains("unreachable"));
 
     // The relay comes back on the same port and database: the queued mail goes out.
-    let relay = mailslot::relay::Relay::start(mailslot::relay::RelayConfig {
-        listen: addr,
-        ..config
-    })
-    .await
-    .unwrap();
+    let _relay = stopped.restart().await;
     let event = bob.mcp.channel_event().await;
     assert_eq!(event["meta"]["message_id"], sent["message_id"]);
-    relay.shutdown().await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -104,18 +104,11 @@ async fn mail_rings_the_other_process_and_the_reply_comes_back() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn queued_while_the_relay_is_down_then_delivered() {
-    let dir = tempfile::tempdir().unwrap();
-    let config = mailslot::relay::RelayConfig {
-        listen: "127.0.0.1:0".parse().unwrap(),
-        db: Some(dir.path().join("relay.db")),
-        ..Default::default()
-    };
-    let relay = mailslot::relay::Relay::start(config.clone()).await.unwrap();
-    let url: mailslot::client::RelayUrl = relay.url().parse().unwrap();
+    let relay = TestRelay::start(|_| {}).await;
+    let url = relay.url.clone();
     let home = tempfile::tempdir().unwrap();
     register(home.path(), "bob", &url);
-    let addr = relay.addr();
-    relay.shutdown().await;
+    let stopped = relay.stop().await;
 
     let alice = spawn_mcp(home.path(), "alice", &url, Era::Legacy).await;
     let mut bob = spawn_mcp(home.path(), "bob", &url, Era::Legacy).await;
@@ -125,23 +118,24 @@ async fn queued_while_the_relay_is_down_then_delivered() {
     assert_eq!(sent["status"], "queued");
     assert!(sent["detail"].as_str().unwrap().contains("unreachable"));
 
-    let relay = mailslot::relay::Relay::start(mailslot::relay::RelayConfig {
-        listen: addr,
-        ..config
-    })
-    .await
-    .unwrap();
+    let _relay = stopped.restart().await;
     let event = bob.channel_event().await;
     assert_eq!(event["meta"]["message_id"], sent["message_id"]);
-    relay.shutdown().await;
+}
+
+/// `mailslot --agent alice --relay RELAY mcp EXTRA…` in `home`, with a minimal environment.
+fn mcp_command(home: &Path, relay: &mailslot::client::RelayUrl, extra: &[&str]) -> Command {
+    let mut cmd = Command::new(env!("CARGO_BIN_EXE_mailslot"));
+    cmd.args(["--agent", "alice", "--relay", relay.as_str(), "mcp"])
+        .args(extra)
+        .env_clear()
+        .env("MAILSLOT_HOME", home);
+    cmd
 }
 
 /// A raw `mailslot mcp` child with piped stdio, for lifecycle checks.
 fn raw_mcp(home: &Path, relay: &mailslot::client::RelayUrl) -> std::process::Child {
-    Command::new(env!("CARGO_BIN_EXE_mailslot"))
-        .args(["--agent", "alice", "--relay", relay.as_str(), "mcp"])
-        .env_clear()
-        .env("MAILSLOT_HOME", home)
+    mcp_command(home, relay, &[])
         .stdin(Stdio::piped())
         .stdout(Stdio::piped())
         .stderr(Stdio::inherit())
@@ -321,35 +315,13 @@ async fn http_post(
 async fn streamable_http_on_loopback_refuses_foreign_hosts_and_origins() {
     let relay = TestRelay::start(|_| {}).await;
     let home = tempfile::tempdir().unwrap();
-    let refused = Command::new(env!("CARGO_BIN_EXE_mailslot"))
-        .args([
-            "--agent",
-            "alice",
-            "--relay",
-            relay.url.as_str(),
-            "mcp",
-            "--http",
-            "0.0.0.0:0",
-        ])
-        .env_clear()
-        .env("MAILSLOT_HOME", home.path())
+    let refused = mcp_command(home.path(), &relay.url, &["--http", "0.0.0.0:0"])
         .output()
         .unwrap();
     assert!(!refused.status.success());
     assert!(String::from_utf8_lossy(&refused.stderr).contains("not a loopback address"));
 
-    let mut child = Command::new(env!("CARGO_BIN_EXE_mailslot"))
-        .args([
-            "--agent",
-            "alice",
-            "--relay",
-            relay.url.as_str(),
-            "mcp",
-            "--http",
-            "127.0.0.1:0",
-        ])
-        .env_clear()
-        .env("MAILSLOT_HOME", home.path())
+    let mut child = mcp_command(home.path(), &relay.url, &["--http", "127.0.0.1:0"])
         .stderr(Stdio::piped())
         .spawn()
         .unwrap();

@@ -24,7 +24,7 @@ pub use compose::{ComposeError, reply};
 pub use lock::ConnectionLock;
 pub use send::SendOutcome;
 
-use crate::agent::{Agent, AgentError};
+use crate::agent::Agent;
 use crate::client::{
     ClientError, ClientEvent, MakeFrame, RelayUrl, SessionConfig, SessionHandle, spawn_session,
 };
@@ -89,9 +89,6 @@ impl RelayStatus {
 /// Why a mailbox operation failed.
 #[derive(Debug, thiserror::Error)]
 pub enum MailboxError {
-    /// The agent could not be opened.
-    #[error(transparent)]
-    Agent(#[from] AgentError),
     /// The store failed.
     #[error(transparent)]
     Store(#[from] StoreError),
@@ -147,9 +144,8 @@ struct Inner {
 pub struct Mailbox(Arc<Inner>);
 
 impl Mailbox {
-    /// Opens the agent `agent` (creating it on first use) and starts its relay connection,
-    /// or serves from the store if another process holds it. Returns whether the agent was
-    /// created now.
+    /// Runs the opened `agent`: starts its relay connection, or serves from the store if
+    /// another process holds it.
     pub async fn open(agent: Agent, relay: RelayUrl) -> Result<Self, MailboxError> {
         let Agent {
             name,

@@ -26,7 +26,26 @@ pub const EVENT_TIMEOUT: Duration = Duration::from_secs(20);
 pub struct TestRelay {
     pub relay: Relay,
     pub url: RelayUrl,
+    config: RelayConfig,
     _dir: tempfile::TempDir,
+}
+
+/// A relay that was stopped; it starts again on the same address and database.
+pub struct StoppedRelay {
+    config: RelayConfig,
+    dir: tempfile::TempDir,
+}
+
+impl StoppedRelay {
+    pub async fn restart(self) -> TestRelay {
+        let relay = Relay::start(self.config.clone()).await.unwrap();
+        TestRelay {
+            url: relay.url().parse().unwrap(),
+            relay,
+            config: self.config,
+            _dir: self.dir,
+        }
+    }
 }
 
 impl TestRelay {
@@ -38,12 +57,26 @@ impl TestRelay {
             ..RelayConfig::default()
         };
         tweak(&mut config);
-        let relay = Relay::start(config).await.unwrap();
+        let relay = Relay::start(config.clone()).await.unwrap();
         let url = relay.url().parse().unwrap();
         Self {
             relay,
             url,
+            config,
             _dir: dir,
+        }
+    }
+
+    /// Shuts the relay down, keeping its address and database for [`StoppedRelay::restart`].
+    pub async fn stop(self) -> StoppedRelay {
+        let config = RelayConfig {
+            listen: self.relay.addr(),
+            ..self.config
+        };
+        self.relay.shutdown().await;
+        StoppedRelay {
+            config,
+            dir: self._dir,
         }
     }
 }
