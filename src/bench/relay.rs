@@ -319,11 +319,15 @@ async fn drive(
                 }
             }
             _ = tick, if may_send => {
-                if let Some((id, text)) = queue.next() {
+                // Paced: one send per tick. Flat out: fill the window, then one flush, as a
+                // client with a full outbox would.
+                let batch = if ticker.is_some() { 1 } else { WINDOW - in_flight };
+                for (id, text) in queue.by_ref().take(batch) {
                     with(&tally, |t| t.sent_at.insert(id, Instant::now()))?;
-                    ws.send(WsMessage::Text(text.into())).await?;
+                    ws.feed(WsMessage::Text(text.into())).await?;
                     in_flight += 1;
                 }
+                ws.flush().await?;
             }
         }
     }

@@ -20,8 +20,11 @@ use crate::crypto::PublicIdentity;
 use crate::crypto::sign::{self, Domain};
 use crate::protocol::{AgentName, ErrorCode, Fingerprint, PublicKeys, b64, register_payload};
 
-/// Bytes each socket buffers at a time (tungstenite grows the read buffer for larger frames).
+/// Bytes each socket reads at a time (tungstenite grows the read buffer for larger frames).
 const SOCKET_BUFFER: usize = 4 * 1024;
+/// Bytes of queued frames written in one system call. The buffer only grows while frames
+/// queue up, so idle connections do not pay for it.
+const WRITE_BUFFER: usize = 64 * 1024;
 
 /// Every route.
 pub fn router<S: Storage>(state: Arc<RelayState<S>>) -> Router {
@@ -82,7 +85,7 @@ async fn websocket<S: Storage>(
         .max_message_size(max)
         .max_frame_size(max)
         .read_buffer_size(SOCKET_BUFFER)
-        .write_buffer_size(SOCKET_BUFFER)
+        .write_buffer_size(WRITE_BUFFER)
         .on_upgrade(move |socket| async move {
             session::run(state, socket, peer.ip()).await;
             drop(slot);
