@@ -318,6 +318,12 @@ async fn bad_sends_get_their_codes_and_the_connection_keeps_working() {
     assert_eq!(next_error(&mut ws).await.unwrap().0, ErrorCode::BadFrame);
     raw_send_text(&mut ws, r#"{"type":"approve","code":"123456"}"#).await;
     assert_eq!(next_error(&mut ws).await.unwrap().0, ErrorCode::BadFrame);
+    // A well-formed send frame whose envelope is not a sealed envelope.
+    raw_send_text(&mut ws, r#"{"type":"send","ref":"r3","envelope":{"v":1}}"#).await;
+    assert_eq!(
+        next_error(&mut ws).await.unwrap().0,
+        ErrorCode::InvalidEnvelope
+    );
 
     // Still served.
     raw_send(&mut ws, &ClientFrame::Ping).await;
@@ -330,6 +336,44 @@ async fn bad_sends_get_their_codes_and_the_connection_keeps_working() {
     }
     // And bob received nothing forged.
     assert!(bob.sync(&relay).await.received.is_empty());
+}
+
+#[tokio::test]
+async fn an_envelope_in_another_json_spelling_is_delivered_in_canonical_form() {
+    let relay = TestRelay::start(|_| {}).await;
+    let [alice, bob] = ["alice", "bob"].map(TestAgent::new);
+    bob.sync(&relay).await;
+    let mut ws = raw_login(&relay, &alice).await;
+    let m = alice.message(&[&bob], "escaped", "a/b/c");
+    let env = seal(
+        &m,
+        &alice.identity,
+        &[(bob.address(), bob.identity.public().clone())],
+        &Limits::default(),
+    )
+    .unwrap()
+    .remove(0);
+    let frame = serde_json::to_string(&ClientFrame::Send {
+        reference: "r1".into(),
+        envelope: env,
+    })
+    .unwrap();
+    // JSON allows `\/` for `/`; base64 is full of slashes, and another encoder may write them so.
+    assert!(frame.contains('/'));
+    raw_send_text(&mut ws, &frame.replace('/', "\\/")).await;
+    loop {
+        match raw_recv(&mut ws).await.expect("still open") {
+            ServerFrame::Sent { reference, .. } => break assert_eq!(reference, "r1"),
+            ServerFrame::CaughtUp => continue,
+            other => panic!("expected sent, got {other:?}"),
+        }
+    }
+    let received = bob.sync(&relay).await.received;
+    assert_eq!(
+        received.len(),
+        1,
+        "bob opens it: the relay stored the canonical form"
+    );
 }
 
 #[tokio::test]

@@ -1,5 +1,7 @@
 //! The sealed envelope: what travels through a relay. Only routing fields are readable.
 
+use std::borrow::Cow;
+
 use jiff::Timestamp;
 use serde::{Deserialize, Serialize};
 
@@ -113,5 +115,123 @@ impl SealedEnvelope {
             ));
         }
         Ok(env)
+    }
+}
+
+/// An envelope as a relay reads it: the routing fields parsed, the sealed parts kept as the
+/// base64 text they arrived in (borrowed from the frame when they hold no escapes). Routing
+/// mail this way never decodes or copies the bulk. Fields are in [`SealedEnvelope`]'s order,
+/// so a serialized copy is in the canonical form [`SealedEnvelope::from_bytes`] accepts.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct EnvelopeHead<'a> {
+    /// Format version, [`ENVELOPE_VERSION`].
+    pub v: u8,
+    /// The message id.
+    pub id: MessageId,
+    /// The claimed sender.
+    pub from: Address,
+    /// When it was sent.
+    pub sent_at: Timestamp,
+    /// The content nonce, base64.
+    #[serde(borrow)]
+    pub nonce: Cow<'a, str>,
+    /// The ciphertext, base64.
+    #[serde(borrow)]
+    pub ciphertext: Cow<'a, str>,
+    /// The wrapped content keys.
+    #[serde(borrow)]
+    pub keys: Vec<KeyWrapHead<'a>>,
+}
+
+/// A [`KeyWrap`] as a relay reads it.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct KeyWrapHead<'a> {
+    /// The recipient this key is for.
+    pub to: Address,
+    /// HPKE encapsulated key, base64.
+    #[serde(borrow)]
+    pub enc: Cow<'a, str>,
+    /// The wrapped content key, base64.
+    #[serde(borrow)]
+    pub key: Cow<'a, str>,
+}
+
+impl EnvelopeHead<'_> {
+    /// The copy a relay stores for one recipient, serialized: the same sealed parts, only
+    /// that key. `None` when the envelope has no key for `to`.
+    pub fn copy_for(&self, to: &Address) -> Option<Vec<u8>> {
+        let key = self.keys.iter().find(|k| &k.to == to)?;
+        let copy = EnvelopeHead {
+            v: self.v,
+            id: self.id,
+            from: self.from.clone(),
+            sent_at: self.sent_at,
+            nonce: Cow::Borrowed(&self.nonce),
+            ciphertext: Cow::Borrowed(&self.ciphertext),
+            keys: vec![KeyWrapHead {
+                to: key.to.clone(),
+                enc: Cow::Borrowed(&key.enc),
+                key: Cow::Borrowed(&key.key),
+            }],
+        };
+        Some(serde_json::to_vec(&copy).expect("an envelope always serializes"))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::crypto::{Identity, seal};
+    use crate::protocol::Message;
+
+    fn sealed_for_two() -> SealedEnvelope {
+        let alice = Identity::generate();
+        let (bob, carol) = (Identity::generate(), Identity::generate());
+        let to = |n| Address::parse(n).unwrap();
+        let m = Message::new(to("alice"), vec![to("bob"), to("carol")], "s", "b/+=");
+        let keys = [
+            (to("bob"), bob.public().clone()),
+            (to("carol"), carol.public().clone()),
+        ];
+        // To and cc recipients share one envelope.
+        let env = seal(&m, &alice, &keys, &Limits::default())
+            .unwrap()
+            .remove(0);
+        assert_eq!(env.keys.len(), 2);
+        env
+    }
+
+    #[test]
+    fn a_head_copy_is_the_canonical_copy() {
+        let env = sealed_for_two();
+        let text = String::from_utf8(env.to_bytes()).unwrap();
+        let head: EnvelopeHead<'_> = serde_json::from_str(&text).unwrap();
+        assert!(
+            matches!(head.ciphertext, Cow::Borrowed(_)),
+            "the bulk is not copied"
+        );
+        for to in env.recipients() {
+            assert_eq!(
+                head.copy_for(to).unwrap(),
+                env.for_recipient(to).unwrap().to_bytes()
+            );
+        }
+        assert!(head.copy_for(&Address::parse("dave").unwrap()).is_none());
+    }
+
+    #[test]
+    fn a_head_copy_of_an_escaped_envelope_is_canonical_again() {
+        let env = sealed_for_two();
+        let escaped = String::from_utf8(env.to_bytes())
+            .unwrap()
+            .replace('/', "\\/");
+        let head: EnvelopeHead<'_> = serde_json::from_str(&escaped).unwrap();
+        let to = env.recipients().next().unwrap();
+        assert_eq!(
+            head.copy_for(to).unwrap(),
+            env.for_recipient(to).unwrap().to_bytes()
+        );
     }
 }

@@ -15,7 +15,7 @@ mod message;
 
 pub use address::{Address, AgentName, MAX_NAME_LEN};
 pub use consent::{ConsentEvent, MAX_NOTE_CHARS, Policy, RequestCode, RequestView, validate_note};
-pub use envelope::{ENVELOPE_VERSION, KeyWrap, SealedEnvelope};
+pub use envelope::{ENVELOPE_VERSION, EnvelopeHead, KeyWrap, KeyWrapHead, SealedEnvelope};
 pub use error::ValidationError;
 pub use fingerprint::{FINGERPRINT_BYTES, Fingerprint};
 pub use frames::{

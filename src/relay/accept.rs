@@ -7,23 +7,55 @@ use std::future::Future;
 use std::pin::Pin;
 use std::time::Duration;
 
+use serde::Deserialize;
+use serde_json::value::RawValue;
+
 use super::state::RelayState;
 use super::storage::{Accepted, Copy, Quota, Storage, StorageError};
 use super::wire::error_frame;
 use crate::protocol::{
-    AgentName, ENVELOPE_VERSION, ErrorCode, MAX_REF_CHARS, MessageId, SealedEnvelope, ServerFrame,
+    AgentName, ENVELOPE_VERSION, EnvelopeHead, ErrorCode, MAX_REF_CHARS, MessageId, ServerFrame,
 };
+
+/// A `send` frame with its envelope left as text, so that [`check`] reads only its head.
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct SendFrame<'a> {
+    #[serde(rename = "type")]
+    _type: SendTag,
+    /// Echoed in the answer.
+    #[serde(rename = "ref")]
+    pub reference: String,
+    /// The envelope's JSON text.
+    #[serde(borrow)]
+    pub envelope: &'a RawValue,
+}
+
+#[derive(Deserialize)]
+#[serde(rename_all = "snake_case")]
+enum SendTag {
+    Send,
+}
+
+impl<'a> SendFrame<'a> {
+    /// `text` as a send frame; `None` for every other frame, and for a malformed send frame,
+    /// which the general frame parser then explains.
+    pub fn read(text: &'a str) -> Option<Self> {
+        serde_json::from_str(text).ok()
+    }
+}
 
 /// A checked send whose write is queued: resolves to its reference, id and outcome.
 pub type QueuedSend =
     Pin<Box<dyn Future<Output = (String, MessageId, Result<Accepted, StorageError>)> + Send>>;
 
-/// Validates a send and queues its write; a refusal comes back as the frame to answer with.
+/// Validates a send of `envelope` (its JSON text) and queues its write; a refusal comes back
+/// as the frame to answer with.
 pub async fn check<S: Storage>(
     state: &RelayState<S>,
     agent: &AgentName,
     reference: String,
-    envelope: SealedEnvelope,
+    envelope: &str,
 ) -> Result<QueuedSend, Box<ServerFrame>> {
     if reference.chars().count() > MAX_REF_CHARS {
         return Err(Box::new(error_frame(
@@ -51,6 +83,16 @@ pub async fn check<S: Storage>(
             Some(wait),
         );
     }
+    let envelope: EnvelopeHead<'_> = match serde_json::from_str(envelope) {
+        Ok(head) => head,
+        Err(e) => {
+            return refuse(
+                ErrorCode::InvalidEnvelope,
+                format!("not a valid sealed envelope: {e}"),
+                None,
+            );
+        }
+    };
     if envelope.v != ENVELOPE_VERSION {
         return refuse(
             ErrorCode::InvalidEnvelope,
@@ -109,9 +151,8 @@ pub async fn check<S: Storage>(
             );
         }
         let copy = envelope
-            .for_recipient(&key.to)
-            .expect("the key is in this envelope")
-            .to_bytes();
+            .copy_for(&key.to)
+            .expect("the key is in this envelope");
         if copy.len() > limits.envelope_bytes {
             return refuse(
                 ErrorCode::TooLarge,

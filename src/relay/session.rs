@@ -13,7 +13,7 @@ use futures_util::{FutureExt, StreamExt};
 use tokio::sync::OwnedMutexGuard;
 use tokio::time::{Instant, timeout_at};
 
-use super::accept::{self, QueuedSend};
+use super::accept::{self, QueuedSend, SendFrame};
 use super::auth::{authenticate, welcome};
 use super::hub::Attached;
 use super::state::RelayState;
@@ -250,9 +250,15 @@ async fn serve<S: Storage>(
                     Ok(Some(Ok(Message::Text(t)))) => Some(t),
                 };
                 deadline = Instant::now() + idle;
-                let reply = match text.as_deref().map(serde_json::from_str::<ClientFrame>) {
-                    Some(Ok(frame)) => handle(state, agent, &mut d, &mut sends, frame).await,
-                    Some(Err(e)) => Some(error_frame(None, ErrorCode::BadFrame, format!("not a valid frame: {e}"), None)),
+                let reply = match text.as_deref() {
+                    // Sends are most frames: read them without parsing the envelope's bulk.
+                    Some(text) => match SendFrame::read(text) {
+                        Some(send) => queue_send(state, agent, &mut sends, send.reference, send.envelope.get()).await,
+                        None => match serde_json::from_str::<ClientFrame>(text) {
+                            Ok(frame) => handle(state, agent, &mut d, &mut sends, frame).await,
+                            Err(e) => Some(error_frame(None, ErrorCode::BadFrame, format!("not a valid frame: {e}"), None)),
+                        },
+                    },
                     None => Some(error_frame(None, ErrorCode::BadFrame, "send JSON text frames, not binary", None)),
                 };
                 let Some(reply) = reply else { continue };
@@ -416,6 +422,23 @@ async fn settle_acks<S: Storage>(
     }
 }
 
+/// Checks a send and queues its write; `Some` is the refusal.
+async fn queue_send<S: Storage>(
+    state: &RelayState<S>,
+    agent: &AgentName,
+    sends: &mut FuturesUnordered<QueuedSend>,
+    reference: String,
+    envelope: &str,
+) -> Option<ServerFrame> {
+    match accept::check(state, agent, reference, envelope).await {
+        Ok(queued) => {
+            sends.push(queued);
+            None
+        }
+        Err(refusal) => Some(*refusal),
+    }
+}
+
 /// Answers one frame from an authenticated client; acks succeed silently, and sends are
 /// answered when their write completes.
 async fn handle<S: Storage>(
@@ -456,16 +479,14 @@ async fn handle<S: Storage>(
                 Some(Duration::from_secs(1)),
             ),
         },
+        // `SendFrame::read` takes every valid send frame first; this is its general twin.
         ClientFrame::Send {
             reference,
             envelope,
-        } => match accept::check(state, agent, reference, envelope).await {
-            Ok(queued) => {
-                sends.push(queued);
-                return None;
-            }
-            Err(refusal) => *refusal,
-        },
+        } => {
+            let text = String::from_utf8(envelope.to_bytes()).expect("JSON is UTF-8");
+            return queue_send(state, agent, sends, reference, &text).await;
+        }
         other => match super::consent::handle(state, agent, other).await {
             Ok(answer) => answer,
             Err(other) => match super::directory::handle(state, agent, other).await {
