@@ -4,6 +4,7 @@
 
 use std::collections::HashMap;
 use std::io::{BufRead, BufReader};
+use std::path::Path;
 use std::process::{Child, Command, Stdio};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
@@ -30,7 +31,7 @@ const ACK_EVERY: usize = 64;
 struct RelayProcess {
     child: Option<Child>,
     url: RelayUrl,
-    _dir: Option<tempfile::TempDir>,
+    dir: Option<tempfile::TempDir>,
 }
 
 impl RelayProcess {
@@ -40,7 +41,7 @@ impl RelayProcess {
             Some(url) => Ok(Self {
                 child: None,
                 url: url.clone(),
-                _dir: None,
+                dir: None,
             }),
             None => Self::start(),
         }
@@ -90,28 +91,35 @@ impl RelayProcess {
         Ok(Self {
             child: Some(child),
             url,
-            _dir: Some(dir),
+            dir: Some(dir),
         })
     }
 
-    /// CPU seconds (user + system) so far; 0 for a relay not started here.
-    fn cpu_seconds(&self) -> f64 {
-        let Some(child) = &self.child else { return 0.0 };
-        let stat =
-            std::fs::read_to_string(format!("/proc/{}/stat", child.id())).unwrap_or_default();
-        let fields: Vec<&str> = stat
-            .rsplit_once(") ")
-            .map(|(_, r)| r.split(' ').collect())
-            .unwrap_or_default();
-        let ticks = |i: usize| {
-            fields
-                .get(i)
-                .and_then(|v| v.parse::<f64>().ok())
-                .unwrap_or(0.0)
+    /// CPU seconds (user + system) so far, of the whole relay and of its storage writer
+    /// thread (the one part that cannot spread over cores); 0 for a relay not started here.
+    fn cpu_seconds(&self) -> (f64, f64) {
+        let Some(child) = &self.child else {
+            return (0.0, 0.0);
         };
-        // utime and stime are fields 14 and 15 of the whole line: 11 and 12 after the name,
-        // in clock ticks, which Linux reports at USER_HZ = 100 a second.
-        (ticks(11) + ticks(12)) / 100.0
+        let proc = format!("/proc/{}", child.id());
+        let writer = std::fs::read_dir(format!("{proc}/task"))
+            .into_iter()
+            .flatten()
+            .flatten()
+            .find(|t| {
+                std::fs::read_to_string(t.path().join("comm"))
+                    .is_ok_and(|c| c.trim() == "relay-writer")
+            })
+            .map_or(0.0, |t| stat_cpu_seconds(&t.path().join("stat")));
+        (stat_cpu_seconds(Path::new(&format!("{proc}/stat"))), writer)
+    }
+
+    /// The relay's write-ahead log on disk now, in MiB; 0 for a relay not started here.
+    fn wal_mib(&self) -> f64 {
+        self.dir.as_ref().map_or(0.0, |d| {
+            std::fs::metadata(d.path().join("relay.db-wal")).map_or(0.0, |m| m.len() as f64)
+                / (1024.0 * 1024.0)
+        })
     }
 
     /// Resident memory now and at peak, in MiB; 0 for a relay not started here.
@@ -131,6 +139,24 @@ impl RelayProcess {
         };
         (kib("VmRSS:") / 1024.0, kib("VmHWM:") / 1024.0)
     }
+}
+
+/// User + system CPU seconds in a `/proc` stat file; 0 when it cannot be read.
+fn stat_cpu_seconds(path: &Path) -> f64 {
+    let stat = std::fs::read_to_string(path).unwrap_or_default();
+    let fields: Vec<&str> = stat
+        .rsplit_once(") ")
+        .map(|(_, r)| r.split(' ').collect())
+        .unwrap_or_default();
+    let ticks = |i: usize| {
+        fields
+            .get(i)
+            .and_then(|v| v.parse::<f64>().ok())
+            .unwrap_or(0.0)
+    };
+    // utime and stime are fields 14 and 15 of the whole line: 11 and 12 after the name, in
+    // clock ticks, which Linux reports at USER_HZ = 100 a second.
+    (ticks(11) + ticks(12)) / 100.0
 }
 
 impl Drop for RelayProcess {
@@ -396,7 +422,8 @@ async fn flow(
         t.await??;
     }
     let elapsed = started.elapsed();
-    let cpu = relay.cpu_seconds() - cpu_before;
+    let cpu_after = relay.cpu_seconds();
+    let (cpu, writer_cpu) = (cpu_after.0 - cpu_before.0, cpu_after.1 - cpu_before.1);
     let tally = Arc::try_unwrap(tally)
         .map_err(|_| anyhow::anyhow!("tasks still hold results"))?
         .into_inner()
@@ -411,10 +438,12 @@ async fn flow(
     }
     let (_, peak) = relay.rss_mib();
     eprintln!(
-        "{label}: {n} agents, {total} × {} B: {:.0} accepted/s, {:.0} delivered+acked/s, relay CPU {cpu:.1} s, relay peak RSS {peak:.0} MiB, all delivered exactly once",
+        "{label}: {n} agents, {total} × {} B: {:.0} accepted/s, {:.0} delivered+acked/s, relay CPU {cpu:.2} s ({:.1} µs/message; writer thread {writer_cpu:.2} s), relay peak RSS {peak:.0} MiB, WAL {:.0} MiB, all delivered exactly once",
         args.size,
         tally.accepted as f64 / elapsed.as_secs_f64(),
-        total as f64 / elapsed.as_secs_f64()
+        total as f64 / elapsed.as_secs_f64(),
+        cpu * 1e6 / total as f64,
+        relay.wal_mib(),
     );
     Ok(vec![Summary::new(
         format!("send→delivered, {label} ({n} agents, ops/s = delivered+acked)"),
