@@ -1,0 +1,242 @@
+//! Registrations and consent: who an agent is, and whom it accepts mail from. Every write
+//! here runs in the writer's batch, so a consent change and a send never race.
+
+use rusqlite::{Connection, OptionalExtension, params};
+
+use super::now_ms;
+use crate::protocol::{AgentName, Policy, PublicKeys, RequestCode, RequestView};
+use crate::relay::storage::{ConsentChange, ConsentOutcome, Registration, StorageError};
+
+pub(super) fn register(
+    tx: &rusqlite::Transaction<'_>,
+    name: &AgentName,
+    keys: &PublicKeys,
+) -> Result<Registration, StorageError> {
+    let existing: Option<(Vec<u8>, Vec<u8>)> = tx
+        .query_row(
+            "SELECT signing, sealing FROM agents WHERE name = ?1",
+            [name.as_str()],
+            |r| Ok((r.get(0)?, r.get(1)?)),
+        )
+        .optional()?;
+    Ok(match existing {
+        None => {
+            tx.execute(
+                "INSERT INTO agents (name, signing, sealing, registered_at) VALUES (?1, ?2, ?3, ?4)",
+                params![name.as_str(), keys.signing.as_slice(), keys.sealing.as_slice(), now_ms()],
+            )?;
+            Registration::Created
+        }
+        Some((s, x)) if s == keys.signing && x == keys.sealing => Registration::Unchanged,
+        Some(_) => Registration::NameTaken,
+    })
+}
+
+/// Whether `recipient` accepts mail from `sender`: blocks always refuse; contacts pass unless
+/// the recipient is closed; anyone else passes only an open policy.
+pub(super) fn allows(
+    tx: &rusqlite::Transaction<'_>,
+    sender: &AgentName,
+    recipient: &AgentName,
+    default: Policy,
+) -> Result<bool, StorageError> {
+    let (policy, kind): (Option<String>, Option<String>) = tx
+        .prepare_cached("SELECT a.policy, (SELECT kind FROM relations WHERE owner = a.name AND peer = ?2) FROM agents a WHERE a.name = ?1")?
+        .query_row([recipient.as_str(), sender.as_str()], |r| Ok((r.get(0)?, r.get(1)?)))
+        .optional()?
+        .unwrap_or((None, None));
+    let policy = policy.and_then(|p| p.parse().ok()).unwrap_or(default);
+    Ok(match kind.as_deref() {
+        Some("blocked") => false,
+        Some("contact") => policy != Policy::Closed,
+        _ => policy == Policy::Open,
+    })
+}
+
+fn relation(
+    tx: &rusqlite::Transaction<'_>,
+    owner: &AgentName,
+    peer: &AgentName,
+) -> Result<Option<String>, StorageError> {
+    Ok(tx
+        .query_row(
+            "SELECT kind FROM relations WHERE owner = ?1 AND peer = ?2",
+            [owner.as_str(), peer.as_str()],
+            |r| r.get(0),
+        )
+        .optional()?)
+}
+
+pub(super) fn consent(
+    tx: &rusqlite::Transaction<'_>,
+    change: &ConsentChange,
+) -> Result<ConsentOutcome, StorageError> {
+    let now = now_ms();
+    tx.execute("DELETE FROM contact_requests WHERE expires_at < ?1", [now])?;
+    let add_contacts = |a: &AgentName, b: &AgentName| -> Result<(), StorageError> {
+        for (owner, peer) in [(a, b), (b, a)] {
+            tx.execute(
+                "INSERT INTO relations (owner, peer, kind, since) VALUES (?1, ?2, 'contact', ?3)
+                 ON CONFLICT (owner, peer) DO UPDATE SET kind = 'contact', since = excluded.since
+                 WHERE relations.kind != 'blocked'",
+                params![owner.as_str(), peer.as_str(), now],
+            )?;
+        }
+        Ok(())
+    };
+    Ok(match change {
+        ConsentChange::Request {
+            from,
+            to,
+            note,
+            code,
+            expires_at_ms,
+            max_pending,
+        } => {
+            let policy: Option<String> = tx
+                .query_row(
+                    "SELECT policy FROM agents WHERE name = ?1",
+                    [to.as_str()],
+                    |r| r.get(0),
+                )
+                .optional()?
+                .flatten();
+            if relation(tx, to, from)?.as_deref() == Some("blocked")
+                || policy.as_deref() == Some("closed")
+            {
+                return Ok(ConsentOutcome::NotAllowed);
+            }
+            if relation(tx, from, to)?.as_deref() == Some("contact") {
+                return Ok(ConsentOutcome::AlreadyContacts);
+            }
+            let pending: u32 = tx.query_row(
+                "SELECT count(*) FROM contact_requests WHERE requester = ?1 AND target != ?2",
+                [from.as_str(), to.as_str()],
+                |r| r.get(0),
+            )?;
+            if pending >= *max_pending {
+                return Ok(ConsentOutcome::TooManyPending);
+            }
+            // Asking again replaces the earlier request (new code, new expiry).
+            tx.execute(
+                "INSERT INTO contact_requests (requester, target, note, code, expires_at) VALUES (?1, ?2, ?3, ?4, ?5)
+                 ON CONFLICT (requester, target) DO UPDATE SET note = excluded.note, code = excluded.code, expires_at = excluded.expires_at",
+                params![from.as_str(), to.as_str(), note, code.as_str(), expires_at_ms],
+            )?;
+            ConsentOutcome::Applied(None)
+        }
+        ConsentChange::Approve {
+            target,
+            requester,
+            code,
+        } => {
+            let n = tx.execute(
+                "DELETE FROM contact_requests WHERE target = ?1 AND requester = ?2 AND code = ?3",
+                [target.as_str(), requester.as_str(), code.as_str()],
+            )?;
+            if n == 0 {
+                return Ok(ConsentOutcome::NoSuchRequest);
+            }
+            add_contacts(target, requester)?;
+            ConsentOutcome::Applied(Some(requester.clone()))
+        }
+        ConsentChange::Deny { target, requester } => {
+            let n = tx.execute(
+                "DELETE FROM contact_requests WHERE requester = ?1 AND target = ?2",
+                [requester.as_str(), target.as_str()],
+            )?;
+            changed(n, Some(requester.clone()))
+        }
+        ConsentChange::Block { owner, peer } => {
+            tx.execute(
+                "DELETE FROM contact_requests WHERE (requester = ?1 AND target = ?2) OR (requester = ?2 AND target = ?1)",
+                [owner.as_str(), peer.as_str()],
+            )?;
+            tx.execute(
+                "DELETE FROM relations WHERE owner = ?1 AND peer = ?2 AND kind = 'contact'",
+                [peer.as_str(), owner.as_str()],
+            )?;
+            tx.execute(
+                "INSERT INTO relations (owner, peer, kind, since) VALUES (?1, ?2, 'blocked', ?3)
+                 ON CONFLICT (owner, peer) DO UPDATE SET kind = 'blocked', since = excluded.since",
+                params![owner.as_str(), peer.as_str(), now],
+            )?;
+            ConsentOutcome::Applied(None)
+        }
+        ConsentChange::Unblock { owner, peer } => {
+            let n = tx.execute(
+                "DELETE FROM relations WHERE owner = ?1 AND peer = ?2 AND kind = 'blocked'",
+                [owner.as_str(), peer.as_str()],
+            )?;
+            changed(n, None)
+        }
+        ConsentChange::Remove { owner, peer } => {
+            let n = tx.execute(
+                "DELETE FROM relations WHERE kind = 'contact' AND ((owner = ?1 AND peer = ?2) OR (owner = ?2 AND peer = ?1))",
+                [owner.as_str(), peer.as_str()],
+            )?;
+            changed(n, None)
+        }
+        ConsentChange::SetPolicy { owner, policy } => {
+            tx.execute(
+                "UPDATE agents SET policy = ?2 WHERE name = ?1",
+                [owner.as_str(), policy.as_str()],
+            )?;
+            ConsentOutcome::Applied(None)
+        }
+    })
+}
+
+/// `Applied` when a statement changed rows, `NoSuchRequest` when there was nothing to change.
+fn changed(rows: usize, requester: Option<AgentName>) -> ConsentOutcome {
+    if rows == 0 {
+        ConsentOutcome::NoSuchRequest
+    } else {
+        ConsentOutcome::Applied(requester)
+    }
+}
+
+pub(super) fn names(
+    conn: &Connection,
+    sql: &str,
+    agent: &AgentName,
+) -> Result<Vec<AgentName>, StorageError> {
+    let mut stmt = conn.prepare_cached(sql)?;
+    let rows = stmt.query_map([agent.as_str()], |r| r.get::<_, String>(0))?;
+    rows.map(|r| AgentName::new(&r?).map_err(|e| StorageError::Database(e.to_string())))
+        .collect()
+}
+
+pub(super) fn requests(
+    conn: &Connection,
+    sql: &str,
+    agent: &AgentName,
+    now: i64,
+    with_code: bool,
+) -> Result<Vec<RequestView>, StorageError> {
+    let mut stmt = conn.prepare_cached(sql)?;
+    let rows = stmt.query_map(params![agent.as_str(), now], |r| {
+        Ok((
+            r.get::<_, String>(0)?,
+            r.get::<_, String>(1)?,
+            r.get::<_, String>(2)?,
+            r.get::<_, i64>(3)?,
+        ))
+    })?;
+    rows.map(|row| {
+        let (other, note, code, expires) = row?;
+        let bad = |e: String| StorageError::Database(e);
+        Ok(RequestView {
+            agent: AgentName::new(&other).map_err(|e| bad(e.to_string()))?,
+            note,
+            expires_at: jiff::Timestamp::from_millisecond(expires)
+                .map_err(|e| bad(e.to_string()))?,
+            code: if with_code {
+                Some(RequestCode::parse(&code).map_err(|e| bad(e.to_string()))?)
+            } else {
+                None
+            },
+        })
+    })
+    .collect()
+}

@@ -1,0 +1,154 @@
+//! The relay database's schema: versioned migrations, applied in order and tracked in
+//! `user_version`, and the relay's id, made on first use.
+
+use rusqlite::{OptionalExtension, Transaction};
+
+use crate::relay::storage::StorageError;
+
+/// Schema versions, applied in order; never edit a shipped one.
+pub(super) const MIGRATIONS: &[&str] = &[
+    r#"
+CREATE TABLE meta (key TEXT PRIMARY KEY, value TEXT NOT NULL) STRICT;
+CREATE TABLE agents (
+    name          TEXT PRIMARY KEY,
+    signing       BLOB NOT NULL,
+    sealing       BLOB NOT NULL,
+    registered_at INTEGER NOT NULL,
+    policy        TEXT CHECK (policy IN ('open', 'contacts', 'closed')),
+    -- Present when the agent opted in to the public directory.
+    listing       TEXT
+) STRICT;
+CREATE TABLE queue (
+    seq         INTEGER PRIMARY KEY AUTOINCREMENT,
+    recipient   TEXT NOT NULL,
+    sender      TEXT NOT NULL,
+    message_id  TEXT NOT NULL,
+    envelope    BLOB NOT NULL,
+    size        INTEGER NOT NULL,
+    accepted_at INTEGER NOT NULL,
+    expires_at  INTEGER NOT NULL,
+    UNIQUE (sender, message_id, recipient)
+) STRICT;
+CREATE INDEX queue_recipient ON queue(recipient, seq);
+CREATE INDEX queue_expiry ON queue(expires_at);
+-- Running totals per recipient, so a quota check never scans the queue.
+CREATE TABLE queue_totals (
+    recipient TEXT PRIMARY KEY,
+    count     INTEGER NOT NULL,
+    bytes     INTEGER NOT NULL
+) STRICT;
+CREATE TABLE contact_requests (
+    requester  TEXT NOT NULL,
+    target     TEXT NOT NULL,
+    note       TEXT NOT NULL,
+    code       TEXT NOT NULL,
+    expires_at INTEGER NOT NULL,
+    PRIMARY KEY (requester, target)
+) STRICT;
+CREATE INDEX contact_requests_target ON contact_requests(target, code);
+-- owner -> peer: 'contact' (stored both ways) or 'blocked' (one way).
+CREATE TABLE relations (
+    owner TEXT NOT NULL,
+    peer  TEXT NOT NULL,
+    kind  TEXT NOT NULL CHECK (kind IN ('contact', 'blocked')),
+    since INTEGER NOT NULL,
+    PRIMARY KEY (owner, peer)
+) STRICT;
+"#,
+    r#"
+-- Acknowledged up to this sequence number: rows at or below it are no longer the recipient's
+-- (not counted, never delivered) and the writer deletes them in bulk (see `PURGE_EVERY`).
+ALTER TABLE queue_totals ADD COLUMN acked INTEGER NOT NULL DEFAULT 0;
+"#,
+    r#"
+-- The duplicate check's key leads with the message id: ids are time-ordered (UUIDv7), so new
+-- entries land at one end of the index instead of in every sender's range, and a busy batch
+-- rewrites a few index pages instead of one per sender.
+CREATE TABLE queue_v3 (
+    seq         INTEGER PRIMARY KEY AUTOINCREMENT,
+    recipient   TEXT NOT NULL,
+    sender      TEXT NOT NULL,
+    message_id  TEXT NOT NULL,
+    envelope    BLOB NOT NULL,
+    size        INTEGER NOT NULL,
+    accepted_at INTEGER NOT NULL,
+    expires_at  INTEGER NOT NULL,
+    UNIQUE (message_id, sender, recipient)
+) STRICT;
+INSERT INTO queue_v3 (seq, recipient, sender, message_id, envelope, size, accepted_at, expires_at)
+    SELECT seq, recipient, sender, message_id, envelope, size, accepted_at, expires_at FROM queue;
+-- Sequence numbers are never reused: the counter carries over, past rows already purged.
+DELETE FROM sqlite_sequence WHERE name = 'queue_v3';
+INSERT INTO sqlite_sequence (name, seq) SELECT 'queue_v3', seq FROM sqlite_sequence WHERE name = 'queue';
+DROP TABLE queue;
+ALTER TABLE queue_v3 RENAME TO queue;
+CREATE INDEX queue_recipient ON queue(recipient, seq);
+CREATE INDEX queue_expiry ON queue(expires_at);
+"#,
+    r#"
+-- The queue keeps no secondary index. The writer holds each recipient's order, the totals the
+-- quotas check and the duplicate keys in memory (`queue::QueueIndex`), rebuilt from this table
+-- when the relay starts, so storing a copy writes its row at the table's end and nothing else
+-- (each index entry was one more page rewritten per commit). Sequence numbers are assigned by
+-- the writer; `seq_high` in `meta` keeps them from coming back once the rows are deleted.
+CREATE TABLE acked (
+    recipient TEXT PRIMARY KEY,
+    seq       INTEGER NOT NULL
+) STRICT;
+INSERT INTO acked (recipient, seq) SELECT recipient, acked FROM queue_totals WHERE acked > 0;
+INSERT INTO meta (key, value) SELECT 'seq_high', CAST(seq AS TEXT) FROM sqlite_sequence WHERE name = 'queue'
+    ON CONFLICT (key) DO UPDATE SET value = excluded.value;
+CREATE TABLE queue_v4 (
+    seq         INTEGER PRIMARY KEY,
+    recipient   TEXT NOT NULL,
+    sender      TEXT NOT NULL,
+    message_id  TEXT NOT NULL,
+    envelope    BLOB NOT NULL,
+    size        INTEGER NOT NULL,
+    accepted_at INTEGER NOT NULL,
+    expires_at  INTEGER NOT NULL
+) STRICT;
+-- Acknowledged rows were only waiting for a purge.
+INSERT INTO queue_v4 (seq, recipient, sender, message_id, envelope, size, accepted_at, expires_at)
+    SELECT q.seq, q.recipient, q.sender, q.message_id, q.envelope, q.size, q.accepted_at, q.expires_at
+    FROM queue q LEFT JOIN queue_totals t ON t.recipient = q.recipient
+    WHERE q.seq > coalesce(t.acked, 0);
+DROP TABLE queue;
+DROP TABLE queue_totals;
+ALTER TABLE queue_v4 RENAME TO queue;
+"#,
+];
+
+/// Brings the database to this build's schema and returns the relay's id.
+pub(super) fn migrate(tx: &Transaction<'_>) -> Result<String, StorageError> {
+    let version = tx.query_row("PRAGMA user_version", [], |r| r.get::<_, i64>(0))? as usize;
+    if version > MIGRATIONS.len() {
+        return Err(StorageError::Database(format!(
+            "the relay database has schema {version}, newer than this build's {}; upgrade mailslot",
+            MIGRATIONS.len()
+        )));
+    }
+    for sql in &MIGRATIONS[version..] {
+        tx.execute_batch(sql)?;
+    }
+    tx.pragma_update(None, "user_version", MIGRATIONS.len() as i64)?;
+    let existing: Option<String> = tx
+        .query_row("SELECT value FROM meta WHERE key = 'relay_id'", [], |r| {
+            r.get(0)
+        })
+        .optional()?;
+    if let Some(id) = existing {
+        return Ok(id);
+    }
+    let mut raw = [0u8; 8];
+    getrandom::fill(&mut raw).map_err(|e| StorageError::Database(e.to_string()))?;
+    let id = format!(
+        "relay-{}",
+        raw.iter().map(|b| format!("{b:02x}")).collect::<String>()
+    );
+    tx.execute(
+        "INSERT INTO meta (key, value) VALUES ('relay_id', ?1)",
+        [&id],
+    )?;
+    Ok(id)
+}

@@ -1,0 +1,207 @@
+//! The writer thread: the one connection that writes. Writes that arrive while a batch
+//! commits go into the next batch together (group commit: one fsync for many sends), and each
+//! is answered only after its batch committed. A second thread checkpoints the WAL.
+
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex, OnceLock, Weak, mpsc};
+use std::thread;
+use std::time::{Duration, Instant};
+
+use rusqlite::{Connection, Transaction, TransactionBehavior};
+use tokio::sync::oneshot;
+
+use super::queue::{self, QueueIndex};
+use crate::relay::storage::{CommitListener, Committed, StorageError};
+
+/// Writes taken into one transaction at most.
+const MAX_BATCH: usize = 1024;
+/// How often the WAL is checkpointed.
+const CHECKPOINT_EVERY: Duration = Duration::from_millis(500);
+
+/// What a write sees of its batch: the open transaction, the queue index (changed in step
+/// with the transaction), and the log of copies the commit will announce.
+pub(super) struct Batch<'a, 'c> {
+    pub(super) tx: &'a Transaction<'c>,
+    pub(super) index: &'a mut QueueIndex,
+    pub(super) log: &'a mut Vec<Committed>,
+}
+
+/// One write for the writer thread: applied inside the batch's transaction, answered after
+/// the commit (or with the commit's error).
+pub(super) trait WriteOp: Send {
+    fn apply(&mut self, batch: &mut Batch<'_, '_>) -> Result<(), StorageError>;
+    fn finish(self: Box<Self>, committed: Result<(), &StorageError>);
+}
+
+/// A write and where its answer goes.
+pub(super) struct Op<T, F> {
+    run: Option<F>,
+    value: Option<T>,
+    reply: oneshot::Sender<Result<T, StorageError>>,
+}
+
+impl<T, F> Op<T, F> {
+    pub(super) fn new(run: F, reply: oneshot::Sender<Result<T, StorageError>>) -> Self {
+        Self {
+            run: Some(run),
+            value: None,
+            reply,
+        }
+    }
+}
+
+impl<T, F> WriteOp for Op<T, F>
+where
+    T: Send,
+    F: FnOnce(&mut Batch<'_, '_>) -> Result<T, StorageError> + Send,
+{
+    fn apply(&mut self, batch: &mut Batch<'_, '_>) -> Result<(), StorageError> {
+        if let Some(run) = self.run.take() {
+            self.value = Some(run(batch)?);
+        }
+        Ok(())
+    }
+
+    fn finish(self: Box<Self>, committed: Result<(), &StorageError>) {
+        let answer = match (committed, self.value) {
+            (Ok(()), Some(v)) => Ok(v),
+            (Err(e), _) => Err(StorageError::Database(e.to_string())),
+            (Ok(()), None) => Err(StorageError::Database("the write was not applied".into())),
+        };
+        let _ = self.reply.send(answer);
+    }
+}
+
+/// Starts the writer on `conn` and the checkpointer on `checkpointer`; the checkpointer stops
+/// once `alive` is gone, the writer once every sender of its queue is.
+pub(super) fn spawn(
+    conn: Connection,
+    checkpointer: Connection,
+    index: Arc<Mutex<QueueIndex>>,
+    listener: Arc<OnceLock<CommitListener>>,
+    alive: Weak<()>,
+) -> Result<mpsc::Sender<Box<dyn WriteOp>>, StorageError> {
+    let (writes, queue) = mpsc::channel();
+    let finish = Arc::new(AtomicBool::new(false));
+    let spawn_error = |e: std::io::Error| StorageError::Database(e.to_string());
+    thread::Builder::new()
+        .name("relay-writer".into())
+        .spawn({
+            let finish = finish.clone();
+            move || {
+                Writer {
+                    conn,
+                    index,
+                    listener,
+                    stale: false,
+                }
+                .run(queue, finish)
+            }
+        })
+        .map_err(spawn_error)?;
+    thread::Builder::new()
+        .name("relay-checkpoint".into())
+        .spawn(move || checkpoint_loop(checkpointer, alive, finish))
+        .map_err(spawn_error)?;
+    Ok(writes)
+}
+
+struct Writer {
+    conn: Connection,
+    index: Arc<Mutex<QueueIndex>>,
+    listener: Arc<OnceLock<CommitListener>>,
+    /// A failed batch left the index unlike the table and reloading it failed too.
+    stale: bool,
+}
+
+impl Writer {
+    fn run(mut self, queue: mpsc::Receiver<Box<dyn WriteOp>>, finish: Arc<AtomicBool>) {
+        while let Ok(first) = queue.recv() {
+            let mut batch = vec![first];
+            while batch.len() < MAX_BATCH {
+                match queue.try_recv() {
+                    Ok(w) => batch.push(w),
+                    Err(_) => break,
+                }
+            }
+            self.commit(batch);
+            // Under steady load new frames arrive during every background checkpoint, so it
+            // never catches up and the WAL only grows (385 MB after 20,000 messages). Between
+            // batches the writer copies the few frames left; its next transaction then
+            // restarts the WAL.
+            if finish.swap(false, Ordering::AcqRel)
+                && let Err(e) =
+                    self.conn
+                        .query_row("PRAGMA wal_checkpoint(PASSIVE)", [], |_| Ok(()))
+            {
+                tracing::warn!(error = %e, "WAL checkpoint failed; will retry");
+            }
+        }
+    }
+
+    /// Applies a batch in one transaction and answers every write only after the commit; if
+    /// the transaction fails, every write in it gets the error, nothing in it was stored, and
+    /// the index is reloaded from the table.
+    fn commit(&mut self, mut batch: Vec<Box<dyn WriteOp>>) {
+        let mut log = Vec::new();
+        // Held through the commit: readers never see the index ahead of the table.
+        let mut index = queue::lock(&self.index);
+        let result = (|| -> Result<(), StorageError> {
+            if self.stale {
+                *index = QueueIndex::load(&self.conn)?;
+                self.stale = false;
+            }
+            let tx = self
+                .conn
+                .transaction_with_behavior(TransactionBehavior::Immediate)?;
+            let mut b = Batch {
+                tx: &tx,
+                index: &mut index,
+                log: &mut log,
+            };
+            queue::purge(&mut b, Instant::now())?;
+            for op in &mut batch {
+                op.apply(&mut b)?;
+            }
+            tx.commit()?;
+            Ok(())
+        })();
+        if let Err(e) = &result {
+            tracing::error!(error = %e, writes = batch.len(), "relay write batch failed; nothing in it was stored");
+            match QueueIndex::load(&self.conn) {
+                Ok(fresh) => *index = fresh,
+                Err(e) => {
+                    tracing::error!(error = %e, "reloading the queue index failed; the next batch tries again");
+                    self.stale = true;
+                }
+            }
+        }
+        drop(index);
+        if result.is_ok()
+            && !log.is_empty()
+            && let Some(listen) = self.listener.get()
+        {
+            listen(log);
+        }
+        for op in batch {
+            op.finish(result.as_ref().map(|_| ()));
+        }
+    }
+}
+
+/// Checkpoints the WAL every so often (PASSIVE: never waits for writers or readers) until the
+/// storage is dropped. When it copied every frame it saw, it asks the writer to finish.
+fn checkpoint_loop(conn: Connection, alive: Weak<()>, finish: Arc<AtomicBool>) {
+    while alive.upgrade().is_some() {
+        thread::sleep(CHECKPOINT_EVERY);
+        match conn.query_row("PRAGMA wal_checkpoint(PASSIVE)", [], |r| {
+            Ok((r.get::<_, i64>(1)?, r.get::<_, i64>(2)?))
+        }) {
+            Ok((frames, copied)) if frames > 0 && copied == frames => {
+                finish.store(true, Ordering::Release);
+            }
+            Ok(_) => {}
+            Err(e) => tracing::warn!(error = %e, "WAL checkpoint failed; will retry"),
+        }
+    }
+}
