@@ -161,22 +161,58 @@ pub struct KeyWrapHead<'a> {
 impl EnvelopeHead<'_> {
     /// The copy a relay stores for one recipient, serialized: the same sealed parts, only
     /// that key. `None` when the envelope has no key for `to`.
+    ///
+    /// Written directly, in [`SealedEnvelope`]'s field order, because this runs for every
+    /// copy the relay stores: serde's writer escaped the bulk byte by byte and grew its
+    /// buffer as it went. The tests hold it to [`SealedEnvelope::to_bytes`].
     pub fn copy_for(&self, to: &Address) -> Option<Vec<u8>> {
         let key = self.keys.iter().find(|k| &k.to == to)?;
-        let copy = EnvelopeHead {
-            v: self.v,
-            id: self.id,
-            from: self.from.clone(),
-            sent_at: self.sent_at,
-            nonce: Cow::Borrowed(&self.nonce),
-            ciphertext: Cow::Borrowed(&self.ciphertext),
-            keys: vec![KeyWrapHead {
-                to: key.to.clone(),
-                enc: Cow::Borrowed(&key.enc),
-                key: Cow::Borrowed(&key.key),
-            }],
-        };
-        Some(serde_json::to_vec(&copy).expect("an envelope always serializes"))
+        let bulk = self.nonce.len() + self.ciphertext.len() + key.enc.len() + key.key.len();
+        let mut out = Vec::with_capacity(bulk + 256);
+        out.extend_from_slice(br#"{"v":"#);
+        json(&mut out, &self.v);
+        out.extend_from_slice(br#","id":"#);
+        json(&mut out, &self.id);
+        out.extend_from_slice(br#","from":"#);
+        json(&mut out, &self.from);
+        out.extend_from_slice(br#","sent_at":"#);
+        json(&mut out, &self.sent_at);
+        out.extend_from_slice(br#","nonce":"#);
+        text(&mut out, &self.nonce);
+        out.extend_from_slice(br#","ciphertext":"#);
+        text(&mut out, &self.ciphertext);
+        out.extend_from_slice(br#","keys":[{"to":"#);
+        json(&mut out, &key.to);
+        out.extend_from_slice(br#","enc":"#);
+        text(&mut out, &key.enc);
+        out.extend_from_slice(br#","key":"#);
+        text(&mut out, &key.key);
+        out.extend_from_slice(b"}]}");
+        Some(out)
+    }
+}
+
+/// Appends a value as serde_json writes it.
+fn json(out: &mut Vec<u8>, value: &impl Serialize) {
+    serde_json::to_writer(out, value).expect("envelope fields always serialize");
+}
+
+/// Appends a string field. Borrowed text came out of the frame unescaped, so it holds no
+/// quote, backslash or control character (serde_json borrows only then, and refuses raw
+/// control characters): its JSON form is the text in quotes. Owned text had escapes in the
+/// frame and is escaped again the canonical way.
+#[expect(
+    clippy::ptr_arg,
+    reason = "whether the text is borrowed is what matters here"
+)]
+fn text(out: &mut Vec<u8>, s: &Cow<'_, str>) {
+    match s {
+        Cow::Borrowed(raw) => {
+            out.push(b'"');
+            out.extend_from_slice(raw.as_bytes());
+            out.push(b'"');
+        }
+        Cow::Owned(s) => json(out, s),
     }
 }
 

@@ -2,6 +2,7 @@
 //! reading while a slow socket drains. A client that stops reading is disconnected, never
 //! allowed to stall the relay or grow its memory without bound.
 
+use std::fmt::Write;
 use std::time::Duration;
 
 use axum::extract::ws::{CloseFrame, Message, WebSocket};
@@ -57,9 +58,12 @@ pub fn error_frame(
 /// Writes a delivery without re-parsing the stored envelope: the relay never decodes mail.
 pub fn deliver_frame(seq: Seq, envelope: &[u8]) -> Option<String> {
     let envelope = std::str::from_utf8(envelope).ok()?;
-    Some(format!(
-        r#"{{"type":"deliver","seq":{seq},"envelope":{envelope}}}"#
-    ))
+    // Sized once: one delivery is one allocation and one copy of the envelope.
+    let mut frame = String::with_capacity(envelope.len() + 64);
+    write!(frame, r#"{{"type":"deliver","seq":{seq},"envelope":"#).ok()?;
+    frame.push_str(envelope);
+    frame.push('}');
+    Some(frame)
 }
 
 fn text(frame: &ServerFrame) -> Message {

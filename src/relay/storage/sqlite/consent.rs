@@ -32,25 +32,53 @@ pub(super) fn register(
     })
 }
 
-/// Whether `recipient` accepts mail from `sender`: blocks always refuse; contacts pass unless
-/// the recipient is closed; anyone else passes only an open policy.
-pub(super) fn allows(
-    tx: &rusqlite::Transaction<'_>,
-    sender: &AgentName,
-    recipient: &AgentName,
-    default: Policy,
-) -> Result<bool, StorageError> {
-    let (policy, kind): (Option<String>, Option<String>) = tx
-        .prepare_cached("SELECT a.policy, (SELECT kind FROM relations WHERE owner = a.name AND peer = ?2) FROM agents a WHERE a.name = ?1")?
-        .query_row([recipient.as_str(), sender.as_str()], |r| Ok((r.get(0)?, r.get(1)?)))
-        .optional()?
-        .unwrap_or((None, None));
-    let policy = policy.and_then(|p| p.parse().ok()).unwrap_or(default);
-    Ok(match kind.as_deref() {
-        Some("blocked") => false,
-        Some("contact") => policy != Policy::Closed,
-        _ => policy == Policy::Open,
-    })
+/// What decides whether `recipient` takes mail from `sender`: the recipient's own policy
+/// (if it set one) and how it relates to the sender.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(super) struct Rule {
+    policy: Option<Policy>,
+    relation: Relation,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Relation {
+    None,
+    Contact,
+    Blocked,
+}
+
+impl Rule {
+    /// Reads the rule for mail from `sender` to `recipient`.
+    pub(super) fn read(
+        tx: &rusqlite::Transaction<'_>,
+        sender: &AgentName,
+        recipient: &AgentName,
+    ) -> Result<Self, StorageError> {
+        let (policy, kind): (Option<String>, Option<String>) = tx
+            .prepare_cached("SELECT a.policy, (SELECT kind FROM relations WHERE owner = a.name AND peer = ?2) FROM agents a WHERE a.name = ?1")?
+            .query_row([recipient.as_str(), sender.as_str()], |r| Ok((r.get(0)?, r.get(1)?)))
+            .optional()?
+            .unwrap_or((None, None));
+        Ok(Self {
+            policy: policy.and_then(|p| p.parse().ok()),
+            relation: match kind.as_deref() {
+                Some("blocked") => Relation::Blocked,
+                Some("contact") => Relation::Contact,
+                _ => Relation::None,
+            },
+        })
+    }
+
+    /// Blocks always refuse; contacts pass unless the recipient is closed; anyone else passes
+    /// only an open policy (the recipient's, else `default`).
+    pub(super) fn allows(self, default: Policy) -> bool {
+        let policy = self.policy.unwrap_or(default);
+        match self.relation {
+            Relation::Blocked => false,
+            Relation::Contact => policy != Policy::Closed,
+            Relation::None => policy == Policy::Open,
+        }
+    }
 }
 
 fn relation(

@@ -234,7 +234,11 @@ impl Storage for SqliteStorage {
     }
 
     async fn consent(&self, change: ConsentChange) -> Result<ConsentOutcome, StorageError> {
-        self.write(move |tx| consent::consent(tx, &change)).await
+        self.enqueue(move |b| {
+            b.index.forget_rules();
+            consent::consent(b.tx, &change)
+        })
+        .await
     }
 
     async fn consent_state(

@@ -14,8 +14,9 @@ use std::time::{Duration, Instant};
 
 use rusqlite::{Connection, OptionalExtension, params};
 
+use super::consent::Rule;
+use super::now_ms;
 use super::writer::Batch;
-use super::{consent, now_ms};
 use crate::protocol::{AgentName, MessageId, Policy, Seq};
 use crate::relay::storage::{Accepted, Committed, Copy, Queued, Quota, StorageError};
 
@@ -66,7 +67,14 @@ pub(super) struct QueueIndex {
     last_purge: Option<Instant>,
     /// The last purge stopped at [`PURGE_ROWS`]: the next batch goes on at once.
     behind: bool,
+    /// Consent rules read for sends, by (sender, recipient). Every consent change and
+    /// registration clears them (see [`QueueIndex::forget_rules`]); reading them was the
+    /// writer's one query per copy.
+    rules: HashMap<(NameId, NameId), Rule>,
 }
+
+/// Consent rules kept at most; beyond that they are forgotten and read again.
+const MAX_RULES: usize = 65_536;
 
 /// The storage's handle on the index.
 pub(super) fn lock(index: &Mutex<QueueIndex>) -> MutexGuard<'_, QueueIndex> {
@@ -91,6 +99,7 @@ impl QueueIndex {
             last_seq: 0,
             last_purge: None,
             behind: false,
+            rules: HashMap::new(),
         };
         let acked: HashMap<String, i64> = conn
             .prepare("SELECT recipient, seq FROM acked")?
@@ -255,6 +264,11 @@ impl QueueIndex {
             .collect()
     }
 
+    /// Forgets every consent rule read so far: a write is about to change them.
+    pub(super) fn forget_rules(&mut self) {
+        self.rules.clear();
+    }
+
     /// Messages waiting for `agent`.
     pub(super) fn waiting(&self, agent: &AgentName) -> u64 {
         self.find(agent).map_or(0, |m| m.rows.len() as u64)
@@ -289,8 +303,7 @@ pub(super) fn accept(b: &mut Batch<'_, '_>, op: &AcceptOp) -> Result<Accepted, S
         if b.index.stored.contains(&key) {
             continue;
         }
-        if copy.recipient != op.sender
-            && !consent::allows(b.tx, &op.sender, &copy.recipient, op.default)?
+        if copy.recipient != op.sender && !rule(b, sender, recipient, op, copy)?.allows(op.default)
         {
             return Ok(Accepted::NotAllowed(copy.recipient.clone()));
         }
@@ -335,6 +348,25 @@ pub(super) fn accept(b: &mut Batch<'_, '_>, op: &AcceptOp) -> Result<Accepted, S
         });
     }
     Ok(Accepted::Stored(recipients))
+}
+
+/// The consent rule for a copy, remembered from an earlier send or read now.
+fn rule(
+    b: &mut Batch<'_, '_>,
+    sender: NameId,
+    recipient: NameId,
+    op: &AcceptOp,
+    copy: &Copy,
+) -> Result<Rule, StorageError> {
+    if let Some(rule) = b.index.rules.get(&(sender, recipient)) {
+        return Ok(*rule);
+    }
+    let rule = Rule::read(b.tx, &op.sender, &copy.recipient)?;
+    if b.index.rules.len() >= MAX_RULES {
+        b.index.rules.clear();
+    }
+    b.index.rules.insert((sender, recipient), rule);
+    Ok(rule)
 }
 
 /// Records a cumulative ack; returns how many rows it acknowledged. The rows stay in the
