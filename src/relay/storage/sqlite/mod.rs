@@ -8,6 +8,7 @@ mod schema;
 mod writer;
 
 use std::path::Path;
+use std::sync::atomic::AtomicU64;
 use std::sync::{Arc, Mutex, OnceLock, mpsc};
 use std::time::Duration;
 
@@ -42,6 +43,8 @@ pub struct SqliteStorage {
     free_readers: Arc<tokio::sync::Semaphore>,
     /// The queue's order, totals and duplicate keys; changed only by the writer.
     index: Arc<Mutex<QueueIndex>>,
+    /// The highest sequence number on disk: readers deliver nothing above it.
+    durable: Arc<AtomicU64>,
     /// Dropped with the storage, which tells the checkpoint thread to stop.
     _alive: Arc<()>,
     /// Told about every commit's new copies, by the writer thread.
@@ -71,7 +74,9 @@ impl SqliteStorage {
         let tx = writer.transaction_with_behavior(TransactionBehavior::Immediate)?;
         let relay_id = schema::migrate(&tx)?;
         tx.commit()?;
-        let index = Arc::new(Mutex::new(QueueIndex::load(&writer)?));
+        let index = QueueIndex::load(&writer)?;
+        let durable = Arc::new(AtomicU64::new(index.last_seq()));
+        let index = Arc::new(Mutex::new(index));
         let readers = (0..READERS)
             .map(|_| open(path))
             .collect::<Result<Vec<_>, _>>()?;
@@ -84,11 +89,15 @@ impl SqliteStorage {
         writer.pragma_update(None, "journal_size_limit", WAL_KEEP_BYTES)?;
         let listener: Arc<OnceLock<CommitListener>> = Arc::new(OnceLock::new());
         let alive = Arc::new(());
+        let mut wal = path.as_os_str().to_owned();
+        wal.push("-wal");
         let writes = writer::spawn(
             writer,
             open(path)?,
+            wal.into(),
             index.clone(),
             listener.clone(),
+            durable.clone(),
             Arc::downgrade(&alive),
         )?;
         Ok(Self {
@@ -97,6 +106,7 @@ impl SqliteStorage {
             readers: Arc::new(Mutex::new(readers)),
             free_readers: Arc::new(tokio::sync::Semaphore::new(READERS)),
             index,
+            durable,
             _alive: alive,
             listener,
         })
@@ -216,8 +226,8 @@ impl Storage for SqliteStorage {
         after: Seq,
         limit: usize,
     ) -> Result<Vec<Queued>, StorageError> {
-        let index = self.index.clone();
-        self.read(move |conn| queue::pending(conn, &index, &agent, after, limit))
+        let (index, durable) = (self.index.clone(), self.durable.clone());
+        self.read(move |conn| queue::pending(conn, &index, &durable, &agent, after, limit))
             .await
     }
 

@@ -9,6 +9,7 @@
 //! was not committed. Readers hold the lock only to copy out sequence numbers.
 
 use std::collections::{HashMap, HashSet, VecDeque};
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Mutex, MutexGuard};
 use std::time::{Duration, Instant};
 
@@ -250,8 +251,14 @@ impl QueueIndex {
         seqs
     }
 
-    /// Up to `limit` sequence numbers of `agent`'s unacknowledged rows after `after`.
-    fn after(&self, agent: &AgentName, after: Seq, limit: usize) -> Vec<Seq> {
+    /// The highest sequence number assigned so far.
+    pub(super) fn last_seq(&self) -> Seq {
+        self.last_seq
+    }
+
+    /// Up to `limit` sequence numbers of `agent`'s unacknowledged rows after `after`, at most
+    /// `durable`: a row committed but not yet on disk is not delivered yet.
+    fn after(&self, agent: &AgentName, after: Seq, durable: Seq, limit: usize) -> Vec<Seq> {
         let Some(mailbox) = self.find(agent) else {
             return Vec::new();
         };
@@ -259,6 +266,7 @@ impl QueueIndex {
         mailbox
             .rows
             .range(start..)
+            .take_while(|r| r.seq <= durable)
             .take(limit)
             .map(|r| r.seq)
             .collect()
@@ -427,11 +435,12 @@ fn delete(b: &mut Batch<'_, '_>, seqs: &[Seq]) -> Result<(), StorageError> {
     Ok(())
 }
 
-/// Up to `limit` of `agent`'s unacknowledged envelopes after `after`, in order. Reads one
-/// snapshot that holds every commit the index showed.
+/// Up to `limit` of `agent`'s unacknowledged envelopes after `after`, in order, among those
+/// made durable up to `durable`. Reads one snapshot that holds every commit the index showed.
 pub(super) fn pending(
     conn: &Connection,
     index: &Mutex<QueueIndex>,
+    durable: &AtomicU64,
     agent: &AgentName,
     after: Seq,
     limit: usize,
@@ -440,7 +449,7 @@ pub(super) fn pending(
     let mut cursor = after;
     while out.len() < limit {
         let want = limit - out.len();
-        let seqs = lock(index).after(agent, cursor, want);
+        let seqs = lock(index).after(agent, cursor, durable.load(Ordering::Acquire), want);
         let Some(&last) = seqs.last() else { break };
         let tx = conn.unchecked_transaction()?;
         let mut stmt =
@@ -513,7 +522,7 @@ mod tests {
         let young = ix.store(10, 5_000, (MessageId::new(), alice, bob));
         ix.ack(alice, acked_old, Instant::now());
         assert_eq!(ix.expire(2_000), vec![old]);
-        assert_eq!(ix.after(&name("bob"), 0, 10), vec![young]);
+        assert_eq!(ix.after(&name("bob"), 0, Seq::MAX, 10), vec![young]);
         assert_eq!(ix.total_waiting(), 1);
         assert_eq!(ix.find(&name("bob")).unwrap().bytes, 10);
     }
@@ -525,7 +534,15 @@ mod tests {
         let seqs: Vec<Seq> = (0..5)
             .map(|_| ix.store(1, i64::MAX, (MessageId::new(), alice, bob)))
             .collect();
-        assert_eq!(ix.after(&name("bob"), seqs[1], 2), seqs[2..4].to_vec());
-        assert!(ix.after(&name("carol"), 0, 10).is_empty());
+        assert_eq!(
+            ix.after(&name("bob"), seqs[1], Seq::MAX, 2),
+            seqs[2..4].to_vec()
+        );
+        assert_eq!(
+            ix.after(&name("bob"), 0, seqs[2], 10),
+            seqs[..3].to_vec(),
+            "rows not yet durable wait"
+        );
+        assert!(ix.after(&name("carol"), 0, Seq::MAX, 10).is_empty());
     }
 }
