@@ -273,34 +273,6 @@ struct EnvelopeId {
     id: MessageId,
 }
 
-impl Incoming {
-    /// Reads a frame. A delivery in the form the relay writes it (`deliver_frame`: type, seq,
-    /// then the envelope, whose first fields are `v` and `id`) is read from its first hundred
-    /// bytes, so the generator spends its CPU sending rather than scanning envelopes it never
-    /// opens; anything else is parsed in full.
-    fn read(text: &str) -> anyhow::Result<Self> {
-        if let Some((seq, id)) = Self::delivery(text) {
-            return Ok(Self {
-                kind: "deliver".into(),
-                seq: Some(seq),
-                envelope: Some(EnvelopeId { id }),
-                code: None,
-                message: None,
-            });
-        }
-        Ok(serde_json::from_str(text)?)
-    }
-
-    fn delivery(text: &str) -> Option<(u64, MessageId)> {
-        let rest = text.strip_prefix(r#"{"type":"deliver","seq":"#)?;
-        let (seq, rest) = rest.split_once(',')?;
-        let rest = rest.strip_prefix(r#""envelope":{"v":"#)?;
-        let (_, rest) = rest.split_once(r#","id":""#)?;
-        let id = MessageId::parse(rest.get(..36)?).ok()?;
-        Some((seq.parse().ok()?, id))
-    }
-}
-
 /// One agent's connection: sends its envelopes (paced or flat out, at most `WINDOW` in flight)
 /// and takes delivery of what others send it, acknowledging as it goes.
 async fn drive(
@@ -345,7 +317,7 @@ async fn drive(
                     Some(Ok(WsMessage::Ping(_) | WsMessage::Pong(_))) => continue,
                     other => bail!("the relay closed the connection: {other:?}"),
                 };
-                let frame = Incoming::read(&text)?;
+                let frame: Incoming = serde_json::from_str(&text)?;
                 match (frame.kind.as_str(), frame.seq, frame.envelope) {
                     ("sent", _, _) => {
                         in_flight -= 1;
@@ -586,28 +558,5 @@ fn raise_fd_limit() {
     use nix::sys::resource::{Resource, getrlimit, setrlimit};
     if let Ok((_, hard)) = getrlimit(Resource::RLIMIT_NOFILE) {
         let _ = setrlimit(Resource::RLIMIT_NOFILE, hard, hard);
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn a_delivery_is_read_from_its_head_and_anything_else_in_full() {
-        let (alice, bob) = (agents(1, "alice").unwrap(), agents(1, "bob").unwrap());
-        let (id, send) = envelopes(&alice[0], &bob[0], 1, 10).unwrap().remove(0);
-        let (_, envelope) = send.split_once(r#""envelope":"#).unwrap();
-        let envelope = envelope.strip_suffix('}').unwrap();
-        // As the relay writes it: `{"type":"deliver","seq":N,"envelope":<canonical copy>}`.
-        let frame = format!(r#"{{"type":"deliver","seq":42,"envelope":{envelope}}}"#);
-        assert_eq!(Incoming::delivery(&frame), Some((42, id)));
-        let read = Incoming::read(&frame).unwrap();
-        assert_eq!(
-            (read.seq, read.envelope.map(|e| e.id)),
-            (Some(42), Some(id))
-        );
-        let sent = Incoming::read(r#"{"type":"sent","ref":"1","id":"x"}"#).unwrap();
-        assert_eq!(sent.kind, "sent");
     }
 }

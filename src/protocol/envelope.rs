@@ -120,9 +120,9 @@ impl SealedEnvelope {
 
 /// An envelope as a relay reads it: the routing fields parsed, the sealed parts kept as the
 /// base64 text they arrived in (borrowed from the frame when they hold no escapes). Routing
-/// mail this way never decodes or copies the bulk. Fields are in [`SealedEnvelope`]'s order,
-/// so a serialized copy is in the canonical form [`SealedEnvelope::from_bytes`] accepts.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+/// mail this way never decodes or copies the bulk; [`EnvelopeHead::copy_for`] writes each
+/// recipient's copy in the canonical form [`SealedEnvelope::from_bytes`] accepts.
+#[derive(Debug, Clone, PartialEq, Eq, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct EnvelopeHead<'a> {
     /// Format version, [`ENVELOPE_VERSION`].
@@ -145,7 +145,7 @@ pub struct EnvelopeHead<'a> {
 }
 
 /// A [`KeyWrap`] as a relay reads it.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct KeyWrapHead<'a> {
     /// The recipient this key is for.

@@ -47,7 +47,7 @@ pub struct SqliteStorage {
     durable: Arc<AtomicU64>,
     /// Dropped with the storage, which tells the checkpoint thread to stop.
     _alive: Arc<()>,
-    /// Told about every commit's new copies, by the writer thread.
+    /// Told about every commit's new copies once they are on disk, by the syncer thread.
     listener: Arc<OnceLock<CommitListener>>,
 }
 
@@ -57,7 +57,8 @@ fn open(path: &Path) -> Result<Connection, StorageError> {
     // Only takes effect on a new database (before its first table).
     conn.pragma_update(None, "page_size", PAGE_SIZE)?;
     let _: String = conn.query_row("PRAGMA journal_mode = WAL", [], |r| r.get(0))?;
-    // FULL: `sent` means the envelope survives power loss.
+    // FULL, so checkpoints flush the WAL before copying it and the database after; the writer
+    // alone commits with NORMAL and leaves the flush to the syncer (see `writer`).
     conn.pragma_update(None, "synchronous", "FULL")?;
     Ok(conn)
 }
@@ -68,7 +69,7 @@ fn now_ms() -> i64 {
 
 impl SqliteStorage {
     /// Opens (creating or migrating) the database, loads the queue index and starts the
-    /// writer thread.
+    /// writer, syncer and checkpoint threads.
     pub fn open(path: &Path) -> Result<Self, StorageError> {
         let mut writer = open(path)?;
         let tx = writer.transaction_with_behavior(TransactionBehavior::Immediate)?;

@@ -53,9 +53,15 @@ struct Mailbox {
     bytes: u64,
 }
 
+impl Mailbox {
+    fn push(&mut self, row: Row) {
+        self.rows.push_back(row);
+        self.bytes += u64::from(row.size);
+    }
+}
+
 /// The queue's in-memory index (see the module docs).
 pub(super) struct QueueIndex {
-    names: Vec<AgentName>,
     ids: HashMap<AgentName, NameId>,
     /// By [`NameId`].
     boxes: Vec<Mailbox>,
@@ -68,9 +74,9 @@ pub(super) struct QueueIndex {
     last_purge: Option<Instant>,
     /// The last purge stopped at [`PURGE_ROWS`]: the next batch goes on at once.
     behind: bool,
-    /// Consent rules read for sends, by (sender, recipient). Every consent change and
-    /// registration clears them (see [`QueueIndex::forget_rules`]); reading them was the
-    /// writer's one query per copy.
+    /// Consent rules read for sends, by (sender, recipient). Every consent change clears
+    /// them (see [`QueueIndex::forget_rules`]); reading them was the writer's one query per
+    /// copy.
     rules: HashMap<(NameId, NameId), Rule>,
 }
 
@@ -79,8 +85,7 @@ const MAX_RULES: usize = 65_536;
 
 /// The storage's handle on the index.
 pub(super) fn lock(index: &Mutex<QueueIndex>) -> MutexGuard<'_, QueueIndex> {
-    // The writer never leaves the index half-changed across a panic it survives: a failed
-    // batch reloads it.
+    // Poisoned only if the writer thread panicked, and then every write fails anyway.
     index.lock().unwrap_or_else(|e| e.into_inner())
 }
 
@@ -92,7 +97,6 @@ impl QueueIndex {
     /// Builds the index from the table: one pass in sequence order.
     pub(super) fn load(conn: &Connection) -> Result<Self, StorageError> {
         let mut index = Self {
-            names: Vec::new(),
             ids: HashMap::new(),
             boxes: Vec::new(),
             stored: HashSet::new(),
@@ -140,8 +144,7 @@ impl QueueIndex {
             if seq <= acked.get(&recipient).copied().unwrap_or(0) {
                 index.acked.push_back((now, row));
             } else {
-                index.mailbox(rid).rows.push_back(row);
-                index.mailbox(rid).bytes += u64::from(row.size);
+                index.boxes[rid as usize].push(row);
             }
         }
         Ok(index)
@@ -152,15 +155,10 @@ impl QueueIndex {
         if let Some(&id) = self.ids.get(name) {
             return id;
         }
-        let id = self.names.len() as NameId;
-        self.names.push(name.clone());
+        let id = self.boxes.len() as NameId;
         self.boxes.push(Mailbox::default());
         self.ids.insert(name.clone(), id);
         id
-    }
-
-    fn mailbox(&mut self, id: NameId) -> &mut Mailbox {
-        &mut self.boxes[id as usize]
     }
 
     /// The mailbox of a name, if it ever had mail.
@@ -177,20 +175,18 @@ impl QueueIndex {
             expires_at_ms,
             key,
         };
-        let mailbox = self.mailbox(key.2);
-        mailbox.rows.push_back(row);
-        mailbox.bytes += u64::from(size);
+        self.boxes[key.2 as usize].push(row);
         self.stored.insert(key);
         row.seq
     }
 
     /// Acknowledges the recipient's rows up to `upto`; returns how many there were.
     fn ack(&mut self, recipient: NameId, upto: Seq, now: Instant) -> u64 {
+        let mailbox = &mut self.boxes[recipient as usize];
         let mut count = 0;
-        while let Some(row) = self.boxes[recipient as usize].rows.front().copied()
+        while let Some(&row) = mailbox.rows.front()
             && row.seq <= upto
         {
-            let mailbox = self.mailbox(recipient);
             mailbox.rows.pop_front();
             mailbox.bytes -= u64::from(row.size);
             self.acked.push_back((now + PURGE_LAG, row));
@@ -311,11 +307,12 @@ pub(super) fn accept(b: &mut Batch<'_, '_>, op: &AcceptOp) -> Result<Accepted, S
         if b.index.stored.contains(&key) {
             continue;
         }
-        if copy.recipient != op.sender && !rule(b, sender, recipient, op, copy)?.allows(op.default)
+        if copy.recipient != op.sender
+            && !rule(b, (sender, &op.sender), (recipient, &copy.recipient))?.allows(op.default)
         {
             return Ok(Accepted::NotAllowed(copy.recipient.clone()));
         }
-        let mailbox = b.index.mailbox(recipient);
+        let mailbox = &b.index.boxes[recipient as usize];
         if mailbox.rows.len() as u64 + 1 > op.quota.count
             || mailbox.bytes + copy.envelope.len() as u64 > op.quota.bytes
         {
@@ -358,18 +355,17 @@ pub(super) fn accept(b: &mut Batch<'_, '_>, op: &AcceptOp) -> Result<Accepted, S
     Ok(Accepted::Stored(recipients))
 }
 
-/// The consent rule for a copy, remembered from an earlier send or read now.
+/// The consent rule for mail from `sender` to `recipient`, remembered from an earlier send or
+/// read now.
 fn rule(
     b: &mut Batch<'_, '_>,
-    sender: NameId,
-    recipient: NameId,
-    op: &AcceptOp,
-    copy: &Copy,
+    (sender, sender_name): (NameId, &AgentName),
+    (recipient, recipient_name): (NameId, &AgentName),
 ) -> Result<Rule, StorageError> {
     if let Some(rule) = b.index.rules.get(&(sender, recipient)) {
         return Ok(*rule);
     }
-    let rule = Rule::read(b.tx, &op.sender, &copy.recipient)?;
+    let rule = Rule::read(b.tx, sender_name, recipient_name)?;
     if b.index.rules.len() >= MAX_RULES {
         b.index.rules.clear();
     }
