@@ -551,6 +551,20 @@ async fn http_health_metrics_registration_and_lookup() {
         metrics.contains("mailslot_relay_accepted_total"),
         "{metrics}"
     );
+    // So do the storage's writes: registrations and the sync's writes were batched, committed
+    // and flushed.
+    for series in [
+        "mailslot_relay_storage_write_seconds_count",
+        "mailslot_relay_storage_commit_seconds_count",
+        "mailslot_relay_storage_batch_writes_count",
+        "mailslot_relay_storage_flush_seconds_count",
+    ] {
+        let count: f64 = metrics
+            .lines()
+            .find_map(|l| l.strip_prefix(series)?.trim().parse().ok())
+            .unwrap_or_else(|| panic!("no {series} in {metrics}"));
+        assert!(count > 0.0, "{series} is {count}");
+    }
 }
 
 /// A tiny HTTP/1.1 client over a TCP socket, enough for the relay's endpoints.

@@ -7,6 +7,7 @@ use prometheus_client::metrics::gauge::Gauge;
 use prometheus_client::metrics::histogram::{Histogram, exponential_buckets};
 use prometheus_client::registry::Registry;
 
+use super::storage::StorageMetrics;
 use crate::protocol::ErrorCode;
 
 /// Labels for rejections.
@@ -38,8 +39,8 @@ pub struct Metrics {
 }
 
 impl Metrics {
-    /// Registers every metric.
-    pub fn new() -> Self {
+    /// Registers every metric, the storage's among them.
+    pub fn new(storage: &StorageMetrics) -> Self {
         let mut registry = Registry::with_prefix("mailslot_relay");
         let m = Self {
             connections: Gauge::default(),
@@ -89,6 +90,7 @@ impl Metrics {
             "Time from acceptance to delivery to the recipient",
             m.delivery_latency.clone(),
         );
+        storage.register(&mut registry);
         Self { registry, ..m }
     }
 
@@ -107,11 +109,5 @@ impl Metrics {
         prometheus_client::encoding::text::encode(&mut out, &self.registry)
             .expect("writing to a String cannot fail");
         out
-    }
-}
-
-impl Default for Metrics {
-    fn default() -> Self {
-        Self::new()
     }
 }

@@ -516,7 +516,7 @@ mod tests {
     use crate::protocol::{MessageId, Policy, PublicKeys, hello_payload};
     use crate::relay::storage::{
         Accepted, CommitListener, ConsentChange, ConsentOutcome, ConsentState, Copy, Pending,
-        Queued, Quota, Registration, SqliteStorage, StorageError,
+        Queued, Quota, Registration, SqliteStorage, StorageError, StorageMetrics,
     };
     use crate::relay::{Relay, RelayConfig};
 
@@ -546,6 +546,9 @@ mod tests {
         }
         fn on_commit(&self, listener: CommitListener) {
             self.inner.on_commit(listener)
+        }
+        fn metrics(&self) -> &StorageMetrics {
+            self.inner.metrics()
         }
         async fn register(
             &self,

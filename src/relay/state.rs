@@ -39,6 +39,7 @@ pub struct RelayState<S> {
 impl<S: Storage> RelayState<S> {
     /// Builds the state.
     pub fn new(storage: S, config: RelayConfig, shutdown: watch::Receiver<bool>) -> Self {
+        let metrics = Metrics::new(storage.metrics());
         Self {
             send_rate: RateLimiter::new(config.send_rate, config.send_burst),
             request_rate: RateLimiter::new(
@@ -53,7 +54,7 @@ impl<S: Storage> RelayState<S> {
             storage,
             config,
             hub: Arc::default(),
-            metrics: Metrics::new(),
+            metrics,
             shutdown,
             known: Mutex::new(HashSet::new()),
         }

@@ -5,21 +5,23 @@
 mod consent;
 mod queue;
 mod schema;
+mod sync;
 mod writer;
 
 use std::path::Path;
 use std::sync::atomic::AtomicU64;
 use std::sync::{Arc, Mutex, OnceLock, mpsc};
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use rusqlite::{Connection, OptionalExtension, TransactionBehavior, params};
 use tokio::sync::oneshot;
 
 use self::queue::{AcceptOp, QueueIndex};
+use self::sync::Syncing;
 use self::writer::{Batch, Op, WriteOp};
 use super::{
     Accepted, CommitListener, ConsentChange, ConsentOutcome, ConsentState, Copy, Pending, Queued,
-    Quota, Registration, Storage, StorageError,
+    Quota, Registration, Storage, StorageError, StorageMetrics,
 };
 use crate::protocol::{AgentName, MessageId, Policy, PublicKeys, Seq};
 
@@ -47,8 +49,9 @@ pub struct SqliteStorage {
     durable: Arc<AtomicU64>,
     /// Dropped with the storage, which tells the checkpoint thread to stop.
     _alive: Arc<()>,
-    /// Told about every commit's new copies once they are on disk, by the syncer thread.
+    /// Told about every commit's new copies once they are on disk, by a syncer thread.
     listener: Arc<OnceLock<CommitListener>>,
+    metrics: StorageMetrics,
 }
 
 fn open(path: &Path) -> Result<Connection, StorageError> {
@@ -58,7 +61,7 @@ fn open(path: &Path) -> Result<Connection, StorageError> {
     conn.pragma_update(None, "page_size", PAGE_SIZE)?;
     let _: String = conn.query_row("PRAGMA journal_mode = WAL", [], |r| r.get(0))?;
     // FULL, so checkpoints flush the WAL before copying it and the database after; the writer
-    // alone commits with NORMAL and leaves the flush to the syncer (see `writer`).
+    // alone commits with NORMAL and leaves the flush to the syncers (see `sync`).
     conn.pragma_update(None, "synchronous", "FULL")?;
     Ok(conn)
 }
@@ -90,6 +93,7 @@ impl SqliteStorage {
         writer.pragma_update(None, "journal_size_limit", WAL_KEEP_BYTES)?;
         let listener: Arc<OnceLock<CommitListener>> = Arc::new(OnceLock::new());
         let alive = Arc::new(());
+        let metrics = StorageMetrics::new();
         let mut wal = path.as_os_str().to_owned();
         wal.push("-wal");
         let writes = writer::spawn(
@@ -97,8 +101,12 @@ impl SqliteStorage {
             open(path)?,
             wal.into(),
             index.clone(),
-            listener.clone(),
-            durable.clone(),
+            Arc::new(Syncing::new(
+                listener.clone(),
+                durable.clone(),
+                metrics.flush_seconds.clone(),
+            )),
+            metrics.clone(),
             Arc::downgrade(&alive),
         )?;
         Ok(Self {
@@ -110,6 +118,7 @@ impl SqliteStorage {
             durable,
             _alive: alive,
             listener,
+            metrics,
         })
     }
 
@@ -119,10 +128,14 @@ impl SqliteStorage {
         run: impl FnOnce(&mut Batch<'_, '_>) -> Result<T, StorageError> + Send + 'static,
     ) -> Pending<T> {
         let (reply, answer) = oneshot::channel();
+        let arrived = Instant::now();
         let queued = self.writes.send(Box::new(Op::new(run, reply)));
+        let latency = self.metrics.write_seconds.clone();
         Box::pin(async move {
             queued.map_err(|_| StorageError::Closed)?;
-            answer.await.map_err(|_| StorageError::Closed)?
+            let answer = answer.await.map_err(|_| StorageError::Closed)?;
+            latency.observe(arrived.elapsed().as_secs_f64());
+            answer
         })
     }
 
@@ -171,6 +184,10 @@ impl Storage for SqliteStorage {
 
     fn on_commit(&self, listener: CommitListener) {
         let _ = self.listener.set(listener);
+    }
+
+    fn metrics(&self) -> &StorageMetrics {
+        &self.metrics
     }
 
     async fn register(

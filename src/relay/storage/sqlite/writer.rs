@@ -1,18 +1,15 @@
 //! The writer thread: the one connection that writes. Writes that arrive while a batch
 //! commits go into the next batch together (group commit), and each is answered only once its
-//! batch is durable. A second thread checkpoints the WAL.
+//! batch is durable. Another thread checkpoints the WAL.
 //!
-//! Durability is a pipeline of two threads: the writer commits a batch into the WAL without
-//! waiting for the disk (`synchronous = NORMAL`) and goes on with the next batch, while the
-//! syncer makes the WAL durable (`fdatasync`) and only then answers the batch's writes,
-//! announces its copies and lets readers see them. One sync covers every batch committed
-//! before it started, and a slow disk flush no longer holds up the next batch's work.
+//! Durability is a pipeline: the writer commits a batch into the WAL without waiting for the
+//! disk (`synchronous = NORMAL`) and goes on with the next batch, while the syncers (see
+//! [`super::sync`]) make the WAL durable and only then answer the batch's writes, announce its
+//! copies and let readers see them.
 
-use std::fs::File;
-use std::os::unix::fs::MetadataExt;
 use std::path::PathBuf;
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
-use std::sync::{Arc, Mutex, OnceLock, Weak, mpsc};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex, Weak, mpsc};
 use std::thread;
 use std::time::{Duration, Instant};
 
@@ -20,8 +17,8 @@ use rusqlite::{Connection, Transaction, TransactionBehavior};
 use tokio::sync::oneshot;
 
 use super::queue::{self, QueueIndex};
-use crate::protocol::Seq;
-use crate::relay::storage::{CommitListener, Committed, StorageError};
+use super::sync::{Ended, SYNCERS, Syncing, Wal};
+use crate::relay::storage::{Committed, StorageError, StorageMetrics};
 
 /// Writes taken into one transaction at most.
 const MAX_BATCH: usize = 1024;
@@ -82,52 +79,45 @@ where
     }
 }
 
-/// Starts the writer on `conn`, the syncer on the WAL at `wal`, and the checkpointer on
-/// `checkpointer`. The checkpointer stops once `alive` is gone, the writer and the syncer once
-/// every sender of the write queue is. `durable` is the highest sequence number made durable.
+/// Starts the writer on `conn`, the syncers (sharing `syncing`) on the WAL at `wal`, and the
+/// checkpointer on `checkpointer`. The checkpointer stops once `alive` is gone, the writer and
+/// the syncers once every sender of the write queue is.
 pub(super) fn spawn(
     conn: Connection,
     checkpointer: Connection,
     wal: PathBuf,
     index: Arc<Mutex<QueueIndex>>,
-    listener: Arc<OnceLock<CommitListener>>,
-    durable: Arc<AtomicU64>,
+    syncing: Arc<Syncing>,
+    metrics: StorageMetrics,
     alive: Weak<()>,
 ) -> Result<mpsc::Sender<Box<dyn WriteOp>>, StorageError> {
-    // The syncer makes commits durable; the writer's own commits only write the WAL.
+    // The syncers make commits durable; the writer's own commits only write the WAL.
     conn.pragma_update(None, "synchronous", "NORMAL")?;
     let (writes, queue) = mpsc::channel();
-    let (ended, to_sync) = mpsc::channel();
     let finish = Arc::new(AtomicBool::new(false));
     let spawn_error = |e: std::io::Error| StorageError::Database(e.to_string());
+    for _ in 0..SYNCERS {
+        let syncing = syncing.clone();
+        let wal = Wal::new(wal.clone());
+        thread::Builder::new()
+            .name("relay-sync".into())
+            .spawn(move || syncing.run(wal))
+            .map_err(spawn_error)?;
+    }
     thread::Builder::new()
         .name("relay-writer".into())
         .spawn({
             let finish = finish.clone();
-            let index = index.clone();
             move || {
                 Writer {
                     conn,
                     index,
-                    ended,
+                    syncing,
+                    metrics,
                     stale: false,
                 }
                 .run(queue, finish)
             }
-        })
-        .map_err(spawn_error)?;
-    thread::Builder::new()
-        .name("relay-sync".into())
-        .spawn(move || {
-            Syncer {
-                wal: Wal {
-                    path: wal,
-                    file: None,
-                },
-                listener,
-                durable,
-            }
-            .run(to_sync)
         })
         .map_err(spawn_error)?;
     thread::Builder::new()
@@ -137,19 +127,11 @@ pub(super) fn spawn(
     Ok(writes)
 }
 
-/// A batch whose transaction ended, on its way to the syncer.
-struct Ended {
-    ops: Vec<Box<dyn WriteOp>>,
-    log: Vec<Committed>,
-    result: Result<(), StorageError>,
-    /// The highest sequence number assigned when the batch committed.
-    last_seq: Seq,
-}
-
 struct Writer {
     conn: Connection,
     index: Arc<Mutex<QueueIndex>>,
-    ended: mpsc::Sender<Ended>,
+    syncing: Arc<Syncing>,
+    metrics: StorageMetrics,
     /// A failed batch left the index unlike the table and reloading it failed too.
     stale: bool,
 }
@@ -164,27 +146,40 @@ impl Writer {
                     Err(_) => break,
                 }
             }
-            if self.commit(batch).is_err() {
-                return;
-            }
+            self.commit(batch);
             // Under steady load new frames arrive during every background checkpoint, so it
             // never catches up and the WAL only grows (385 MB after 20,000 messages). Between
             // batches the writer copies the few frames left; its next transaction then
             // restarts the WAL.
-            if finish.swap(false, Ordering::AcqRel)
-                && let Err(e) =
+            if finish.swap(false, Ordering::AcqRel) {
+                let started = Instant::now();
+                if let Err(e) =
                     self.conn
                         .query_row("PRAGMA wal_checkpoint(PASSIVE)", [], |_| Ok(()))
-            {
-                tracing::warn!(error = %e, "WAL checkpoint failed; will retry");
+                {
+                    tracing::warn!(error = %e, "WAL checkpoint failed; will retry");
+                }
+                self.metrics
+                    .log_restart_seconds
+                    .observe(started.elapsed().as_secs_f64());
             }
         }
+        self.syncing.close();
     }
 
-    /// Applies a batch in one transaction and hands it to the syncer, which answers its
+    /// Applies a batch in one transaction and hands it to the syncers, which answer its
     /// writes. If the transaction fails, every write in it gets the error, nothing in it was
-    /// stored, and the index is reloaded from the table. `Err` when the syncer is gone.
-    fn commit(&mut self, mut batch: Vec<Box<dyn WriteOp>>) -> Result<(), ()> {
+    /// stored, and the index is reloaded from the table. Once a flush has failed, the batch is
+    /// refused without a transaction (see [`super::sync`]).
+    fn commit(&mut self, mut batch: Vec<Box<dyn WriteOp>>) {
+        if let Some(refused) = self.syncing.failure() {
+            for op in batch {
+                op.finish(Err(&refused));
+            }
+            return;
+        }
+        let started = Instant::now();
+        self.metrics.batch_writes.observe(batch.len() as f64);
         let mut log = Vec::new();
         // Held through the commit: readers never see the index ahead of the table.
         let mut index = queue::lock(&self.index);
@@ -221,80 +216,15 @@ impl Writer {
         }
         let last_seq = index.last_seq();
         drop(index);
-        self.ended
-            .send(Ended {
-                ops: batch,
-                log,
-                result,
-                last_seq,
-            })
-            .map_err(|_| ())
-    }
-}
-
-/// The WAL file, opened for syncing only.
-struct Wal {
-    path: PathBuf,
-    file: Option<File>,
-}
-
-impl Wal {
-    /// Flushes the WAL to the disk. The file is opened on first use, and again if SQLite
-    /// replaced it: a sync through a stale handle would flush nothing that matters.
-    fn sync(&mut self) -> std::io::Result<()> {
-        let current = std::fs::metadata(&self.path)?.ino();
-        if self
-            .file
-            .as_ref()
-            .is_none_or(|f| f.metadata().is_ok_and(|m| m.ino() != current))
-        {
-            self.file = Some(File::open(&self.path)?);
-        }
-        match &self.file {
-            Some(file) => file.sync_data(),
-            None => Ok(()),
-        }
-    }
-}
-
-struct Syncer {
-    wal: Wal,
-    listener: Arc<OnceLock<CommitListener>>,
-    durable: Arc<AtomicU64>,
-}
-
-impl Syncer {
-    /// Makes ended batches durable, several at a time, then answers them in commit order.
-    fn run(mut self, ended: mpsc::Receiver<Ended>) {
-        while let Ok(first) = ended.recv() {
-            let mut batches = vec![first];
-            batches.extend(ended.try_iter());
-            let synced = if batches.iter().any(|b| b.result.is_ok()) {
-                self.wal.sync().map_err(|e| {
-                    tracing::error!(error = %e, "flushing the relay's WAL to disk failed; the writes it covers are refused");
-                    StorageError::Database(format!("flushing the WAL to disk failed: {e}"))
-                })
-            } else {
-                Ok(())
-            };
-            for batch in batches {
-                let result = match (&batch.result, &synced) {
-                    (Err(e), _) | (Ok(()), Err(e)) => Err(e),
-                    (Ok(()), Ok(())) => Ok(()),
-                };
-                if result.is_ok() {
-                    self.durable.fetch_max(batch.last_seq, Ordering::AcqRel);
-                    if !batch.log.is_empty()
-                        && let Some(listen) = self.listener.get()
-                    {
-                        listen(batch.log);
-                    }
-                }
-                for op in batch.ops {
-                    op.finish(result);
-                }
-            }
-        }
+        self.metrics
+            .commit_seconds
+            .observe(started.elapsed().as_secs_f64());
+        self.syncing.push(Ended {
+            ops: batch,
+            log,
+            result,
+            last_seq,
+        });
     }
 }
 
@@ -312,34 +242,5 @@ fn checkpoint_loop(conn: Connection, alive: Weak<()>, finish: Arc<AtomicBool>) {
             Ok(_) => {}
             Err(e) => tracing::warn!(error = %e, "WAL checkpoint failed; will retry"),
         }
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn the_wal_handle_follows_a_replaced_file() {
-        let dir = tempfile::tempdir().unwrap();
-        let path = dir.path().join("relay.db-wal");
-        std::fs::write(&path, b"first").unwrap();
-        let mut wal = Wal {
-            path: path.clone(),
-            file: None,
-        };
-        wal.sync().unwrap();
-        let ino = |f: &Option<File>| f.as_ref().unwrap().metadata().unwrap().ino();
-        let first = ino(&wal.file);
-        let replacement = dir.path().join("new");
-        std::fs::write(&replacement, b"second").unwrap();
-        std::fs::rename(&replacement, &path).unwrap();
-        wal.sync().unwrap();
-        assert_ne!(
-            ino(&wal.file),
-            first,
-            "a sync through the old handle flushes the old file"
-        );
-        assert_eq!(ino(&wal.file), std::fs::metadata(&path).unwrap().ino());
     }
 }

@@ -1,0 +1,316 @@
+//! The syncers: threads that make committed batches durable (`fdatasync` of the WAL) and only
+//! then answer their writes, announce their copies and let readers see them.
+//!
+//! Several syncers flush at once. A flush covers every batch committed before it started, so
+//! a batch is answered by the first flush that started after its commit and has finished: a
+//! flush the disk is slow with no longer holds up the batches committed after it started,
+//! which the next syncer takes at once. Answers go out in commit order, under one lock.
+//!
+//! After a failed flush the storage refuses every write until the relay restarts. Linux may
+//! have dropped the pages that failed, so a later flush that succeeds proves nothing about
+//! them, and the relay cannot tell which writes they held.
+
+use std::collections::VecDeque;
+use std::fs::File;
+use std::os::unix::fs::MetadataExt;
+use std::path::PathBuf;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Condvar, Mutex, MutexGuard, OnceLock};
+use std::time::Instant;
+
+use prometheus_client::metrics::histogram::Histogram;
+
+use super::writer::WriteOp;
+use crate::protocol::Seq;
+use crate::relay::storage::{CommitListener, Committed, StorageError};
+
+/// Syncer threads. Two already take a new flush while another waits for the disk; flushes of
+/// one file run side by side on Linux.
+pub(super) const SYNCERS: usize = 2;
+
+/// A batch whose transaction ended, waiting to be made durable and answered.
+pub(super) struct Ended {
+    pub(super) ops: Vec<Box<dyn WriteOp>>,
+    pub(super) log: Vec<Committed>,
+    pub(super) result: Result<(), StorageError>,
+    /// The highest sequence number assigned when the batch committed.
+    pub(super) last_seq: Seq,
+}
+
+/// What the writer and the syncers share.
+pub(super) struct Syncing {
+    state: Mutex<State>,
+    /// Signalled when a batch ends or the writer stops.
+    work: Condvar,
+    /// Held while answering, so that answers and announcements go out in commit order.
+    answering: Mutex<()>,
+    listener: Arc<OnceLock<CommitListener>>,
+    /// The highest sequence number made durable; readers deliver nothing above it.
+    durable: Arc<AtomicU64>,
+    flush_seconds: Histogram,
+}
+
+#[derive(Default)]
+struct State {
+    /// Ended batches not answered yet, oldest first, each with its number.
+    waiting: VecDeque<(u64, Ended)>,
+    /// The number of the last batch ended.
+    last: u64,
+    /// The last batch a flush (running or done) covers.
+    claimed: u64,
+    /// The writer has stopped: syncers stop once every batch is claimed.
+    closed: bool,
+    /// Why a flush failed, once one has.
+    failed: Option<String>,
+}
+
+fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
+    // Poisoned only if a syncer panicked in an answer; the state is still consistent.
+    m.lock().unwrap_or_else(|e| e.into_inner())
+}
+
+impl Syncing {
+    pub(super) fn new(
+        listener: Arc<OnceLock<CommitListener>>,
+        durable: Arc<AtomicU64>,
+        flush_seconds: Histogram,
+    ) -> Self {
+        Self {
+            state: Mutex::default(),
+            work: Condvar::new(),
+            answering: Mutex::new(()),
+            listener,
+            durable,
+            flush_seconds,
+        }
+    }
+
+    /// Hands over a batch the writer has ended.
+    pub(super) fn push(&self, ended: Ended) {
+        let mut state = lock(&self.state);
+        state.last += 1;
+        let number = state.last;
+        state.waiting.push_back((number, ended));
+        drop(state);
+        self.work.notify_one();
+    }
+
+    /// The writer has stopped; syncers finish what was handed over, then stop.
+    pub(super) fn close(&self) {
+        lock(&self.state).closed = true;
+        self.work.notify_all();
+    }
+
+    /// The error every write gets once a flush has failed.
+    pub(super) fn failure(&self) -> Option<StorageError> {
+        lock(&self.state).failed.as_deref().map(refusal)
+    }
+
+    /// Runs one syncer until the writer has stopped and every batch is answered.
+    pub(super) fn run(&self, mut wal: Wal) {
+        while let Some(upto) = self.claim() {
+            let started = Instant::now();
+            let flushed = wal.sync().map_err(|e| e.to_string());
+            self.flush_seconds.observe(started.elapsed().as_secs_f64());
+            self.answer(upto, flushed);
+        }
+    }
+
+    /// Waits for batches no flush covers yet; returns the last of them, now covered.
+    fn claim(&self) -> Option<u64> {
+        let mut state = lock(&self.state);
+        while state.claimed == state.last && !state.closed {
+            state = self.work.wait(state).unwrap_or_else(|e| e.into_inner());
+        }
+        if state.claimed == state.last {
+            return None;
+        }
+        state.claimed = state.last;
+        Some(state.last)
+    }
+
+    /// Answers the batches up to `upto` after a flush that started once they had ended.
+    fn answer(&self, upto: u64, flushed: Result<(), String>) {
+        let _order = lock(&self.answering);
+        let (due, failed) = {
+            let mut state = lock(&self.state);
+            if let Err(e) = flushed
+                && state.failed.is_none()
+            {
+                tracing::error!(error = %e, "flushing the relay's WAL to disk failed; the relay refuses every write until it is restarted");
+                state.failed = Some(e);
+            }
+            let mut due = Vec::new();
+            while state.waiting.front().is_some_and(|(n, _)| *n <= upto) {
+                due.extend(state.waiting.pop_front().map(|(_, batch)| batch));
+            }
+            (due, state.failed.as_deref().map(refusal))
+        };
+        for batch in due {
+            let result = match (&batch.result, &failed) {
+                (Err(e), _) | (Ok(()), Some(e)) => Err(e),
+                (Ok(()), None) => Ok(()),
+            };
+            if result.is_ok() {
+                self.durable.fetch_max(batch.last_seq, Ordering::AcqRel);
+                if !batch.log.is_empty()
+                    && let Some(listen) = self.listener.get()
+                {
+                    listen(batch.log);
+                }
+            }
+            for op in batch.ops {
+                op.finish(result);
+            }
+        }
+    }
+}
+
+fn refusal(why: &str) -> StorageError {
+    StorageError::Database(format!(
+        "flushing the WAL to disk failed ({why}); the relay refuses writes until it is restarted"
+    ))
+}
+
+/// The WAL file, opened for syncing only.
+pub(super) struct Wal {
+    path: PathBuf,
+    file: Option<File>,
+}
+
+impl Wal {
+    pub(super) fn new(path: PathBuf) -> Self {
+        Self { path, file: None }
+    }
+
+    /// Flushes the WAL to the disk. The file is opened on first use, and again if SQLite
+    /// replaced it: a sync through a stale handle would flush nothing that matters.
+    fn sync(&mut self) -> std::io::Result<()> {
+        let current = std::fs::metadata(&self.path)?.ino();
+        if self
+            .file
+            .as_ref()
+            .is_none_or(|f| f.metadata().is_ok_and(|m| m.ino() != current))
+        {
+            self.file = Some(File::open(&self.path)?);
+        }
+        match &self.file {
+            Some(file) => file.sync_data(),
+            None => Ok(()),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::relay::storage::sqlite::writer::Batch;
+    use tokio::sync::oneshot;
+
+    #[test]
+    fn the_wal_handle_follows_a_replaced_file() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("relay.db-wal");
+        std::fs::write(&path, b"first").unwrap();
+        let mut wal = Wal::new(path.clone());
+        wal.sync().unwrap();
+        let ino = |f: &Option<File>| f.as_ref().unwrap().metadata().unwrap().ino();
+        let first = ino(&wal.file);
+        let replacement = dir.path().join("new");
+        std::fs::write(&replacement, b"second").unwrap();
+        std::fs::rename(&replacement, &path).unwrap();
+        wal.sync().unwrap();
+        assert_ne!(
+            ino(&wal.file),
+            first,
+            "a sync through the old handle flushes the old file"
+        );
+        assert_eq!(ino(&wal.file), std::fs::metadata(&path).unwrap().ino());
+    }
+
+    /// A write that reports how its batch ended.
+    struct Probe(oneshot::Sender<Result<(), String>>);
+
+    impl WriteOp for Probe {
+        fn apply(&mut self, _: &mut Batch<'_, '_>) -> Result<(), StorageError> {
+            Ok(())
+        }
+
+        fn finish(self: Box<Self>, committed: Result<(), &StorageError>) {
+            let _ = self.0.send(committed.map_err(|e| e.to_string()));
+        }
+    }
+
+    /// A batch of one write whose answer arrives on the returned receiver.
+    fn batch(last_seq: Seq) -> (Ended, oneshot::Receiver<Result<(), String>>) {
+        let (tx, rx) = oneshot::channel();
+        let ended = Ended {
+            ops: vec![Box::new(Probe(tx))],
+            log: Vec::new(),
+            result: Ok(()),
+            last_seq,
+        };
+        (ended, rx)
+    }
+
+    #[test]
+    fn a_flush_answers_every_batch_ended_before_it_in_order_and_a_failed_one_refuses_all_after() {
+        let durable = Arc::new(AtomicU64::new(0));
+        let syncing = Syncing::new(
+            Arc::new(OnceLock::new()),
+            durable.clone(),
+            Histogram::new([0.001]),
+        );
+        let (first, mut first_rx) = batch(1);
+        let (second, mut second_rx) = batch(2);
+        syncing.push(first);
+        let early = syncing.claim().unwrap();
+        syncing.push(second);
+        let late = syncing.claim().unwrap();
+        assert_eq!(
+            (early, late),
+            (1, 2),
+            "each flush covers what ended before it"
+        );
+        // The later flush finishes first: it covers both batches.
+        syncing.answer(late, Ok(()));
+        assert_eq!(first_rx.try_recv().unwrap(), Ok(()));
+        assert_eq!(second_rx.try_recv().unwrap(), Ok(()));
+        assert_eq!(durable.load(Ordering::Acquire), 2);
+        syncing.answer(early, Ok(()));
+
+        let (third, mut third_rx) = batch(3);
+        syncing.push(third);
+        let upto = syncing.claim().unwrap();
+        syncing.answer(upto, Err("EIO".into()));
+        let refused = third_rx.try_recv().unwrap().unwrap_err();
+        assert!(
+            refused.contains("EIO") && refused.contains("restarted"),
+            "{refused}"
+        );
+        assert_eq!(
+            durable.load(Ordering::Acquire),
+            2,
+            "nothing refused is readable"
+        );
+        assert!(
+            syncing.failure().is_some(),
+            "the writer refuses new writes too"
+        );
+
+        let (fourth, mut fourth_rx) = batch(4);
+        syncing.push(fourth);
+        let upto = syncing.claim().unwrap();
+        syncing.answer(upto, Ok(()));
+        assert!(
+            fourth_rx.try_recv().unwrap().is_err(),
+            "a later flush that succeeds does not vouch for the failed one"
+        );
+        syncing.close();
+        assert_eq!(
+            syncing.claim(),
+            None,
+            "closed and drained: the syncer stops"
+        );
+    }
+}
