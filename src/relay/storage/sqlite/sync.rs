@@ -1,10 +1,9 @@
 //! The syncers: threads that make committed batches durable (`fdatasync` of the WAL) and only
 //! then answer their writes, announce their copies and let readers see them.
 //!
-//! Several syncers flush at once. A flush covers every batch committed before it started, so
-//! a batch is answered by the first flush that started after its commit and has finished: a
-//! flush the disk is slow with no longer holds up the batches committed after it started,
-//! which the next syncer takes at once. Answers go out in commit order, under one lock.
+//! A flush covers every batch ended before it started, so a batch is answered by the first
+//! flush that started after it ended and has finished; answers go out in commit order, under
+//! one lock. The design allows several syncers flushing side by side (see [`SYNCERS`]).
 //!
 //! After a failed flush the storage refuses every write until the relay restarts. Linux may
 //! have dropped the pages that failed, so a later flush that succeeds proves nothing about
@@ -24,9 +23,9 @@ use super::writer::WriteOp;
 use crate::protocol::Seq;
 use crate::relay::storage::{CommitListener, Committed, StorageError};
 
-/// Syncer threads. Two already take a new flush while another waits for the disk; flushes of
-/// one file run side by side on Linux.
-pub(super) const SYNCERS: usize = 2;
+/// Syncer threads. One: with two flushing side by side, `bench relay` at 5,000/s had a p99 two
+/// to seven times worse in three of five paired runs on a noisy disk (docs/decisions.md).
+pub(super) const SYNCERS: usize = 1;
 
 /// A batch whose transaction ended, waiting to be made durable and answered.
 pub(super) struct Ended {
