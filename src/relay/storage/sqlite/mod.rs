@@ -49,7 +49,7 @@ pub struct SqliteStorage {
     durable: Arc<AtomicU64>,
     /// Dropped with the storage, which tells the checkpoint thread to stop.
     _alive: Arc<()>,
-    /// Told about every commit's new copies once they are on disk, by a syncer thread.
+    /// Told about every commit's new copies once they are on disk, by the syncer thread.
     listener: Arc<OnceLock<CommitListener>>,
     metrics: StorageMetrics,
 }
@@ -61,7 +61,7 @@ fn open(path: &Path) -> Result<Connection, StorageError> {
     conn.pragma_update(None, "page_size", PAGE_SIZE)?;
     let _: String = conn.query_row("PRAGMA journal_mode = WAL", [], |r| r.get(0))?;
     // FULL, so checkpoints flush the WAL before copying it and the database after; the writer
-    // alone commits with NORMAL and leaves the flush to the syncers (see `sync`).
+    // alone commits with NORMAL and leaves the flush to the syncer (see `sync`).
     conn.pragma_update(None, "synchronous", "FULL")?;
     Ok(conn)
 }

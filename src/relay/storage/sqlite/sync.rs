@@ -1,15 +1,14 @@
-//! The syncers: threads that make committed batches durable (`fdatasync` of the WAL) and only
-//! then answer their writes, announce their copies and let readers see them.
+//! The syncer: a thread that makes committed batches durable (`fdatasync` of the WAL) and only
+//! then answers their writes, announces their copies and lets readers see them.
 //!
-//! A flush covers every batch ended before it started, so a batch is answered by the first
-//! flush that started after it ended and has finished; answers go out in commit order, under
-//! one lock. The design allows several syncers flushing side by side (see [`SYNCERS`]).
+//! One flush covers every batch ended before it started, so the syncer takes all of them at
+//! once and answers them in commit order. (Two syncers flushing side by side were tried and
+//! measured worse; see docs/decisions.md, session 5.)
 //!
 //! After a failed flush the storage refuses every write until the relay restarts. Linux may
 //! have dropped the pages that failed, so a later flush that succeeds proves nothing about
 //! them, and the relay cannot tell which writes they held.
 
-use std::collections::VecDeque;
 use std::fs::File;
 use std::os::unix::fs::MetadataExt;
 use std::path::PathBuf;
@@ -23,10 +22,6 @@ use super::writer::WriteOp;
 use crate::protocol::Seq;
 use crate::relay::storage::{CommitListener, Committed, StorageError};
 
-/// Syncer threads. One: with two flushing side by side, `bench relay` at 5,000/s had a p99 two
-/// to seven times worse in three of five paired runs on a noisy disk (docs/decisions.md).
-pub(super) const SYNCERS: usize = 1;
-
 /// A batch whose transaction ended, waiting to be made durable and answered.
 pub(super) struct Ended {
     pub(super) ops: Vec<Box<dyn WriteOp>>,
@@ -36,13 +31,11 @@ pub(super) struct Ended {
     pub(super) last_seq: Seq,
 }
 
-/// What the writer and the syncers share.
+/// What the writer and the syncer share.
 pub(super) struct Syncing {
     state: Mutex<State>,
     /// Signalled when a batch ends or the writer stops.
     work: Condvar,
-    /// Held while answering, so that answers and announcements go out in commit order.
-    answering: Mutex<()>,
     listener: Arc<OnceLock<CommitListener>>,
     /// The highest sequence number made durable; readers deliver nothing above it.
     durable: Arc<AtomicU64>,
@@ -51,20 +44,16 @@ pub(super) struct Syncing {
 
 #[derive(Default)]
 struct State {
-    /// Ended batches not answered yet, oldest first, each with its number.
-    waiting: VecDeque<(u64, Ended)>,
-    /// The number of the last batch ended.
-    last: u64,
-    /// The last batch a flush (running or done) covers.
-    claimed: u64,
-    /// The writer has stopped: syncers stop once every batch is claimed.
+    /// Ended batches no flush has taken yet, oldest first.
+    waiting: Vec<Ended>,
+    /// The writer has stopped: the syncer stops once nothing waits.
     closed: bool,
     /// Why a flush failed, once one has.
     failed: Option<String>,
 }
 
-fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
-    // Poisoned only if a syncer panicked in an answer; the state is still consistent.
+fn lock(m: &Mutex<State>) -> MutexGuard<'_, State> {
+    // Poisoned only if the syncer panicked in an answer; the state is still consistent.
     m.lock().unwrap_or_else(|e| e.into_inner())
 }
 
@@ -77,7 +66,6 @@ impl Syncing {
         Self {
             state: Mutex::default(),
             work: Condvar::new(),
-            answering: Mutex::new(()),
             listener,
             durable,
             flush_seconds,
@@ -86,15 +74,11 @@ impl Syncing {
 
     /// Hands over a batch the writer has ended.
     pub(super) fn push(&self, ended: Ended) {
-        let mut state = lock(&self.state);
-        state.last += 1;
-        let number = state.last;
-        state.waiting.push_back((number, ended));
-        drop(state);
+        lock(&self.state).waiting.push(ended);
         self.work.notify_one();
     }
 
-    /// The writer has stopped; syncers finish what was handed over, then stop.
+    /// The writer has stopped; the syncer finishes what was handed over, then stops.
     pub(super) fn close(&self) {
         lock(&self.state).closed = true;
         self.work.notify_all();
@@ -105,33 +89,28 @@ impl Syncing {
         lock(&self.state).failed.as_deref().map(refusal)
     }
 
-    /// Runs one syncer until the writer has stopped and every batch is answered.
+    /// Runs the syncer until the writer has stopped and every batch is answered.
     pub(super) fn run(&self, mut wal: Wal) {
-        while let Some(upto) = self.claim() {
+        while let Some(batches) = self.take() {
             let started = Instant::now();
             let flushed = wal.sync().map_err(|e| e.to_string());
             self.flush_seconds.observe(started.elapsed().as_secs_f64());
-            self.answer(upto, flushed);
+            self.answer(batches, flushed);
         }
     }
 
-    /// Waits for batches no flush covers yet; returns the last of them, now covered.
-    fn claim(&self) -> Option<u64> {
+    /// Waits for ended batches and takes all of them; `None` once closed and drained.
+    fn take(&self) -> Option<Vec<Ended>> {
         let mut state = lock(&self.state);
-        while state.claimed == state.last && !state.closed {
+        while state.waiting.is_empty() && !state.closed {
             state = self.work.wait(state).unwrap_or_else(|e| e.into_inner());
         }
-        if state.claimed == state.last {
-            return None;
-        }
-        state.claimed = state.last;
-        Some(state.last)
+        (!state.waiting.is_empty()).then(|| std::mem::take(&mut state.waiting))
     }
 
-    /// Answers the batches up to `upto` after a flush that started once they had ended.
-    fn answer(&self, upto: u64, flushed: Result<(), String>) {
-        let _order = lock(&self.answering);
-        let (due, failed) = {
+    /// Answers `batches`, in commit order, after a flush that started once they had ended.
+    fn answer(&self, batches: Vec<Ended>, flushed: Result<(), String>) {
+        let failed = {
             let mut state = lock(&self.state);
             if let Err(e) = flushed
                 && state.failed.is_none()
@@ -139,13 +118,9 @@ impl Syncing {
                 tracing::error!(error = %e, "flushing the relay's WAL to disk failed; the relay refuses every write until it is restarted");
                 state.failed = Some(e);
             }
-            let mut due = Vec::new();
-            while state.waiting.front().is_some_and(|(n, _)| *n <= upto) {
-                due.extend(state.waiting.pop_front().map(|(_, batch)| batch));
-            }
-            (due, state.failed.as_deref().map(refusal))
+            state.failed.as_deref().map(refusal)
         };
-        for batch in due {
+        for batch in batches {
             let result = match (&batch.result, &failed) {
                 (Err(e), _) | (Ok(()), Some(e)) => Err(e),
                 (Ok(()), None) => Ok(()),
@@ -263,25 +238,22 @@ mod tests {
         let (first, mut first_rx) = batch(1);
         let (second, mut second_rx) = batch(2);
         syncing.push(first);
-        let early = syncing.claim().unwrap();
         syncing.push(second);
-        let late = syncing.claim().unwrap();
+        let both = syncing.take().unwrap();
         assert_eq!(
-            (early, late),
-            (1, 2),
-            "each flush covers what ended before it"
+            both.iter().map(|b| b.last_seq).collect::<Vec<_>>(),
+            [1, 2],
+            "one flush covers every batch ended before it, oldest first"
         );
-        // The later flush finishes first: it covers both batches.
-        syncing.answer(late, Ok(()));
+        syncing.answer(both, Ok(()));
         assert_eq!(first_rx.try_recv().unwrap(), Ok(()));
         assert_eq!(second_rx.try_recv().unwrap(), Ok(()));
         assert_eq!(durable.load(Ordering::Acquire), 2);
-        syncing.answer(early, Ok(()));
 
         let (third, mut third_rx) = batch(3);
         syncing.push(third);
-        let upto = syncing.claim().unwrap();
-        syncing.answer(upto, Err("EIO".into()));
+        let taken = syncing.take().unwrap();
+        syncing.answer(taken, Err("EIO".into()));
         let refused = third_rx.try_recv().unwrap().unwrap_err();
         assert!(
             refused.contains("EIO") && refused.contains("restarted"),
@@ -299,16 +271,15 @@ mod tests {
 
         let (fourth, mut fourth_rx) = batch(4);
         syncing.push(fourth);
-        let upto = syncing.claim().unwrap();
-        syncing.answer(upto, Ok(()));
+        let taken = syncing.take().unwrap();
+        syncing.answer(taken, Ok(()));
         assert!(
             fourth_rx.try_recv().unwrap().is_err(),
             "a later flush that succeeds does not vouch for the failed one"
         );
         syncing.close();
-        assert_eq!(
-            syncing.claim(),
-            None,
+        assert!(
+            syncing.take().is_none(),
             "closed and drained: the syncer stops"
         );
     }

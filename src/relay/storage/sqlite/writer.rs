@@ -3,9 +3,9 @@
 //! batch is durable. Another thread checkpoints the WAL.
 //!
 //! Durability is a pipeline: the writer commits a batch into the WAL without waiting for the
-//! disk (`synchronous = NORMAL`) and goes on with the next batch, while the syncers (see
-//! [`super::sync`]) make the WAL durable and only then answer the batch's writes, announce its
-//! copies and let readers see them.
+//! disk (`synchronous = NORMAL`) and goes on with the next batch, while the syncer (see
+//! [`super::sync`]) makes the WAL durable and only then answers the batch's writes, announces
+//! its copies and lets readers see them.
 
 use std::path::PathBuf;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -17,7 +17,7 @@ use rusqlite::{Connection, Transaction, TransactionBehavior};
 use tokio::sync::oneshot;
 
 use super::queue::{self, QueueIndex};
-use super::sync::{Ended, SYNCERS, Syncing, Wal};
+use super::sync::{Ended, Syncing, Wal};
 use crate::relay::storage::{Committed, StorageError, StorageMetrics};
 
 /// Writes taken into one transaction at most.
@@ -79,9 +79,9 @@ where
     }
 }
 
-/// Starts the writer on `conn`, the syncers (sharing `syncing`) on the WAL at `wal`, and the
+/// Starts the writer on `conn`, the syncer (sharing `syncing`) on the WAL at `wal`, and the
 /// checkpointer on `checkpointer`. The checkpointer stops once `alive` is gone, the writer and
-/// the syncers once every sender of the write queue is.
+/// the syncer once every sender of the write queue is.
 pub(super) fn spawn(
     conn: Connection,
     checkpointer: Connection,
@@ -91,19 +91,18 @@ pub(super) fn spawn(
     metrics: StorageMetrics,
     alive: Weak<()>,
 ) -> Result<mpsc::Sender<Box<dyn WriteOp>>, StorageError> {
-    // The syncers make commits durable; the writer's own commits only write the WAL.
+    // The syncer makes commits durable; the writer's own commits only write the WAL.
     conn.pragma_update(None, "synchronous", "NORMAL")?;
     let (writes, queue) = mpsc::channel();
     let finish = Arc::new(AtomicBool::new(false));
     let spawn_error = |e: std::io::Error| StorageError::Database(e.to_string());
-    for _ in 0..SYNCERS {
-        let syncing = syncing.clone();
-        let wal = Wal::new(wal.clone());
-        thread::Builder::new()
-            .name("relay-sync".into())
-            .spawn(move || syncing.run(wal))
-            .map_err(spawn_error)?;
-    }
+    thread::Builder::new()
+        .name("relay-sync".into())
+        .spawn({
+            let syncing = syncing.clone();
+            move || syncing.run(Wal::new(wal))
+        })
+        .map_err(spawn_error)?;
     thread::Builder::new()
         .name("relay-writer".into())
         .spawn({
@@ -167,7 +166,7 @@ impl Writer {
         self.syncing.close();
     }
 
-    /// Applies a batch in one transaction and hands it to the syncers, which answer its
+    /// Applies a batch in one transaction and hands it to the syncer, which answers its
     /// writes. If the transaction fails, every write in it gets the error, nothing in it was
     /// stored, and the index is reloaded from the table. Once a flush has failed, the batch is
     /// refused without a transaction (see [`super::sync`]).
