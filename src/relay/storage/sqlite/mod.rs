@@ -1,14 +1,17 @@
 //! The SQLite backend, the embedded default. One writer thread commits every write in
-//! batches (`writer`); reads run on a small pool of read connections. The queue keeps its
-//! order, totals and duplicate keys in memory (`queue`), so a send writes one row.
+//! batches (`writer`); reads run on a small pool of read connections. The queue's copies and
+//! acknowledgements are appended to the spool beside the database (`spool`), and its order,
+//! totals and duplicate keys are kept in memory (`queue`), so a send appends one record per
+//! copy and touches no table.
 
 mod consent;
 mod queue;
 mod schema;
+mod spool;
 mod sync;
 mod writer;
 
-use std::path::Path;
+use std::path::{Path, PathBuf};
 use std::sync::atomic::AtomicU64;
 use std::sync::{Arc, Mutex, OnceLock, mpsc};
 use std::time::{Duration, Instant};
@@ -45,6 +48,8 @@ pub struct SqliteStorage {
     free_readers: Arc<tokio::sync::Semaphore>,
     /// The queue's order, totals and duplicate keys; changed only by the writer.
     index: Arc<Mutex<QueueIndex>>,
+    /// The spool's segments, to read envelopes from.
+    files: spool::Files,
     /// The highest sequence number on disk: readers deliver nothing above it.
     durable: Arc<AtomicU64>,
     /// Dropped with the storage, which tells the checkpoint thread to stop.
@@ -66,19 +71,46 @@ fn open(path: &Path) -> Result<Connection, StorageError> {
     Ok(conn)
 }
 
+/// The spool of the database at `path`: the directory beside it, `<name>-spool`.
+fn spool_dir(path: &Path) -> PathBuf {
+    let mut dir = path.as_os_str().to_owned();
+    dir.push("-spool");
+    dir.into()
+}
+
 fn now_ms() -> i64 {
     jiff::Timestamp::now().as_millisecond()
 }
 
 impl SqliteStorage {
-    /// Opens (creating or migrating) the database, loads the queue index and starts the
-    /// writer, syncer and checkpoint threads.
+    /// Opens (creating or migrating) the database and its spool, loads the queue index and
+    /// starts the writer, syncer and checkpoint threads.
     pub fn open(path: &Path) -> Result<Self, StorageError> {
         let mut writer = open(path)?;
+        let spool_dir = spool_dir(path);
         let tx = writer.transaction_with_behavior(TransactionBehavior::Immediate)?;
-        let relay_id = schema::migrate(&tx)?;
+        let moves_queue = schema::migrate(&tx, schema::QUEUE_TABLE)? <= schema::QUEUE_TABLE;
         tx.commit()?;
-        let index = QueueIndex::load(&writer)?;
+        if moves_queue {
+            queue::move_table_to_spool(&writer, &spool_dir)?;
+        }
+        let tx = writer.transaction_with_behavior(TransactionBehavior::Immediate)?;
+        schema::migrate(&tx, schema::MIGRATIONS.len())?;
+        let relay_id = schema::relay_id(&tx)?;
+        tx.commit()?;
+        spool::remove_empty(&spool_dir)?;
+        let mut index = QueueIndex::load(&spool::scan(&spool_dir)?, now_ms());
+        let mut spool = spool::Spool::open(&spool_dir, index.last_seq(), spool::SEGMENT_BYTES)?;
+        // Segments the last run left dead go now, not at the first write's sweep: a relay
+        // started often and rarely written to would keep one per start. The flush makes the
+        // records that killed them durable first.
+        spool.sync_all()?;
+        for seg in index.dead_segments() {
+            spool.remove(seg);
+            index.removed(seg);
+        }
+        let files = spool.files();
+        let flushed = spool.flushed();
         let durable = Arc::new(AtomicU64::new(index.last_seq()));
         let index = Arc::new(Mutex::new(index));
         let readers = (0..READERS)
@@ -94,16 +126,15 @@ impl SqliteStorage {
         let listener: Arc<OnceLock<CommitListener>> = Arc::new(OnceLock::new());
         let alive = Arc::new(());
         let metrics = StorageMetrics::new();
-        let mut wal = path.as_os_str().to_owned();
-        wal.push("-wal");
         let writes = writer::spawn(
             writer,
             open(path)?,
-            wal.into(),
+            spool,
             index.clone(),
             Arc::new(Syncing::new(
                 listener.clone(),
                 durable.clone(),
+                flushed,
                 metrics.flush_seconds.clone(),
             )),
             metrics.clone(),
@@ -115,6 +146,7 @@ impl SqliteStorage {
             readers: Arc::new(Mutex::new(readers)),
             free_readers: Arc::new(tokio::sync::Semaphore::new(READERS)),
             index,
+            files,
             durable,
             _alive: alive,
             listener,
@@ -244,9 +276,13 @@ impl Storage for SqliteStorage {
         after: Seq,
         limit: usize,
     ) -> Result<Vec<Queued>, StorageError> {
-        let (index, durable) = (self.index.clone(), self.durable.clone());
-        self.read(move |conn| queue::pending(conn, &index, &durable, &agent, after, limit))
-            .await
+        let (index, files, durable) =
+            (self.index.clone(), self.files.clone(), self.durable.clone());
+        tokio::task::spawn_blocking(move || {
+            queue::pending(&index, &files, &durable, &agent, after, limit)
+        })
+        .await
+        .map_err(|_| StorageError::Closed)?
     }
 
     async fn ack(&self, agent: AgentName, upto: Seq) -> Result<u64, StorageError> {
@@ -361,6 +397,26 @@ mod tests {
             .query_row("PRAGMA page_size", [], |r| r.get(0))
             .unwrap();
         assert_eq!(size, PAGE_SIZE);
+    }
+
+    #[test]
+    fn reopening_removes_the_segments_the_last_run_left_dead() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("relay.db");
+        for _ in 0..3 {
+            drop(SqliteStorage::open(&path).unwrap());
+        }
+        let used: Vec<u32> = spool::scan(&spool_dir(&path))
+            .unwrap()
+            .iter()
+            .filter(|s| !s.records.is_empty())
+            .map(|s| s.seg)
+            .collect();
+        assert_eq!(
+            used.len(),
+            1,
+            "one segment per start would pile up: {used:?}"
+        );
     }
 
     fn name(n: &str) -> AgentName {

@@ -1,34 +1,36 @@
-//! The queue: envelopes waiting for their recipients. Rows live in the `queue` table, which
-//! has no secondary index; [`QueueIndex`], in memory, holds what indexes held before: each
-//! recipient's rows in order, the totals its quota is checked against, and the key of every
-//! stored copy for the duplicate check. Storing a copy writes its row at the end of the table
-//! and nothing else, where each index entry had been one more page rewritten per commit.
+//! The queue: envelopes waiting for their recipients. Copies and acknowledgements are records
+//! in the spool (see [`super::spool`]); [`QueueIndex`], in memory, holds each recipient's
+//! copies in order with where they are, the totals its quota is checked against, the key of
+//! every stored copy for the duplicate check, and how much of each segment is still live, so
+//! that dead segments are removed and sparse ones compacted.
 //!
 //! Only the writer changes the index, inside its batch and under the index's lock; a batch
-//! that fails makes it reload the index from the table, so the index never shows anything that
-//! was not committed. Readers hold the lock only to copy out sequence numbers.
+//! that fails makes it reload the index from the spool, so the index never shows anything that
+//! was not written. Readers hold the lock only to copy out locations.
 
-use std::collections::{HashMap, HashSet, VecDeque};
+use std::collections::{BTreeMap, HashMap, HashSet, VecDeque};
+use std::path::Path;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Mutex, MutexGuard};
 use std::time::{Duration, Instant};
 
-use rusqlite::{Connection, OptionalExtension, params};
+use rusqlite::{Connection, OptionalExtension};
 
 use super::consent::Rule;
 use super::now_ms;
+use super::spool::{self, Files, Location, Position, Scanned, ScannedSegment, Spool, StoredCopy};
 use super::writer::Batch;
 use crate::protocol::{AgentName, MessageId, Policy, Seq};
 use crate::relay::storage::{Accepted, Committed, Copy, Queued, Quota, StorageError};
 
-/// Acknowledged rows are deleted this long after their ack. By then most rows stored around
-/// them are acknowledged too, so a purge frees whole table pages in sequence order instead of
-/// rewriting a page for each row.
-const PURGE_LAG: Duration = Duration::from_secs(2);
-/// How often a batch purges, unless the last purge stopped at its limit.
-const PURGE_EVERY: Duration = Duration::from_millis(100);
-/// Rows one purge deletes at most, so that no batch carries a long one.
-const PURGE_ROWS: usize = 1024;
+/// An acknowledged copy still counts as a duplicate this long after its ack, so that a
+/// sender's retry racing the recipient's ack is not stored twice.
+const DUPLICATE_LAG: Duration = Duration::from_secs(2);
+/// How often a batch looks for segments to remove or compact.
+const SWEEP_EVERY: Duration = Duration::from_millis(100);
+/// A sealed segment this many segments behind the head, with under a quarter of it live, has
+/// its live copies moved to the head. Younger segments are left to their acks.
+const COMPACT_BEHIND: u32 = 3;
 
 /// An agent's number in the index: names are held once, not in every key.
 type NameId = u32;
@@ -37,27 +39,38 @@ type NameId = u32;
 /// recipient.
 type CopyKey = (MessageId, NameId, NameId);
 
-/// A row of the queue table, as the index knows it.
+/// A stored copy, as the index knows it.
 #[derive(Debug, Clone, Copy)]
 struct Row {
     seq: Seq,
     size: u32,
     expires_at_ms: i64,
     key: CopyKey,
+    at: Location,
 }
 
-/// One recipient's unacknowledged rows, oldest first, and their bytes.
-#[derive(Default)]
+/// One recipient: its unacknowledged copies, oldest first, and their bytes; how far it has
+/// acknowledged, and the segment holding the record that says so.
 struct Mailbox {
+    name: AgentName,
     rows: VecDeque<Row>,
     bytes: u64,
+    acked_upto: Seq,
+    ack_seg: Option<u32>,
 }
 
-impl Mailbox {
-    fn push(&mut self, row: Row) {
-        self.rows.push_back(row);
-        self.bytes += u64::from(row.size);
-    }
+/// How much of a segment still matters.
+#[derive(Debug, Default, Clone, Copy)]
+struct SegmentUse {
+    /// Unacknowledged, unexpired copies.
+    live: u32,
+    live_bytes: u64,
+    /// Recipients whose latest ack record is here.
+    acks: u32,
+    /// Dead, and waiting for a flush to cover the records that made it so.
+    retiring: bool,
+    /// Compacting it failed on a record that does not read back; it is left as it is.
+    unreadable: bool,
 }
 
 /// The queue's in-memory index (see the module docs).
@@ -65,15 +78,16 @@ pub(super) struct QueueIndex {
     ids: HashMap<AgentName, NameId>,
     /// By [`NameId`].
     boxes: Vec<Mailbox>,
-    /// The key of every row in the table.
+    /// The key of every copy that counts for the duplicate check.
     stored: HashSet<CopyKey>,
-    /// Acknowledged rows still in the table, with when they may be deleted; in ack order.
-    acked: VecDeque<(Instant, Row)>,
+    /// Acknowledged copies' keys, with when they stop counting as duplicates; in ack order.
+    acked: VecDeque<(Instant, CopyKey)>,
     /// The highest sequence number ever assigned.
     last_seq: Seq,
-    last_purge: Option<Instant>,
-    /// The last purge stopped at [`PURGE_ROWS`]: the next batch goes on at once.
-    behind: bool,
+    segments: BTreeMap<u32, SegmentUse>,
+    /// Dead segments, removed once the spool is flushed past the position.
+    retiring: Vec<(u32, Position)>,
+    last_sweep: Option<Instant>,
     /// Consent rules read for sends, by (sender, recipient). Every consent change clears
     /// them (see [`QueueIndex::forget_rules`]); reading them was the writer's one query per
     /// copy.
@@ -89,65 +103,83 @@ pub(super) fn lock(index: &Mutex<QueueIndex>) -> MutexGuard<'_, QueueIndex> {
     index.lock().unwrap_or_else(|e| e.into_inner())
 }
 
-fn corrupt(seq: i64, what: impl std::fmt::Display) -> StorageError {
-    StorageError::Database(format!("queue row {seq} is invalid: {what}"))
-}
-
 impl QueueIndex {
-    /// Builds the index from the table: one pass in sequence order.
-    pub(super) fn load(conn: &Connection) -> Result<Self, StorageError> {
-        let mut index = Self {
+    fn empty() -> Self {
+        Self {
             ids: HashMap::new(),
             boxes: Vec::new(),
             stored: HashSet::new(),
             acked: VecDeque::new(),
             last_seq: 0,
-            last_purge: None,
-            behind: false,
+            segments: BTreeMap::new(),
+            retiring: Vec::new(),
+            last_sweep: None,
             rules: HashMap::new(),
-        };
-        let acked: HashMap<String, i64> = conn
-            .prepare("SELECT recipient, seq FROM acked")?
-            .query_map([], |r| Ok((r.get(0)?, r.get(1)?)))?
-            .collect::<Result<_, _>>()?;
-        let high: Option<String> = conn
-            .query_row("SELECT value FROM meta WHERE key = 'seq_high'", [], |r| {
-                r.get(0)
-            })
-            .optional()?;
-        if let Some(high) = high {
-            index.last_seq = high.parse().map_err(|_| {
-                StorageError::Database(format!("meta seq_high {high:?} is not a number"))
-            })?;
         }
-        let now = Instant::now();
-        let mut stmt = conn.prepare(
-            "SELECT seq, recipient, sender, message_id, size, expires_at FROM queue ORDER BY seq",
-        )?;
-        let mut rows = stmt.query([])?;
-        while let Some(r) = rows.next()? {
-            let seq: i64 = r.get(0)?;
-            let recipient: String = r.get(1)?;
-            let name = |s: &str| AgentName::new(s).map_err(|e| corrupt(seq, e));
-            let rid = index.id(&name(&recipient)?);
-            let sid = index.id(&name(&r.get::<_, String>(2)?)?);
-            let id = MessageId::parse(&r.get::<_, String>(3)?).map_err(|e| corrupt(seq, e))?;
-            let size: i64 = r.get(4)?;
-            let row = Row {
-                seq: u64::try_from(seq).map_err(|e| corrupt(seq, e))?,
-                size: u32::try_from(size).map_err(|e| corrupt(seq, e))?,
-                expires_at_ms: r.get(5)?,
-                key: (id, sid, rid),
-            };
-            index.stored.insert(row.key);
-            index.last_seq = index.last_seq.max(row.seq);
-            if seq <= acked.get(&recipient).copied().unwrap_or(0) {
-                index.acked.push_back((now, row));
-            } else {
-                index.boxes[rid as usize].push(row);
+    }
+
+    /// Builds the index from the spool's records: the last record of a copy says where it
+    /// is, the highest ack per recipient which copies are done, and copies past their expiry
+    /// are left out.
+    pub(super) fn load(segments: &[ScannedSegment], now_ms: i64) -> Self {
+        let mut index = Self::empty();
+        let mut copies: BTreeMap<Seq, Row> = BTreeMap::new();
+        for segment in segments {
+            index.segments.insert(segment.seg, SegmentUse::default());
+            for record in &segment.records {
+                match record {
+                    Scanned::High(high) => index.last_seq = index.last_seq.max(*high),
+                    Scanned::Stored {
+                        at,
+                        seq,
+                        size,
+                        expires_at_ms,
+                        id,
+                        recipient,
+                        sender,
+                    } => {
+                        let key = (*id, index.id(sender), index.id(recipient));
+                        index.last_seq = index.last_seq.max(*seq);
+                        copies.insert(
+                            *seq,
+                            Row {
+                                seq: *seq,
+                                size: *size,
+                                expires_at_ms: *expires_at_ms,
+                                key,
+                                at: *at,
+                            },
+                        );
+                    }
+                    Scanned::Acked {
+                        at,
+                        recipient,
+                        upto,
+                    } => {
+                        let id = index.id(recipient);
+                        let mailbox = &mut index.boxes[id as usize];
+                        mailbox.acked_upto = mailbox.acked_upto.max(*upto);
+                        mailbox.ack_seg = Some(at.seg);
+                    }
+                }
             }
         }
-        Ok(index)
+        let now = Instant::now();
+        for row in copies.into_values() {
+            if row.expires_at_ms < now_ms {
+                continue;
+            }
+            index.stored.insert(row.key);
+            if row.seq <= index.boxes[row.key.2 as usize].acked_upto {
+                index.acked.push_back((now, row.key));
+            } else {
+                index.insert(row);
+            }
+        }
+        for seg in index.boxes.iter().filter_map(|m| m.ack_seg) {
+            index.segments.entry(seg).or_default().acks += 1;
+        }
+        index
     }
 
     /// The agent's number, given one now if it has none.
@@ -156,7 +188,13 @@ impl QueueIndex {
             return id;
         }
         let id = self.boxes.len() as NameId;
-        self.boxes.push(Mailbox::default());
+        self.boxes.push(Mailbox {
+            name: name.clone(),
+            rows: VecDeque::new(),
+            bytes: 0,
+            acked_upto: 0,
+            ack_seg: None,
+        });
         self.ids.insert(name.clone(), id);
         id
     }
@@ -166,64 +204,73 @@ impl QueueIndex {
         self.ids.get(name).map(|&id| &self.boxes[id as usize])
     }
 
-    /// Stores a row in the index; returns its new sequence number.
-    fn store(&mut self, size: u32, expires_at_ms: i64, key: CopyKey) -> Seq {
-        self.last_seq += 1;
-        let row = Row {
-            seq: self.last_seq,
-            size,
-            expires_at_ms,
-            key,
-        };
-        self.boxes[key.2 as usize].push(row);
-        self.stored.insert(key);
-        row.seq
+    /// Puts an unacknowledged copy at the end of its recipient's mailbox.
+    fn insert(&mut self, row: Row) {
+        let mailbox = &mut self.boxes[row.key.2 as usize];
+        mailbox.rows.push_back(row);
+        mailbox.bytes += u64::from(row.size);
+        self.stored.insert(row.key);
+        let used = self.segments.entry(row.at.seg).or_default();
+        used.live += 1;
+        used.live_bytes += u64::from(row.size);
     }
 
-    /// Acknowledges the recipient's rows up to `upto`; returns how many there were.
-    fn ack(&mut self, recipient: NameId, upto: Seq, now: Instant) -> u64 {
-        let mailbox = &mut self.boxes[recipient as usize];
+    /// A copy left its mailbox (acknowledged or expired): its segment holds one less.
+    fn died(&mut self, row: &Row) {
+        if let Some(used) = self.segments.get_mut(&row.at.seg) {
+            used.live = used.live.saturating_sub(1);
+            used.live_bytes = used.live_bytes.saturating_sub(u64::from(row.size));
+        }
+    }
+
+    /// Acknowledges the recipient's copies up to `upto`; returns how many there were and the
+    /// highest sequence number among them.
+    fn ack(&mut self, recipient: NameId, upto: Seq, now: Instant) -> (u64, Seq) {
         let mut count = 0;
-        while let Some(&row) = mailbox.rows.front()
+        let mut last = 0;
+        while let Some(&row) = self.boxes[recipient as usize].rows.front()
             && row.seq <= upto
         {
+            let mailbox = &mut self.boxes[recipient as usize];
             mailbox.rows.pop_front();
             mailbox.bytes -= u64::from(row.size);
-            self.acked.push_back((now + PURGE_LAG, row));
+            self.acked.push_back((now + DUPLICATE_LAG, row.key));
+            self.died(&row);
+            count += 1;
+            last = row.seq;
+        }
+        (count, last)
+    }
+
+    /// Records that the recipient's latest ack, up to `upto`, is in segment `seg`.
+    fn note_ack(&mut self, recipient: NameId, upto: Seq, seg: u32) {
+        let mailbox = &mut self.boxes[recipient as usize];
+        mailbox.acked_upto = mailbox.acked_upto.max(upto);
+        let old = mailbox.ack_seg.replace(seg);
+        if old != Some(seg) {
+            if let Some(used) = old.and_then(|s| self.segments.get_mut(&s)) {
+                used.acks = used.acks.saturating_sub(1);
+            }
+            self.segments.entry(seg).or_default().acks += 1;
+        }
+    }
+
+    /// Forgets the keys of copies acknowledged long enough ago; returns how many.
+    fn forget_acked(&mut self, now: Instant) -> usize {
+        let mut count = 0;
+        while let Some(&(at, key)) = self.acked.front()
+            && at <= now
+        {
+            self.acked.pop_front();
+            self.stored.remove(&key);
             count += 1;
         }
         count
     }
 
-    /// The acknowledged rows a batch starting `now` deletes, in sequence order (none when it
-    /// is not time yet), taken out of the index.
-    fn due(&mut self, now: Instant) -> Vec<Seq> {
-        let waited = self
-            .last_purge
-            .is_none_or(|t| now.duration_since(t) >= PURGE_EVERY);
-        if !(self.behind || waited) {
-            return Vec::new();
-        }
-        let mut seqs = Vec::new();
-        while seqs.len() < PURGE_ROWS
-            && let Some(&(at, row)) = self.acked.front()
-            && at <= now
-        {
-            self.acked.pop_front();
-            self.stored.remove(&row.key);
-            seqs.push(row.seq);
-        }
-        if !seqs.is_empty() {
-            self.last_purge = Some(now);
-            self.behind = seqs.len() == PURGE_ROWS;
-            seqs.sort_unstable();
-        }
-        seqs
-    }
-
-    /// Takes the unacknowledged rows that expired before `now_ms` out of the index; returns
-    /// their sequence numbers, in order.
-    fn expire(&mut self, now_ms: i64) -> Vec<Seq> {
+    /// Takes the unacknowledged copies that expired before `now_ms` out of the index; returns
+    /// how many.
+    fn expire(&mut self, now_ms: i64) -> u64 {
         let mut gone = Vec::new();
         for mailbox in &mut self.boxes {
             let before = gone.len();
@@ -241,10 +288,23 @@ impl QueueIndex {
         }
         for row in &gone {
             self.stored.remove(&row.key);
+            self.died(row);
         }
-        let mut seqs: Vec<Seq> = gone.iter().map(|r| r.seq).collect();
-        seqs.sort_unstable();
-        seqs
+        gone.len() as u64
+    }
+
+    /// Segments nothing in the index needs: no live copy, no recipient's latest ack.
+    pub(super) fn dead_segments(&self) -> Vec<u32> {
+        self.segments
+            .iter()
+            .filter(|(_, used)| used.live == 0 && used.acks == 0)
+            .map(|(&seg, _)| seg)
+            .collect()
+    }
+
+    /// Forgets a segment that was removed.
+    pub(super) fn removed(&mut self, seg: u32) {
+        self.segments.remove(&seg);
     }
 
     /// The highest sequence number assigned so far.
@@ -252,9 +312,15 @@ impl QueueIndex {
         self.last_seq
     }
 
-    /// Up to `limit` sequence numbers of `agent`'s unacknowledged rows after `after`, at most
-    /// `durable`: a row committed but not yet on disk is not delivered yet.
-    fn after(&self, agent: &AgentName, after: Seq, durable: Seq, limit: usize) -> Vec<Seq> {
+    /// Up to `limit` of `agent`'s unacknowledged copies after `after`, at most `durable`: a
+    /// copy written but not yet on disk is not delivered yet.
+    fn after(
+        &self,
+        agent: &AgentName,
+        after: Seq,
+        durable: Seq,
+        limit: usize,
+    ) -> Vec<(Seq, Location)> {
         let Some(mailbox) = self.find(agent) else {
             return Vec::new();
         };
@@ -264,7 +330,7 @@ impl QueueIndex {
             .range(start..)
             .take_while(|r| r.seq <= durable)
             .take(limit)
-            .map(|r| r.seq)
+            .map(|r| (r.seq, r.at))
             .collect()
     }
 
@@ -302,8 +368,8 @@ pub(super) fn accept(b: &mut Batch<'_, '_>, op: &AcceptOp) -> Result<Accepted, S
     for copy in &op.copies {
         let recipient = b.index.id(&copy.recipient);
         let key = (op.id, sender, recipient);
-        // A copy acknowledged and deleted earlier is indistinguishable from a new one; the
-        // client's store deduplicates by id, so a late re-send is still shown once.
+        // A copy acknowledged a while ago is indistinguishable from a new one; the client's
+        // store deduplicates by id, so a late re-send is still shown once.
         if b.index.stored.contains(&key) {
             continue;
         }
@@ -324,26 +390,28 @@ pub(super) fn accept(b: &mut Batch<'_, '_>, op: &AcceptOp) -> Result<Accepted, S
         return Ok(Accepted::Duplicate);
     }
     let now = now_ms();
-    let id = op.id.to_string();
-    let mut insert = b.tx.prepare_cached(
-        "INSERT INTO queue (seq, recipient, sender, message_id, envelope, size, accepted_at, expires_at)
-         VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8)",
-    )?;
     let mut recipients = Vec::with_capacity(fresh.len());
     for (copy, key) in fresh {
         let size = u32::try_from(copy.envelope.len())
             .map_err(|_| StorageError::Database("an envelope over 4 GiB".into()))?;
-        let seq = b.index.store(size, op.expires_at_ms, key);
-        insert.execute(params![
-            seq as i64,
-            copy.recipient.as_str(),
-            op.sender.as_str(),
-            id,
-            &copy.envelope[..],
+        let seq = b.index.last_seq + 1;
+        let at = b.spool.stored(&StoredCopy {
+            seq,
+            accepted_at_ms: now,
+            expires_at_ms: op.expires_at_ms,
+            id: op.id,
+            recipient: &copy.recipient,
+            sender: &op.sender,
+            envelope: &copy.envelope,
+        })?;
+        b.index.last_seq = seq;
+        b.index.insert(Row {
+            seq,
             size,
-            now,
-            op.expires_at_ms
-        ])?;
+            expires_at_ms: op.expires_at_ms,
+            key,
+            at,
+        });
         recipients.push(copy.recipient.clone());
         b.log.push(Committed {
             recipient: copy.recipient.clone(),
@@ -373,8 +441,7 @@ fn rule(
     Ok(rule)
 }
 
-/// Records a cumulative ack; returns how many rows it acknowledged. The rows stay in the
-/// table until a later purge (see [`PURGE_LAG`]).
+/// Records a cumulative ack; returns how many copies it acknowledged.
 pub(super) fn ack(
     b: &mut Batch<'_, '_>,
     agent: &AgentName,
@@ -383,162 +450,462 @@ pub(super) fn ack(
     let Some(&recipient) = b.index.ids.get(agent) else {
         return Ok(0);
     };
-    let count = b.index.ack(recipient, upto, Instant::now());
+    let (count, last) = b.index.ack(recipient, upto, Instant::now());
     if count > 0 {
-        b.tx.prepare_cached(
-            "INSERT INTO acked (recipient, seq) VALUES (?1, ?2)
-             ON CONFLICT (recipient) DO UPDATE SET seq = max(seq, excluded.seq)",
-        )?
-        .execute(params![agent.as_str(), upto as i64])?;
+        // The highest copy acknowledged, not `upto`: a number past every copy would hide
+        // the next ones after a restart.
+        let at = b.spool.acked(agent, last)?;
+        b.index.note_ack(recipient, last, at.seg);
     }
     Ok(count)
 }
 
-/// Deletes the acknowledged rows whose purge is due.
-pub(super) fn purge(b: &mut Batch<'_, '_>, now: Instant) -> Result<(), StorageError> {
-    let seqs = b.index.due(now);
-    delete(b, &seqs)
-}
-
-/// Deletes the unacknowledged rows past their TTL; returns how many.
+/// Takes the unacknowledged copies past their TTL out of the queue; returns how many. Nothing
+/// is written: a scan leaves expired copies out.
 pub(super) fn expire(b: &mut Batch<'_, '_>, now_ms: i64) -> Result<u64, StorageError> {
-    let seqs = b.index.expire(now_ms);
-    delete(b, &seqs)?;
-    Ok(seqs.len() as u64)
+    Ok(b.index.expire(now_ms))
 }
 
-/// Deletes rows by sequence number (ascending), a run of consecutive numbers per statement,
-/// and records the highest number assigned so far: a deleted number never comes back.
-fn delete(b: &mut Batch<'_, '_>, seqs: &[Seq]) -> Result<(), StorageError> {
-    if seqs.is_empty() {
+/// Each batch's housekeeping, every [`SWEEP_EVERY`]: forgets old duplicate keys, removes dead
+/// segments once a flush covers what killed them, re-appends the latest ack of recipients
+/// whose ack record is all that keeps a segment, and moves the live copies out of old sparse
+/// segments.
+pub(super) fn sweep(b: &mut Batch<'_, '_>, now: Instant) -> Result<(), StorageError> {
+    b.index.forget_acked(now);
+    if b.index
+        .last_sweep
+        .is_some_and(|t| now.duration_since(t) < SWEEP_EVERY)
+    {
         return Ok(());
     }
-    let mut stmt =
-        b.tx.prepare_cached("DELETE FROM queue WHERE seq BETWEEN ?1 AND ?2")?;
-    let mut runs = seqs.iter().copied().peekable();
-    while let Some(first) = runs.next() {
-        let mut last = first;
-        while let Some(next) = runs.next_if(|&n| n == last + 1) {
-            last = next;
-        }
-        stmt.execute(params![first as i64, last as i64])?;
+    b.index.last_sweep = Some(now);
+    let flushed = b.spool.flushed().load(Ordering::Acquire);
+    let (due, later): (Vec<_>, Vec<_>) = std::mem::take(&mut b.index.retiring)
+        .into_iter()
+        .partition(|&(_, need)| need <= flushed);
+    b.index.retiring = later;
+    for (seg, _) in due {
+        b.spool.remove(seg);
+        b.index.segments.remove(&seg);
     }
-    b.tx.prepare_cached(
-        "INSERT INTO meta (key, value) VALUES ('seq_high', ?1)
-         ON CONFLICT (key) DO UPDATE SET value = excluded.value",
-    )?
-    .execute([b.index.last_seq.to_string()])?;
+    let head = b.spool.head();
+    let sealed: Vec<(u32, SegmentUse)> = b
+        .index
+        .segments
+        .range(..head)
+        .filter(|(_, used)| !used.retiring)
+        .map(|(&seg, &used)| (seg, used))
+        .collect();
+    let mut keep_acks = Vec::new();
+    for (seg, used) in sealed {
+        if used.live == 0 && used.acks == 0 {
+            // Whatever made it dead is written by now; it goes once that is flushed.
+            let position = b.spool.position();
+            b.index.retiring.push((seg, position));
+            if let Some(used) = b.index.segments.get_mut(&seg) {
+                used.retiring = true;
+            }
+        } else if used.live == 0 {
+            keep_acks.push(seg);
+        } else if seg + COMPACT_BEHIND <= head
+            && used.live_bytes * 4 < b.spool.segment_bytes()
+            && !used.unreadable
+        {
+            compact(b, seg)?;
+        }
+    }
+    if !keep_acks.is_empty() {
+        for recipient in 0..b.index.boxes.len() {
+            let mailbox = &b.index.boxes[recipient];
+            if mailbox.ack_seg.is_some_and(|s| keep_acks.contains(&s)) {
+                let upto = mailbox.acked_upto;
+                let at = b.spool.acked(&mailbox.name.clone(), upto)?;
+                b.index.note_ack(recipient as NameId, upto, at.seg);
+            }
+        }
+    }
+    Ok(())
+}
+
+/// Moves the live copies of segment `seg` to the head, unchanged. A copy that does not read
+/// back stops the compaction and leaves the segment where it is, logged, rather than fail
+/// every batch after it; only a failed write to the head is an error.
+fn compact(b: &mut Batch<'_, '_>, seg: u32) -> Result<(), StorageError> {
+    let Some(file) = spool::file(&b.spool.files(), seg) else {
+        return Ok(());
+    };
+    for recipient in 0..b.index.boxes.len() {
+        for i in 0..b.index.boxes[recipient].rows.len() {
+            let row = b.index.boxes[recipient].rows[i];
+            if row.at.seg != seg {
+                continue;
+            }
+            let body = match spool::read_body(&file, row.at) {
+                Ok(body) => body,
+                Err(e) => {
+                    tracing::error!(error = %e, "a queued copy does not read back; its spool segment is kept as it is");
+                    b.index.segments.entry(seg).or_default().unreadable = true;
+                    return Ok(());
+                }
+            };
+            let at = b.spool.copy(&body)?;
+            b.index.died(&row);
+            let used = b.index.segments.entry(at.seg).or_default();
+            used.live += 1;
+            used.live_bytes += u64::from(row.size);
+            b.index.boxes[recipient].rows[i].at = at;
+        }
+    }
     Ok(())
 }
 
 /// Up to `limit` of `agent`'s unacknowledged envelopes after `after`, in order, among those
-/// made durable up to `durable`. Reads one snapshot that holds every commit the index showed.
+/// made durable up to `durable`.
 pub(super) fn pending(
-    conn: &Connection,
     index: &Mutex<QueueIndex>,
+    files: &Files,
     durable: &AtomicU64,
     agent: &AgentName,
     after: Seq,
     limit: usize,
 ) -> Result<Vec<Queued>, StorageError> {
-    let mut out = Vec::with_capacity(limit.min(1024));
-    let mut cursor = after;
-    while out.len() < limit {
-        let want = limit - out.len();
-        let seqs = lock(index).after(agent, cursor, durable.load(Ordering::Acquire), want);
-        let Some(&last) = seqs.last() else { break };
-        let tx = conn.unchecked_transaction()?;
-        let mut stmt =
-            tx.prepare_cached("SELECT envelope, accepted_at FROM queue WHERE seq = ?1")?;
-        for &seq in &seqs {
-            // A row that expired since the index was read is gone; the next ones follow.
-            if let Some((envelope, accepted_at_ms)) = stmt
-                .query_row([seq as i64], |r| Ok((r.get(0)?, r.get(1)?)))
-                .optional()?
-            {
-                out.push(Queued {
-                    seq,
-                    envelope,
-                    accepted_at_ms,
-                });
+    let (rows, handles) = {
+        let index = lock(index);
+        let rows = index.after(agent, after, durable.load(Ordering::Acquire), limit);
+        // Taken under the index's lock: the writer removes a segment under it too, and never
+        // one that holds a live copy.
+        let handles: HashMap<u32, _> = rows
+            .iter()
+            .filter_map(|(_, at)| spool::file(files, at.seg).map(|f| (at.seg, f)))
+            .collect();
+        (rows, handles)
+    };
+    rows.into_iter()
+        .map(|(seq, at)| {
+            let file = handles.get(&at.seg).ok_or_else(|| {
+                StorageError::Database(format!("spool segment {} of copy {seq} is gone", at.seg))
+            })?;
+            let (stored, accepted_at_ms, envelope) = spool::read_stored(file, at)?;
+            if stored != seq {
+                return Err(StorageError::Database(format!(
+                    "spool segment {} at byte {} holds copy {stored}, not {seq}",
+                    at.seg, at.offset
+                )));
             }
-        }
-        if seqs.len() < want {
-            break;
-        }
-        cursor = last;
+            Ok(Queued {
+                seq,
+                envelope,
+                accepted_at_ms,
+            })
+        })
+        .collect()
+}
+
+/// Moves the queue of a database from before the spool (schema 4) into the spool at `dir`:
+/// its unacknowledged rows, and the highest sequence number assigned. The rows stay in the
+/// table until the caller's migration drops it after this returns, so a crash in between
+/// moves them again, and the scan keeps one record per sequence number.
+pub(super) fn move_table_to_spool(conn: &Connection, dir: &Path) -> Result<(), StorageError> {
+    let high: Option<String> = conn
+        .query_row("SELECT value FROM meta WHERE key = 'seq_high'", [], |r| {
+            r.get(0)
+        })
+        .optional()?;
+    let high: Seq = match high {
+        Some(h) => h
+            .parse()
+            .map_err(|_| StorageError::Database(format!("meta seq_high {h:?} is not a number")))?,
+        None => 0,
+    };
+    let acked: HashMap<String, i64> = conn
+        .prepare("SELECT recipient, seq FROM acked")?
+        .query_map([], |r| Ok((r.get(0)?, r.get(1)?)))?
+        .collect::<Result<_, _>>()?;
+    let max: Option<i64> = conn.query_row("SELECT max(seq) FROM queue", [], |r| r.get(0))?;
+    if max.is_none() && high == 0 {
+        return Ok(());
     }
-    Ok(out)
+    let mut spool = Spool::open(
+        dir,
+        high.max(max.unwrap_or(0).max(0) as Seq),
+        spool::SEGMENT_BYTES,
+    )?;
+    let mut stmt = conn.prepare(
+        "SELECT seq, recipient, sender, message_id, envelope, accepted_at, expires_at FROM queue ORDER BY seq",
+    )?;
+    let mut rows = stmt.query([])?;
+    while let Some(r) = rows.next()? {
+        let seq: i64 = r.get(0)?;
+        let recipient: String = r.get(1)?;
+        if seq <= acked.get(&recipient).copied().unwrap_or(0) {
+            continue;
+        }
+        let corrupt =
+            |what: String| StorageError::Database(format!("queue row {seq} is invalid: {what}"));
+        let name = |s: &str| AgentName::new(s).map_err(|e| corrupt(e.to_string()));
+        let envelope: Vec<u8> = r.get(4)?;
+        spool.stored(&StoredCopy {
+            seq: Seq::try_from(seq).map_err(|e| corrupt(e.to_string()))?,
+            accepted_at_ms: r.get(5)?,
+            expires_at_ms: r.get(6)?,
+            id: MessageId::parse(&r.get::<_, String>(3)?).map_err(|e| corrupt(e.to_string()))?,
+            recipient: &name(&recipient)?,
+            sender: &name(&r.get::<_, String>(2)?)?,
+            envelope: &envelope,
+        })?;
+        spool.write()?;
+    }
+    for file in spool.take_unflushed().files {
+        file.sync_data()
+            .map_err(|e| StorageError::Database(format!("flushing the spool: {e}")))?;
+    }
+    Ok(())
 }
 
 #[cfg(test)]
 mod tests {
-    use super::*;
+    use std::sync::Arc;
 
-    fn index() -> QueueIndex {
-        let conn = Connection::open_in_memory().unwrap();
-        for sql in super::super::schema::MIGRATIONS {
-            conn.execute_batch(sql).unwrap();
-        }
-        QueueIndex::load(&conn).unwrap()
-    }
+    use super::*;
 
     fn name(n: &str) -> AgentName {
         AgentName::new(n).unwrap()
     }
 
-    #[test]
-    fn acked_rows_are_purged_after_the_lag_in_order_and_the_limit_carries_over() {
-        let mut ix = index();
-        let (alice, bob) = (ix.id(&name("alice")), ix.id(&name("bob")));
-        let seqs: Vec<Seq> = (0..PURGE_ROWS + 10)
-            .map(|_| ix.store(10, i64::MAX, (MessageId::new(), alice, bob)))
-            .collect();
-        let t0 = Instant::now();
-        assert_eq!(ix.ack(bob, seqs[PURGE_ROWS + 4], t0), PURGE_ROWS as u64 + 5);
-        assert_eq!(ix.waiting(&name("bob")), 5);
-        assert!(ix.due(t0 + PURGE_LAG / 2).is_empty(), "not old enough yet");
-        let first = ix.due(t0 + PURGE_LAG);
-        assert_eq!(first, seqs[..PURGE_ROWS].to_vec());
-        assert_eq!(
-            ix.due(t0 + PURGE_LAG + Duration::from_millis(1)),
-            seqs[PURGE_ROWS..PURGE_ROWS + 5].to_vec(),
-            "the limit stopped the first purge: the next goes on at once"
-        );
-        assert!(ix.acked.is_empty());
-        assert_eq!(ix.stored.len(), 5, "purged copies are no longer duplicates");
+    fn row(ix: &mut QueueIndex, to: NameId, from: NameId, size: u32, expires_at_ms: i64) -> Seq {
+        ix.last_seq += 1;
+        let row = Row {
+            seq: ix.last_seq,
+            size,
+            expires_at_ms,
+            key: (MessageId::new(), from, to),
+            at: Location { seg: 1, offset: 0 },
+        };
+        ix.insert(row);
+        row.seq
     }
 
     #[test]
-    fn expiry_takes_only_unacknowledged_rows_past_their_ttl() {
-        let mut ix = index();
+    fn acknowledged_copies_stay_duplicates_for_the_lag_then_are_forgotten() {
+        let mut ix = QueueIndex::empty();
         let (alice, bob) = (ix.id(&name("alice")), ix.id(&name("bob")));
-        let old = ix.store(10, 1_000, (MessageId::new(), alice, bob));
-        let acked_old = ix.store(10, 1_000, (MessageId::new(), alice, alice));
-        let young = ix.store(10, 5_000, (MessageId::new(), alice, bob));
+        let seqs: Vec<Seq> = (0..5)
+            .map(|_| row(&mut ix, bob, alice, 10, i64::MAX))
+            .collect();
+        let t0 = Instant::now();
+        assert_eq!(ix.ack(bob, seqs[2], t0), (3, seqs[2]));
+        assert_eq!(
+            ix.ack(bob, Seq::MAX, t0).1,
+            seqs[4],
+            "the highest copy, not the ack's number"
+        );
+        assert_eq!(ix.waiting(&name("bob")), 0);
+        assert_eq!(
+            ix.forget_acked(t0 + DUPLICATE_LAG / 2),
+            0,
+            "not old enough yet"
+        );
+        assert_eq!(ix.stored.len(), 5);
+        assert_eq!(ix.forget_acked(t0 + DUPLICATE_LAG), 5);
+        assert!(
+            ix.stored.is_empty(),
+            "forgotten copies are no longer duplicates"
+        );
+        assert_eq!(ix.segments[&1].live, 0);
+    }
+
+    #[test]
+    fn expiry_takes_only_unacknowledged_copies_past_their_ttl() {
+        let mut ix = QueueIndex::empty();
+        let (alice, bob) = (ix.id(&name("alice")), ix.id(&name("bob")));
+        let old = row(&mut ix, bob, alice, 10, 1_000);
+        let acked_old = row(&mut ix, alice, alice, 10, 1_000);
+        let young = row(&mut ix, bob, alice, 10, 5_000);
         ix.ack(alice, acked_old, Instant::now());
-        assert_eq!(ix.expire(2_000), vec![old]);
-        assert_eq!(ix.after(&name("bob"), 0, Seq::MAX, 10), vec![young]);
+        assert_eq!(ix.expire(2_000), 1);
+        assert_eq!(ix.after(&name("bob"), 0, Seq::MAX, 10)[0].0, young);
+        assert_ne!(old, young);
         assert_eq!(ix.total_waiting(), 1);
         assert_eq!(ix.find(&name("bob")).unwrap().bytes, 10);
+        assert_eq!(ix.segments[&1].live, 1);
     }
 
     #[test]
     fn after_reads_past_the_cursor_up_to_the_limit() {
-        let mut ix = index();
+        let mut ix = QueueIndex::empty();
         let (alice, bob) = (ix.id(&name("alice")), ix.id(&name("bob")));
         let seqs: Vec<Seq> = (0..5)
-            .map(|_| ix.store(1, i64::MAX, (MessageId::new(), alice, bob)))
+            .map(|_| row(&mut ix, bob, alice, 1, i64::MAX))
             .collect();
+        let after = |ix: &QueueIndex, cursor, durable, limit| -> Vec<Seq> {
+            ix.after(&name("bob"), cursor, durable, limit)
+                .iter()
+                .map(|r| r.0)
+                .collect()
+        };
+        assert_eq!(after(&ix, seqs[1], Seq::MAX, 2), seqs[2..4].to_vec());
         assert_eq!(
-            ix.after(&name("bob"), seqs[1], Seq::MAX, 2),
-            seqs[2..4].to_vec()
-        );
-        assert_eq!(
-            ix.after(&name("bob"), 0, seqs[2], 10),
+            after(&ix, 0, seqs[2], 10),
             seqs[..3].to_vec(),
-            "rows not yet durable wait"
+            "copies not yet durable wait"
         );
         assert!(ix.after(&name("carol"), 0, Seq::MAX, 10).is_empty());
+    }
+
+    /// A writer over a real spool with small segments, for the sweep.
+    struct Rig {
+        _dir: tempfile::TempDir,
+        dir: std::path::PathBuf,
+        conn: Connection,
+        index: QueueIndex,
+        spool: Spool,
+        now: Instant,
+    }
+
+    impl Rig {
+        fn new() -> Self {
+            let dir = tempfile::tempdir().unwrap();
+            let spool_dir = dir.path().join("spool");
+            let conn = Connection::open_in_memory().unwrap();
+            for sql in super::super::schema::MIGRATIONS {
+                conn.execute_batch(sql).unwrap();
+            }
+            Self {
+                spool: Spool::open(&spool_dir, 0, 4096).unwrap(),
+                dir: spool_dir,
+                _dir: dir,
+                conn,
+                index: QueueIndex::empty(),
+                now: Instant::now(),
+            }
+        }
+
+        /// One batch, written and flushed; the sweep runs first, as in the writer.
+        fn batch<T>(&mut self, f: impl FnOnce(&mut Batch<'_, '_>) -> T) -> T {
+            self.now += SWEEP_EVERY;
+            let tx = self.conn.transaction().unwrap();
+            let mut log = Vec::new();
+            let out = {
+                let mut b = Batch {
+                    tx: &tx,
+                    index: &mut self.index,
+                    spool: &mut self.spool,
+                    log: &mut log,
+                };
+                sweep(&mut b, self.now).unwrap();
+                f(&mut b)
+            };
+            tx.commit().unwrap();
+            self.spool.write().unwrap();
+            let end = self.spool.take_unflushed().end;
+            self.spool.flushed().store(end, Ordering::Release);
+            out
+        }
+
+        fn send(&mut self, to: &str) {
+            let op = AcceptOp {
+                sender: name("alice"),
+                id: MessageId::new(),
+                copies: vec![Copy {
+                    recipient: name(to),
+                    envelope: Arc::from(vec![7u8; 500]),
+                }],
+                quota: Quota {
+                    count: 1000,
+                    bytes: 1 << 30,
+                },
+                expires_at_ms: i64::MAX,
+                default: Policy::Open,
+            };
+            let accepted = self.batch(|b| accept(b, &op).unwrap());
+            assert!(matches!(accepted, Accepted::Stored(_)), "{accepted:?}");
+        }
+
+        fn on_disk(&self) -> Vec<u32> {
+            spool::scan(&self.dir)
+                .unwrap()
+                .iter()
+                .map(|s| s.seg)
+                .collect()
+        }
+
+        fn pending(&self, index: &QueueIndex, who: &str) -> Vec<Seq> {
+            let index = Mutex::new(QueueIndex {
+                boxes: index
+                    .boxes
+                    .iter()
+                    .map(|m| Mailbox {
+                        name: m.name.clone(),
+                        rows: m.rows.clone(),
+                        bytes: m.bytes,
+                        acked_upto: m.acked_upto,
+                        ack_seg: m.ack_seg,
+                    })
+                    .collect(),
+                ids: index.ids.clone(),
+                ..QueueIndex::empty()
+            });
+            pending(
+                &index,
+                &self.spool.files(),
+                &AtomicU64::new(Seq::MAX),
+                &name(who),
+                0,
+                100,
+            )
+            .unwrap()
+            .iter()
+            .map(|q| {
+                assert_eq!(q.envelope, vec![7u8; 500]);
+                q.seq
+            })
+            .collect()
+        }
+    }
+
+    #[test]
+    fn dead_segments_go_sparse_ones_are_compacted_and_a_scan_agrees() {
+        let mut rig = Rig::new();
+        rig.send("carol");
+        for _ in 0..40 {
+            rig.send("bob");
+        }
+        let first = rig.index.boxes[rig.index.ids[&name("carol")] as usize].rows[0]
+            .at
+            .seg;
+        let before = rig.on_disk();
+        assert!(before.len() >= 5, "small segments fill: {before:?}");
+        rig.batch(|b| ack(b, &name("bob"), Seq::MAX).unwrap());
+        // Enough batches for the head to move on and each step of the sweep to run.
+        for _ in 0..10 {
+            rig.send("dave");
+            rig.batch(|b| ack(b, &name("dave"), Seq::MAX).unwrap());
+        }
+        let after = rig.on_disk();
+        let carol = rig.index.boxes[rig.index.ids[&name("carol")] as usize].rows[0];
+        assert_ne!(
+            carol.at.seg, first,
+            "carol's copy moved out of its sparse segment"
+        );
+        assert!(
+            !after.contains(&first),
+            "the old segment is gone: {after:?}"
+        );
+        assert!(
+            after.len() < before.len(),
+            "dead segments were removed: {before:?} then {after:?}"
+        );
+        assert_eq!(rig.pending(&rig.index, "carol"), [1]);
+
+        let reloaded = QueueIndex::load(&spool::scan(&rig.dir).unwrap(), now_ms());
+        assert_eq!(reloaded.last_seq(), rig.index.last_seq());
+        assert_eq!(reloaded.waiting(&name("carol")), 1);
+        assert_eq!(
+            reloaded.waiting(&name("bob")),
+            0,
+            "bob's ack outlived its segment"
+        );
+        assert_eq!(reloaded.waiting(&name("dave")), 0);
+        assert_eq!(rig.pending(&reloaded, "carol"), [1]);
     }
 }

@@ -117,10 +117,22 @@ DROP TABLE queue;
 DROP TABLE queue_totals;
 ALTER TABLE queue_v4 RENAME TO queue;
 "#,
+    r#"
+-- The queue lives in the spool beside the database (`spool.rs`); `queue::move_table_to_spool`
+-- copied the rows still waiting, and the highest sequence number, before this runs.
+DROP TABLE queue;
+DROP TABLE acked;
+DELETE FROM meta WHERE key = 'seq_high';
+"#,
 ];
 
-/// Brings the database to this build's schema and returns the relay's id.
-pub(super) fn migrate(tx: &Transaction<'_>) -> Result<String, StorageError> {
+/// The last schema with the `queue` table: a database at or below it has its queue moved to
+/// the spool before the next migration drops the table.
+pub(super) const QUEUE_TABLE: usize = 4;
+
+/// Brings the database to schema `upto` (or leaves it where it is, if that is later); returns
+/// the schema it had.
+pub(super) fn migrate(tx: &Transaction<'_>, upto: usize) -> Result<usize, StorageError> {
     let version = tx.query_row("PRAGMA user_version", [], |r| r.get::<_, i64>(0))? as usize;
     if version > MIGRATIONS.len() {
         return Err(StorageError::Database(format!(
@@ -128,10 +140,17 @@ pub(super) fn migrate(tx: &Transaction<'_>) -> Result<String, StorageError> {
             MIGRATIONS.len()
         )));
     }
-    for sql in &MIGRATIONS[version..] {
-        tx.execute_batch(sql)?;
+    if version < upto {
+        for sql in &MIGRATIONS[version..upto] {
+            tx.execute_batch(sql)?;
+        }
+        tx.pragma_update(None, "user_version", upto as i64)?;
     }
-    tx.pragma_update(None, "user_version", MIGRATIONS.len() as i64)?;
+    Ok(version)
+}
+
+/// The relay's id, made on first use.
+pub(super) fn relay_id(tx: &Transaction<'_>) -> Result<String, StorageError> {
     let existing: Option<String> = tx
         .query_row("SELECT value FROM meta WHERE key = 'relay_id'", [], |r| {
             r.get(0)

@@ -1,5 +1,6 @@
-//! The syncer: a thread that makes committed batches durable (`fdatasync` of the WAL) and only
-//! then answers their writes, announces their copies and lets readers see them.
+//! The syncer: a thread that makes ended batches durable (`fdatasync` of the spool segments
+//! they wrote, and of the WAL when they changed a table) and only then answers their writes,
+//! announces their copies and lets readers see them.
 //!
 //! One flush covers every batch ended before it started, so the syncer takes all of them at
 //! once and answers them in commit order. (Two syncers flushing side by side were tried and
@@ -18,6 +19,7 @@ use std::time::Instant;
 
 use prometheus_client::metrics::histogram::Histogram;
 
+use super::spool::Unflushed;
 use super::writer::WriteOp;
 use crate::protocol::Seq;
 use crate::relay::storage::{CommitListener, Committed, StorageError};
@@ -29,6 +31,10 @@ pub(super) struct Ended {
     pub(super) result: Result<(), StorageError>,
     /// The highest sequence number assigned when the batch committed.
     pub(super) last_seq: Seq,
+    /// The batch changed a table: the WAL needs a flush too.
+    pub(super) wal: bool,
+    /// The spool segments it wrote.
+    pub(super) spool: Unflushed,
 }
 
 /// What the writer and the syncer share.
@@ -39,6 +45,8 @@ pub(super) struct Syncing {
     listener: Arc<OnceLock<CommitListener>>,
     /// The highest sequence number made durable; readers deliver nothing above it.
     durable: Arc<AtomicU64>,
+    /// The spool position every flush so far covers; the writer removes dead segments by it.
+    flushed: Arc<AtomicU64>,
     flush_seconds: Histogram,
 }
 
@@ -61,6 +69,7 @@ impl Syncing {
     pub(super) fn new(
         listener: Arc<OnceLock<CommitListener>>,
         durable: Arc<AtomicU64>,
+        flushed: Arc<AtomicU64>,
         flush_seconds: Histogram,
     ) -> Self {
         Self {
@@ -68,6 +77,7 @@ impl Syncing {
             work: Condvar::new(),
             listener,
             durable,
+            flushed,
             flush_seconds,
         }
     }
@@ -84,6 +94,14 @@ impl Syncing {
         self.work.notify_all();
     }
 
+    /// A write to disk failed (see the module docs): every later write is refused.
+    pub(super) fn fail(&self, why: &str) {
+        let mut state = lock(&self.state);
+        if state.failed.is_none() {
+            state.failed = Some(why.to_owned());
+        }
+    }
+
     /// The error every write gets once a flush has failed.
     pub(super) fn failure(&self) -> Option<StorageError> {
         lock(&self.state).failed.as_deref().map(refusal)
@@ -93,8 +111,13 @@ impl Syncing {
     pub(super) fn run(&self, mut wal: Wal) {
         while let Some(batches) = self.take() {
             let started = Instant::now();
-            let flushed = wal.sync().map_err(|e| e.to_string());
+            let flushed = flush(&mut wal, &batches).map_err(|e| e.to_string());
             self.flush_seconds.observe(started.elapsed().as_secs_f64());
+            if flushed.is_ok()
+                && let Some(end) = batches.iter().map(|b| b.spool.end).max()
+            {
+                self.flushed.fetch_max(end, Ordering::AcqRel);
+            }
             self.answer(batches, flushed);
         }
     }
@@ -115,7 +138,7 @@ impl Syncing {
             if let Err(e) = flushed
                 && state.failed.is_none()
             {
-                tracing::error!(error = %e, "flushing the relay's WAL to disk failed; the relay refuses every write until it is restarted");
+                tracing::error!(error = %e, "flushing the relay's storage to disk failed; the relay refuses every write until it is restarted");
                 state.failed = Some(e);
             }
             state.failed.as_deref().map(refusal)
@@ -142,8 +165,24 @@ impl Syncing {
 
 fn refusal(why: &str) -> StorageError {
     StorageError::Database(format!(
-        "flushing the WAL to disk failed ({why}); the relay refuses writes until it is restarted"
+        "writing the relay's storage to disk failed ({why}); the relay refuses writes until it is restarted"
     ))
+}
+
+/// Flushes what `batches` wrote: the WAL if one changed a table, then each spool segment
+/// once.
+fn flush(wal: &mut Wal, batches: &[Ended]) -> std::io::Result<()> {
+    if batches.iter().any(|b| b.wal) {
+        wal.sync()?;
+    }
+    let mut done: Vec<&Arc<File>> = Vec::new();
+    for file in batches.iter().flat_map(|b| &b.spool.files) {
+        if !done.iter().any(|d| Arc::ptr_eq(d, file)) {
+            file.sync_data()?;
+            done.push(file);
+        }
+    }
+    Ok(())
 }
 
 /// The WAL file, opened for syncing only.
@@ -223,6 +262,11 @@ mod tests {
             log: Vec::new(),
             result: Ok(()),
             last_seq,
+            wal: false,
+            spool: Unflushed {
+                files: Vec::new(),
+                end: 0,
+            },
         };
         (ended, rx)
     }
@@ -233,6 +277,7 @@ mod tests {
         let syncing = Syncing::new(
             Arc::new(OnceLock::new()),
             durable.clone(),
+            Arc::default(),
             Histogram::new([0.001]),
         );
         let (first, mut first_rx) = batch(1);

@@ -1,11 +1,11 @@
-//! The writer thread: the one connection that writes. Writes that arrive while a batch
-//! commits go into the next batch together (group commit), and each is answered only once its
-//! batch is durable. Another thread checkpoints the WAL.
+//! The writer thread: the one connection that writes, and the one writer of the spool. Writes
+//! that arrive while a batch commits go into the next batch together (group commit), and each
+//! is answered only once its batch is durable. Another thread checkpoints the WAL.
 //!
 //! Durability is a pipeline: the writer commits a batch into the WAL without waiting for the
-//! disk (`synchronous = NORMAL`) and goes on with the next batch, while the syncer (see
-//! [`super::sync`]) makes the WAL durable and only then answers the batch's writes, announces
-//! its copies and lets readers see them.
+//! disk (`synchronous = NORMAL`), writes its spool records, and goes on with the next batch,
+//! while the syncer (see [`super::sync`]) flushes what the batch wrote and only then answers
+//! its writes, announces its copies and lets readers see them.
 
 use std::path::PathBuf;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -17,6 +17,7 @@ use rusqlite::{Connection, Transaction, TransactionBehavior};
 use tokio::sync::oneshot;
 
 use super::queue::{self, QueueIndex};
+use super::spool::{self, Spool};
 use super::sync::{Ended, Syncing, Wal};
 use crate::relay::storage::{Committed, StorageError, StorageMetrics};
 
@@ -25,11 +26,12 @@ const MAX_BATCH: usize = 1024;
 /// How often the WAL is checkpointed.
 const CHECKPOINT_EVERY: Duration = Duration::from_millis(500);
 
-/// What a write sees of its batch: the open transaction, the queue index (changed in step
-/// with the transaction), and the log of copies the commit will announce.
+/// What a write sees of its batch: the open transaction, the queue index and the spool
+/// (changed in step with the transaction), and the log of copies the commit will announce.
 pub(super) struct Batch<'a, 'c> {
     pub(super) tx: &'a Transaction<'c>,
     pub(super) index: &'a mut QueueIndex,
+    pub(super) spool: &'a mut Spool,
     pub(super) log: &'a mut Vec<Committed>,
 }
 
@@ -79,13 +81,13 @@ where
     }
 }
 
-/// Starts the writer on `conn`, the syncer (sharing `syncing`) on the WAL at `wal`, and the
-/// checkpointer on `checkpointer`. The checkpointer stops once `alive` is gone, the writer and
+/// Starts the writer on `conn` and `spool`, the syncer (sharing `syncing`) on their WAL and
+/// segments, and the checkpointer on `checkpointer`. The checkpointer stops once `alive` is gone, the writer and
 /// the syncer once every sender of the write queue is.
 pub(super) fn spawn(
     conn: Connection,
     checkpointer: Connection,
-    wal: PathBuf,
+    spool: Spool,
     index: Arc<Mutex<QueueIndex>>,
     syncing: Arc<Syncing>,
     metrics: StorageMetrics,
@@ -93,6 +95,7 @@ pub(super) fn spawn(
 ) -> Result<mpsc::Sender<Box<dyn WriteOp>>, StorageError> {
     // The syncer makes commits durable; the writer's own commits only write the WAL.
     conn.pragma_update(None, "synchronous", "NORMAL")?;
+    let wal = PathBuf::from(format!("{}-wal", conn.path().unwrap_or_default()));
     let (writes, queue) = mpsc::channel();
     let finish = Arc::new(AtomicBool::new(false));
     let spawn_error = |e: std::io::Error| StorageError::Database(e.to_string());
@@ -110,6 +113,7 @@ pub(super) fn spawn(
             move || {
                 Writer {
                     conn,
+                    spool,
                     index,
                     syncing,
                     metrics,
@@ -128,6 +132,7 @@ pub(super) fn spawn(
 
 struct Writer {
     conn: Connection,
+    spool: Spool,
     index: Arc<Mutex<QueueIndex>>,
     syncing: Arc<Syncing>,
     metrics: StorageMetrics,
@@ -180,11 +185,13 @@ impl Writer {
         let started = Instant::now();
         self.metrics.batch_writes.observe(batch.len() as f64);
         let mut log = Vec::new();
-        // Held through the commit: readers never see the index ahead of the table.
+        let changes = self.conn.total_changes();
+        // Held through the commit and the spool write: readers never see the index ahead of
+        // what is written.
         let mut index = queue::lock(&self.index);
         let result = (|| -> Result<(), StorageError> {
             if self.stale {
-                *index = QueueIndex::load(&self.conn)?;
+                *index = reload(&self.spool)?;
                 self.stale = false;
             }
             let tx = self
@@ -193,19 +200,24 @@ impl Writer {
             let mut b = Batch {
                 tx: &tx,
                 index: &mut index,
+                spool: &mut self.spool,
                 log: &mut log,
             };
-            queue::purge(&mut b, Instant::now())?;
+            queue::sweep(&mut b, Instant::now())?;
             for op in &mut batch {
                 op.apply(&mut b)?;
             }
             tx.commit()?;
-            Ok(())
+            self.spool.write()
         })();
         if let Err(e) = &result {
-            tracing::error!(error = %e, writes = batch.len(), "relay write batch failed; nothing in it was stored");
+            tracing::error!(error = %e, writes = batch.len(), "relay write batch failed; its writes were refused");
             log.clear();
-            match QueueIndex::load(&self.conn) {
+            self.spool.discard();
+            if let Some(why) = self.spool.broken() {
+                self.syncing.fail(why);
+            }
+            match reload(&self.spool) {
                 Ok(fresh) => *index = fresh,
                 Err(e) => {
                     tracing::error!(error = %e, "reloading the queue index failed; the next batch tries again");
@@ -223,8 +235,18 @@ impl Writer {
             log,
             result,
             last_seq,
+            wal: self.conn.total_changes() != changes,
+            spool: self.spool.take_unflushed(),
         });
     }
+}
+
+/// The queue index as the spool's written records make it.
+fn reload(spool: &Spool) -> Result<QueueIndex, StorageError> {
+    Ok(QueueIndex::load(
+        &spool::scan(spool.dir())?,
+        super::now_ms(),
+    ))
 }
 
 /// Checkpoints the WAL every so often (PASSIVE: never waits for writers or readers) until the

@@ -1,0 +1,847 @@
+//! The spool: the queue's copies and acknowledgements, appended as records to segment files in
+//! a directory beside the database (`relay.db-spool/00000001.seg`, ...).
+//!
+//! A send appends its copies and nothing else, so a flush writes a few KiB where a SQLite
+//! commit rewrote several 16 KiB pages, and no WAL checkpoint ever stalls the writer for it
+//! (docs/decisions.md, "The queue lives in a spool"). The queue's index (`queue.rs`) is
+//! rebuilt from these records at open.
+//!
+//! Records are `[body length: u32][crc32 of segment number and body: u32][body]`, little
+//! endian. The next segment is prepared ahead by a thread of its own, so that records are
+//! written into blocks that already exist and `fdatasync` can skip the file system's journal
+//! (half the flush time, measured): a removed segment's file is reused under the new number
+//! (its old records fail the checksum, which covers the segment number), else a new file is
+//! filled with zeros and flushed. Reading a segment stops at the first record that is not
+//! whole, which after a crash is the part no flush covered; each open starts a new segment
+//! rather than append behind such a tail.
+
+use std::collections::HashMap;
+use std::fs::{self, File, OpenOptions};
+use std::io::{self, Write};
+use std::os::unix::fs::FileExt;
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex, MutexGuard, mpsc};
+use std::thread;
+
+use crate::protocol::{AgentName, MessageId, Seq};
+use crate::relay::storage::StorageError;
+
+/// Bytes a segment is prepared with. A record that does not fit in the rest of the current
+/// segment starts the next one; a record larger than a segment makes its segment grow.
+pub(super) const SEGMENT_BYTES: u64 = 16 << 20;
+/// Bytes before a record's body: its length and checksum.
+const HEADER: usize = 8;
+/// Removed segments kept for reuse at most; more are deleted.
+const KEEP_FOR_REUSE: usize = 2;
+/// The name prefix of a removed segment kept for reuse: not a segment, never scanned.
+const REUSE_PREFIX: &str = "reuse-";
+
+const HIGH: u8 = 1;
+const STORED: u8 = 2;
+const ACKED: u8 = 3;
+
+/// Where a record starts: its segment's number and its offset in that segment.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(super) struct Location {
+    pub(super) seg: u32,
+    pub(super) offset: u32,
+}
+
+/// Where the spool ends: ordered like the records (segment, then offset).
+pub(super) type Position = u64;
+
+fn position(seg: u32, offset: u64) -> Position {
+    (u64::from(seg) << 32) | offset.min(u64::from(u32::MAX))
+}
+
+/// A copy as the spool stores it.
+pub(super) struct StoredCopy<'a> {
+    pub(super) seq: Seq,
+    pub(super) accepted_at_ms: i64,
+    pub(super) expires_at_ms: i64,
+    pub(super) id: MessageId,
+    pub(super) recipient: &'a AgentName,
+    pub(super) sender: &'a AgentName,
+    pub(super) envelope: &'a [u8],
+}
+
+/// A record read back when the spool is scanned.
+#[derive(Debug)]
+pub(super) enum Scanned {
+    /// The highest sequence number assigned when it was written.
+    High(Seq),
+    /// A copy (its envelope stays on disk).
+    Stored {
+        at: Location,
+        seq: Seq,
+        size: u32,
+        expires_at_ms: i64,
+        id: MessageId,
+        recipient: AgentName,
+        sender: AgentName,
+    },
+    /// The recipient acknowledged every copy up to `upto`.
+    Acked {
+        at: Location,
+        recipient: AgentName,
+        upto: Seq,
+    },
+}
+
+/// One segment, as scanned.
+pub(super) struct ScannedSegment {
+    pub(super) seg: u32,
+    pub(super) records: Vec<Scanned>,
+}
+
+/// The open segments by number, shared by the writer (which adds and removes them) and the
+/// readers. Removing a segment unlinks its file; a reader that took its handle first still
+/// reads it.
+pub(super) type Files = Arc<Mutex<HashMap<u32, Arc<File>>>>;
+
+/// The handle of segment `seg`, if it is still open.
+pub(super) fn file(files: &Files, seg: u32) -> Option<Arc<File>> {
+    lock(files).get(&seg).cloned()
+}
+
+fn lock(files: &Files) -> MutexGuard<'_, HashMap<u32, Arc<File>>> {
+    // Poisoned only by a panic between an insert and a remove; the map is still whole.
+    files.lock().unwrap_or_else(|e| e.into_inner())
+}
+
+fn segment_path(dir: &Path, seg: u32) -> PathBuf {
+    dir.join(format!("{seg:08}.seg"))
+}
+
+fn io_error(what: &str, path: &Path, e: io::Error) -> StorageError {
+    StorageError::Database(format!("{what} {}: {e}", path.display()))
+}
+
+fn checksum(seg: u32, body: &[u8]) -> u32 {
+    let mut h = crc32fast::Hasher::new();
+    h.update(&seg.to_le_bytes());
+    h.update(body);
+    h.finalize()
+}
+
+/// Reads the segment numbers in `dir`, ascending; other files are left alone.
+fn segments(dir: &Path) -> Result<Vec<u32>, StorageError> {
+    let mut segs = Vec::new();
+    for entry in fs::read_dir(dir).map_err(|e| io_error("reading the spool", dir, e))? {
+        let entry = entry.map_err(|e| io_error("reading the spool", dir, e))?;
+        let name = entry.file_name();
+        if let Some(seg) = name
+            .to_str()
+            .and_then(|n| n.strip_suffix(".seg"))
+            .filter(|n| n.len() == 8)
+            .and_then(|n| n.parse().ok())
+        {
+            segs.push(seg);
+        }
+    }
+    segs.sort_unstable();
+    Ok(segs)
+}
+
+/// Removes the segments of `dir` that do not start with a whole record: prepared but never
+/// used, or never flushed.
+pub(super) fn remove_empty(dir: &Path) -> Result<(), StorageError> {
+    if !dir.exists() {
+        return Ok(());
+    }
+    for seg in segments(dir)? {
+        let path = segment_path(dir, seg);
+        // Every segment starts with its `High` record.
+        let mut first = [0u8; HEADER + 9];
+        let read = File::open(&path).and_then(|f| f.read_exact_at(&mut first, 0));
+        if read.is_err() || whole_record(seg, &first, 0).is_none() {
+            match fs::remove_file(&path) {
+                Err(e) if e.kind() != io::ErrorKind::NotFound => {
+                    return Err(io_error("removing", &path, e));
+                }
+                _ => {}
+            }
+        }
+    }
+    Ok(())
+}
+
+/// Reads every whole record of every segment in `dir`, oldest first.
+pub(super) fn scan(dir: &Path) -> Result<Vec<ScannedSegment>, StorageError> {
+    let mut out = Vec::new();
+    if !dir.exists() {
+        return Ok(out);
+    }
+    for seg in segments(dir)? {
+        let path = segment_path(dir, seg);
+        let bytes = match fs::read(&path) {
+            Ok(bytes) => bytes,
+            // A prepared segment its thread removed on the way out: it held no record.
+            Err(e) if e.kind() == io::ErrorKind::NotFound => continue,
+            Err(e) => return Err(io_error("reading", &path, e)),
+        };
+        let mut records = Vec::new();
+        let mut offset = 0;
+        while let Some((body, next)) = whole_record(seg, &bytes, offset) {
+            let at = Location {
+                seg,
+                offset: offset as u32,
+            };
+            records.push(decode(at, body).map_err(|why| {
+                StorageError::Database(format!(
+                    "{} holds an unreadable record at byte {offset} ({why}); move the spool aside to start the relay without its mail",
+                    path.display()
+                ))
+            })?);
+            offset = next;
+        }
+        out.push(ScannedSegment { seg, records });
+    }
+    Ok(out)
+}
+
+/// The body of the record at `offset` and the offset after it, if a whole record is there.
+fn whole_record(seg: u32, bytes: &[u8], offset: usize) -> Option<(&[u8], usize)> {
+    let header = bytes.get(offset..offset + HEADER)?;
+    let len = u32::from_le_bytes(header[..4].try_into().ok()?) as usize;
+    let crc = u32::from_le_bytes(header[4..].try_into().ok()?);
+    let body = bytes.get(offset + HEADER..(offset + HEADER).checked_add(len)?)?;
+    (len > 0 && checksum(seg, body) == crc).then_some((body, offset + HEADER + len))
+}
+
+/// Reads fields off the front of a record body.
+struct Fields<'a>(&'a [u8]);
+
+impl<'a> Fields<'a> {
+    fn take(&mut self, n: usize) -> Result<&'a [u8], String> {
+        if self.0.len() < n {
+            return Err("it is shorter than its fields".into());
+        }
+        let (head, rest) = self.0.split_at(n);
+        self.0 = rest;
+        Ok(head)
+    }
+
+    fn u64(&mut self) -> Result<u64, String> {
+        Ok(u64::from_le_bytes(
+            self.take(8)?.try_into().map_err(|_| "short")?,
+        ))
+    }
+
+    fn i64(&mut self) -> Result<i64, String> {
+        Ok(self.u64()? as i64)
+    }
+
+    fn text(&mut self) -> Result<&'a str, String> {
+        let len = self.take(1)?[0] as usize;
+        std::str::from_utf8(self.take(len)?).map_err(|e| e.to_string())
+    }
+
+    fn name(&mut self) -> Result<AgentName, String> {
+        AgentName::new(self.text()?).map_err(|e| e.to_string())
+    }
+}
+
+fn decode(at: Location, body: &[u8]) -> Result<Scanned, String> {
+    let mut f = Fields(body);
+    match f.take(1)?[0] {
+        HIGH => Ok(Scanned::High(f.u64()?)),
+        STORED => {
+            let seq = f.u64()?;
+            let _accepted_at_ms = f.i64()?;
+            let expires_at_ms = f.i64()?;
+            let id = MessageId::parse(f.text()?).map_err(|e| e.to_string())?;
+            let recipient = f.name()?;
+            let sender = f.name()?;
+            let size = u32::try_from(f.0.len()).map_err(|e| e.to_string())?;
+            Ok(Scanned::Stored {
+                at,
+                seq,
+                size,
+                expires_at_ms,
+                id,
+                recipient,
+                sender,
+            })
+        }
+        ACKED => Ok(Scanned::Acked {
+            at,
+            upto: f.u64()?,
+            recipient: f.name()?,
+        }),
+        kind => Err(format!("unknown record kind {kind}")),
+    }
+}
+
+/// Reads the body of the record at `at` from its segment, checking it is whole.
+pub(super) fn read_body(file: &File, at: Location) -> Result<Vec<u8>, StorageError> {
+    let bad = |why: String| {
+        StorageError::Database(format!(
+            "spool segment {} at byte {}: {why}",
+            at.seg, at.offset
+        ))
+    };
+    let mut header = [0u8; HEADER];
+    file.read_exact_at(&mut header, u64::from(at.offset))
+        .map_err(|e| bad(e.to_string()))?;
+    let len = u32::from_le_bytes([header[0], header[1], header[2], header[3]]);
+    let crc = u32::from_le_bytes([header[4], header[5], header[6], header[7]]);
+    let mut body = vec![0u8; len as usize];
+    file.read_exact_at(&mut body, u64::from(at.offset) + HEADER as u64)
+        .map_err(|e| bad(e.to_string()))?;
+    if checksum(at.seg, &body) != crc {
+        return Err(bad("the record's checksum does not match".into()));
+    }
+    Ok(body)
+}
+
+/// A stored copy read back for delivery: its sequence number, when it was accepted, and its
+/// envelope.
+pub(super) fn read_stored(file: &File, at: Location) -> Result<(Seq, i64, Vec<u8>), StorageError> {
+    let body = read_body(file, at)?;
+    let bad = |why: String| {
+        StorageError::Database(format!(
+            "spool segment {} at byte {}: {why}",
+            at.seg, at.offset
+        ))
+    };
+    let mut f = Fields(&body);
+    if f.take(1).map_err(bad)?[0] != STORED {
+        return Err(bad("not a stored copy".into()));
+    }
+    let seq = f.u64().map_err(bad)?;
+    let accepted_at_ms = f.i64().map_err(bad)?;
+    f.i64().map_err(bad)?;
+    for _ in 0..3 {
+        f.text().map_err(bad)?;
+    }
+    Ok((seq, accepted_at_ms, f.0.to_vec()))
+}
+
+/// What a flush must make durable: the segments written since the last one, and the position
+/// it covers.
+pub(super) struct Unflushed {
+    pub(super) files: Vec<Arc<File>>,
+    pub(super) end: Position,
+}
+
+/// The writer's end of the spool: appends records, starts segments, removes dead ones.
+pub(super) struct Spool {
+    dir: PathBuf,
+    files: Files,
+    segment_bytes: u64,
+    head: u32,
+    head_file: Arc<File>,
+    /// Bytes written to the head segment.
+    written: u64,
+    /// Records appended since the last write, to go at `written`.
+    buf: Vec<u8>,
+    /// Segments written since the last flush was taken, in order.
+    unflushed: Vec<Arc<File>>,
+    /// The highest sequence number of any record, carried into each new segment.
+    high: Seq,
+    /// The position every flush so far covers; set by the syncer.
+    flushed: Arc<AtomicU64>,
+    prepared: mpsc::Receiver<io::Result<(u32, File)>>,
+    /// Removed segments' files, renamed, for the preparing thread to reuse.
+    reuse: mpsc::Sender<PathBuf>,
+    /// How many of them wait there.
+    reusable: Arc<AtomicUsize>,
+    /// Why a write failed, once one has: nothing more is written.
+    broken: Option<String>,
+}
+
+impl Spool {
+    /// Opens the spool in `dir` (creating it) and starts a new head segment after the
+    /// existing ones. `high` is the highest sequence number assigned so far.
+    pub(super) fn open(dir: &Path, high: Seq, segment_bytes: u64) -> Result<Self, StorageError> {
+        fs::create_dir_all(dir).map_err(|e| io_error("creating the spool", dir, e))?;
+        let last = segments(dir)?.last().copied().unwrap_or(0);
+        let files: Files = Arc::default();
+        for seg in segments(dir)? {
+            let path = segment_path(dir, seg);
+            let file = File::open(&path).map_err(|e| io_error("opening", &path, e))?;
+            lock(&files).insert(seg, Arc::new(file));
+        }
+        for entry in fs::read_dir(dir).map_err(|e| io_error("reading the spool", dir, e))? {
+            let entry = entry.map_err(|e| io_error("reading the spool", dir, e))?;
+            if entry
+                .file_name()
+                .to_string_lossy()
+                .starts_with(REUSE_PREFIX)
+            {
+                let _ = fs::remove_file(entry.path());
+            }
+        }
+        let (prepare, prepared) = mpsc::sync_channel(0);
+        let (reuse, reused) = mpsc::channel();
+        let reusable = Arc::new(AtomicUsize::new(0));
+        let first = last
+            .checked_add(1)
+            .ok_or_else(|| StorageError::Database("the spool ran out of segment numbers".into()))?;
+        thread::Builder::new()
+            .name("relay-spool-prep".into())
+            .spawn({
+                let dir = dir.to_owned();
+                let reusable = reusable.clone();
+                move || {
+                    Preparer {
+                        dir,
+                        bytes: segment_bytes,
+                        reused,
+                        reusable,
+                    }
+                    .run(first, &prepare)
+                }
+            })
+            .map_err(|e| StorageError::Database(e.to_string()))?;
+        let (head, file) = take_prepared(&prepared)?;
+        let head_file = Arc::new(file);
+        lock(&files).insert(head, head_file.clone());
+        let mut spool = Self {
+            dir: dir.to_owned(),
+            files,
+            segment_bytes,
+            head,
+            head_file: head_file.clone(),
+            written: 0,
+            buf: Vec::new(),
+            unflushed: vec![head_file],
+            high,
+            flushed: Arc::default(),
+            prepared,
+            broken: None,
+            reuse,
+            reusable,
+        };
+        spool.append_high()?;
+        spool.write()?;
+        Ok(spool)
+    }
+
+    /// The directory the segments are in.
+    pub(super) fn dir(&self) -> &Path {
+        &self.dir
+    }
+
+    /// The segments, shared with readers.
+    pub(super) fn files(&self) -> Files {
+        self.files.clone()
+    }
+
+    /// The position flushes have covered, for the syncer to advance.
+    pub(super) fn flushed(&self) -> Arc<AtomicU64> {
+        self.flushed.clone()
+    }
+
+    /// The head segment's number: every lower one is sealed.
+    pub(super) fn head(&self) -> u32 {
+        self.head
+    }
+
+    /// Bytes a segment is prepared with.
+    pub(super) fn segment_bytes(&self) -> u64 {
+        self.segment_bytes
+    }
+
+    /// Where the spool ends, appended records included.
+    pub(super) fn position(&self) -> Position {
+        position(self.head, self.written + self.buf.len() as u64)
+    }
+
+    /// Why a write failed, once one has.
+    pub(super) fn broken(&self) -> Option<&str> {
+        self.broken.as_deref()
+    }
+
+    /// Appends a stored copy.
+    pub(super) fn stored(&mut self, copy: &StoredCopy<'_>) -> Result<Location, StorageError> {
+        self.high = self.high.max(copy.seq);
+        let id = copy.id.to_string();
+        self.append(|b| {
+            b.push(STORED);
+            b.extend_from_slice(&copy.seq.to_le_bytes());
+            b.extend_from_slice(&copy.accepted_at_ms.to_le_bytes());
+            b.extend_from_slice(&copy.expires_at_ms.to_le_bytes());
+            for text in [&id[..], copy.recipient.as_str(), copy.sender.as_str()] {
+                b.push(text.len() as u8);
+                b.extend_from_slice(text.as_bytes());
+            }
+            b.extend_from_slice(copy.envelope);
+        })
+    }
+
+    /// Appends an acknowledgement of `recipient`'s copies up to `upto`.
+    pub(super) fn acked(
+        &mut self,
+        recipient: &AgentName,
+        upto: Seq,
+    ) -> Result<Location, StorageError> {
+        self.append(|b| {
+            b.push(ACKED);
+            b.extend_from_slice(&upto.to_le_bytes());
+            b.push(recipient.as_str().len() as u8);
+            b.extend_from_slice(recipient.as_str().as_bytes());
+        })
+    }
+
+    /// Appends a record read from an older segment (see [`read_body`]) unchanged.
+    pub(super) fn copy(&mut self, body: &[u8]) -> Result<Location, StorageError> {
+        self.append(|b| b.extend_from_slice(body))
+    }
+
+    fn append_high(&mut self) -> Result<Location, StorageError> {
+        let high = self.high;
+        self.append(|b| {
+            b.push(HIGH);
+            b.extend_from_slice(&high.to_le_bytes());
+        })
+    }
+
+    fn append(&mut self, body: impl FnOnce(&mut Vec<u8>)) -> Result<Location, StorageError> {
+        if let Some(why) = &self.broken {
+            return Err(StorageError::Database(why.clone()));
+        }
+        let start = self.buf.len();
+        self.buf.extend_from_slice(&[0; HEADER]);
+        body(&mut self.buf);
+        let fits = self.written + self.buf.len() as u64 <= self.segment_bytes;
+        // A segment holds its `High` record and at least one more.
+        if !fits && self.written + start as u64 > HEADER as u64 + 9 {
+            let record = self.buf.split_off(start);
+            self.rotate()?;
+            let at = self.buf.len();
+            self.buf.extend_from_slice(&record);
+            return Ok(self.seal(at));
+        }
+        Ok(self.seal(start))
+    }
+
+    /// Fills in the header of the record at `start` in the buffer.
+    fn seal(&mut self, start: usize) -> Location {
+        let len = (self.buf.len() - start - HEADER) as u32;
+        let crc = checksum(self.head, &self.buf[start + HEADER..]);
+        self.buf[start..start + 4].copy_from_slice(&len.to_le_bytes());
+        self.buf[start + 4..start + HEADER].copy_from_slice(&crc.to_le_bytes());
+        Location {
+            seg: self.head,
+            offset: (self.written + start as u64) as u32,
+        }
+    }
+
+    /// Writes what was appended into the head segment.
+    pub(super) fn write(&mut self) -> Result<(), StorageError> {
+        if self.buf.is_empty() {
+            return Ok(());
+        }
+        if let Some(why) = &self.broken {
+            return Err(StorageError::Database(why.clone()));
+        }
+        if let Err(e) = self.head_file.write_all_at(&self.buf, self.written) {
+            let why = format!(
+                "writing spool segment {} failed ({e}); the relay refuses writes until it is restarted",
+                segment_path(&self.dir, self.head).display()
+            );
+            self.broken = Some(why.clone());
+            return Err(StorageError::Database(why));
+        }
+        self.written += self.buf.len() as u64;
+        self.buf.clear();
+        if !self
+            .unflushed
+            .last()
+            .is_some_and(|f| Arc::ptr_eq(f, &self.head_file))
+        {
+            self.unflushed.push(self.head_file.clone());
+        }
+        Ok(())
+    }
+
+    /// Forgets what was appended since the last write (its batch failed).
+    pub(super) fn discard(&mut self) {
+        self.buf.clear();
+    }
+
+    /// What the next flush must cover; written records only.
+    pub(super) fn take_unflushed(&mut self) -> Unflushed {
+        Unflushed {
+            files: std::mem::take(&mut self.unflushed),
+            end: position(self.head, self.written),
+        }
+    }
+
+    /// Seals the head segment and starts the next with a `High` record.
+    fn rotate(&mut self) -> Result<(), StorageError> {
+        self.write()?;
+        let (seg, file) = take_prepared(&self.prepared)?;
+        self.head = seg;
+        self.head_file = Arc::new(file);
+        self.written = 0;
+        lock(&self.files).insert(seg, self.head_file.clone());
+        self.append_high()?;
+        Ok(())
+    }
+
+    /// Flushes every segment.
+    pub(super) fn sync_all(&self) -> Result<(), StorageError> {
+        let files: Vec<_> = lock(&self.files).values().cloned().collect();
+        for file in files {
+            file.sync_data()
+                .map_err(|e| StorageError::Database(format!("flushing the spool: {e}")))?;
+        }
+        Ok(())
+    }
+
+    /// Removes a sealed segment whose records are all dead and whose successors are durable.
+    pub(super) fn remove(&mut self, seg: u32) {
+        debug_assert!(seg < self.head);
+        lock(&self.files).remove(&seg);
+        let path = segment_path(&self.dir, seg);
+        if self.reusable.load(Ordering::Acquire) < KEEP_FOR_REUSE {
+            // A rename that a crash undoes leaves a dead segment, which a scan reads harmlessly.
+            let kept = self.dir.join(format!("{REUSE_PREFIX}{seg:08}"));
+            if fs::rename(&path, &kept).is_ok() {
+                self.reusable.fetch_add(1, Ordering::AcqRel);
+                let _ = self.reuse.send(kept);
+                return;
+            }
+        }
+        if let Err(e) = fs::remove_file(&path) {
+            tracing::warn!(segment = %path.display(), error = %e, "removing a dead spool segment failed; it is read again at the next start");
+        }
+    }
+}
+
+fn take_prepared(
+    prepared: &mpsc::Receiver<io::Result<(u32, File)>>,
+) -> Result<(u32, File), StorageError> {
+    match prepared.recv() {
+        Ok(Ok(segment)) => Ok(segment),
+        Ok(Err(e)) => Err(StorageError::Database(format!(
+            "preparing a spool segment failed ({e}); check the disk space of the relay's data directory"
+        ))),
+        Err(_) => Err(StorageError::Database(
+            "the spool's segment thread stopped".into(),
+        )),
+    }
+}
+
+/// The thread that prepares the next segment, one ahead of the writer.
+struct Preparer {
+    dir: PathBuf,
+    bytes: u64,
+    reused: mpsc::Receiver<PathBuf>,
+    reusable: Arc<AtomicUsize>,
+}
+
+impl Preparer {
+    /// Prepares segments `first`, `first + 1`, ... until the writer is gone.
+    fn run(self, first: u32, out: &mpsc::SyncSender<io::Result<(u32, File)>>) {
+        for seg in first..=u32::MAX {
+            let path = segment_path(&self.dir, seg);
+            let prepared = self.prepare(&path);
+            let failed = prepared.is_err();
+            if out.send(prepared.map(|f| (seg, f))).is_err() || failed {
+                // Nobody took it: it holds no record, and the next open would remove it.
+                let _ = fs::remove_file(&path);
+                break;
+            }
+        }
+        while let Ok(kept) = self.reused.try_recv() {
+            let _ = fs::remove_file(kept);
+        }
+    }
+
+    /// A removed segment's file under the new number, or else a new file of zeros; either is
+    /// flushed with its directory entry before the writer gets it.
+    fn prepare(&self, path: &Path) -> io::Result<File> {
+        if let Ok(kept) = self.reused.try_recv() {
+            self.reusable.fetch_sub(1, Ordering::AcqRel);
+            if fs::rename(&kept, path).is_ok() {
+                let file = OpenOptions::new().read(true).write(true).open(path)?;
+                File::open(&self.dir)?.sync_all()?;
+                return Ok(file);
+            }
+            let _ = fs::remove_file(kept);
+        }
+        create_zeroed(&self.dir, path, self.bytes)
+    }
+}
+
+/// Creates the segment at `path` filled with `bytes` zeros, flushed with its directory entry.
+fn create_zeroed(dir: &Path, path: &Path, bytes: u64) -> io::Result<File> {
+    let mut file = OpenOptions::new()
+        .read(true)
+        .write(true)
+        .create_new(true)
+        .open(path)?;
+    let zeros = vec![0u8; 1 << 20];
+    let mut left = bytes;
+    while left > 0 {
+        let n = left.min(zeros.len() as u64) as usize;
+        file.write_all(&zeros[..n])?;
+        left -= n as u64;
+    }
+    file.sync_all()?;
+    File::open(dir)?.sync_all()?;
+    Ok(file)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn name(n: &str) -> AgentName {
+        AgentName::new(n).unwrap()
+    }
+
+    fn copy<'a>(seq: Seq, recipient: &'a AgentName, envelope: &'a [u8]) -> StoredCopy<'a> {
+        StoredCopy {
+            seq,
+            accepted_at_ms: 7,
+            expires_at_ms: 9,
+            id: MessageId::new(),
+            recipient,
+            sender: recipient,
+            envelope,
+        }
+    }
+
+    #[test]
+    fn records_read_back_across_segments_and_a_torn_tail_ends_its_segment() {
+        let dir = tempfile::tempdir().unwrap();
+        let bob = name("bob");
+        let mut spool = Spool::open(dir.path(), 0, 380).unwrap();
+        let first = spool.stored(&copy(1, &bob, &[1; 100])).unwrap();
+        let second = spool.stored(&copy(2, &bob, &[2; 100])).unwrap();
+        let ack = spool.acked(&bob, 1).unwrap();
+        spool.write().unwrap();
+        assert_eq!(first.seg, second.seg);
+        assert!(ack.seg > first.seg, "a full segment starts the next");
+        let (seq, accepted, envelope) =
+            read_stored(&file(&spool.files(), second.seg).unwrap(), second).unwrap();
+        assert_eq!((seq, accepted, envelope), (2, 7, vec![2; 100]));
+        // A record half written when the process died.
+        let head = segment_path(dir.path(), ack.seg);
+        let f = OpenOptions::new().write(true).open(&head).unwrap();
+        f.write_all_at(&[50, 0, 0, 0, 1, 2], u64::from(ack.offset) + 40)
+            .unwrap();
+        drop(spool);
+
+        let segs = scan(dir.path()).unwrap();
+        let seqs: Vec<Seq> = segs
+            .iter()
+            .flat_map(|s| &s.records)
+            .filter_map(|r| match r {
+                Scanned::Stored { seq, size, .. } => {
+                    assert_eq!(*size, 100);
+                    Some(*seq)
+                }
+                _ => None,
+            })
+            .collect();
+        assert_eq!(seqs, [1, 2]);
+        let acks = segs
+            .iter()
+            .flat_map(|s| &s.records)
+            .filter(|r| matches!(r, Scanned::Acked { upto: 1, .. }))
+            .count();
+        assert_eq!(acks, 1);
+        let highs: Vec<Seq> = segs
+            .iter()
+            .flat_map(|s| &s.records)
+            .filter_map(|r| match r {
+                Scanned::High(h) => Some(*h),
+                _ => None,
+            })
+            .collect();
+        assert_eq!(highs, [0, 2], "a new segment carries the highest number");
+
+        let reopened = Spool::open(dir.path(), 2, 380).unwrap();
+        assert!(reopened.head() > ack.seg, "an open starts a new segment");
+    }
+
+    #[test]
+    fn a_changed_byte_ends_the_segment_there() {
+        let dir = tempfile::tempdir().unwrap();
+        let bob = name("bob");
+        let mut spool = Spool::open(dir.path(), 0, 1 << 16).unwrap();
+        let first = spool.stored(&copy(1, &bob, b"one")).unwrap();
+        let second = spool.stored(&copy(2, &bob, b"two")).unwrap();
+        spool.write().unwrap();
+        let path = segment_path(dir.path(), first.seg);
+        let f = OpenOptions::new().write(true).open(&path).unwrap();
+        f.write_all_at(b"X", u64::from(second.offset) + 20).unwrap();
+        assert!(read_stored(&File::open(&path).unwrap(), second).is_err());
+        let stored = scan(dir.path())
+            .unwrap()
+            .iter()
+            .flat_map(|s| &s.records)
+            .filter(|r| matches!(r, Scanned::Stored { .. }))
+            .count();
+        assert_eq!(stored, 1);
+    }
+
+    #[test]
+    fn a_removed_segment_is_reused_and_its_old_records_do_not_read_back() {
+        use std::os::unix::fs::MetadataExt;
+        let dir = tempfile::tempdir().unwrap();
+        let bob = name("bob");
+        let mut spool = Spool::open(dir.path(), 0, 380).unwrap();
+        let mut seq = 0;
+        let mut send = |spool: &mut Spool| {
+            seq += 1;
+            let at = spool.stored(&copy(seq, &bob, &[seq as u8; 100])).unwrap();
+            spool.write().unwrap();
+            (seq, at)
+        };
+        let (mut last, first) = send(&mut spool);
+        while spool.head() == first.seg {
+            last = send(&mut spool).0;
+        }
+        let ino = fs::metadata(segment_path(dir.path(), first.seg))
+            .unwrap()
+            .ino();
+        let removed: Vec<Seq> = (1..last).collect();
+        spool.remove(first.seg);
+        // The segment prepared before the removal comes first, then the reused file.
+        let mut kept = vec![last];
+        while spool.head() < first.seg + 4 {
+            kept.push(send(&mut spool).0);
+        }
+        let reused = segments(dir.path())
+            .unwrap()
+            .into_iter()
+            .any(|s| fs::metadata(segment_path(dir.path(), s)).unwrap().ino() == ino);
+        assert!(
+            reused,
+            "the removed segment's file came back as a new segment"
+        );
+        let scanned: Vec<Seq> = scan(dir.path())
+            .unwrap()
+            .iter()
+            .flat_map(|s| &s.records)
+            .filter_map(|r| match r {
+                Scanned::Stored { seq, .. } => Some(*seq),
+                _ => None,
+            })
+            .collect();
+        assert_eq!(scanned, kept, "nothing of {removed:?} reads back");
+    }
+
+    #[test]
+    fn segments_without_a_whole_record_are_removed_at_open() {
+        let dir = tempfile::tempdir().unwrap();
+        drop(Spool::open(dir.path(), 0, 4096).unwrap());
+        fs::write(segment_path(dir.path(), 40), [0u8; 64]).unwrap();
+        remove_empty(dir.path()).unwrap();
+        let spool = Spool::open(dir.path(), 0, 4096).unwrap();
+        assert!(!segment_path(dir.path(), 40).exists());
+        assert_eq!(
+            spool.head(),
+            2,
+            "numbering goes on after the last segment kept"
+        );
+    }
+}
