@@ -274,14 +274,16 @@ fn decode(at: Location, body: &[u8]) -> Result<Scanned, String> {
     }
 }
 
+fn unreadable(at: Location, why: String) -> StorageError {
+    StorageError::Database(format!(
+        "spool segment {} at byte {}: {why}",
+        at.seg, at.offset
+    ))
+}
+
 /// Reads the body of the record at `at` from its segment, checking it is whole.
 pub(super) fn read_body(file: &File, at: Location) -> Result<Vec<u8>, StorageError> {
-    let bad = |why: String| {
-        StorageError::Database(format!(
-            "spool segment {} at byte {}: {why}",
-            at.seg, at.offset
-        ))
-    };
+    let bad = |why: String| unreadable(at, why);
     let mut header = [0u8; HEADER];
     file.read_exact_at(&mut header, u64::from(at.offset))
         .map_err(|e| bad(e.to_string()))?;
@@ -300,12 +302,7 @@ pub(super) fn read_body(file: &File, at: Location) -> Result<Vec<u8>, StorageErr
 /// envelope.
 pub(super) fn read_stored(file: &File, at: Location) -> Result<(Seq, i64, Vec<u8>), StorageError> {
     let body = read_body(file, at)?;
-    let bad = |why: String| {
-        StorageError::Database(format!(
-            "spool segment {} at byte {}: {why}",
-            at.seg, at.offset
-        ))
-    };
+    let bad = |why: String| unreadable(at, why);
     let mut f = Fields(&body);
     if f.take(1).map_err(bad)?[0] != STORED {
         return Err(bad("not a stored copy".into()));
@@ -344,6 +341,8 @@ pub(super) struct Spool {
     /// The position every flush so far covers; set by the syncer.
     flushed: Arc<AtomicU64>,
     prepared: mpsc::Receiver<io::Result<(u32, File)>>,
+    /// The preparing thread, joined on drop so that no segment is made after the spool is gone.
+    preparer: Option<thread::JoinHandle<()>>,
     /// Removed segments' files, renamed, for the preparing thread to reuse.
     reuse: mpsc::Sender<PathBuf>,
     /// How many of them wait there.
@@ -380,7 +379,7 @@ impl Spool {
         let first = last
             .checked_add(1)
             .ok_or_else(|| StorageError::Database("the spool ran out of segment numbers".into()))?;
-        thread::Builder::new()
+        let preparer = thread::Builder::new()
             .name("relay-spool-prep".into())
             .spawn({
                 let dir = dir.to_owned();
@@ -414,6 +413,7 @@ impl Spool {
             broken: None,
             reuse,
             reusable,
+            preparer: Some(preparer),
         };
         spool.append_high()?;
         spool.write()?;
@@ -609,6 +609,18 @@ impl Spool {
         }
         if let Err(e) = fs::remove_file(&path) {
             tracing::warn!(segment = %path.display(), error = %e, "removing a dead spool segment failed; it is read again at the next start");
+        }
+    }
+}
+
+impl Drop for Spool {
+    fn drop(&mut self) {
+        // Closing the channel stops the preparer: its hand-over fails, it removes the segment
+        // nobody took and the files kept for reuse.
+        let (_, closed) = mpsc::sync_channel(0);
+        drop(std::mem::replace(&mut self.prepared, closed));
+        if let Some(preparer) = self.preparer.take() {
+            let _ = preparer.join();
         }
     }
 }
