@@ -21,7 +21,7 @@ use tokio::sync::oneshot;
 
 use self::queue::{AcceptOp, QueueIndex};
 use self::sync::Syncing;
-use self::writer::{Batch, Op, WriteOp};
+use self::writer::{Batch, Op, WriteQueue};
 use super::{
     Accepted, CommitListener, ConsentChange, ConsentOutcome, ConsentState, Copy, Pending, Queued,
     Quota, Registration, Storage, StorageError, StorageMetrics,
@@ -42,7 +42,9 @@ const WAL_KEEP_BYTES: i64 = 64 * 1024 * 1024;
 /// SQLite-backed relay storage.
 pub struct SqliteStorage {
     relay_id: String,
-    writes: mpsc::Sender<Box<dyn WriteOp>>,
+    writes: WriteQueue,
+    /// Joined on drop, so that a storage opened next on the same files finds the spool closed.
+    writer: Option<std::thread::JoinHandle<()>>,
     readers: Arc<Mutex<Vec<Connection>>>,
     /// One permit per read connection: a reader waits here, never finds the pool empty.
     free_readers: Arc<tokio::sync::Semaphore>,
@@ -126,7 +128,7 @@ impl SqliteStorage {
         let listener: Arc<OnceLock<CommitListener>> = Arc::new(OnceLock::new());
         let alive = Arc::new(());
         let metrics = StorageMetrics::new();
-        let writes = writer::spawn(
+        let (writes, writer) = writer::spawn(
             writer,
             open(path)?,
             spool,
@@ -143,6 +145,7 @@ impl SqliteStorage {
         Ok(Self {
             relay_id,
             writes,
+            writer: Some(writer),
             readers: Arc::new(Mutex::new(readers)),
             free_readers: Arc::new(tokio::sync::Semaphore::new(READERS)),
             index,
@@ -206,6 +209,16 @@ impl SqliteStorage {
         })
         .await
         .map_err(|_| StorageError::Closed)?
+    }
+}
+
+impl Drop for SqliteStorage {
+    fn drop(&mut self) {
+        // The writer stops once its queue is closed; it finishes the batch it holds first.
+        drop(std::mem::replace(&mut self.writes, mpsc::channel().0));
+        if let Some(writer) = self.writer.take() {
+            let _ = writer.join();
+        }
     }
 }
 

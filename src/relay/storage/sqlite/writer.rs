@@ -42,6 +42,9 @@ pub(super) trait WriteOp: Send {
     fn finish(self: Box<Self>, committed: Result<(), &StorageError>);
 }
 
+/// Where writes go to the writer thread.
+pub(super) type WriteQueue = mpsc::Sender<Box<dyn WriteOp>>;
+
 /// A write and where its answer goes.
 pub(super) struct Op<T, F> {
     run: Option<F>,
@@ -82,8 +85,9 @@ where
 }
 
 /// Starts the writer on `conn` and `spool`, the syncer (sharing `syncing`) on their WAL and
-/// segments, and the checkpointer on `checkpointer`. The checkpointer stops once `alive` is gone, the writer and
-/// the syncer once every sender of the write queue is.
+/// segments, and the checkpointer on `checkpointer`. The checkpointer stops once `alive` is
+/// gone, the writer and the syncer once every sender of the write queue is. Returns the write
+/// queue and the writer thread, which has closed the spool when it ends.
 pub(super) fn spawn(
     conn: Connection,
     checkpointer: Connection,
@@ -92,7 +96,7 @@ pub(super) fn spawn(
     syncing: Arc<Syncing>,
     metrics: StorageMetrics,
     alive: Weak<()>,
-) -> Result<mpsc::Sender<Box<dyn WriteOp>>, StorageError> {
+) -> Result<(WriteQueue, thread::JoinHandle<()>), StorageError> {
     // The syncer makes commits durable; the writer's own commits only write the WAL.
     conn.pragma_update(None, "synchronous", "NORMAL")?;
     let wal = PathBuf::from(format!("{}-wal", conn.path().unwrap_or_default()));
@@ -106,7 +110,7 @@ pub(super) fn spawn(
             move || syncing.run(Wal::new(wal))
         })
         .map_err(spawn_error)?;
-    thread::Builder::new()
+    let writer = thread::Builder::new()
         .name("relay-writer".into())
         .spawn({
             let finish = finish.clone();
@@ -127,7 +131,7 @@ pub(super) fn spawn(
         .name("relay-checkpoint".into())
         .spawn(move || checkpoint_loop(checkpointer, alive, finish))
         .map_err(spawn_error)?;
-    Ok(writes)
+    Ok((writes, writer))
 }
 
 struct Writer {
