@@ -320,7 +320,7 @@ impl QueueIndex {
         after: Seq,
         durable: Seq,
         limit: usize,
-    ) -> Vec<(Seq, Location)> {
+    ) -> Vec<(Seq, Location, usize)> {
         let Some(mailbox) = self.find(agent) else {
             return Vec::new();
         };
@@ -330,7 +330,10 @@ impl QueueIndex {
             .range(start..)
             .take_while(|r| r.seq <= durable)
             .take(limit)
-            .map(|r| (r.seq, r.at))
+            .map(|r| {
+                let sender = &self.boxes[r.key.1 as usize].name;
+                (r.seq, r.at, spool::stored_len(agent, sender, r.size))
+            })
             .collect()
     }
 
@@ -559,8 +562,12 @@ fn compact(b: &mut Batch<'_, '_>, seg: u32) -> Result<(), StorageError> {
     Ok(())
 }
 
+/// Bytes one read of a recipient's consecutive records takes at most.
+const READ_RUN: usize = 1 << 20;
+
 /// Up to `limit` of `agent`'s unacknowledged envelopes after `after`, in order, among those
-/// made durable up to `durable`.
+/// made durable up to `durable`. Records that follow each other in a segment (a backlog
+/// usually does) are read with one call.
 pub(super) fn pending(
     index: &Mutex<QueueIndex>,
     files: &Files,
@@ -576,29 +583,51 @@ pub(super) fn pending(
         // one that holds a live copy.
         let handles: HashMap<u32, _> = rows
             .iter()
-            .filter_map(|(_, at)| spool::file(files, at.seg).map(|f| (at.seg, f)))
+            .filter_map(|(_, at, _)| spool::file(files, at.seg).map(|f| (at.seg, f)))
             .collect();
         (rows, handles)
     };
-    rows.into_iter()
-        .map(|(seq, at)| {
-            let file = handles.get(&at.seg).ok_or_else(|| {
-                StorageError::Database(format!("spool segment {} of copy {seq} is gone", at.seg))
-            })?;
-            let (stored, accepted_at_ms, envelope) = spool::read_stored(file, at)?;
+    let mut out = Vec::with_capacity(rows.len());
+    let mut rest = &rows[..];
+    while let Some(&(first_seq, first, _)) = rest.first() {
+        // The run: records back to back in one segment, up to READ_RUN bytes (at least one).
+        let mut end = u64::from(first.offset);
+        let mut count = 0;
+        for &(_, at, len) in rest {
+            let fits = end + len as u64 - u64::from(first.offset) <= READ_RUN as u64;
+            if at.seg != first.seg || u64::from(at.offset) != end || (count > 0 && !fits) {
+                break;
+            }
+            end += len as u64;
+            count += 1;
+        }
+        let file = handles.get(&first.seg).ok_or_else(|| {
+            StorageError::Database(format!(
+                "spool segment {} of copy {first_seq} is gone",
+                first.seg
+            ))
+        })?;
+        let bytes = spool::read_run(file, first, (end - u64::from(first.offset)) as usize)?;
+        let mut offset = 0;
+        for &(seq, at, len) in &rest[..count] {
+            let (stored, accepted_at_ms, envelope) =
+                spool::parse_stored(at, &bytes[offset..offset + len])?;
             if stored != seq {
                 return Err(StorageError::Database(format!(
                     "spool segment {} at byte {} holds copy {stored}, not {seq}",
                     at.seg, at.offset
                 )));
             }
-            Ok(Queued {
+            out.push(Queued {
                 seq,
                 envelope,
                 accepted_at_ms,
-            })
-        })
-        .collect()
+            });
+            offset += len;
+        }
+        rest = &rest[count..];
+    }
+    Ok(out)
 }
 
 /// Moves the queue of a database from before the spool (schema 4) into the spool at `dir`:
@@ -875,6 +904,11 @@ mod tests {
             .seg;
         let before = rig.on_disk();
         assert!(before.len() >= 5, "small segments fill: {before:?}");
+        assert_eq!(
+            rig.pending(&rig.index, "bob"),
+            (2..=41).collect::<Vec<Seq>>(),
+            "runs of records read across segments"
+        );
         rig.batch(|b| ack(b, &name("bob"), Seq::MAX).unwrap());
         // Enough batches for the head to move on and each step of the sweep to run.
         for _ in 0..10 {

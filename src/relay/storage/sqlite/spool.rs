@@ -298,12 +298,38 @@ pub(super) fn read_body(file: &File, at: Location) -> Result<Vec<u8>, StorageErr
     Ok(body)
 }
 
-/// A stored copy read back for delivery: its sequence number, when it was accepted, and its
-/// envelope.
-pub(super) fn read_stored(file: &File, at: Location) -> Result<(Seq, i64, Vec<u8>), StorageError> {
-    let body = read_body(file, at)?;
+/// Bytes a stored copy's record takes, header included (see [`Spool::stored`]): readers
+/// compute it to read a run of records with one call.
+pub(super) fn stored_len(recipient: &AgentName, sender: &AgentName, envelope: u32) -> usize {
+    const ID_LEN: usize = 36;
+    HEADER
+        + 1
+        + 3 * 8
+        + (1 + ID_LEN)
+        + (1 + recipient.as_str().len())
+        + (1 + sender.as_str().len())
+        + envelope as usize
+}
+
+/// Reads `len` bytes of consecutive records, from `at` on.
+pub(super) fn read_run(file: &File, at: Location, len: usize) -> Result<Vec<u8>, StorageError> {
+    let mut bytes = vec![0u8; len];
+    file.read_exact_at(&mut bytes, u64::from(at.offset))
+        .map_err(|e| unreadable(at, e.to_string()))?;
+    Ok(bytes)
+}
+
+/// The stored copy whose whole record, read from `at`, is `record`: its sequence number, when
+/// it was accepted, and its envelope.
+pub(super) fn parse_stored(
+    at: Location,
+    record: &[u8],
+) -> Result<(Seq, i64, Vec<u8>), StorageError> {
     let bad = |why: String| unreadable(at, why);
-    let mut f = Fields(&body);
+    let (body, _) = whole_record(at.seg, record, 0)
+        .filter(|&(_, end)| end == record.len())
+        .ok_or_else(|| bad("the record is not whole or its checksum does not match".into()))?;
+    let mut f = Fields(body);
     if f.take(1).map_err(bad)?[0] != STORED {
         return Err(bad("not a stored copy".into()));
     }
@@ -314,6 +340,15 @@ pub(super) fn read_stored(file: &File, at: Location) -> Result<(Seq, i64, Vec<u8
         f.text().map_err(bad)?;
     }
     Ok((seq, accepted_at_ms, f.0.to_vec()))
+}
+
+/// A stored copy read back by its location alone (the record's length from its header).
+#[cfg(test)]
+fn read_stored(file: &File, at: Location) -> Result<(Seq, i64, Vec<u8>), StorageError> {
+    let body = read_body(file, at)?;
+    let mut record = read_run(file, at, HEADER)?;
+    record.extend_from_slice(&body);
+    parse_stored(at, &record)
 }
 
 /// What a flush must make durable: the segments written since the last one, and the position
@@ -733,6 +768,11 @@ mod tests {
         let ack = spool.acked(&bob, 1).unwrap();
         spool.write().unwrap();
         assert_eq!(first.seg, second.seg);
+        assert_eq!(
+            (second.offset - first.offset) as usize,
+            stored_len(&bob, &bob, 100),
+            "readers compute a record's length"
+        );
         assert!(ack.seg > first.seg, "a full segment starts the next");
         let (seq, accepted, envelope) =
             read_stored(&file(&spool.files(), second.seg).unwrap(), second).unwrap();
