@@ -106,8 +106,11 @@ impl SqliteStorage {
         // Segments the last run left dead go now, not at the first write's sweep: a relay
         // started often and rarely written to would keep one per start. The flush makes the
         // records that killed them durable first.
-        spool.sync_all()?;
-        for seg in index.dead_segments() {
+        let dead = index.dead_segments();
+        if !dead.is_empty() {
+            spool.sync_all()?;
+        }
+        for seg in dead {
             spool.remove(seg);
             index.removed(seg);
         }

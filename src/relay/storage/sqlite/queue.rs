@@ -67,8 +67,9 @@ struct SegmentUse {
     live_bytes: u64,
     /// Recipients whose latest ack record is here.
     acks: u32,
-    /// Dead, and waiting for a flush to cover the records that made it so.
-    retiring: bool,
+    /// Dead: removed once a flush covers this position, where the spool ended when that
+    /// was decided.
+    retire_at: Option<Position>,
     /// Compacting it failed on a record that does not read back; it is left as it is.
     unreadable: bool,
 }
@@ -85,8 +86,6 @@ pub(super) struct QueueIndex {
     /// The highest sequence number ever assigned.
     last_seq: Seq,
     segments: BTreeMap<u32, SegmentUse>,
-    /// Dead segments, removed once the spool is flushed past the position.
-    retiring: Vec<(u32, Position)>,
     last_sweep: Option<Instant>,
     /// Consent rules read for sends, by (sender, recipient). Every consent change clears
     /// them (see [`QueueIndex::forget_rules`]); reading them was the writer's one query per
@@ -112,7 +111,6 @@ impl QueueIndex {
             acked: VecDeque::new(),
             last_seq: 0,
             segments: BTreeMap::new(),
-            retiring: Vec::new(),
             last_sweep: None,
             rules: HashMap::new(),
         }
@@ -169,8 +167,8 @@ impl QueueIndex {
             if row.expires_at_ms < now_ms {
                 continue;
             }
-            index.stored.insert(row.key);
             if row.seq <= index.boxes[row.key.2 as usize].acked_upto {
+                index.stored.insert(row.key);
                 index.acked.push_back((now, row.key));
             } else {
                 index.insert(row);
@@ -210,6 +208,11 @@ impl QueueIndex {
         mailbox.rows.push_back(row);
         mailbox.bytes += u64::from(row.size);
         self.stored.insert(row.key);
+        self.born(&row);
+    }
+
+    /// A copy's record was written at `row.at`: its segment holds one more.
+    fn born(&mut self, row: &Row) {
         let used = self.segments.entry(row.at.seg).or_default();
         used.live += 1;
         used.live_bytes += u64::from(row.size);
@@ -483,11 +486,14 @@ pub(super) fn sweep(b: &mut Batch<'_, '_>, now: Instant) -> Result<(), StorageEr
     }
     b.index.last_sweep = Some(now);
     let flushed = b.spool.flushed().load(Ordering::Acquire);
-    let (due, later): (Vec<_>, Vec<_>) = std::mem::take(&mut b.index.retiring)
-        .into_iter()
-        .partition(|&(_, need)| need <= flushed);
-    b.index.retiring = later;
-    for (seg, _) in due {
+    let due: Vec<u32> = b
+        .index
+        .segments
+        .iter()
+        .filter(|(_, used)| used.retire_at.is_some_and(|at| at <= flushed))
+        .map(|(&seg, _)| seg)
+        .collect();
+    for seg in due {
         b.spool.remove(seg);
         b.index.segments.remove(&seg);
     }
@@ -496,7 +502,7 @@ pub(super) fn sweep(b: &mut Batch<'_, '_>, now: Instant) -> Result<(), StorageEr
         .index
         .segments
         .range(..head)
-        .filter(|(_, used)| !used.retiring)
+        .filter(|(_, used)| used.retire_at.is_none())
         .map(|(&seg, &used)| (seg, used))
         .collect();
     let mut keep_acks = Vec::new();
@@ -504,9 +510,8 @@ pub(super) fn sweep(b: &mut Batch<'_, '_>, now: Instant) -> Result<(), StorageEr
         if used.live == 0 && used.acks == 0 {
             // Whatever made it dead is written by now; it goes once that is flushed.
             let position = b.spool.position();
-            b.index.retiring.push((seg, position));
             if let Some(used) = b.index.segments.get_mut(&seg) {
-                used.retiring = true;
+                used.retire_at = Some(position);
             }
         } else if used.live == 0 {
             keep_acks.push(seg);
@@ -551,12 +556,13 @@ fn compact(b: &mut Batch<'_, '_>, seg: u32) -> Result<(), StorageError> {
                     return Ok(());
                 }
             };
-            let at = b.spool.copy(&body)?;
+            let moved = Row {
+                at: b.spool.copy(&body)?,
+                ..row
+            };
             b.index.died(&row);
-            let used = b.index.segments.entry(at.seg).or_default();
-            used.live += 1;
-            used.live_bytes += u64::from(row.size);
-            b.index.boxes[recipient].rows[i].at = at;
+            b.index.born(&moved);
+            b.index.boxes[recipient].rows[i] = moved;
         }
     }
     Ok(())

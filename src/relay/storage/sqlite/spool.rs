@@ -201,11 +201,18 @@ pub(super) fn scan(dir: &Path) -> Result<Vec<ScannedSegment>, StorageError> {
     Ok(out)
 }
 
+/// A record header's body length and checksum.
+fn header(bytes: [u8; HEADER]) -> (usize, u32) {
+    let [l0, l1, l2, l3, c0, c1, c2, c3] = bytes;
+    (
+        u32::from_le_bytes([l0, l1, l2, l3]) as usize,
+        u32::from_le_bytes([c0, c1, c2, c3]),
+    )
+}
+
 /// The body of the record at `offset` and the offset after it, if a whole record is there.
 fn whole_record(seg: u32, bytes: &[u8], offset: usize) -> Option<(&[u8], usize)> {
-    let header = bytes.get(offset..offset + HEADER)?;
-    let len = u32::from_le_bytes(header[..4].try_into().ok()?) as usize;
-    let crc = u32::from_le_bytes(header[4..].try_into().ok()?);
+    let (len, crc) = header(bytes.get(offset..offset + HEADER)?.try_into().ok()?);
     let body = bytes.get(offset + HEADER..(offset + HEADER).checked_add(len)?)?;
     (len > 0 && checksum(seg, body) == crc).then_some((body, offset + HEADER + len))
 }
@@ -284,12 +291,11 @@ fn unreadable(at: Location, why: String) -> StorageError {
 /// Reads the body of the record at `at` from its segment, checking it is whole.
 pub(super) fn read_body(file: &File, at: Location) -> Result<Vec<u8>, StorageError> {
     let bad = |why: String| unreadable(at, why);
-    let mut header = [0u8; HEADER];
-    file.read_exact_at(&mut header, u64::from(at.offset))
+    let mut head = [0u8; HEADER];
+    file.read_exact_at(&mut head, u64::from(at.offset))
         .map_err(|e| bad(e.to_string()))?;
-    let len = u32::from_le_bytes([header[0], header[1], header[2], header[3]]);
-    let crc = u32::from_le_bytes([header[4], header[5], header[6], header[7]]);
-    let mut body = vec![0u8; len as usize];
+    let (len, crc) = header(head);
+    let mut body = vec![0u8; len];
     file.read_exact_at(&mut body, u64::from(at.offset) + HEADER as u64)
         .map_err(|e| bad(e.to_string()))?;
     if checksum(at.seg, &body) != crc {
@@ -345,10 +351,8 @@ pub(super) fn parse_stored(
 /// A stored copy read back by its location alone (the record's length from its header).
 #[cfg(test)]
 fn read_stored(file: &File, at: Location) -> Result<(Seq, i64, Vec<u8>), StorageError> {
-    let body = read_body(file, at)?;
-    let mut record = read_run(file, at, HEADER)?;
-    record.extend_from_slice(&body);
-    parse_stored(at, &record)
+    let len = HEADER + read_body(file, at)?.len();
+    parse_stored(at, &read_run(file, at, len)?)
 }
 
 /// What a flush must make durable: the segments written since the last one, and the position
@@ -391,9 +395,10 @@ impl Spool {
     /// existing ones. `high` is the highest sequence number assigned so far.
     pub(super) fn open(dir: &Path, high: Seq, segment_bytes: u64) -> Result<Self, StorageError> {
         fs::create_dir_all(dir).map_err(|e| io_error("creating the spool", dir, e))?;
-        let last = segments(dir)?.last().copied().unwrap_or(0);
+        let existing = segments(dir)?;
+        let last = existing.last().copied().unwrap_or(0);
         let files: Files = Arc::default();
-        for seg in segments(dir)? {
+        for seg in existing {
             let path = segment_path(dir, seg);
             let file = File::open(&path).map_err(|e| io_error("opening", &path, e))?;
             lock(&files).insert(seg, Arc::new(file));

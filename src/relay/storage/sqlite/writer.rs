@@ -140,7 +140,7 @@ struct Writer {
     index: Arc<Mutex<QueueIndex>>,
     syncing: Arc<Syncing>,
     metrics: StorageMetrics,
-    /// A failed batch left the index unlike the table and reloading it failed too.
+    /// A failed batch left the index unlike the spool and reloading it failed too.
     stale: bool,
 }
 
@@ -176,8 +176,8 @@ impl Writer {
     }
 
     /// Applies a batch in one transaction and hands it to the syncer, which answers its
-    /// writes. If the transaction fails, every write in it gets the error, nothing in it was
-    /// stored, and the index is reloaded from the table. Once a flush has failed, the batch is
+    /// writes. If the batch fails, every write in it gets the error and the index is rebuilt
+    /// from the spool's written records. Once a flush has failed, the batch is
     /// refused without a transaction (see [`super::sync`]).
     fn commit(&mut self, mut batch: Vec<Box<dyn WriteOp>>) {
         if let Some(refused) = self.syncing.failure() {
