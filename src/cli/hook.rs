@@ -1,43 +1,43 @@
-//! `mailslot hook session-start|prompt|stop`: Claude Code hooks. They read the hook's JSON on
-//! stdin and the local store only (no network, no key creation), so they stay fast enough to
-//! run on every prompt. An agent that does not exist yet has no mail: the hooks print nothing.
+//! `mailslot hook session-start|prompt|post-tool|stop`: Claude Code hooks. They read the
+//! hook's JSON on stdin and the local store only (no network, no key creation), so they stay
+//! fast enough to run on every prompt and after every tool call. An agent that does not exist
+//! yet has no mail: the hooks print nothing. What each prints is `doorbell::hooks`.
 
 use std::io::Read;
 
 use anyhow::Context;
 use clap::ValueEnum;
-use serde::Deserialize;
 
 use super::Ctx;
 use crate::config;
-use crate::doorbell::digest::unread_digest;
-use crate::store::{InboxQuery, Store};
+use crate::doorbell::hooks::{self, HookEvent, HookInput};
+use crate::store::Store;
 
-/// The largest hook input read (Claude Code sends a small JSON object).
+/// The largest hook input read (Claude Code sends a small JSON object, with the prompt).
 const MAX_INPUT_BYTES: u64 = 1024 * 1024;
-/// Unread messages listed in a digest.
-const DIGEST_ITEMS: usize = 10;
-/// How the model reads its mail, as Claude Code names mailslot's tools.
-const HOW_TO_READ: &str =
-    "Read them with the mailslot read tool (message_id) or the inbox tool before acting on them.";
 
 /// Which hook is running.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
 pub enum HookKind {
     /// SessionStart: the unread digest goes into the new session's context.
     SessionStart,
-    /// UserPromptSubmit: the unread digest goes into the context beside the prompt.
+    /// UserPromptSubmit: the digest of mail not shown yet goes beside the prompt.
     Prompt,
-    /// Stop: unread mail keeps the agent working (once; never in a loop).
+    /// PostToolUse: mail that arrived during the work, after any tool call.
+    PostTool,
+    /// Stop: mail not shown yet keeps the agent working (once; never in a loop).
     Stop,
 }
 
-/// The fields of the hook input that matter here.
-#[derive(Debug, Default, Deserialize)]
-struct HookInput {
-    /// True when Claude is already continuing because a Stop hook blocked.
-    #[serde(default)]
-    stop_hook_active: bool,
+impl From<HookKind> for HookEvent {
+    fn from(kind: HookKind) -> Self {
+        match kind {
+            HookKind::SessionStart => HookEvent::SessionStart,
+            HookKind::Prompt => HookEvent::Prompt,
+            HookKind::PostTool => HookEvent::PostTool,
+            HookKind::Stop => HookEvent::Stop,
+        }
+    }
 }
 
 pub(super) fn run(ctx: &Ctx, kind: HookKind) -> anyhow::Result<()> {
@@ -63,30 +63,9 @@ pub(super) fn run(ctx: &Ctx, kind: HookKind) -> anyhow::Result<()> {
     if !path.exists() {
         return Ok(());
     }
-    let store = Store::open(&path)?;
-    let total = store.unread_summary()?.count;
-    if total == 0 {
-        return Ok(());
-    }
-    match kind {
-        HookKind::SessionStart | HookKind::Prompt => {
-            let unread = store.inbox(&InboxQuery {
-                limit: DIGEST_ITEMS,
-                ..InboxQuery::default()
-            })?;
-            println!("{}", unread_digest(&unread, total, HOW_TO_READ));
-        }
-        HookKind::Stop if input.stop_hook_active => {}
-        HookKind::Stop => {
-            let noun = if total == 1 { "message" } else { "messages" };
-            let reason = format!(
-                "{total} unread mailslot {noun} for {name}. {HOW_TO_READ} Then finish your work."
-            );
-            println!(
-                "{}",
-                serde_json::json!({ "decision": "block", "reason": reason })
-            );
-        }
+    let mut store = Store::open(&path)?;
+    if let Some(out) = hooks::answer(&mut store, &name, kind.into(), &input)? {
+        println!("{out}");
     }
     Ok(())
 }

@@ -227,7 +227,7 @@ pub enum Command {
         #[arg(long, value_name = "ADDR")]
         http: Option<std::net::SocketAddr>,
     },
-    /// Claude Code hooks: print the unread digest (session-start, prompt) or keep working on unread mail (stop)
+    /// Claude Code hooks: the digest of mail the session has not seen (session-start, prompt, post-tool), or keep working on it (stop)
     Hook {
         /// Which hook
         #[arg(value_enum)]

@@ -6,6 +6,7 @@
 pub mod digest;
 pub mod footer;
 pub mod frame;
+pub mod hooks;
 pub mod openclaw;
 
 use std::collections::BTreeMap;

@@ -3,6 +3,7 @@
 //! domain layer (`mailbox`, `doorbell`), which knows nothing of MCP. This layer never opens a
 //! relay socket itself.
 
+mod era;
 mod http;
 mod prompts;
 mod push;

@@ -9,16 +9,18 @@ use rmcp::handler::server::router::prompt::PromptRouter;
 use rmcp::handler::server::router::tool::ToolRouter;
 use rmcp::handler::server::tool::ToolCallContext;
 use rmcp::model::{
-    CallToolRequestParams, CallToolResponse, ContentBlock, Implementation, JsonObject,
-    ListResourceTemplatesResult, ListResourcesResult, ListToolsResult, PaginatedRequestParams,
-    ReadResourceRequestParams, ReadResourceResponse, ReadResourceResult, ServerCapabilities,
-    ServerConfig, SubscribeRequestParams, SubscriptionFilter, Tool, UnsubscribeRequestParams,
+    CallToolRequestParams, CallToolResponse, ContentBlock, DiscoverRequestMethod, DiscoverResult,
+    Implementation, JsonObject, ListResourceTemplatesResult, ListResourcesResult, ListToolsResult,
+    PaginatedRequestParams, ReadResourceRequestParams, ReadResourceResponse, ReadResourceResult,
+    ServerCapabilities, ServerConfig, SubscribeRequestParams, SubscriptionFilter, Tool,
+    UnsubscribeRequestParams,
 };
 use rmcp::service::{NotificationContext, RequestContext, SubscriptionContext};
 use rmcp::{ErrorData, RoleServer, ServerHandler, prompt_handler};
 use tokio::sync::broadcast;
 use tokio_util::sync::CancellationToken;
 
+use super::era;
 use super::prompts::fill;
 use super::push::{self, Subscriptions};
 use super::resources;
@@ -115,6 +117,24 @@ impl ServerHandler for MailslotServer {
                     .with_title("mailslot: mail and memory for agents"),
             )
             .with_instructions(instructions)
+    }
+
+    /// Answers the 2026-07-28 probe, except for clients that need a 2025-11-25 connection for
+    /// their doorbell (see `era.rs`): they are told the method does not exist and fall back to
+    /// `initialize`.
+    async fn discover(
+        &self,
+        context: RequestContext<RoleServer>,
+    ) -> Result<DiscoverResult, ErrorData> {
+        let client = context.meta.client_info();
+        if era::wants_legacy(client.as_ref()) {
+            tracing::debug!(client = ?client.map(|c| c.name), "refusing server/discover so the client connects with initialize (channel events)");
+            return Err(ErrorData::method_not_found::<DiscoverRequestMethod>());
+        }
+        Ok(DiscoverResult::from_server_info(
+            self.supported_protocol_versions().into_owned(),
+            self.get_info(),
+        ))
     }
 
     async fn call_tool(

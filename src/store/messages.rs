@@ -117,9 +117,11 @@ pub struct UnreadSummary {
     pub newest: Option<(Address, String)>,
 }
 
-const COLUMNS: &str = "json, direction, trust, stored_at, read_at";
+pub(super) const COLUMNS: &str = "json, direction, trust, stored_at, read_at";
 
-fn from_row(row: &Row<'_>) -> rusqlite::Result<(String, String, String, i64, Option<i64>)> {
+pub(super) fn from_row(
+    row: &Row<'_>,
+) -> rusqlite::Result<(String, String, String, i64, Option<i64>)> {
     Ok((
         row.get(0)?,
         row.get(1)?,
@@ -129,7 +131,9 @@ fn from_row(row: &Row<'_>) -> rusqlite::Result<(String, String, String, i64, Opt
     ))
 }
 
-fn decode(raw: (String, String, String, i64, Option<i64>)) -> Result<StoredMessage, StoreError> {
+pub(super) fn decode(
+    raw: (String, String, String, i64, Option<i64>),
+) -> Result<StoredMessage, StoreError> {
     let (json, direction, trust, stored_at, read_at) = raw;
     let message: Message = serde_json::from_str(&json).map_err(|e| StoreError::Corrupt {
         what: "message",

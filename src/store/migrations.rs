@@ -110,6 +110,18 @@ const MIGRATIONS: &[&str] = &[
         failed     INTEGER NOT NULL DEFAULT 0 CHECK (failed IN (0, 1))
     ) STRICT;
     "#,
+    // 2: which messages were put in front of a client session's model (hooks, channel
+    // events, tool results), so no doorbell shows one twice to the same session.
+    r#"
+    CREATE TABLE shown (
+        session    TEXT NOT NULL,
+        message_id TEXT NOT NULL,
+        via        TEXT NOT NULL,
+        shown_at   INTEGER NOT NULL,
+        PRIMARY KEY (session, message_id)
+    ) STRICT, WITHOUT ROWID;
+    CREATE INDEX shown_age ON shown(shown_at);
+    "#,
 ];
 
 /// The schema version this build writes.

@@ -13,6 +13,7 @@ mod meta;
 mod migrations;
 mod outbox;
 mod search;
+mod shown;
 mod time;
 
 use std::path::{Path, PathBuf};
@@ -29,6 +30,7 @@ pub use meta::MAX_STATUS_BYTES;
 pub use migrations::SCHEMA_VERSION;
 pub use outbox::OutboxItem;
 pub use search::MAX_QUERY_CHARS;
+pub use shown::{MAX_SESSION_CHARS, SessionKey, Via};
 
 /// How long a writer waits for another process's transaction before failing.
 const BUSY_TIMEOUT: Duration = Duration::from_secs(10);

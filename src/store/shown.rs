@@ -1,0 +1,156 @@
+//! The shown ledger: which received messages were already put in front of a client
+//! session's model, and by which path (a hook's digest, a channel event, a tool result). The
+//! doorbells that can repeat themselves (Claude Code's hooks) consult it, so one message
+//! interrupts a session once.
+
+use std::fmt;
+
+use rusqlite::params;
+
+use super::messages::{COLUMNS, decode, from_row};
+use super::time::to_ms;
+use super::{Store, StoreError, StoredMessage};
+use crate::protocol::{MessageId, ValidationError, now_millis};
+
+/// The longest session key accepted.
+pub const MAX_SESSION_CHARS: usize = 128;
+/// Ledger rows older than this are dropped: a session that old is long over.
+const KEEP_MS: i64 = 30 * 24 * 3600 * 1000;
+
+/// A client session, as the client names it (Claude Code's `session_id`, a UUID).
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+pub struct SessionKey(String);
+
+impl SessionKey {
+    /// Validates `raw`: 1 to 128 characters of ASCII letters, digits, `.`, `_`, `:` and `-`.
+    pub fn new(raw: &str) -> Result<Self, ValidationError> {
+        let field = "session_id";
+        if raw.is_empty() {
+            return Err(ValidationError::new(
+                field,
+                "is empty; pass the client's session id",
+            ));
+        }
+        if raw.len() > MAX_SESSION_CHARS {
+            return Err(ValidationError::too_long(
+                field,
+                raw.len(),
+                MAX_SESSION_CHARS,
+                "characters",
+            ));
+        }
+        if let Some(c) = raw
+            .chars()
+            .find(|c| !(c.is_ascii_alphanumeric() || matches!(c, '.' | '_' | ':' | '-')))
+        {
+            return Err(ValidationError::new(
+                field,
+                format!("contains {c:?}; a session id is letters, digits, '.', '_', ':' and '-'"),
+            ));
+        }
+        Ok(Self(raw.to_owned()))
+    }
+
+    /// The key as text.
+    pub fn as_str(&self) -> &str {
+        &self.0
+    }
+}
+
+impl fmt::Display for SessionKey {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(&self.0)
+    }
+}
+
+/// The path that put a message in front of the model.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Via {
+    /// A hook's digest (session start, prompt, after a tool, stop).
+    Hook,
+    /// A Claude Code channel event that started a turn.
+    Channel,
+    /// A tool result that listed or showed it.
+    Tool,
+}
+
+impl Via {
+    fn as_str(self) -> &'static str {
+        match self {
+            Via::Hook => "hook",
+            Via::Channel => "channel",
+            Via::Tool => "tool",
+        }
+    }
+}
+
+impl Store {
+    /// Records that `ids` were put in front of `session`'s model (once per message: the
+    /// first path is kept; ids of messages not in the store are ignored). Also forgets rows
+    /// older than 30 days.
+    pub fn mark_shown(
+        &mut self,
+        session: &SessionKey,
+        ids: &[MessageId],
+        via: Via,
+    ) -> Result<(), StoreError> {
+        if ids.is_empty() {
+            return Ok(());
+        }
+        let now = to_ms(now_millis());
+        let tx = self.write_tx()?;
+        {
+            let mut insert = tx.prepare_cached(
+                "INSERT INTO shown (session, message_id, via, shown_at)
+                 SELECT ?1, ?2, ?3, ?4 WHERE EXISTS (SELECT 1 FROM messages WHERE id = ?2)
+                 ON CONFLICT (session, message_id) DO NOTHING",
+            )?;
+            for id in ids {
+                insert.execute(params![session.as_str(), id.to_string(), via.as_str(), now])?;
+            }
+            tx.execute("DELETE FROM shown WHERE shown_at < ?1", [now - KEEP_MS])?;
+        }
+        tx.commit()?;
+        Ok(())
+    }
+
+    /// Unread received messages that `session`'s model has not been shown, newest first, at
+    /// most `limit`, and how many there are in all.
+    pub fn unread_not_shown(
+        &self,
+        session: &SessionKey,
+        limit: usize,
+    ) -> Result<(Vec<StoredMessage>, u32), StoreError> {
+        const UNSEEN: &str = "direction = 'in' AND read_at IS NULL
+             AND NOT EXISTS (SELECT 1 FROM shown WHERE shown.session = ?1 AND shown.message_id = messages.id)";
+        let total: u32 = self.conn.query_row(
+            &format!("SELECT count(*) FROM messages WHERE {UNSEEN}"),
+            [session.as_str()],
+            |r| r.get(0),
+        )?;
+        if total == 0 {
+            return Ok((Vec::new(), 0));
+        }
+        let mut stmt = self.conn.prepare_cached(&format!(
+            "SELECT {COLUMNS} FROM messages WHERE {UNSEEN} ORDER BY seq DESC LIMIT ?2"
+        ))?;
+        let rows = stmt.query_map(params![session.as_str(), limit as i64], from_row)?;
+        let found = rows.map(|r| decode(r?)).collect::<Result<_, _>>()?;
+        Ok((found, total))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn session_keys_are_bounded_and_plain() {
+        assert!(SessionKey::new("c26a70b4-07bd-4ec2-9708-adeaeb9b6867").is_ok());
+        assert!(SessionKey::new("").is_err());
+        assert!(SessionKey::new(&"a".repeat(129)).is_err());
+        let e = SessionKey::new("a b").unwrap_err();
+        assert_eq!(e.field, "session_id");
+        assert!(e.problem.contains("' '"), "{}", e.problem);
+    }
+}
