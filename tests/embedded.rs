@@ -194,3 +194,33 @@ async fn a_running_server_restarts_the_local_relay_when_it_stops() {
     assert_ne!(first, second);
     alice.close().await.unwrap();
 }
+
+#[test]
+fn wait_prints_new_mail_or_exits_3_when_none_comes() {
+    let home = Home::new();
+    home.ok(&["--agent", "bob", "sync"]);
+    let idle = home.run(&["--agent", "bob", "wait", "--timeout", "1"]);
+    assert_eq!(idle.status.code(), Some(3), "{idle:?}");
+    assert!(String::from_utf8_lossy(&idle.stdout).contains("no mail in 1 s"));
+
+    home.ok(&[
+        "--agent",
+        "alice",
+        "send",
+        "--to",
+        "bob",
+        "--subject",
+        "wake",
+        "--body",
+        "up",
+    ]);
+    let got: serde_json::Value =
+        serde_json::from_str(&home.ok(&["--agent", "bob", "--json", "wait", "--timeout", "30"]))
+            .unwrap();
+    assert_eq!(got["timed_out"], false);
+    assert_eq!(got["messages"][0]["message"]["subject"], "wake");
+    assert_eq!(got["messages"][0]["message"]["body"], "up");
+    // Handed over read: the next wait has nothing.
+    let again = home.run(&["--agent", "bob", "wait", "--timeout", "1"]);
+    assert_eq!(again.status.code(), Some(3));
+}

@@ -40,7 +40,15 @@ async fn surface_is_complete(c: &McpClient) {
             t.name
         );
         assert!(t.annotations.is_some(), "{} has no annotations", t.name);
-        assert!(t.output_schema.is_some(), "{} has no output schema", t.name);
+        let schema = t
+            .output_schema
+            .as_ref()
+            .expect("every tool has an output schema");
+        assert_eq!(
+            schema["properties"]["mail_notice"]["type"], "string",
+            "{} does not declare the unread notice",
+            t.name
+        );
     }
     let read_only: Vec<&str> = tools
         .iter()
@@ -178,12 +186,15 @@ async fn legacy_subscription_and_channel_event_carry_the_framed_message() {
     assert_eq!(meta["trust"], "verified");
     assert!(meta.as_object().unwrap().values().all(Value::is_string));
 
-    // The footer rings on every tool result while mail is unread.
+    // The notice rings on every tool result while mail is unread, in the text and in the
+    // structured output (which is all some clients show their model); never the subject.
     let result = bob.mcp.call("recall", json!({})).await;
-    let all = text_of(&result);
-    assert!(
-        all.contains("[mailslot] 1 unread message; newest from alice: \"status?\""),
-        "{all}"
+    let notice = "[mailslot] 1 unread message; newest from alice. Read with the inbox tool.";
+    assert!(text_of(&result).contains(notice), "{result:?}");
+    assert_eq!(
+        result.structured_content.as_ref().unwrap()["mail_notice"],
+        notice,
+        "{result:?}"
     );
     let read = bob
         .mcp
@@ -561,4 +572,47 @@ async fn owner_commands_beside_a_running_server_leave_its_connection_alone() {
     let event = bob.mcp.channel_event().await;
     assert_eq!(event["meta"]["message_id"], sent["message_id"]);
     assert!(!status.has_changed().unwrap(), "bob's relay status changed");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn wait_for_mail_returns_new_mail_framed_or_times_out() {
+    let relay = TestRelay::start(|_| {}).await;
+    let alice = InProcess::start("alice", &relay.url, Era::Modern).await;
+    let bob = InProcess::start("bob", &relay.url, Era::Modern).await;
+    bob.online().await;
+
+    let idle = bob
+        .mcp
+        .ok("wait_for_mail", json!({ "timeout_secs": 1 }))
+        .await;
+    assert_eq!(idle["timed_out"], true);
+    assert_eq!(idle["messages"], json!([]));
+    let err = bob
+        .mcp
+        .err("wait_for_mail", json!({ "timeout_secs": 51 }))
+        .await;
+    assert!(
+        err.contains("timeout_secs is 51, over the maximum of 50"),
+        "{err}"
+    );
+
+    // A wait and a send side by side: the wait returns the mail, framed, and it is read.
+    let (got, sent) = tokio::time::timeout(EVENT_TIMEOUT, async {
+        tokio::join!(
+            bob.mcp.ok("wait_for_mail", json!({ "timeout_secs": 40 })),
+            alice
+                .mcp
+                .ok("send", send_args(&["bob"], "ping", "are you there?"))
+        )
+    })
+    .await
+    .expect("the wait returned");
+    assert_eq!(got["timed_out"], false);
+    let messages = got["messages"].as_array().unwrap();
+    assert_eq!(messages.len(), 1, "{got}");
+    assert_eq!(messages[0]["message_id"], sent["message_id"]);
+    let (inside, _) = split_fence(messages[0]["framed"].as_str().unwrap());
+    assert!(inside.contains("are you there?"));
+    let inbox = bob.mcp.ok("inbox", json!({})).await;
+    assert_eq!(inbox["unread"], 0, "the wait handed the mail over read");
 }

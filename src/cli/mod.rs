@@ -13,6 +13,7 @@ mod memory;
 mod output;
 mod relay;
 mod send;
+mod wait;
 
 use std::path::PathBuf;
 use std::process::ExitCode;
@@ -162,6 +163,12 @@ pub enum Command {
     },
     /// Send the outbox and fetch new mail from the relay, then exit
     Sync,
+    /// Wait for mail: print it (marked read) and exit 0, or exit 3 when none came in time
+    Wait {
+        /// Seconds to wait
+        #[arg(long, value_name = "SECONDS", default_value_t = 60, value_parser = clap::value_parser!(u64).range(1..=86400))]
+        timeout: u64,
+    },
     /// Ask another agent's owner to accept mail from this agent (prints a code for them)
     Connect {
         /// The agent to ask
@@ -323,7 +330,7 @@ pub fn run(cli: Cli) -> ExitCode {
         _ => init_logging("warn", false),
     }
     match dispatch(cli) {
-        Ok(()) => ExitCode::SUCCESS,
+        Ok(code) => code,
         Err(e) => {
             eprintln!("mailslot: error: {e:#}");
             ExitCode::FAILURE
@@ -331,7 +338,7 @@ pub fn run(cli: Cli) -> ExitCode {
     }
 }
 
-fn dispatch(cli: Cli) -> anyhow::Result<()> {
+fn dispatch(cli: Cli) -> anyhow::Result<ExitCode> {
     let paths = Paths::new(cli.home, cli.config)?;
     let config = Config::load(paths.config_file())?;
     let ctx = Ctx {
@@ -341,7 +348,7 @@ fn dispatch(cli: Cli) -> anyhow::Result<()> {
         relay: cli.relay,
         json: cli.json,
     };
-    match cli.command {
+    let done = match cli.command {
         Command::Init => identity::init(&ctx),
         Command::Whoami { set } => identity::whoami(&ctx, set),
         Command::Doing { set } => identity::doing(&ctx, set),
@@ -375,6 +382,7 @@ fn dispatch(cli: Cli) -> anyhow::Result<()> {
             body_file,
         } => send::reply(&ctx, id, all, send::BodySource { body, body_file }),
         Command::Sync => send::sync(&ctx),
+        Command::Wait { timeout } => return wait::run(&ctx, timeout),
         Command::Connect { peer, note } => consent::connect(&ctx, peer, note),
         Command::Requests => consent::requests(&ctx),
         Command::Approve { code, from } => consent::approve(&ctx, code, from),
@@ -401,7 +409,8 @@ fn dispatch(cli: Cli) -> anyhow::Result<()> {
             .block_on(crate::demo::run()),
         Command::Relay(args) => relay::run(&ctx, args),
         Command::Bench(cmd) => crate::bench::run(cmd, ctx.json),
-    }
+    };
+    done.map(|()| ExitCode::SUCCESS)
 }
 
 /// Logs go to stderr (stdout is for output, and for the MCP protocol later).

@@ -1,17 +1,16 @@
 //! The unread-mail footer: one line on every tool result, the doorbell that works in every
-//! client.
+//! client. It names the count and the newest sender (a verified address), never the
+//! subject: a sender's words reach a model only inside a fence, and a footer has none.
 
-use super::frame::one_line;
 use crate::store::UnreadSummary;
 
 /// The footer for `summary`, or `None` when nothing is unread.
 pub fn footer(summary: &UnreadSummary) -> Option<String> {
-    let (from, subject) = summary.newest.as_ref()?;
+    let (from, _) = summary.newest.as_ref()?;
     let count = summary.count;
     let noun = if count == 1 { "message" } else { "messages" };
     Some(format!(
-        "[mailslot] {count} unread {noun}; newest from {from}: \"{}\". Read with the inbox tool.",
-        one_line(subject, 80).replace('"', "'")
+        "[mailslot] {count} unread {noun}; newest from {from}. Read with the inbox tool."
     ))
 }
 
@@ -36,7 +35,7 @@ mod tests {
         .unwrap();
         assert_eq!(
             line,
-            "[mailslot] 3 unread messages; newest from bob: \"a 'b' c\". Read with the inbox tool."
+            "[mailslot] 3 unread messages; newest from bob. Read with the inbox tool."
         );
     }
 }

@@ -10,6 +10,7 @@
 mod compose;
 mod lock;
 mod send;
+mod wait;
 mod watch;
 
 use std::fs::File;
@@ -23,6 +24,7 @@ use tokio_util::sync::CancellationToken;
 pub use compose::{ComposeError, reply};
 pub use lock::ConnectionLock;
 pub use send::SendOutcome;
+pub use wait::Delivered;
 
 use crate::agent::Agent;
 use crate::client::{

@@ -5,6 +5,7 @@
 
 mod era;
 mod http;
+mod notice;
 mod prompts;
 mod push;
 mod resources;

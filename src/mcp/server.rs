@@ -1,6 +1,6 @@
 //! The MCP handler: server info and capabilities, and the wiring of tools (`tools.rs`),
 //! resources (`resources.rs`), prompts (`prompts.rs`) and pushes (`push.rs`). Every tool
-//! result ends with the unread footer.
+//! result carries the unread notice (`notice.rs`).
 
 use std::collections::BTreeMap;
 use std::sync::{Arc, Mutex};
@@ -9,8 +9,8 @@ use rmcp::handler::server::router::prompt::PromptRouter;
 use rmcp::handler::server::router::tool::ToolRouter;
 use rmcp::handler::server::tool::ToolCallContext;
 use rmcp::model::{
-    CallToolRequestParams, CallToolResponse, ContentBlock, DiscoverRequestMethod, DiscoverResult,
-    Implementation, JsonObject, ListResourceTemplatesResult, ListResourcesResult, ListToolsResult,
+    CallToolRequestParams, CallToolResponse, DiscoverRequestMethod, DiscoverResult, Implementation,
+    JsonObject, ListResourceTemplatesResult, ListResourcesResult, ListToolsResult,
     PaginatedRequestParams, ReadResourceRequestParams, ReadResourceResponse, ReadResourceResult,
     ServerCapabilities, ServerConfig, SubscribeRequestParams, SubscriptionFilter, Tool,
     UnsubscribeRequestParams,
@@ -21,6 +21,7 @@ use tokio::sync::broadcast;
 use tokio_util::sync::CancellationToken;
 
 use super::era;
+use super::notice;
 use super::prompts::fill;
 use super::push::{self, Subscriptions};
 use super::resources;
@@ -43,7 +44,7 @@ pub struct MailslotServer {
     /// client's peer is known only once it initializes).
     pending: Arc<Mutex<Option<broadcast::Receiver<Ring>>>>,
     /// Fires when the client's input ends: long-lived handlers return at once.
-    stop: CancellationToken,
+    pub(super) stop: CancellationToken,
 }
 
 impl MailslotServer {
@@ -147,7 +148,7 @@ impl ServerHandler for MailslotServer {
         if let CallToolResponse::Complete(result) = &mut response
             && let Some(line) = self.footer_line().await
         {
-            result.content.push(ContentBlock::text(line));
+            notice::attach(result, line);
         }
         Ok(response)
     }
@@ -157,11 +158,17 @@ impl ServerHandler for MailslotServer {
         _request: Option<PaginatedRequestParams>,
         _context: RequestContext<RoleServer>,
     ) -> Result<ListToolsResult, ErrorData> {
-        Ok(ListToolsResult::with_all_items(self.tool_router.list_all()))
+        Ok(ListToolsResult::with_all_items(
+            self.tool_router
+                .list_all()
+                .into_iter()
+                .map(notice::declare)
+                .collect(),
+        ))
     }
 
     fn get_tool(&self, name: &str) -> Option<Tool> {
-        self.tool_router.get(name).cloned()
+        self.tool_router.get(name).cloned().map(notice::declare)
     }
 
     async fn list_resources(

@@ -19,6 +19,11 @@ use crate::store::{InboxQuery, MAX_STATUS_BYTES};
 
 /// The most items a listing returns.
 const MAX_LIMIT: u32 = 200;
+/// How long `wait_for_mail` waits by default, and at most (seconds).
+const WAIT_DEFAULT_SECS: u32 = 30;
+const WAIT_MAX_SECS: u32 = 50;
+/// The most messages one wait hands over.
+const WAIT_MESSAGES: usize = 20;
 
 fn parse_addresses(field: &str, raw: &[String]) -> Result<Vec<Address>, String> {
     raw.iter()
@@ -152,6 +157,27 @@ pub struct ThreadView {
     pub messages: Vec<MessageView>,
     /// The newest context snapshot any message carried, framed (untrusted), if any.
     pub latest_context: Option<String>,
+}
+
+/// Arguments of `wait_for_mail`.
+#[derive(Debug, Default, Deserialize, JsonSchema)]
+pub struct WaitArgs {
+    /// Seconds to wait for mail (default 30, at most 50: under the 60 s many clients allow
+    /// a tool call). Call again to keep waiting.
+    #[serde(default)]
+    pub timeout_secs: Option<u32>,
+}
+
+/// What a wait brought.
+#[derive(Debug, Serialize, JsonSchema)]
+pub struct MailWait {
+    /// The unread messages, newest first, framed (the senders' words are untrusted data);
+    /// they are now marked read.
+    pub messages: Vec<MessageView>,
+    /// True when the time ran out with no mail.
+    pub timed_out: bool,
+    /// What to do next.
+    pub note: String,
 }
 
 /// Arguments of `mark_read`.
@@ -527,6 +553,54 @@ impl MailslotServer {
             .await
             .map_err(|e| e.to_string())?;
         Ok(Json(MessageView::of(&stored, contact.as_ref())))
+    }
+
+    /// Wait for mail: returns as soon as unread mail is there (at once if some is already
+    /// waiting), framed and marked read, or empty with timed_out after timeout_secs. For
+    /// working in a loop without push notifications: handle what comes, then call it again.
+    #[tool(annotations(
+        title = "Wait for mail",
+        read_only_hint = false,
+        destructive_hint = false,
+        idempotent_hint = false,
+        open_world_hint = false
+    ))]
+    async fn wait_for_mail(
+        &self,
+        Parameters(args): Parameters<WaitArgs>,
+    ) -> Result<Json<MailWait>, String> {
+        let secs = match args.timeout_secs.unwrap_or(WAIT_DEFAULT_SECS) {
+            0 => return Err("timeout_secs is 0; wait at least 1 second".into()),
+            n if n > WAIT_MAX_SECS => {
+                return Err(format!(
+                    "timeout_secs is {n}, over the maximum of {WAIT_MAX_SECS}; wait at most {WAIT_MAX_SECS} seconds and call again"
+                ));
+            }
+            n => n,
+        };
+        let delivered = self
+            .mailbox
+            .wait_for_unread(
+                std::time::Duration::from_secs(secs.into()),
+                WAIT_MESSAGES,
+                &self.stop,
+            )
+            .await
+            .map_err(|e| e.to_string())?;
+        let timed_out = delivered.is_empty();
+        let note = if timed_out {
+            format!("no mail in {secs} s; call wait_for_mail again to keep waiting")
+        } else {
+            "Handle these messages (reply with the reply tool), then call wait_for_mail again to keep waiting.".into()
+        };
+        Ok(Json(MailWait {
+            messages: delivered
+                .iter()
+                .map(|(m, contact)| MessageView::of(m, contact.as_ref()))
+                .collect(),
+            timed_out,
+            note,
+        }))
     }
 
     /// A whole conversation, oldest first, with the newest context snapshot.

@@ -15,7 +15,7 @@ use rmcp::model::CallToolResult;
 use serde_json::{Value, json};
 
 /// Every tool `mailslot mcp` offers, sorted (no approve tool).
-pub const TOOLS: [&str; 14] = [
+pub const TOOLS: [&str; 15] = [
     "contacts",
     "forget",
     "inbox",
@@ -30,6 +30,7 @@ pub const TOOLS: [&str; 14] = [
     "send",
     "set_status",
     "thread",
+    "wait_for_mail",
 ];
 
 /// Splits framed text at its untrusted fence: what is inside, and what follows the closing

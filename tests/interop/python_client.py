@@ -50,6 +50,7 @@ TOOLS = sorted(
         "send",
         "set_status",
         "thread",
+        "wait_for_mail",
     ]
 )
 
