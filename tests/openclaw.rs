@@ -21,7 +21,7 @@ use std::time::{Duration, Instant};
 use axum::extract::State;
 use axum::routing::{get, post};
 use common::mcp::{Era, McpClient};
-use common::{TestAgent, TestRelay, register};
+use common::{TestAgent, TestRelay, register, wait_until};
 use mailslot::protocol::{Address, Message};
 use serde_json::{Value, json};
 use tokio::io::AsyncBufReadExt;
@@ -498,25 +498,6 @@ fn doctor(home: &Path, name: &str, token: &str) -> (bool, String) {
 }
 
 /// Polls `check` every 250 ms until it gives a value, or fails after `limit` with `what`.
-async fn wait_until<T>(
-    limit: Duration,
-    what: &str,
-    mut check: impl AsyncFnMut() -> Option<T>,
-) -> T {
-    let started = Instant::now();
-    loop {
-        if let Some(v) = check().await {
-            return v;
-        }
-        assert!(
-            started.elapsed() < limit,
-            "timed out after {} s: {what}",
-            limit.as_secs()
-        );
-        tokio::time::sleep(Duration::from_millis(250)).await;
-    }
-}
-
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn mail_reaches_the_dedicated_openclaw_session_exactly_once() {
     let Some(setup) = setup() else { return };

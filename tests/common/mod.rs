@@ -2,10 +2,11 @@
 //! home, and raw WebSocket access for crafting bad frames.
 #![allow(dead_code)]
 
+pub mod claude_api;
 pub mod mcp;
 
 use std::sync::Arc;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use futures_util::{SinkExt, StreamExt};
 use mailslot::agent::Agent;
@@ -291,4 +292,25 @@ pub fn external_tools(
         );
     }
     Some(found)
+}
+
+/// Polls `check` until it gives a value, failing the test after `limit` with `what`. For
+/// outside processes that announce nothing (a gateway, Claude Code's screen and log).
+pub async fn wait_until<T>(
+    limit: Duration,
+    what: &str,
+    mut check: impl AsyncFnMut() -> Option<T>,
+) -> T {
+    let started = Instant::now();
+    loop {
+        if let Some(v) = check().await {
+            return v;
+        }
+        assert!(
+            started.elapsed() < limit,
+            "timed out after {} s: {what}",
+            limit.as_secs()
+        );
+        tokio::time::sleep(Duration::from_millis(250)).await;
+    }
 }

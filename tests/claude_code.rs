@@ -1,0 +1,545 @@
+//! The real Claude Code (npm `@anthropic-ai/claude-code`, pinned by `.ci/claude-code-setup`)
+//! with `mailslot mcp` as its MCP server, configured by the files in
+//! `mcp-config-examples/claude-code/` as they are, against a loopback mock of the Anthropic
+//! Messages API (`common::claude_api`). Each request Claude Code sends holds the whole
+//! conversation, so these tests see exactly what reaches the model: a channel message in an
+//! idle session, mail at the next tool call, the unread notice in tool results, the hooks'
+//! digest — each message once.
+//!
+//! Each test runs in a network namespace of its own with only loopback, where the machine
+//! allows one (root), so nothing can leave the machine; the relay, the mock, Claude Code and
+//! the mailslot processes all live in it.
+
+mod common;
+
+use std::path::{Path, PathBuf};
+use std::process::Stdio;
+use std::time::Duration;
+
+use common::claude_api::{ClaudeApi, Reply, Turn};
+use common::{TestRelay, register, wait_until};
+use serde_json::{Value, json};
+
+/// How long a test waits for Claude Code to ask its model, or to start.
+const CLAUDE_TIMEOUT: Duration = Duration::from_secs(90);
+/// The dummy API key (Claude Code remembers approved keys by their last 20 characters).
+const API_KEY: &str = "sk-ant-api03-mailslot-test-key-0000000000000000";
+/// The agent behind Claude Code (as the example files name it), and the other agent.
+const AGENT: &str = "alice";
+const PEER: &str = "bob";
+
+/// The Claude Code binary and tmux, or `None` when the setup script did not run.
+fn tools() -> Option<(PathBuf, PathBuf)> {
+    let found = common::external_tools(
+        &["MAILSLOT_CLAUDE_CODE", "MAILSLOT_TMUX"],
+        "MAILSLOT_REQUIRE_CLAUDE_CODE",
+        "claude-code-setup",
+        "What reaches the model",
+    )?;
+    Some((found[0].clone(), found[1].clone()))
+}
+
+/// Runs `test` on a runtime of its own, in a network namespace with only loopback when the
+/// machine allows it (every thread and process the runtime starts inherits it).
+fn isolated<F: Future<Output = ()>>(test: impl FnOnce() -> F) {
+    use nix::sched::{CloneFlags, unshare};
+    match unshare(CloneFlags::CLONE_NEWNET) {
+        Ok(()) => {
+            let up = std::process::Command::new("ip")
+                .args(["link", "set", "lo", "up"])
+                .status();
+            assert!(
+                up.is_ok_and(|s| s.success()),
+                "cannot bring up loopback in the test's network namespace (is iproute2 installed? .ci/claude-code-setup installs it)"
+            );
+        }
+        Err(e) => eprintln!(
+            "note: no network namespace ({e}); Claude Code runs on the host network, pointed only at loopback"
+        ),
+    }
+    tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+        .unwrap()
+        .block_on(test());
+}
+
+/// A relay, the mock model, and a project folder configured like the examples.
+struct Scene {
+    relay: TestRelay,
+    api: ClaudeApi,
+    claude: PathBuf,
+    tmux: PathBuf,
+    dir: tempfile::TempDir,
+}
+
+impl Scene {
+    /// `preview`: the account has the channels research preview (its server-side flag, set in
+    /// the cached account state Claude Code keeps in `~/.claude.json`).
+    async fn start(claude: PathBuf, tmux: PathBuf, preview: bool) -> Self {
+        let relay = TestRelay::start(|_| {}).await;
+        let api = ClaudeApi::start().await;
+        let dir = tempfile::tempdir().unwrap();
+        let scene = Self {
+            relay,
+            api,
+            claude,
+            tmux,
+            dir,
+        };
+        register(&scene.mailslot_home(), AGENT, &scene.relay.url);
+        register(&scene.mailslot_home(), PEER, &scene.relay.url);
+        scene.write_config(preview);
+        scene
+    }
+
+    fn mailslot_home(&self) -> PathBuf {
+        self.dir.path().join("mailslot")
+    }
+
+    fn home(&self) -> PathBuf {
+        self.dir.path().join("home")
+    }
+
+    fn project(&self) -> PathBuf {
+        self.dir.path().join("project")
+    }
+
+    fn debug_log(&self) -> PathBuf {
+        self.dir.path().join("claude-debug.log")
+    }
+
+    /// The project gets the example files unchanged; the user's state says onboarding is
+    /// done, the API key and the project are trusted, and allows mailslot's tools and Bash.
+    fn write_config(&self, preview: bool) {
+        let examples =
+            Path::new(env!("CARGO_MANIFEST_DIR")).join("mcp-config-examples/claude-code");
+        std::fs::create_dir_all(self.project().join(".claude")).unwrap();
+        std::fs::copy(examples.join(".mcp.json"), self.project().join(".mcp.json")).unwrap();
+        std::fs::copy(
+            examples.join(".claude/settings.json"),
+            self.project().join(".claude/settings.json"),
+        )
+        .unwrap();
+        let project = self.project().to_str().unwrap().to_owned();
+        let mut state = json!({
+            "hasCompletedOnboarding": true,
+            "customApiKeyResponses": { "approved": [&API_KEY[API_KEY.len() - 20..]], "rejected": [] },
+            "projects": { project: {
+                "hasTrustDialogAccepted": true,
+                "hasCompletedProjectOnboarding": true,
+                "enabledMcpjsonServers": ["mailslot"],
+            }},
+        });
+        if preview {
+            state["cachedGrowthBookFeatures"] = json!({ "tengu_harbor": true });
+        }
+        std::fs::create_dir_all(self.home().join(".claude")).unwrap();
+        std::fs::write(self.home().join(".claude.json"), state.to_string()).unwrap();
+        std::fs::write(
+            self.home().join(".claude/settings.json"),
+            json!({ "permissions": { "allow": ["mcp__mailslot", "Bash"] } }).to_string(),
+        )
+        .unwrap();
+    }
+
+    /// The environment Claude Code runs in: mailslot on PATH, the mock as its API, quiet.
+    fn env(&self) -> Vec<(&'static str, String)> {
+        let bin = Path::new(env!("CARGO_BIN_EXE_mailslot")).parent().unwrap();
+        let path = format!(
+            "{}:{}",
+            bin.display(),
+            std::env::var("PATH").unwrap_or_else(|_| "/usr/bin:/bin".into())
+        );
+        vec![
+            ("PATH", path),
+            ("HOME", self.home().display().to_string()),
+            ("MAILSLOT_HOME", self.mailslot_home().display().to_string()),
+            ("MAILSLOT_RELAY", self.relay.url.to_string()),
+            ("ANTHROPIC_BASE_URL", self.api.url.clone()),
+            ("ANTHROPIC_API_KEY", API_KEY.into()),
+            ("CLAUDE_CODE_DISABLE_NONESSENTIAL_TRAFFIC", "1".into()),
+            ("DISABLE_AUTOUPDATER", "1".into()),
+            ("DISABLE_TELEMETRY", "1".into()),
+            ("DISABLE_ERROR_REPORTING", "1".into()),
+            // Reads the cached account flag although telemetry is off.
+            ("CLAUDE_CODE_GB_DISK_CACHE_WHEN_TELEMETRY_OFF", "1".into()),
+        ]
+    }
+
+    /// `claude -p PROMPT`, headless.
+    fn headless(&self, prompt: &str) -> tokio::process::Child {
+        tokio::process::Command::new(&self.claude)
+            .args(["-p", prompt, "--debug-file"])
+            .arg(self.debug_log())
+            .env_clear()
+            .envs(self.env())
+            .current_dir(self.project())
+            .stdin(Stdio::null())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .kill_on_drop(true)
+            .spawn()
+            .unwrap()
+    }
+
+    /// A `mailslot` command as `agent`, against the test relay.
+    async fn mailslot(&self, agent: &str, args: &[&str]) -> String {
+        let out = tokio::process::Command::new(env!("CARGO_BIN_EXE_mailslot"))
+            .args(["--agent", agent])
+            .args(args)
+            .env_clear()
+            .env("MAILSLOT_HOME", self.mailslot_home())
+            .env("MAILSLOT_RELAY", self.relay.url.as_str())
+            .stdin(Stdio::null())
+            .output()
+            .await
+            .unwrap();
+        assert!(
+            out.status.success(),
+            "mailslot {args:?}: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        String::from_utf8(out.stdout).unwrap()
+    }
+
+    /// The peer sends the Claude Code agent a message; its id.
+    async fn peer_sends(&self, subject: &str, body: &str) -> String {
+        let sent: Value = serde_json::from_str(
+            &self
+                .mailslot(
+                    PEER,
+                    &[
+                        "--json",
+                        "send",
+                        "--to",
+                        AGENT,
+                        "--subject",
+                        subject,
+                        "--body",
+                        body,
+                    ],
+                )
+                .await,
+        )
+        .unwrap();
+        assert_eq!(sent["status"], "sent", "{sent}");
+        sent["id"].as_str().unwrap().to_owned()
+    }
+
+    /// Waits until the agent's store holds `n` unread messages.
+    async fn agent_has_unread(&self, n: usize) {
+        wait_until(
+            CLAUDE_TIMEOUT,
+            "the mail reaches the agent's store",
+            async || {
+                let listed: Value =
+                    serde_json::from_str(&self.mailslot(AGENT, &["--json", "inbox"]).await)
+                        .unwrap();
+                (listed.as_array().unwrap().len() == n).then_some(())
+            },
+        )
+        .await;
+    }
+}
+
+/// Waits for a headless Claude Code to finish, and answers any turn it still asks with text.
+async fn finish(scene: &mut Scene, mut child: tokio::process::Child) {
+    let status = tokio::time::timeout(CLAUDE_TIMEOUT, async {
+        loop {
+            tokio::select! {
+                status = child.wait() => return status.unwrap(),
+                turn = scene.api.next_turn(CLAUDE_TIMEOUT) => {
+                    panic!("an extra model turn (a hook repeated mail?): {}", turn.last_text());
+                }
+            }
+        }
+    })
+    .await
+    .expect("claude -p exits");
+    let mut stderr = String::new();
+    if let Some(mut e) = child.stderr.take() {
+        use tokio::io::AsyncReadExt;
+        let _ = e.read_to_string(&mut stderr).await;
+    }
+    assert!(status.success(), "claude -p failed: {stderr}");
+}
+
+/// The text of the tool results in the newest message.
+fn tool_results(turn: &Turn) -> String {
+    turn.last_message()["content"]
+        .as_array()
+        .map(|blocks| {
+            blocks
+                .iter()
+                .filter(|b| b["type"] == "tool_result")
+                .map(|b| b["content"].to_string())
+                .collect()
+        })
+        .unwrap_or_default()
+}
+
+#[test]
+fn hooks_and_the_unread_notice_reach_the_model_once() {
+    let Some((claude, tmux)) = tools() else {
+        return;
+    };
+    isolated(async || {
+        let mut scene = Scene::start(claude, tmux, false).await;
+        scene
+            .peer_sends("Deploy window", "BODY-HOOKS Friday 10:00?")
+            .await;
+        scene.mailslot(AGENT, &["sync"]).await;
+
+        let child = scene.headless("What should I do today?");
+        // SessionStart put the digest into the context; UserPromptSubmit did not repeat it.
+        let turn = scene.api.next_turn(CLAUDE_TIMEOUT).await;
+        assert_eq!(turn.count("Deploy window"), 1, "{}", turn.excerpt());
+        assert!(
+            turn.text().contains("mailslot-untrusted"),
+            "the digest is fenced"
+        );
+        turn.answer(Reply::tool(
+            "ToolSearch",
+            json!({ "query": "select:mcp__mailslot__recall" }),
+        ));
+        let turn = scene.api.next_turn(CLAUDE_TIMEOUT).await;
+        turn.answer(Reply::tool("mcp__mailslot__recall", json!({})));
+        // The tool result the model gets (only the structured output) carries the notice.
+        let turn = scene.api.next_turn(CLAUDE_TIMEOUT).await;
+        let results = tool_results(&turn);
+        assert!(
+            results.contains("mail_notice")
+                && results.contains("1 unread message; newest from bob"),
+            "{results}"
+        );
+        assert_eq!(
+            turn.count("Deploy window"),
+            1,
+            "nothing repeated the digest: {}",
+            turn.excerpt()
+        );
+        turn.answer(Reply::text("Done."));
+        // The Stop hook lets it stop: the model has seen the mail. One run, three turns.
+        finish(&mut scene, child).await;
+    });
+}
+
+#[test]
+fn mail_arriving_during_work_reaches_the_model_at_the_next_tool_call_once() {
+    let Some((claude, tmux)) = tools() else {
+        return;
+    };
+    isolated(async || {
+        let mut scene = Scene::start(claude, tmux, false).await;
+        let child = scene.headless("Run the two checks.");
+        let turn = scene.api.next_turn(CLAUDE_TIMEOUT).await;
+        assert!(!turn.text().contains("BODY"), "no mail yet");
+        turn.answer(Reply::tool(
+            "Bash",
+            json!({ "command": "echo first-check", "description": "first check" }),
+        ));
+
+        // After the first tool call, mail arrives while the model thinks.
+        let turn = scene.api.next_turn(CLAUDE_TIMEOUT).await;
+        assert!(tool_results(&turn).contains("first-check"));
+        assert!(!turn.text().contains("Colleague"), "{}", turn.excerpt());
+        scene
+            .peer_sends("Colleague needs you", "BODY-POSTTOOL please review PR 7")
+            .await;
+        scene.agent_has_unread(1).await;
+        turn.answer(Reply::tool(
+            "Bash",
+            json!({ "command": "echo second-check", "description": "second check" }),
+        ));
+
+        // The next request carries it once, beside the second tool's result.
+        let turn = scene.api.next_turn(CLAUDE_TIMEOUT).await;
+        assert!(tool_results(&turn).contains("second-check"));
+        assert_eq!(turn.count("Colleague needs you"), 1, "{}", turn.excerpt());
+        let newest = turn.since_last_user();
+        assert!(
+            newest.contains("PostToolUse:Bash hook additional context")
+                && newest.contains("Colleague needs you"),
+            "it came right after the second tool call: {newest}"
+        );
+        turn.answer(Reply::text("Both checks ran."));
+        finish(&mut scene, child).await;
+    });
+}
+
+/// An interactive Claude Code in tmux (a server of its own), launched as the example
+/// README says.
+struct Interactive {
+    tmux: PathBuf,
+    socket: PathBuf,
+    env: Vec<(&'static str, String)>,
+    project: PathBuf,
+}
+
+impl Interactive {
+    async fn launch(scene: &Scene) -> Self {
+        let session = Self {
+            tmux: scene.tmux.clone(),
+            socket: scene.dir.path().join("tmux.sock"),
+            env: scene.env(),
+            project: scene.project(),
+        };
+        let command = format!(
+            "exec '{}' --dangerously-load-development-channels server:mailslot --debug-file '{}'",
+            scene.claude.display(),
+            scene.debug_log().display()
+        );
+        let project = session.project.display().to_string();
+        session
+            .tmux(&[
+                "new-session",
+                "-d",
+                "-s",
+                "claude",
+                "-x",
+                "160",
+                "-y",
+                "50",
+                "-c",
+                &project,
+                &command,
+            ])
+            .await;
+        session
+    }
+
+    async fn tmux(&self, args: &[&str]) -> String {
+        let out = tokio::process::Command::new(&self.tmux)
+            .arg("-S")
+            .arg(&self.socket)
+            .args(args)
+            .env_clear()
+            .envs(self.env.clone())
+            .current_dir(&self.project)
+            .stdin(Stdio::null())
+            .output()
+            .await
+            .unwrap();
+        assert!(
+            out.status.success(),
+            "tmux {args:?}: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        String::from_utf8_lossy(&out.stdout).into_owned()
+    }
+
+    async fn screen(&self) -> String {
+        self.tmux(&["capture-pane", "-p", "-t", "claude"]).await
+    }
+
+    async fn type_line(&self, text: &str) {
+        self.tmux(&["send-keys", "-t", "claude", "-l", text]).await;
+        self.tmux(&["send-keys", "-t", "claude", "Enter"]).await;
+    }
+}
+
+impl Drop for Interactive {
+    fn drop(&mut self) {
+        let _ = std::process::Command::new(&self.tmux)
+            .arg("-S")
+            .arg(&self.socket)
+            .arg("kill-server")
+            .status();
+    }
+}
+
+fn debug_log_has(scene: &Scene, text: &str) -> bool {
+    std::fs::read_to_string(scene.debug_log()).is_ok_and(|log| log.contains(text))
+}
+
+#[test]
+fn a_channel_message_starts_one_turn_in_an_idle_session() {
+    let Some((claude, tmux)) = tools() else {
+        return;
+    };
+    isolated(async || {
+        let mut scene = Scene::start(claude, tmux, true).await;
+        let session = Interactive::launch(&scene).await;
+        wait_until(
+            CLAUDE_TIMEOUT,
+            "the development-channels warning",
+            async || {
+                session
+                    .screen()
+                    .await
+                    .contains("I am using this for local development")
+                    .then_some(())
+            },
+        )
+        .await;
+        session.tmux(&["send-keys", "-t", "claude", "Enter"]).await;
+        wait_until(
+            CLAUDE_TIMEOUT,
+            "Claude Code registers mailslot's channel",
+            async || debug_log_has(&scene, "Channel notifications registered").then_some(()),
+        )
+        .await;
+
+        // Idle: a message from the peer starts a turn by itself, framed inside its fence.
+        let id = scene
+            .peer_sends("Build status?", "BODY-CHANNEL-1 is main green?")
+            .await;
+        let turn = scene.api.next_turn(CLAUDE_TIMEOUT).await;
+        let prompt = turn.last_text();
+        assert!(
+            prompt.contains("<channel source=\\\"mailslot\\\""),
+            "{prompt}"
+        );
+        assert!(
+            prompt.contains(&format!("message_id=\\\"{id}\\\"")),
+            "{prompt}"
+        );
+        let content: String = serde_json::from_str::<Value>(&prompt)
+            .map(|m| m["content"].to_string())
+            .unwrap();
+        let fenced = content
+            .split("<<<mailslot-untrusted ")
+            .nth(1)
+            .and_then(|rest| rest.split("<<<end mailslot-untrusted").next())
+            .expect("the message is fenced");
+        assert!(fenced.contains("BODY-CHANNEL-1"), "{content}");
+        assert_eq!(turn.count("BODY-CHANNEL-1"), 1, "{}", turn.excerpt());
+        turn.answer(Reply::text("Main is green."));
+
+        // One message, one turn: the Stop hook did not start another. The next request is
+        // the owner's next prompt, which does not repeat the message.
+        session.type_line("PROMPT-NEXT anything else?").await;
+        let turn = scene.api.next_turn(CLAUDE_TIMEOUT).await;
+        assert!(
+            turn.last_text().contains("PROMPT-NEXT"),
+            "an extra turn came first: {}",
+            turn.last_text()
+        );
+        assert_eq!(turn.count("BODY-CHANNEL-1"), 1, "{}", turn.excerpt());
+        turn.answer(Reply::text("Nothing else."));
+
+        // Two messages in quick succession: each reaches the model once.
+        scene.peer_sends("First", "BODY-CHANNEL-2").await;
+        scene.peer_sends("Second", "BODY-CHANNEL-3").await;
+        let mut seen = String::new();
+        while !(seen.contains("BODY-CHANNEL-2") && seen.contains("BODY-CHANNEL-3")) {
+            let turn = scene.api.next_turn(CLAUDE_TIMEOUT).await;
+            seen = turn.text();
+            turn.answer(Reply::text("Noted."));
+        }
+        session.type_line("PROMPT-LAST done?").await;
+        let turn = scene.api.next_turn(CLAUDE_TIMEOUT).await;
+        assert!(
+            turn.last_text().contains("PROMPT-LAST"),
+            "an extra turn came first: {}",
+            turn.last_text()
+        );
+        for body in ["BODY-CHANNEL-1", "BODY-CHANNEL-2", "BODY-CHANNEL-3"] {
+            assert_eq!(turn.count(body), 1, "{body} in {}", turn.excerpt());
+        }
+        turn.answer(Reply::text("Done."));
+        assert!(scene.api.pending_turn().is_none());
+    });
+}
