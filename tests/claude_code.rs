@@ -1,7 +1,7 @@
 //! The real Claude Code (npm `@anthropic-ai/claude-code`, pinned by `.ci/claude-code-setup`)
 //! with `mailslot mcp` as its MCP server, configured by the files in
 //! `mcp-config-examples/claude-code/` as they are, against a loopback mock of the Anthropic
-//! Messages API (`common::claude_api`). Each request Claude Code sends holds the whole
+//! Messages API (`common::model_api`). Each request Claude Code sends holds the whole
 //! conversation, so these tests see exactly what reaches the model: a channel message in an
 //! idle session, mail at the next tool call, the unread notice in tool results, the hooks'
 //! digest — each message once.
@@ -16,8 +16,8 @@ use std::path::{Path, PathBuf};
 use std::process::Stdio;
 use std::time::Duration;
 
-use common::claude_api::{ClaudeApi, Reply, Turn};
-use common::{TestRelay, register, wait_until};
+use common::model_api::{ModelApi, Reply, Turn, Wire};
+use common::{TestRelay, isolated, register, wait_until};
 use serde_json::{Value, json};
 
 /// How long a test waits for Claude Code to ask its model, or to start.
@@ -39,36 +39,10 @@ fn tools() -> Option<(PathBuf, PathBuf)> {
     Some((found[0].clone(), found[1].clone()))
 }
 
-/// Runs `test` on a runtime of its own, in a network namespace with only loopback when the
-/// machine allows it (every thread and process the runtime starts inherits it).
-fn isolated<F: Future<Output = ()>>(test: impl FnOnce() -> F) {
-    use nix::sched::{CloneFlags, unshare};
-    match unshare(CloneFlags::CLONE_NEWNET) {
-        Ok(()) => {
-            let up = std::process::Command::new("ip")
-                .args(["link", "set", "lo", "up"])
-                .status();
-            assert!(
-                up.is_ok_and(|s| s.success()),
-                "cannot bring up loopback in the test's network namespace (is iproute2 installed? .ci/claude-code-setup installs it)"
-            );
-        }
-        Err(e) => eprintln!(
-            "note: no network namespace ({e}); Claude Code runs on the host network, pointed only at loopback"
-        ),
-    }
-    tokio::runtime::Builder::new_multi_thread()
-        .worker_threads(2)
-        .enable_all()
-        .build()
-        .unwrap()
-        .block_on(test());
-}
-
 /// A relay, the mock model, and a project folder configured like the examples.
 struct Scene {
     relay: TestRelay,
-    api: ClaudeApi,
+    api: ModelApi,
     claude: PathBuf,
     tmux: PathBuf,
     dir: tempfile::TempDir,
@@ -79,7 +53,7 @@ impl Scene {
     /// the cached account state Claude Code keeps in `~/.claude.json`).
     async fn start(claude: PathBuf, tmux: PathBuf, preview: bool) -> Self {
         let relay = TestRelay::start(|_| {}).await;
-        let api = ClaudeApi::start().await;
+        let api = ModelApi::start(Wire::Anthropic).await;
         let dir = tempfile::tempdir().unwrap();
         let scene = Self {
             relay,

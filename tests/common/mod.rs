@@ -2,8 +2,8 @@
 //! home, and raw WebSocket access for crafting bad frames.
 #![allow(dead_code)]
 
-pub mod claude_api;
 pub mod mcp;
+pub mod model_api;
 
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -313,4 +313,30 @@ pub async fn wait_until<T>(
         );
         tokio::time::sleep(Duration::from_millis(250)).await;
     }
+}
+
+/// Runs `test` on a runtime of its own, in a network namespace with only loopback when the
+/// machine allows it (every thread and process the runtime starts inherits it).
+pub fn isolated<F: Future<Output = ()>>(test: impl FnOnce() -> F) {
+    use nix::sched::{CloneFlags, unshare};
+    match unshare(CloneFlags::CLONE_NEWNET) {
+        Ok(()) => {
+            let up = std::process::Command::new("ip")
+                .args(["link", "set", "lo", "up"])
+                .status();
+            assert!(
+                up.is_ok_and(|s| s.success()),
+                "cannot bring up loopback in the test's network namespace (is iproute2 installed? .ci/claude-code-setup installs it)"
+            );
+        }
+        Err(e) => eprintln!(
+            "note: no network namespace ({e}); the client runs on the host network, pointed only at loopback"
+        ),
+    }
+    tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+        .unwrap()
+        .block_on(test());
 }

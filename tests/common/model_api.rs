@@ -1,7 +1,8 @@
-//! A loopback mock of the Anthropic Messages API for the real Claude Code: it records every
-//! request (each one holds the whole conversation, so it is exactly what the model would
-//! see) and hands each turn of the main conversation to the test, which answers with text
-//! or a tool call. Side requests (no tools: titles, summaries) get a short text at once.
+//! A loopback mock of a model API for real LLM clients: the Anthropic Messages API (Claude
+//! Code) or the OpenAI Responses API (Codex). It records every request (each one holds the
+//! whole conversation, so it is exactly what the model would see) and hands each turn of the
+//! main conversation to the test, which answers with text or a tool call. Side requests (no
+//! tools: titles, summaries) get a short text at once.
 
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
@@ -14,12 +15,22 @@ use tokio::sync::{mpsc, oneshot};
 /// How long a turn waits for the test's answer before the mock answers "ok" itself.
 const ANSWER_TIMEOUT: Duration = Duration::from_secs(120);
 
+/// Which API the mock speaks.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Wire {
+    /// `POST /v1/messages`, streamed as the Messages API's server-sent events.
+    Anthropic,
+    /// `POST /v1/responses`, streamed as the Responses API's server-sent events.
+    OpenAiResponses,
+}
+
 /// What the mock model answers.
 #[derive(Debug, Clone)]
 pub enum Reply {
     /// A text answer that ends the turn.
     Text(String),
-    /// A call of `name` with `input`.
+    /// A call of `name` with `input`. For the Responses API an MCP tool's name is
+    /// `mcp__<server>__<tool>`: its namespace, then the tool.
     Tool { name: String, input: Value },
 }
 
@@ -95,24 +106,26 @@ impl Turn {
 
 #[derive(Clone)]
 struct Mock {
+    wire: Wire,
     requests: Arc<Mutex<Vec<Value>>>,
     turns: mpsc::UnboundedSender<Turn>,
 }
 
 /// The running mock.
-pub struct ClaudeApi {
+pub struct ModelApi {
     /// Its base URL, for `ANTHROPIC_BASE_URL`.
     pub url: String,
     requests: Arc<Mutex<Vec<Value>>>,
     turns: mpsc::UnboundedReceiver<Turn>,
 }
 
-impl ClaudeApi {
+impl ModelApi {
     /// Starts the mock on a free loopback port.
-    pub async fn start() -> Self {
+    pub async fn start(wire: Wire) -> Self {
         let (tx, turns) = mpsc::unbounded_channel();
         let requests = Arc::new(Mutex::new(Vec::new()));
         let app = axum::Router::new().fallback(answer).with_state(Mock {
+            wire,
             requests: requests.clone(),
             turns: tx,
         });
@@ -130,7 +143,7 @@ impl ClaudeApi {
     pub async fn next_turn(&mut self, timeout: Duration) -> Turn {
         tokio::time::timeout(timeout, self.turns.recv())
             .await
-            .expect("Claude Code asked the model nothing in time")
+            .expect("the client asked the model nothing in time")
             .expect("the mock is running")
     }
 
@@ -172,14 +185,11 @@ async fn answer(State(mock): State<Mock>, uri: axum::http::Uri, body: String) ->
     } else {
         Reply::text("ok")
     };
-    let model = request["model"]
-        .as_str()
-        .unwrap_or("claude-mock")
-        .to_owned();
-    if request["stream"] == true {
-        stream(&model, &reply)
-    } else {
-        axum::Json(message(&model, &reply)).into_response()
+    let model = request["model"].as_str().unwrap_or("mock-model").to_owned();
+    match mock.wire {
+        Wire::Anthropic if request["stream"] == true => stream(&model, &reply),
+        Wire::Anthropic => axum::Json(message(&model, &reply)).into_response(),
+        Wire::OpenAiResponses => responses_stream(&reply),
     }
 }
 
@@ -213,6 +223,47 @@ fn message(model: &str, reply: &Reply) -> Value {
         "stop_sequence": null,
         "usage": { "input_tokens": 100, "output_tokens": 10 },
     })
+}
+
+fn event_stream(body: String) -> Response {
+    Response::builder()
+        .header("content-type", "text/event-stream")
+        .header("cache-control", "no-cache")
+        .body(axum::body::Body::from(body))
+        .unwrap()
+}
+
+/// The reply as the Responses API streams it: the finished output item, then the end.
+fn responses_stream(reply: &Reply) -> Response {
+    let id = uuid::Uuid::now_v7().simple().to_string();
+    let item = match reply {
+        Reply::Text(text) => json!({
+            "type": "message", "role": "assistant", "id": format!("msg_{id}"),
+            "content": [{ "type": "output_text", "text": text, "annotations": [] }],
+        }),
+        Reply::Tool { name, input } => {
+            let (namespace, tool) = name.rsplit_once("__").unwrap_or(("", name));
+            let mut call = json!({
+                "type": "function_call", "id": format!("fc_{id}"), "call_id": format!("call_{id}"),
+                "name": tool, "arguments": input.to_string(),
+            });
+            if !namespace.is_empty() {
+                call["namespace"] = json!(namespace);
+            }
+            call
+        }
+    };
+    let events = [
+        json!({ "type": "response.created", "response": { "id": format!("resp_{id}") } }),
+        json!({ "type": "response.output_item.done", "output_index": 0, "item": item }),
+        json!({ "type": "response.completed", "response": { "id": format!("resp_{id}") } }),
+    ];
+    event_stream(
+        events
+            .iter()
+            .map(|e| format!("event: {}\ndata: {e}\n\n", e["type"].as_str().unwrap()))
+            .collect(),
+    )
 }
 
 /// The reply as the Messages API streams it (server-sent events).
@@ -262,13 +313,10 @@ fn stream(model: &str, reply: &Reply) -> Response {
         ),
         ("message_stop", json!({ "type": "message_stop" })),
     ];
-    let body: String = events
-        .iter()
-        .map(|(name, data)| format!("event: {name}\ndata: {data}\n\n"))
-        .collect();
-    Response::builder()
-        .header("content-type", "text/event-stream")
-        .header("cache-control", "no-cache")
-        .body(axum::body::Body::from(body))
-        .unwrap()
+    event_stream(
+        events
+            .iter()
+            .map(|(name, data)| format!("event: {name}\ndata: {data}\n\n"))
+            .collect(),
+    )
 }

@@ -1,0 +1,223 @@
+//! A second real client: the OpenAI Codex CLI (npm `@openai/codex`, pinned by
+//! `.ci/claude-code-setup`) runs `mailslot mcp` as its MCP server, headless (`codex exec`),
+//! against a loopback mock of the OpenAI Responses API (`common::model_api`). Codex has no
+//! push that reaches its model, so what must reach it is the unread notice in tool results and
+//! the mail that `wait_for_mail` hands over. Runs in a network namespace of its own with only
+//! loopback where the machine allows one.
+
+mod common;
+
+use std::path::PathBuf;
+use std::process::Stdio;
+use std::time::Duration;
+
+use common::model_api::{ModelApi, Reply, Turn, Wire};
+use common::{TestRelay, isolated, register};
+use serde_json::{Value, json};
+
+/// How long the test waits for Codex to ask its model, or to finish.
+const CODEX_TIMEOUT: Duration = Duration::from_secs(90);
+
+fn codex() -> Option<PathBuf> {
+    common::external_tools(
+        &["MAILSLOT_CODEX"],
+        "MAILSLOT_REQUIRE_CLAUDE_CODE",
+        "claude-code-setup",
+        "What reaches the model",
+    )
+    .map(|mut found| found.remove(0))
+}
+
+/// Codex's config: the mock as its model provider, mailslot as a required MCP server (Codex
+/// passes servers only the environment its `env` table names), no sandbox or approvals in
+/// the way of the tool calls, nothing that reaches for the network.
+fn config(api: &ModelApi, mailslot_home: &str, relay: &str) -> String {
+    format!(
+        r#"model = "mock-model"
+model_provider = "mock"
+approval_policy = "never"
+sandbox_mode = "danger-full-access"
+check_for_update_on_startup = false
+
+[analytics]
+enabled = false
+
+[feedback]
+enabled = false
+
+[features]
+plugins = false
+shell_snapshot = false
+unbounded_connection_retries = false
+
+[model_providers.mock]
+name = "mock"
+base_url = "{api}/v1"
+env_key = "MOCK_API_KEY"
+wire_api = "responses"
+request_max_retries = 0
+stream_max_retries = 0
+
+[mcp_servers.mailslot]
+command = "{mailslot}"
+args = ["mcp", "--agent", "alice"]
+env = {{ MAILSLOT_HOME = "{mailslot_home}", MAILSLOT_RELAY = "{relay}" }}
+required = true
+"#,
+        api = api.url,
+        mailslot = env!("CARGO_BIN_EXE_mailslot"),
+    )
+}
+
+/// The function call outputs in the newest input, as text.
+fn call_outputs(turn: &Turn) -> String {
+    turn.request["input"]
+        .as_array()
+        .map(|items| {
+            items
+                .iter()
+                .filter(|i| i["type"] == "function_call_output")
+                .map(|i| i["output"].to_string())
+                .collect::<Vec<_>>()
+                .join("\n")
+        })
+        .unwrap_or_default()
+}
+
+async fn mailslot(home: &std::path::Path, relay: &str, args: &[&str]) -> String {
+    let out = tokio::process::Command::new(env!("CARGO_BIN_EXE_mailslot"))
+        .args(args)
+        .env_clear()
+        .env("MAILSLOT_HOME", home)
+        .env("MAILSLOT_RELAY", relay)
+        .stdin(Stdio::null())
+        .output()
+        .await
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "mailslot {args:?}: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    String::from_utf8(out.stdout).unwrap()
+}
+
+#[test]
+fn codex_lists_the_tools_and_its_model_gets_the_notice_and_waited_mail() {
+    let Some(codex) = codex() else { return };
+    isolated(async || {
+        let relay = TestRelay::start(|_| {}).await;
+        let mut api = ModelApi::start(Wire::OpenAiResponses).await;
+        let dir = tempfile::tempdir().unwrap();
+        let home = dir.path().join("mailslot");
+        let url = relay.url.to_string();
+        register(&home, "alice", &relay.url);
+        register(&home, "bob", &relay.url);
+        mailslot(
+            &home,
+            &url,
+            &[
+                "--agent",
+                "bob",
+                "send",
+                "--to",
+                "alice",
+                "--subject",
+                "Review please",
+                "--body",
+                "BODY-CODEX the parser change",
+            ],
+        )
+        .await;
+        mailslot(&home, &url, &["--agent", "alice", "sync"]).await;
+
+        let codex_home = dir.path().join("codex");
+        std::fs::create_dir_all(&codex_home).unwrap();
+        std::fs::write(
+            codex_home.join("config.toml"),
+            config(&api, home.to_str().unwrap(), &url),
+        )
+        .unwrap();
+        let work = dir.path().join("work");
+        std::fs::create_dir_all(&work).unwrap();
+        let mut child = tokio::process::Command::new(&codex)
+            .args(["exec", "--skip-git-repo-check", "--json", "Check my mail."])
+            .env_clear()
+            .env(
+                "PATH",
+                std::env::var("PATH").unwrap_or_else(|_| "/usr/bin:/bin".into()),
+            )
+            .env("HOME", dir.path())
+            .env("CODEX_HOME", &codex_home)
+            .env("MOCK_API_KEY", "mock")
+            .current_dir(&work)
+            // Codex waits for the end of an open stdin even with a prompt argument.
+            .stdin(Stdio::null())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .kill_on_drop(true)
+            .spawn()
+            .unwrap();
+
+        // Its model is offered mailslot's tools, wait_for_mail among them.
+        let turn = tokio::select! {
+            turn = api.next_turn(CODEX_TIMEOUT) => turn,
+            status = child.wait() => {
+                let mut err = String::new();
+                let mut out = String::new();
+                use tokio::io::AsyncReadExt;
+                child.stderr.take().unwrap().read_to_string(&mut err).await.unwrap();
+                child.stdout.take().unwrap().read_to_string(&mut out).await.unwrap();
+                panic!("codex exited ({status:?}) before asking its model:\n{out}\n{err}");
+            }
+        };
+        let tools = turn.request["tools"].to_string();
+        assert!(
+            tools.contains("mcp__mailslot") && tools.contains("wait_for_mail"),
+            "{tools}"
+        );
+        turn.answer(Reply::tool("mcp__mailslot__recall", json!({})));
+
+        // The tool result it gets carries the unread notice.
+        let turn = api.next_turn(CODEX_TIMEOUT).await;
+        let outputs = call_outputs(&turn);
+        assert!(
+            outputs.contains("mail_notice")
+                && outputs.contains("1 unread message; newest from bob"),
+            "{outputs}"
+        );
+        turn.answer(Reply::tool(
+            "mcp__mailslot__wait_for_mail",
+            json!({ "timeout_secs": 20 }),
+        ));
+
+        // wait_for_mail hands the mail over, framed.
+        let turn = api.next_turn(CODEX_TIMEOUT).await;
+        let outputs = call_outputs(&turn);
+        assert!(
+            outputs.contains("BODY-CODEX") && outputs.contains("mailslot-untrusted"),
+            "{outputs}"
+        );
+        turn.answer(Reply::text("Bob asks for a review of the parser change."));
+
+        let out = tokio::time::timeout(CODEX_TIMEOUT, child.wait_with_output())
+            .await
+            .expect("codex exec finishes")
+            .unwrap();
+        assert!(
+            out.status.success(),
+            "codex exec: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        let events = String::from_utf8_lossy(&out.stdout);
+        let calls: Vec<Value> = events
+            .lines()
+            .filter_map(|l| serde_json::from_str::<Value>(l).ok())
+            .filter(|e| e["item"]["type"] == "mcp_tool_call")
+            .collect();
+        assert!(
+            calls.iter().any(|e| e["item"]["status"] == "completed"),
+            "{events}"
+        );
+    });
+}
