@@ -25,6 +25,9 @@ pub const ENV_RELAY: &str = "MAILSLOT_RELAY";
 pub const ENV_LOCAL_RELAY_PORT: &str = "MAILSLOT_LOCAL_RELAY_PORT";
 /// Sets the log filter (tracing's `EnvFilter` syntax), e.g. `debug` or `mailslot=trace`.
 pub const ENV_LOG: &str = "MAILSLOT_LOG";
+/// The Claude Code session a stdio `mailslot mcp` serves (Claude Code sets it for its MCP
+/// servers); what its tool results show is recorded under it, as the hooks record theirs.
+pub const ENV_CLAUDE_CODE_SESSION: &str = "CLAUDE_CODE_SESSION_ID";
 /// Every environment variable mailslot reads.
 pub const ENV_VARS: &[&str] = &[
     ENV_HOME,

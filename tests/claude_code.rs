@@ -218,15 +218,14 @@ impl Scene {
     }
 }
 
-/// Waits for a headless Claude Code to finish, and answers any turn it still asks with text.
+/// Waits for a headless Claude Code to finish; a further model turn fails the test (a Stop
+/// hook that blocks again, a hook that repeats mail).
 async fn finish(scene: &mut Scene, mut child: tokio::process::Child) {
     let status = tokio::time::timeout(CLAUDE_TIMEOUT, async {
-        loop {
-            tokio::select! {
-                status = child.wait() => return status.unwrap(),
-                turn = scene.api.next_turn(CLAUDE_TIMEOUT) => {
-                    panic!("an extra model turn (a hook repeated mail?): {}", turn.last_text());
-                }
+        tokio::select! {
+            status = child.wait() => status.unwrap(),
+            turn = scene.api.next_turn(CLAUDE_TIMEOUT) => {
+                panic!("an extra model turn (a hook repeated mail?): {}", turn.last_text());
             }
         }
     })
@@ -338,7 +337,25 @@ fn mail_arriving_during_work_reaches_the_model_at_the_next_tool_call_once() {
                 && newest.contains("Colleague needs you"),
             "it came right after the second tool call: {newest}"
         );
-        turn.answer(Reply::text("Both checks ran."));
+        turn.answer(Reply::tool(
+            "ToolSearch",
+            json!({ "query": "select:mcp__mailslot__inbox", "max_results": 1 }),
+        ));
+
+        // More mail; the model lists the inbox itself. The tool result shows it, and the
+        // PostToolUse hook after that call does not show it again.
+        let turn = scene.api.next_turn(CLAUDE_TIMEOUT).await;
+        scene.peer_sends("Second note", "BODY-INBOX").await;
+        scene.agent_has_unread(2).await;
+        turn.answer(Reply::tool("mcp__mailslot__inbox", json!({})));
+        let turn = scene.api.next_turn(CLAUDE_TIMEOUT).await;
+        assert!(
+            tool_results(&turn).contains("Second note"),
+            "{}",
+            turn.excerpt()
+        );
+        assert_eq!(turn.count("Second note"), 1, "{}", turn.excerpt());
+        turn.answer(Reply::text("Both checks ran; two notes from bob."));
         finish(&mut scene, child).await;
     });
 }

@@ -2,12 +2,13 @@
 //! `.ci/claude-code-setup`) runs `mailslot mcp` as its MCP server, headless (`codex exec`),
 //! against a loopback mock of the OpenAI Responses API (`common::model_api`). Codex has no
 //! push that reaches its model, so what must reach it is the unread notice in tool results and
-//! the mail that `wait_for_mail` hands over. Runs in a network namespace of its own with only
+//! the mail that `wait_for_mail` hands over. Codex reads `mcp-config-examples/codex/config.toml`
+//! as it is. Runs in a network namespace of its own with only
 //! loopback where the machine allows one.
 
 mod common;
 
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::process::Stdio;
 use std::time::Duration;
 
@@ -28,10 +29,11 @@ fn codex() -> Option<PathBuf> {
     .map(|mut found| found.remove(0))
 }
 
-/// Codex's config: the mock as its model provider, mailslot as a required MCP server (Codex
-/// passes servers only the environment its `env` table names), no sandbox or approvals in
-/// the way of the tool calls, nothing that reaches for the network.
-fn config(api: &ModelApi, mailslot_home: &str, relay: &str) -> String {
+/// Codex's config: the mock as its model provider, no sandbox or approvals in the way of the
+/// tool calls, nothing that reaches for the network; then the example file, unchanged.
+fn config(api: &ModelApi) -> String {
+    let example =
+        Path::new(env!("CARGO_MANIFEST_DIR")).join("mcp-config-examples/codex/config.toml");
     format!(
         r#"model = "mock-model"
 model_provider = "mock"
@@ -58,14 +60,9 @@ wire_api = "responses"
 request_max_retries = 0
 stream_max_retries = 0
 
-[mcp_servers.mailslot]
-command = "{mailslot}"
-args = ["mcp", "--agent", "alice"]
-env = {{ MAILSLOT_HOME = "{mailslot_home}", MAILSLOT_RELAY = "{relay}" }}
-required = true
-"#,
+{example}"#,
         api = api.url,
-        mailslot = env!("CARGO_BIN_EXE_mailslot"),
+        example = std::fs::read_to_string(example).unwrap(),
     )
 }
 
@@ -133,23 +130,26 @@ fn codex_lists_the_tools_and_its_model_gets_the_notice_and_waited_mail() {
 
         let codex_home = dir.path().join("codex");
         std::fs::create_dir_all(&codex_home).unwrap();
-        std::fs::write(
-            codex_home.join("config.toml"),
-            config(&api, home.to_str().unwrap(), &url),
-        )
-        .unwrap();
+        std::fs::write(codex_home.join("config.toml"), config(&api)).unwrap();
+        let bin = Path::new(env!("CARGO_BIN_EXE_mailslot")).parent().unwrap();
+        let path = format!(
+            "{}:{}",
+            bin.display(),
+            std::env::var("PATH").unwrap_or_else(|_| "/usr/bin:/bin".into())
+        );
         let work = dir.path().join("work");
         std::fs::create_dir_all(&work).unwrap();
         let mut child = tokio::process::Command::new(&codex)
-            .args(["exec", "--skip-git-repo-check", "--json", "Check my mail."])
+            .args(["exec", "--skip-git-repo-check", "--json"])
+            // A server that does not start fails the run instead of leaving its tools out.
+            .args(["-c", "mcp_servers.mailslot.required=true", "Check my mail."])
             .env_clear()
-            .env(
-                "PATH",
-                std::env::var("PATH").unwrap_or_else(|_| "/usr/bin:/bin".into()),
-            )
+            .env("PATH", path)
             .env("HOME", dir.path())
             .env("CODEX_HOME", &codex_home)
             .env("MOCK_API_KEY", "mock")
+            .env("MAILSLOT_HOME", &home)
+            .env("MAILSLOT_RELAY", &url)
             .current_dir(&work)
             // Codex waits for the end of an open stdin even with a prompt argument.
             .stdin(Stdio::null())

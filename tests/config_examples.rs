@@ -12,7 +12,7 @@ fn files(dir: &Path, out: &mut Vec<PathBuf>) {
         let path = entry.unwrap().path();
         if path.is_dir() {
             files(&path, out);
-        } else if path.extension().is_some_and(|e| e == "json") {
+        } else if path.extension().is_some_and(|e| e == "json" || e == "toml") {
             out.push(path);
         }
     }
@@ -47,14 +47,23 @@ fn check_server(file: &Path, name: &str, server: &Value) -> bool {
         file.display()
     );
     check_command(file, &args);
-    if let Some(env) = server["env"].as_object() {
-        for key in env.keys() {
-            assert!(
-                mailslot::config::ENV_VARS.contains(&key.as_str()),
-                "{}: {name} sets {key}, which mailslot does not read",
-                file.display()
-            );
-        }
+    let named = server["env"]
+        .as_object()
+        .into_iter()
+        .flat_map(|env| env.keys().cloned())
+        .chain(
+            server["env_vars"]
+                .as_array()
+                .into_iter()
+                .flatten()
+                .map(|v| v.as_str().unwrap().to_owned()),
+        );
+    for key in named {
+        assert!(
+            mailslot::config::ENV_VARS.contains(&key.as_str()),
+            "{}: {name} names {key}, which mailslot does not read",
+            file.display()
+        );
     }
     true
 }
@@ -69,12 +78,17 @@ fn every_example_runs_mailslot_with_flags_and_variables_it_accepts() {
     let mut hooks = 0;
     for file in &found {
         let text = std::fs::read_to_string(file).unwrap();
-        let json: Value = serde_json::from_str(&text)
-            .unwrap_or_else(|e| panic!("{} is not JSON: {e}", file.display()));
+        let json: Value = if file.extension().is_some_and(|e| e == "toml") {
+            toml::from_str(&text).unwrap_or_else(|e| panic!("{} is not TOML: {e}", file.display()))
+        } else {
+            serde_json::from_str(&text)
+                .unwrap_or_else(|e| panic!("{} is not JSON: {e}", file.display()))
+        };
         for map in [
             &json["mcpServers"],
             &json["servers"],
             &json["mcp"]["servers"],
+            &json["mcp_servers"],
         ] {
             for (name, server) in map.as_object().into_iter().flatten() {
                 if check_server(file, name, server) {
@@ -100,5 +114,5 @@ fn every_example_runs_mailslot_with_flags_and_variables_it_accepts() {
         }
     }
     assert!(servers >= 4, "only {servers} mailslot servers found");
-    assert_eq!(hooks, 3, "the Claude Code example has the three hooks");
+    assert_eq!(hooks, 4, "the Claude Code example has the four hooks");
 }

@@ -5,6 +5,7 @@ use anyhow::Context;
 
 use super::Ctx;
 use crate::mailbox::{Mailbox, RelayStatus};
+use crate::store::SessionKey;
 
 pub(super) fn run(ctx: &Ctx, http: Option<std::net::SocketAddr>) -> anyhow::Result<()> {
     let agent = ctx.open_agent()?;
@@ -41,7 +42,7 @@ pub(super) fn run(ctx: &Ctx, http: Option<std::net::SocketAddr>) -> anyhow::Resu
             }
             None => {
                 let (reader, writer) = rmcp::transport::io::stdio_pipes();
-                crate::mcp::serve_with(mailbox, doorbell, reader, writer).await?;
+                crate::mcp::serve_with(mailbox, doorbell, client_session(), reader, writer).await?;
             }
         }
         anyhow::Ok(())
@@ -49,6 +50,17 @@ pub(super) fn run(ctx: &Ctx, http: Option<std::net::SocketAddr>) -> anyhow::Resu
     // Nothing may keep a finished server alive (blocking store or stdin threads).
     runtime.shutdown_timeout(std::time::Duration::from_millis(50));
     Ok(())
+}
+
+/// The Claude Code session this server serves, from the environment Claude Code gives its
+/// MCP servers; an implausible value is ignored (with a warning), never trusted.
+fn client_session() -> Option<SessionKey> {
+    let raw = std::env::var(crate::config::ENV_CLAUDE_CODE_SESSION).ok()?;
+    SessionKey::new(&raw)
+        .inspect_err(
+            |e| tracing::warn!(error = %e, "ignoring {}", crate::config::ENV_CLAUDE_CODE_SESSION),
+        )
+        .ok()
 }
 
 /// With the embedded default, nobody else restarts the loopback relay when it stops: each

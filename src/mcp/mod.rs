@@ -26,6 +26,7 @@ use tokio_util::sync::CancellationToken;
 
 use crate::doorbell::Doorbell;
 use crate::mailbox::Mailbox;
+use crate::store::SessionKey;
 
 /// Why the server stopped with an error.
 #[derive(Debug, thiserror::Error)]
@@ -51,13 +52,15 @@ where
     W: tokio::io::AsyncWrite + Unpin + Send + 'static,
 {
     let doorbell = Doorbell::start(&mailbox);
-    serve_with(mailbox, doorbell, reader, writer).await
+    serve_with(mailbox, doorbell, None, reader, writer).await
 }
 
-/// [`serve`] ringing a `doorbell` the caller started (and may give to other sinks).
+/// [`serve`] ringing a `doorbell` the caller started (and may give to other sinks), for the
+/// client session `session` when the client names one.
 pub async fn serve_with<R, W>(
     mailbox: Mailbox,
     doorbell: Doorbell,
+    session: Option<SessionKey>,
     reader: R,
     writer: W,
 ) -> Result<(), McpError>
@@ -66,7 +69,8 @@ where
     W: tokio::io::AsyncWrite + Unpin + Send + 'static,
 {
     let eof = CancellationToken::new();
-    let server = MailslotServer::new(mailbox.clone(), doorbell, eof.clone());
+    let server =
+        MailslotServer::new(mailbox.clone(), doorbell, eof.clone()).with_client_session(session);
     let reader = EofSignal::new(reader, eof.clone());
     let result = match server.serve((reader, writer)).await {
         Ok(running) => {

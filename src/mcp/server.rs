@@ -28,6 +28,8 @@ use super::resources;
 use crate::doorbell::footer::footer;
 use crate::doorbell::{Doorbell, Ring};
 use crate::mailbox::Mailbox;
+use crate::protocol::MessageId;
+use crate::store::{SessionKey, Via};
 
 const INSTRUCTIONS: &str = include_str!("../../prompts/instructions.md");
 
@@ -45,6 +47,9 @@ pub struct MailslotServer {
     pending: Arc<Mutex<Option<broadcast::Receiver<Ring>>>>,
     /// Fires when the client's input ends: long-lived handlers return at once.
     pub(super) stop: CancellationToken,
+    /// The client's own session (Claude Code's), when it names one: messages that tool
+    /// results list are recorded as shown to it, so its hooks do not show them again.
+    client_session: Option<SessionKey>,
 }
 
 impl MailslotServer {
@@ -58,6 +63,28 @@ impl MailslotServer {
             pending: Arc::new(Mutex::new(Some(doorbell.subscribe()))),
             doorbell,
             stop,
+            client_session: None,
+        }
+    }
+
+    /// This server serves the client session `session` (one stdio client).
+    pub fn with_client_session(mut self, session: Option<SessionKey>) -> Self {
+        self.client_session = session;
+        self
+    }
+
+    /// Records that a tool result put `ids` in front of the client session's model.
+    pub(super) async fn shown(&self, ids: Vec<MessageId>) {
+        let Some(session) = self.client_session.clone() else {
+            return;
+        };
+        if let Err(e) = self
+            .mailbox
+            .store()
+            .call(move |s| s.mark_shown(&session, &ids, Via::Tool))
+            .await
+        {
+            tracing::warn!(error = %e, "cannot record what a tool result showed");
         }
     }
 
@@ -65,6 +92,7 @@ impl MailslotServer {
     pub fn for_new_session(&self) -> Self {
         Self {
             subscriptions: Subscriptions::default(),
+            client_session: None,
             pending: Arc::new(Mutex::new(Some(self.doorbell.subscribe()))),
             ..self.clone()
         }

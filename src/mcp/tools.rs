@@ -522,6 +522,8 @@ impl MailslotServer {
             .call(move |s| s.inbox(&query))
             .await
             .map_err(|e| e.to_string())?;
+        self.shown(found.iter().map(|m| m.message.id).collect())
+            .await;
         let list = found.iter().map(MessageSummary::of).collect();
         Ok(Json(self.message_list(list).await))
     }
@@ -619,9 +621,14 @@ impl MailslotServer {
                 args.thread_id
             )
         })?;
-        super::resources::thread_view(&self.mailbox, id)
-            .await
-            .map(Json)
+        let view = super::resources::thread_view(&self.mailbox, id).await?;
+        let ids = view
+            .messages
+            .iter()
+            .filter_map(|m| MessageId::parse(&m.summary.message_id).ok())
+            .collect();
+        self.shown(ids).await;
+        Ok(Json(view))
     }
 
     /// Mark messages read without reading them.
@@ -673,6 +680,8 @@ impl MailslotServer {
             .call(move |s| s.search_messages(&args.query, limit))
             .await
             .map_err(|e| e.to_string())?;
+        self.shown(found.iter().map(|m| m.message.id).collect())
+            .await;
         let list = found.iter().map(MessageSummary::of).collect();
         Ok(Json(self.message_list(list).await))
     }
