@@ -247,3 +247,52 @@ fn bad_hook_input_is_a_clear_error() {
     );
     assert!(!ok && err.contains("session_id contains ' '"), "{err}");
 }
+
+#[test]
+fn a_digest_of_many_messages_counts_them_all_as_shown() {
+    let home = tempfile::tempdir().unwrap();
+    let paths = Paths::new(Some(home.path().to_owned()), None).unwrap();
+    let (mut bob, _) = Agent::open_or_create(&paths, &AgentName::new("bob").unwrap()).unwrap();
+    for i in 0..12 {
+        let m = Message::new(
+            Address::parse("alice").unwrap(),
+            vec![bob.address()],
+            format!("note {i}"),
+            "body",
+        );
+        bob.store
+            .insert_message(&m, Direction::In, Trust::Verified)
+            .unwrap();
+    }
+    let (ok, out, err) = hook(home.path(), "post-tool", &input("s", "PostToolUse", ""));
+    assert!(ok, "{err}");
+    let answer: serde_json::Value = serde_json::from_str(out.trim()).unwrap();
+    let out = answer["hookSpecificOutput"]["additionalContext"]
+        .as_str()
+        .unwrap();
+    assert!(
+        out.contains("12 unread messages (the newest 10 listed)"),
+        "{out}"
+    );
+    assert!(
+        out.contains("): note 11\n") && out.contains("): note 2\n"),
+        "{out}"
+    );
+    assert!(
+        !out.contains("): note 1\n") && !out.contains("): note 0\n"),
+        "{out}"
+    );
+    // The digest gave the count and how to read them: no hook lists the other two later.
+    assert_eq!(
+        hook(home.path(), "post-tool", &input("s", "PostToolUse", "")),
+        silent()
+    );
+    assert_eq!(
+        hook(
+            home.path(),
+            "stop",
+            &input("s", "Stop", r#","stop_hook_active":false"#)
+        ),
+        silent()
+    );
+}

@@ -1,6 +1,7 @@
 //! `mailslot bench mcp`: the MCP path end to end, through two real `mailslot mcp` processes
 //! on an embedded relay, driven by rmcp's client: tool-call latency, send -> doorbell latency
-//! at the recipient, and startup and shutdown of a server.
+//! at the recipient, startup and shutdown of a server, the Claude Code hooks as processes,
+//! and with `--claude-code` the channel through the real Claude Code (`claude_code.rs`).
 
 use std::time::{Duration, Instant};
 
@@ -66,7 +67,7 @@ async fn measure(args: &McpBenchArgs) -> anyhow::Result<Vec<Summary>> {
 
     for (case, tool, call_args) in [
         (
-            "tool call: inbox (read-only, with footer)",
+            "tool call: inbox (read-only, with the notice)",
             "inbox",
             json!({}),
         ),
@@ -129,35 +130,118 @@ async fn measure(args: &McpBenchArgs) -> anyhow::Result<Vec<Summary>> {
         total,
     ));
     rows.push(Summary::new("send -> recipient channel event", rang, total));
-    // A Claude Code hook with the unread mail bob now has: a whole process per prompt.
-    let mut hooks = Vec::with_capacity(args.starts as usize);
-    for _ in 0..args.starts {
+    // Claude Code hooks with the unread mail bob now has: a whole process each time.
+    rows.push(
+        hook_row(
+            &exe,
+            home.path(),
+            "hook prompt (process, unread digest)",
+            "prompt",
+            args.starts,
+            |i| format!("prompt-{i}"),
+            true,
+        )
+        .await?,
+    );
+    // After every tool call: a session that has not seen the mail gets the digest; one that
+    // has (the common case: nothing new since the last call) gets nothing.
+    rows.push(
+        hook_row(
+            &exe,
+            home.path(),
+            "hook post-tool (process, new mail)",
+            "post-tool",
+            args.starts,
+            |i| format!("new-{i}"),
+            true,
+        )
+        .await?,
+    );
+    rows.push(
+        hook_row(
+            &exe,
+            home.path(),
+            "hook post-tool (process, nothing new)",
+            "post-tool",
+            args.starts,
+            |_| "seen".to_owned(),
+            false,
+        )
+        .await?,
+    );
+    alice.close().await?;
+    bob.close().await?;
+    if let Some(claude) = &args.claude_code {
+        rows.push(
+            super::claude_code::channel_latency(
+                &exe,
+                claude,
+                &args.tmux,
+                home.path(),
+                &url,
+                args.channel_messages,
+            )
+            .await?,
+        );
+    }
+    relay.shutdown().await;
+    Ok(rows)
+}
+
+/// Runs `mailslot --agent bob hook KIND` `n` times as Claude Code would, with the session id
+/// `session(i)`; `prints` says whether each run must print something (one unmeasured run
+/// first, so a repeated session id has seen the mail).
+async fn hook_row(
+    exe: &std::path::Path,
+    home: &std::path::Path,
+    case: &str,
+    kind: &str,
+    n: u32,
+    session: impl Fn(u32) -> String,
+    prints: bool,
+) -> anyhow::Result<Summary> {
+    let run = async |i: u32| -> anyhow::Result<(Duration, bool)> {
+        use tokio::io::AsyncWriteExt;
         let t = Instant::now();
-        let out = tokio::process::Command::new(&exe)
-            .args(["--agent", "bob", "hook", "prompt"])
+        let mut child = tokio::process::Command::new(exe)
+            .args(["--agent", "bob", "hook", kind])
             .env_clear()
-            .env(crate::config::ENV_HOME, home.path())
-            .stdin(std::process::Stdio::null())
-            .output()
-            .await?;
-        hooks.push(t.elapsed());
-        if !out.status.success() || out.stdout.is_empty() {
+            .env(crate::config::ENV_HOME, home)
+            .stdin(std::process::Stdio::piped())
+            .stdout(std::process::Stdio::piped())
+            .stderr(std::process::Stdio::piped())
+            .spawn()?;
+        let input = json!({ "session_id": session(i), "hook_event_name": kind, "tool_name": "Bash", "prompt": "go on" });
+        let mut stdin = child.stdin.take().context("no stdin")?;
+        stdin.write_all(input.to_string().as_bytes()).await?;
+        drop(stdin);
+        let out = child.wait_with_output().await?;
+        let elapsed = t.elapsed();
+        if !out.status.success() {
             bail!(
-                "mailslot hook prompt failed: {}",
+                "mailslot hook {kind} failed: {}",
                 String::from_utf8_lossy(&out.stderr)
             );
         }
+        Ok((elapsed, !out.stdout.is_empty()))
+    };
+    if !prints {
+        run(n).await?;
     }
-    let total = hooks.iter().sum();
-    rows.push(Summary::new(
-        "hook prompt (process, unread digest)",
-        hooks,
-        total,
-    ));
-    alice.close().await?;
-    bob.close().await?;
-    relay.shutdown().await;
-    Ok(rows)
+    let mut samples = Vec::with_capacity(n as usize);
+    for i in 0..n {
+        let (elapsed, printed) = run(i).await?;
+        if printed != prints {
+            bail!(
+                "mailslot hook {kind} for session {:?} printed {}",
+                session(i),
+                if printed { "a digest" } else { "nothing" }
+            );
+        }
+        samples.push(elapsed);
+    }
+    let total = samples.iter().sum();
+    Ok(Summary::new(case, samples, total))
 }
 
 async fn wait_connected(agent: &Driver) -> anyhow::Result<()> {

@@ -1,5 +1,6 @@
 //! `mailslot bench`: measurements reported as medians and percentiles, never asserted.
 
+mod claude_code;
 mod corpus;
 mod crypto;
 mod mcp;
@@ -39,6 +40,16 @@ pub struct McpBenchArgs {
     /// Body bytes per message
     #[arg(long, default_value_t = 1024, value_parser = clap::value_parser!(u32).range(1..=60_000))]
     pub size: u32,
+    /// Also measure the channel doorbell through this real Claude Code binary (run
+    /// interactively in tmux against a loopback stand-in for its model API)
+    #[arg(long, value_name = "PATH")]
+    pub claude_code: Option<std::path::PathBuf>,
+    /// The tmux binary for --claude-code
+    #[arg(long, value_name = "PATH", default_value = "tmux")]
+    pub tmux: std::path::PathBuf,
+    /// Messages sent through Claude Code, one at a time
+    #[arg(long, default_value_t = 20, value_parser = clap::value_parser!(u32).range(1..=1_000))]
+    pub channel_messages: u32,
 }
 
 /// Options for `bench relay`.

@@ -73,7 +73,7 @@ pub fn answer(
         store.mark_shown(session, &channel_message_ids(prompt), Via::Channel)?;
     }
     let (unseen, total) = match &session {
-        Some(session) => store.unread_not_shown(session, DIGEST_ITEMS)?,
+        Some(session) => store.take_unseen(session, DIGEST_ITEMS, Via::Hook)?,
         None => (
             store.inbox(&InboxQuery {
                 limit: DIGEST_ITEMS,
@@ -84,10 +84,6 @@ pub fn answer(
     };
     if unseen.is_empty() {
         return Ok(None);
-    }
-    if let Some(session) = &session {
-        let ids: Vec<MessageId> = unseen.iter().map(|m| m.message.id).collect();
-        store.mark_shown(session, &ids, Via::Hook)?;
     }
     Ok(Some(render(event, agent, &unseen, total)))
 }

@@ -114,12 +114,16 @@ impl Store {
         Ok(())
     }
 
-    /// Unread received messages that `session`'s model has not been shown, newest first, at
-    /// most `limit`, and how many there are in all.
-    pub fn unread_not_shown(
-        &self,
+    /// Takes what `session`'s model has not been shown: the unread received messages it
+    /// has not seen, newest first, at most `limit` of them, and how many there are in all;
+    /// and records all of them (not only the listed ones: the digest gives the count and how
+    /// to read the rest) as shown `via`, in the same transaction, so mail stored meanwhile is
+    /// neither lost nor marked.
+    pub fn take_unseen(
+        &mut self,
         session: &SessionKey,
         limit: usize,
+        via: Via,
     ) -> Result<(Vec<StoredMessage>, u32), StoreError> {
         const UNSEEN: &str = "direction = 'in' AND read_at IS NULL
              AND NOT EXISTS (SELECT 1 FROM shown WHERE shown.session = ?1 AND shown.message_id = messages.id)";
@@ -131,12 +135,24 @@ impl Store {
         if total == 0 {
             return Ok((Vec::new(), 0));
         }
-        let mut stmt = self.conn.prepare_cached(&format!(
-            "SELECT {COLUMNS} FROM messages WHERE {UNSEEN} ORDER BY seq DESC LIMIT ?2"
-        ))?;
-        let rows = stmt.query_map(params![session.as_str(), limit as i64], from_row)?;
-        let found = rows.map(|r| decode(r?)).collect::<Result<_, _>>()?;
-        Ok((found, total))
+        let now = to_ms(now_millis());
+        let tx = self.write_tx()?;
+        let found = {
+            let mut stmt = tx.prepare_cached(&format!(
+                "SELECT {COLUMNS} FROM messages WHERE {UNSEEN} ORDER BY seq DESC LIMIT ?2"
+            ))?;
+            let rows = stmt.query_map(params![session.as_str(), limit as i64], from_row)?;
+            rows.map(|r| decode(r?)).collect::<Result<Vec<_>, _>>()?
+        };
+        let marked = tx.execute(
+            &format!(
+                "INSERT INTO shown (session, message_id, via, shown_at)
+                 SELECT ?1, id, ?2, ?3 FROM messages WHERE {UNSEEN}"
+            ),
+            params![session.as_str(), via.as_str(), now],
+        )?;
+        tx.commit()?;
+        Ok((found, marked as u32))
     }
 }
 

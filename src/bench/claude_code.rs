@@ -1,0 +1,298 @@
+//! `mailslot bench mcp --claude-code PATH`: the channel doorbell through the real Claude
+//! Code. An interactive Claude Code (in a tmux server of its own) runs `mailslot mcp` for one
+//! agent; another agent sends it messages one at a time; the time measured is from the send
+//! until the request that carries the message reaches Claude Code's model (a loopback
+//! stand-in for the Anthropic Messages API that answers every request with a short text).
+//! Like the tests, it stands in for an account that has the channels research preview by
+//! writing the cached account flag into a temporary `~/.claude.json`.
+
+use std::path::{Path, PathBuf};
+use std::time::{Duration, Instant};
+
+use anyhow::{Context, bail};
+use axum::response::IntoResponse;
+use serde_json::{Value, json};
+use tokio::sync::mpsc;
+
+use super::stats::Summary;
+use crate::agent::Agent;
+use crate::client::RelayUrl;
+use crate::config::Paths;
+use crate::mailbox::{Mailbox, SendOutcome};
+use crate::protocol::{Address, AgentName, Message};
+
+/// How long Claude Code may take to start, or to ask its model about a message.
+const WAIT: Duration = Duration::from_secs(60);
+/// The pause after each answered turn, so the next message finds the session idle.
+const SETTLE: Duration = Duration::from_millis(500);
+/// The dummy API key (Claude Code remembers approved keys by their last 20 characters).
+const API_KEY: &str = "sk-ant-api03-mailslot-bench-key-000000000000000";
+
+/// Sends `messages` messages and measures send -> the model's request.
+pub async fn channel_latency(
+    exe: &Path,
+    claude: &Path,
+    tmux: &Path,
+    home: &Path,
+    relay: &RelayUrl,
+    messages: u32,
+) -> anyhow::Result<Summary> {
+    let (api, mut requests) = model_api().await?;
+    let dir = home.join("claude-code");
+    let (project, user_home) = (dir.join("project"), dir.join("home"));
+    let mailslot_home = dir.join("mailslot");
+    std::fs::create_dir_all(&project)?;
+    std::fs::create_dir_all(user_home.join(".claude"))?;
+    let env = [
+        ("HOME", user_home.display().to_string()),
+        ("PATH", std::env::var("PATH").unwrap_or_default()),
+        (crate::config::ENV_HOME, mailslot_home.display().to_string()),
+        (crate::config::ENV_RELAY, relay.to_string()),
+        ("ANTHROPIC_BASE_URL", api),
+        ("ANTHROPIC_API_KEY", API_KEY.to_owned()),
+        ("CLAUDE_CODE_DISABLE_NONESSENTIAL_TRAFFIC", "1".to_owned()),
+        ("DISABLE_AUTOUPDATER", "1".to_owned()),
+        ("DISABLE_TELEMETRY", "1".to_owned()),
+        ("DISABLE_ERROR_REPORTING", "1".to_owned()),
+        (
+            "CLAUDE_CODE_GB_DISK_CACHE_WHEN_TELEMETRY_OFF",
+            "1".to_owned(),
+        ),
+    ];
+    std::fs::write(
+        project.join(".mcp.json"),
+        json!({ "mcpServers": { "mailslot": {
+            "command": exe, "args": ["mcp", "--agent", "cc"],
+        }}})
+        .to_string(),
+    )?;
+    std::fs::write(
+        user_home.join(".claude.json"),
+        json!({
+            "hasCompletedOnboarding": true,
+            "customApiKeyResponses": { "approved": [&API_KEY[API_KEY.len() - 20..]], "rejected": [] },
+            "projects": { project.display().to_string(): {
+                "hasTrustDialogAccepted": true,
+                "hasCompletedProjectOnboarding": true,
+                "enabledMcpjsonServers": ["mailslot"],
+            }},
+            "cachedGrowthBookFeatures": { "tengu_harbor": true },
+        })
+        .to_string(),
+    )?;
+    // Registered before Claude Code starts, so the first send is accepted.
+    let sync = tokio::process::Command::new(exe)
+        .args(["--agent", "cc", "sync"])
+        .env_clear()
+        .envs(env.iter().cloned())
+        .output()
+        .await?;
+    if !sync.status.success() {
+        bail!(
+            "registering the agent failed: {}",
+            String::from_utf8_lossy(&sync.stderr)
+        );
+    }
+
+    let session = Tmux {
+        tmux: tmux.to_owned(),
+        socket: dir.join("tmux.sock"),
+    };
+    let debug_log = dir.join("claude-debug.log");
+    let command = format!(
+        "exec '{}' --dangerously-load-development-channels server:mailslot --debug-file '{}'",
+        claude.display(),
+        debug_log.display()
+    );
+    session
+        .run(
+            &env,
+            &project,
+            &[
+                "new-session",
+                "-d",
+                "-s",
+                "cc",
+                "-x",
+                "160",
+                "-y",
+                "50",
+                &command,
+            ],
+        )
+        .await?;
+    poll(|| async {
+        Ok(session
+            .run(&env, &project, &["capture-pane", "-p", "-t", "cc"])
+            .await?
+            .contains("I am using this for local development"))
+    })
+    .await
+    .context("Claude Code did not show the development-channels warning")?;
+    session
+        .run(&env, &project, &["send-keys", "-t", "cc", "Enter"])
+        .await?;
+    poll(|| async {
+        Ok(std::fs::read_to_string(&debug_log)
+            .is_ok_and(|log| log.contains("Channel notifications registered")))
+    })
+    .await
+    .context("Claude Code did not register mailslot's channel (see its debug log)")?;
+
+    let paths = Paths::new(Some(mailslot_home), None)?;
+    let (sender, _) = Agent::open_or_create(&paths, &AgentName::new("cc-sender")?)?;
+    let sender = Mailbox::open(sender, relay.clone()).await?;
+    let to = Address::parse("cc")?;
+    let mut samples = Vec::with_capacity(messages as usize);
+    let start = Instant::now();
+    for i in 0..messages {
+        let marker = format!("bench-channel-{i}-{}", uuid::Uuid::now_v7().simple());
+        let message = Message::new(sender.address().clone(), vec![to.clone()], "bench", &marker);
+        let t = Instant::now();
+        if !matches!(sender.send(message).await?, SendOutcome::Sent) {
+            bail!("message {i} was not sent");
+        }
+        loop {
+            let (at, body) = tokio::time::timeout(WAIT, requests.recv())
+                .await
+                .with_context(|| format!("Claude Code's model never saw message {i}"))?
+                .context("the model stand-in stopped")?;
+            if body.contains(&marker) {
+                samples.push(at.duration_since(t));
+                break;
+            }
+        }
+        tokio::time::sleep(SETTLE).await;
+    }
+    let total = start.elapsed();
+    sender.close().await;
+    drop(session);
+    Ok(Summary::new(
+        "channel: send -> Claude Code's model request",
+        samples,
+        total,
+    ))
+}
+
+/// A tmux server of the benchmark's own.
+struct Tmux {
+    tmux: PathBuf,
+    socket: PathBuf,
+}
+
+impl Tmux {
+    async fn run(
+        &self,
+        env: &[(&str, String)],
+        dir: &Path,
+        args: &[&str],
+    ) -> anyhow::Result<String> {
+        let out = tokio::process::Command::new(&self.tmux)
+            .arg("-S")
+            .arg(&self.socket)
+            .args(args)
+            .env_clear()
+            .envs(env.iter().cloned())
+            .current_dir(dir)
+            .output()
+            .await
+            .with_context(|| format!("running {}", self.tmux.display()))?;
+        if !out.status.success() {
+            bail!("tmux {args:?}: {}", String::from_utf8_lossy(&out.stderr));
+        }
+        Ok(String::from_utf8_lossy(&out.stdout).into_owned())
+    }
+}
+
+impl Drop for Tmux {
+    fn drop(&mut self) {
+        let _ = std::process::Command::new(&self.tmux)
+            .arg("-S")
+            .arg(&self.socket)
+            .arg("kill-server")
+            .status();
+    }
+}
+
+/// Polls `check` every 100 ms until it holds, for at most [`WAIT`].
+async fn poll<F: Future<Output = anyhow::Result<bool>>>(
+    check: impl Fn() -> F,
+) -> anyhow::Result<()> {
+    let deadline = Instant::now() + WAIT;
+    while Instant::now() < deadline {
+        if check().await? {
+            return Ok(());
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    bail!("timed out after {} s", WAIT.as_secs())
+}
+
+/// A stand-in for the Messages API on loopback: every request is answered with a short text
+/// (streamed when asked to), and each request of the main conversation (one that offers
+/// tools) is reported with the moment it arrived.
+async fn model_api() -> anyhow::Result<(String, mpsc::UnboundedReceiver<(Instant, String)>)> {
+    let (tx, rx) = mpsc::unbounded_channel();
+    let app = axum::Router::new().fallback(move |body: String| {
+        let tx = tx.clone();
+        async move {
+            let at = Instant::now();
+            let request: Value = serde_json::from_str(&body).unwrap_or_default();
+            if request["tools"].as_array().is_some_and(|t| !t.is_empty()) {
+                let _ = tx.send((at, body));
+            }
+            answer(&request)
+        }
+    });
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await?;
+    let url = format!("http://{}", listener.local_addr()?);
+    tokio::spawn(async move { axum::serve(listener, app).await });
+    Ok((url, rx))
+}
+
+fn answer(request: &Value) -> axum::response::Response {
+    let message = json!({
+        "id": "msg_bench", "type": "message", "role": "assistant",
+        "model": request["model"].as_str().unwrap_or("claude"),
+        "content": [{ "type": "text", "text": "ok" }],
+        "stop_reason": "end_turn", "stop_sequence": null,
+        "usage": { "input_tokens": 1, "output_tokens": 1 },
+    });
+    if request["stream"] != true {
+        return axum::Json(message).into_response();
+    }
+    let mut start = message.clone();
+    start["content"] = json!([]);
+    start["stop_reason"] = Value::Null;
+    let events = [
+        (
+            "message_start",
+            json!({ "type": "message_start", "message": start }),
+        ),
+        (
+            "content_block_start",
+            json!({ "type": "content_block_start", "index": 0, "content_block": { "type": "text", "text": "" } }),
+        ),
+        (
+            "content_block_delta",
+            json!({ "type": "content_block_delta", "index": 0, "delta": { "type": "text_delta", "text": "ok" } }),
+        ),
+        (
+            "content_block_stop",
+            json!({ "type": "content_block_stop", "index": 0 }),
+        ),
+        (
+            "message_delta",
+            json!({ "type": "message_delta", "delta": { "stop_reason": "end_turn", "stop_sequence": null }, "usage": { "output_tokens": 1 } }),
+        ),
+        ("message_stop", json!({ "type": "message_stop" })),
+    ];
+    let body: String = events
+        .iter()
+        .map(|(name, data)| format!("event: {name}\ndata: {data}\n\n"))
+        .collect();
+    axum::response::Response::builder()
+        .header("content-type", "text/event-stream")
+        .body(axum::body::Body::from(body))
+        .expect("a valid response")
+}
