@@ -128,8 +128,13 @@ const MIGRATIONS: &[&str] = &[
 pub const SCHEMA_VERSION: u32 = MIGRATIONS.len() as u32;
 
 /// Brings the database up to [`SCHEMA_VERSION`] in one write transaction, so two processes
-/// opening a new store at once cannot both migrate it.
+/// opening a new store at once cannot both migrate it. A current store is only read: opening
+/// it (every hook, every command) writes and flushes nothing.
 pub fn migrate(conn: &mut Connection) -> Result<(), StoreError> {
+    let current: u32 = conn.query_row("PRAGMA user_version", [], |r| r.get(0))?;
+    if current == SCHEMA_VERSION {
+        return Ok(());
+    }
     let tx = conn.transaction_with_behavior(TransactionBehavior::Immediate)?;
     let current: u32 = tx.query_row("PRAGMA user_version", [], |r| r.get(0))?;
     if current > SCHEMA_VERSION {
