@@ -17,7 +17,7 @@ use std::process::Stdio;
 use std::time::Duration;
 
 use common::model_api::{ModelApi, Reply, Turn, Wire};
-use common::{TestRelay, isolated, register, wait_until};
+use common::{TestRelay, isolated, mailslot_cli, register, wait_until};
 use serde_json::{Value, json};
 
 /// How long a test waits for Claude Code to ask its model, or to start.
@@ -160,22 +160,8 @@ impl Scene {
 
     /// A `mailslot` command as `agent`, against the test relay.
     async fn mailslot(&self, agent: &str, args: &[&str]) -> String {
-        let out = tokio::process::Command::new(env!("CARGO_BIN_EXE_mailslot"))
-            .args(["--agent", agent])
-            .args(args)
-            .env_clear()
-            .env("MAILSLOT_HOME", self.mailslot_home())
-            .env("MAILSLOT_RELAY", self.relay.url.as_str())
-            .stdin(Stdio::null())
-            .output()
-            .await
-            .unwrap();
-        assert!(
-            out.status.success(),
-            "mailslot {args:?}: {}",
-            String::from_utf8_lossy(&out.stderr)
-        );
-        String::from_utf8(out.stdout).unwrap()
+        let args: Vec<&str> = ["--agent", agent].iter().chain(args).copied().collect();
+        mailslot_cli(&self.mailslot_home(), self.relay.url.as_str(), &args).await
     }
 
     /// The peer sends the Claude Code agent a message; its id.
@@ -441,6 +427,19 @@ impl Drop for Interactive {
     }
 }
 
+/// The owner types `prompt`; the next model turn must be that prompt (not a turn a hook or a
+/// repeated channel event started first).
+async fn owner_prompts(session: &Interactive, api: &mut ModelApi, prompt: &str) -> Turn {
+    session.type_line(prompt).await;
+    let turn = api.next_turn(CLAUDE_TIMEOUT).await;
+    assert!(
+        turn.last_text().contains(prompt),
+        "an extra turn came first: {}",
+        turn.last_text()
+    );
+    turn
+}
+
 fn debug_log_has(scene: &Scene, text: &str) -> bool {
     std::fs::read_to_string(scene.debug_log()).is_ok_and(|log| log.contains(text))
 }
@@ -501,13 +500,7 @@ fn a_channel_message_starts_one_turn_in_an_idle_session() {
 
         // One message, one turn: the Stop hook did not start another. The next request is
         // the owner's next prompt, which does not repeat the message.
-        session.type_line("PROMPT-NEXT anything else?").await;
-        let turn = scene.api.next_turn(CLAUDE_TIMEOUT).await;
-        assert!(
-            turn.last_text().contains("PROMPT-NEXT"),
-            "an extra turn came first: {}",
-            turn.last_text()
-        );
+        let turn = owner_prompts(&session, &mut scene.api, "PROMPT-NEXT anything else?").await;
         assert_eq!(turn.count("BODY-CHANNEL-1"), 1, "{}", turn.excerpt());
         turn.answer(Reply::text("Nothing else."));
 
@@ -520,13 +513,7 @@ fn a_channel_message_starts_one_turn_in_an_idle_session() {
             seen = turn.text();
             turn.answer(Reply::text("Noted."));
         }
-        session.type_line("PROMPT-LAST done?").await;
-        let turn = scene.api.next_turn(CLAUDE_TIMEOUT).await;
-        assert!(
-            turn.last_text().contains("PROMPT-LAST"),
-            "an extra turn came first: {}",
-            turn.last_text()
-        );
+        let turn = owner_prompts(&session, &mut scene.api, "PROMPT-LAST done?").await;
         for body in ["BODY-CHANNEL-1", "BODY-CHANNEL-2", "BODY-CHANNEL-3"] {
             assert_eq!(turn.count(body), 1, "{body} in {}", turn.excerpt());
         }

@@ -13,7 +13,7 @@ use std::process::Stdio;
 use std::time::Duration;
 
 use common::model_api::{ModelApi, Reply, Turn, Wire};
-use common::{TestRelay, isolated, register};
+use common::{TestRelay, isolated, mailslot_cli, register};
 use serde_json::{Value, json};
 
 /// How long the test waits for Codex to ask its model, or to finish.
@@ -81,24 +81,6 @@ fn call_outputs(turn: &Turn) -> String {
         .unwrap_or_default()
 }
 
-async fn mailslot(home: &std::path::Path, relay: &str, args: &[&str]) -> String {
-    let out = tokio::process::Command::new(env!("CARGO_BIN_EXE_mailslot"))
-        .args(args)
-        .env_clear()
-        .env("MAILSLOT_HOME", home)
-        .env("MAILSLOT_RELAY", relay)
-        .stdin(Stdio::null())
-        .output()
-        .await
-        .unwrap();
-    assert!(
-        out.status.success(),
-        "mailslot {args:?}: {}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    String::from_utf8(out.stdout).unwrap()
-}
-
 #[test]
 fn codex_lists_the_tools_and_its_model_gets_the_notice_and_waited_mail() {
     let Some(codex) = codex() else { return };
@@ -110,7 +92,7 @@ fn codex_lists_the_tools_and_its_model_gets_the_notice_and_waited_mail() {
         let url = relay.url.to_string();
         register(&home, "alice", &relay.url);
         register(&home, "bob", &relay.url);
-        mailslot(
+        mailslot_cli(
             &home,
             &url,
             &[
@@ -126,7 +108,7 @@ fn codex_lists_the_tools_and_its_model_gets_the_notice_and_waited_mail() {
             ],
         )
         .await;
-        mailslot(&home, &url, &["--agent", "alice", "sync"]).await;
+        mailslot_cli(&home, &url, &["--agent", "alice", "sync"]).await;
 
         let codex_home = dir.path().join("codex");
         std::fs::create_dir_all(&codex_home).unwrap();

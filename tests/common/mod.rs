@@ -340,3 +340,23 @@ pub fn isolated<F: Future<Output = ()>>(test: impl FnOnce() -> F) {
         .unwrap()
         .block_on(test());
 }
+
+/// Runs `mailslot ARGS` against `relay` with the agents in `home`; its stdout (fails the test
+/// when it fails).
+pub async fn mailslot_cli(home: &std::path::Path, relay: &str, args: &[&str]) -> String {
+    let out = tokio::process::Command::new(env!("CARGO_BIN_EXE_mailslot"))
+        .args(args)
+        .env_clear()
+        .env("MAILSLOT_HOME", home)
+        .env("MAILSLOT_RELAY", relay)
+        .stdin(std::process::Stdio::null())
+        .output()
+        .await
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "mailslot {args:?}: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    String::from_utf8(out.stdout).unwrap()
+}
