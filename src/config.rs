@@ -28,7 +28,8 @@ pub const ENV_LOG: &str = "MAILSLOT_LOG";
 /// The Claude Code session a stdio `mailslot mcp` serves (Claude Code sets it for its MCP
 /// servers); what its tool results show is recorded under it, as the hooks record theirs.
 pub const ENV_CLAUDE_CODE_SESSION: &str = "CLAUDE_CODE_SESSION_ID";
-/// Every environment variable mailslot reads.
+/// Every environment variable a client config may set for mailslot (it also reads
+/// [`ENV_CLAUDE_CODE_SESSION`], which Claude Code sets itself).
 pub const ENV_VARS: &[&str] = &[
     ENV_HOME,
     ENV_AGENT,

@@ -1,5 +1,7 @@
 //! `mailslot wait`: block until mail arrives, for shell scripts and agents without push.
-//! Exits 0 with the mail (marked read), or 3 when the time runs out.
+//! Exits 0 with the mail (marked read), or 3 when the time runs out. The text output is
+//! framed like every path that may put another agent's words in front of a model (an agent
+//! with a shell may be the one waiting); `--json` gives scripts the raw messages.
 
 use std::process::ExitCode;
 use std::time::Duration;
@@ -8,11 +10,12 @@ use serde::Serialize;
 use tokio_util::sync::CancellationToken;
 
 use super::{Ctx, output};
+use crate::doorbell::frame::{SenderFacts, frame_message};
 use crate::mailbox::Mailbox;
 use crate::store::StoredMessage;
 
 /// The exit code when no mail came in time.
-pub(super) const TIMED_OUT: u8 = 3;
+const TIMED_OUT: u8 = 3;
 /// The most messages one wait prints.
 const WAIT_MESSAGES: usize = 50;
 
@@ -52,22 +55,23 @@ pub(super) fn run(ctx: &Ctx, timeout_secs: u64) -> anyhow::Result<ExitCode> {
         if w.timed_out {
             return format!("no mail in {timeout_secs} s");
         }
-        w.messages
+        delivered
             .iter()
-            .map(|s| {
-                let m = &s.message;
-                format!(
-                    "From:    {}  ({})\nSubject: {}\nThread:  {}\nId:      {}\n\n{}\n",
-                    m.from,
-                    s.trust.as_str(),
-                    m.subject,
-                    m.thread,
-                    m.id,
-                    m.body
+            .map(|(stored, contact)| {
+                let hint = format!(
+                    "To answer: mailslot reply {} --body TEXT",
+                    stored.message.id
+                );
+                frame_message(
+                    stored,
+                    SenderFacts {
+                        contact: contact.as_ref(),
+                    },
+                    &hint,
                 )
             })
             .collect::<Vec<_>>()
-            .join("\n")
+            .join("\n\n")
     })?;
     Ok(if waited.timed_out {
         ExitCode::from(TIMED_OUT)
