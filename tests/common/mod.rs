@@ -321,7 +321,12 @@ pub fn isolated<F: Future<Output = ()>>(test: impl FnOnce() -> F) {
     use nix::sched::{CloneFlags, unshare};
     match unshare(CloneFlags::CLONE_NEWNET) {
         Ok(()) => {
-            let up = std::process::Command::new("ip")
+            // `ip` lives in sbin, which a minimal PATH may leave out.
+            let ip = ["/usr/sbin/ip", "/sbin/ip", "/usr/bin/ip", "/bin/ip"]
+                .into_iter()
+                .find(|p| std::path::Path::new(p).exists())
+                .unwrap_or("ip");
+            let up = std::process::Command::new(ip)
                 .args(["link", "set", "lo", "up"])
                 .status();
             assert!(
