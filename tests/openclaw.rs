@@ -220,8 +220,11 @@ impl Gateway {
             token,
             config_path,
             config,
+            // A fresh connection per request: the gateway closes idle keep-alive connections,
+            // and a poll that reused one it had just closed failed with a reset (seen in CI).
             http: reqwest::Client::builder()
                 .no_proxy()
+                .pool_max_idle_per_host(0)
                 .timeout(Duration::from_secs(30))
                 .build()
                 .unwrap(),
