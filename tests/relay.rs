@@ -205,7 +205,7 @@ async fn a_second_connection_replaces_the_first_cleanly() {
     loop {
         match raw_recv(&mut second).await {
             Some(ServerFrame::Deliver { .. }) => break,
-            Some(ServerFrame::CaughtUp) => continue,
+            Some(ServerFrame::CaughtUp {}) => continue,
             other => panic!("expected a pushed delivery, got {other:?}"),
         }
     }
@@ -318,6 +318,11 @@ async fn bad_sends_get_their_codes_and_the_connection_keeps_working() {
     assert_eq!(next_error(&mut ws).await.unwrap().0, ErrorCode::BadFrame);
     raw_send_text(&mut ws, r#"{"type":"approve","code":"123456"}"#).await;
     assert_eq!(next_error(&mut ws).await.unwrap().0, ErrorCode::BadFrame);
+    // Unknown fields are refused on every frame type, fieldless ones too.
+    raw_send_text(&mut ws, r#"{"type":"ping","x":1}"#).await;
+    let (code, message, _) = next_error(&mut ws).await.unwrap();
+    assert_eq!(code, ErrorCode::BadFrame);
+    assert!(message.contains("unknown field `x`"), "{message}");
     // A well-formed send frame whose envelope is not a sealed envelope.
     raw_send_text(&mut ws, r#"{"type":"send","ref":"r3","envelope":{"v":1}}"#).await;
     assert_eq!(
@@ -326,11 +331,11 @@ async fn bad_sends_get_their_codes_and_the_connection_keeps_working() {
     );
 
     // Still served.
-    raw_send(&mut ws, &ClientFrame::Ping).await;
+    raw_send(&mut ws, &ClientFrame::Ping {}).await;
     loop {
         match raw_recv(&mut ws).await.expect("still open") {
-            ServerFrame::Pong => break,
-            ServerFrame::CaughtUp => continue,
+            ServerFrame::Pong {} => break,
+            ServerFrame::CaughtUp {} => continue,
             other => panic!("expected pong, got {other:?}"),
         }
     }
@@ -364,7 +369,7 @@ async fn an_envelope_in_another_json_spelling_is_delivered_in_canonical_form() {
     loop {
         match raw_recv(&mut ws).await.expect("still open") {
             ServerFrame::Sent { reference, .. } => break assert_eq!(reference, "r1"),
-            ServerFrame::CaughtUp => continue,
+            ServerFrame::CaughtUp {} => continue,
             other => panic!("expected sent, got {other:?}"),
         }
     }
@@ -620,7 +625,7 @@ async fn the_delivery_window_counts_messages_not_sequence_numbers() {
     while delivered < 550 {
         match raw_recv(&mut raw).await.expect("open") {
             ServerFrame::Deliver { .. } => delivered += 1,
-            ServerFrame::CaughtUp => break,
+            ServerFrame::CaughtUp {} => break,
             _ => {}
         }
     }
@@ -727,7 +732,7 @@ async fn an_ack_just_before_a_reconnect_is_honoured_by_the_next_connection() {
     let mut ws = raw_login(&relay, &bob).await;
     assert!(matches!(
         raw_recv(&mut ws).await,
-        Some(ServerFrame::CaughtUp)
+        Some(ServerFrame::CaughtUp {})
     ));
     for round in 0..ROUNDS {
         let m = alice.message(&[&bob], &format!("round {round}"), "x");
@@ -746,7 +751,7 @@ async fn an_ack_just_before_a_reconnect_is_honoured_by_the_next_connection() {
         }
         let mut next = raw_login(&relay, &bob).await;
         match raw_recv(&mut next).await {
-            Some(ServerFrame::CaughtUp) => {}
+            Some(ServerFrame::CaughtUp {}) => {}
             other => panic!(
                 "round {round} ({}): acked mail is not redelivered, got {other:?}",
                 if closed { "closed" } else { "replaced" }

@@ -265,7 +265,7 @@ async fn serve(
                     return Err(ClientError::Closed(reason.unwrap_or_default()));
                 }
             }
-            _ = ping.tick() => conn.send(&ClientFrame::Ping).await?,
+            _ = ping.tick() => conn.send(&ClientFrame::Ping {}).await?,
         }
     }
 }

@@ -62,7 +62,7 @@ pub async fn sync(
                 }
                 conn.committed(seq).await?;
             }
-            ServerFrame::CaughtUp => break,
+            ServerFrame::CaughtUp {} => break,
             ServerFrame::Event { event } => report.events.push(event),
             _ => {}
         }

@@ -49,7 +49,7 @@ pub enum ServerFrame {
         envelope: SealedEnvelope,
     },
     /// Everything stored at connect time has been delivered; new mail is pushed as it comes.
-    CaughtUp,
+    CaughtUp {},
     /// A `send` was stored durably.
     Sent {
         /// The client's request reference.
@@ -129,7 +129,7 @@ pub enum ServerFrame {
         retry_after_ms: Option<u64>,
     },
     /// Answers `ping`.
-    Pong,
+    Pong {},
 }
 
 /// What the client sends.
@@ -256,7 +256,7 @@ pub enum ClientFrame {
         reference: String,
     },
     /// Keepalive.
-    Ping,
+    Ping {},
 }
 
 impl ServerFrame {
@@ -394,6 +394,26 @@ mod tests {
 
     #[test]
     fn frames_have_a_stable_wire_form() {
+        // Fieldless frames are empty struct variants: the same wire form, and unlike unit
+        // variants they refuse unknown fields.
+        for (frame, wire) in [
+            (
+                serde_json::to_string(&ClientFrame::Ping {}).unwrap(),
+                r#"{"type":"ping"}"#,
+            ),
+            (
+                serde_json::to_string(&ServerFrame::Pong {}).unwrap(),
+                r#"{"type":"pong"}"#,
+            ),
+            (
+                serde_json::to_string(&ServerFrame::CaughtUp {}).unwrap(),
+                r#"{"type":"caught_up"}"#,
+            ),
+        ] {
+            assert_eq!(frame, wire);
+        }
+        assert!(serde_json::from_str::<ClientFrame>(r#"{"type":"ping","x":1}"#).is_err());
+        assert!(serde_json::from_str::<ServerFrame>(r#"{"type":"pong","x":1}"#).is_err());
         let f = ClientFrame::Ack { seq: 7 };
         assert_eq!(
             serde_json::to_string(&f).unwrap(),

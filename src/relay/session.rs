@@ -349,7 +349,7 @@ async fn deliver<S: Storage>(
         d.need_fetch = false;
         if !d.caught_up {
             d.caught_up = true;
-            if !out.frame(&ServerFrame::CaughtUp) {
+            if !out.frame(&ServerFrame::CaughtUp {}) {
                 return Err(Some(gone("the client is not reading its frames")));
             }
         }
@@ -449,7 +449,7 @@ async fn handle<S: Storage>(
     frame: ClientFrame,
 ) -> Option<ServerFrame> {
     Some(match frame {
-        ClientFrame::Ping => ServerFrame::Pong,
+        ClientFrame::Ping {} => ServerFrame::Pong {},
         ClientFrame::Hello { .. } => error_frame(
             None,
             ErrorCode::UnexpectedFrame,
