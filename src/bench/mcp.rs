@@ -130,45 +130,16 @@ async fn measure(args: &McpBenchArgs) -> anyhow::Result<Vec<Summary>> {
         total,
     ));
     rows.push(Summary::new("send -> recipient channel event", rang, total));
-    // Claude Code hooks with the unread mail bob now has: a whole process each time.
-    rows.push(
-        hook_row(
-            &exe,
-            home.path(),
-            "hook prompt (process, unread digest)",
-            "prompt",
-            args.starts,
-            |i| format!("prompt-{i}"),
-            true,
-        )
-        .await?,
-    );
-    // After every tool call: a session that has not seen the mail gets the digest; one that
-    // has (the common case: nothing new since the last call) gets nothing.
-    rows.push(
-        hook_row(
-            &exe,
-            home.path(),
-            "hook post-tool (process, new mail)",
-            "post-tool",
-            args.starts,
-            |i| format!("new-{i}"),
-            true,
-        )
-        .await?,
-    );
-    rows.push(
-        hook_row(
-            &exe,
-            home.path(),
-            "hook post-tool (process, nothing new)",
-            "post-tool",
-            args.starts,
-            |_| "seen".to_owned(),
-            false,
-        )
-        .await?,
-    );
+    // Claude Code hooks with the unread mail bob now has: a whole process each time. A fresh
+    // session has not seen the mail and gets the digest; after every tool call of a session
+    // that has (the common case: nothing new since the last call) the hook prints nothing.
+    for (case, kind, fresh) in [
+        ("hook prompt (process, unread digest)", "prompt", true),
+        ("hook post-tool (process, new mail)", "post-tool", true),
+        ("hook post-tool (process, nothing new)", "post-tool", false),
+    ] {
+        rows.push(hook_row(&exe, home.path(), case, kind, args.starts, fresh).await?);
+    }
     alice.close().await?;
     bob.close().await?;
     if let Some(claude) = &args.claude_code {
@@ -188,18 +159,24 @@ async fn measure(args: &McpBenchArgs) -> anyhow::Result<Vec<Summary>> {
     Ok(rows)
 }
 
-/// Runs `mailslot --agent bob hook KIND` `n` times as Claude Code would, with the session id
-/// `session(i)`; `prints` says whether each run must print something (one unmeasured run
-/// first, so a repeated session id has seen the mail).
+/// Runs `mailslot --agent bob hook KIND` `n` times as Claude Code would: each time as a new
+/// session (`fresh`: it must print the digest), or always as one session that has already
+/// been shown the mail (one unmeasured run first; it must print nothing).
 async fn hook_row(
     exe: &std::path::Path,
     home: &std::path::Path,
     case: &str,
     kind: &str,
     n: u32,
-    session: impl Fn(u32) -> String,
-    prints: bool,
+    fresh: bool,
 ) -> anyhow::Result<Summary> {
+    let session = |i: u32| {
+        if fresh {
+            format!("{kind}-{i}")
+        } else {
+            format!("{kind}-seen")
+        }
+    };
     let run = async |i: u32| -> anyhow::Result<(Duration, bool)> {
         use tokio::io::AsyncWriteExt;
         let t = Instant::now();
@@ -225,13 +202,13 @@ async fn hook_row(
         }
         Ok((elapsed, !out.stdout.is_empty()))
     };
-    if !prints {
-        run(n).await?;
+    if !fresh {
+        run(0).await?;
     }
     let mut samples = Vec::with_capacity(n as usize);
     for i in 0..n {
         let (elapsed, printed) = run(i).await?;
-        if printed != prints {
+        if printed != fresh {
             bail!(
                 "mailslot hook {kind} for session {:?} printed {}",
                 session(i),

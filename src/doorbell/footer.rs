@@ -6,7 +6,7 @@ use crate::store::UnreadSummary;
 
 /// The footer for `summary`, or `None` when nothing is unread.
 pub fn footer(summary: &UnreadSummary) -> Option<String> {
-    let (from, _) = summary.newest.as_ref()?;
+    let from = summary.newest_from.as_ref()?;
     let count = summary.count;
     let noun = if count == 1 { "message" } else { "messages" };
     Some(format!(
@@ -24,13 +24,13 @@ mod tests {
         assert_eq!(
             footer(&UnreadSummary {
                 count: 0,
-                newest: None
+                newest_from: None
             }),
             None
         );
         let line = footer(&UnreadSummary {
             count: 3,
-            newest: Some((Address::parse("bob").unwrap(), "a \"b\"\nc".into())),
+            newest_from: Some(Address::parse("bob").unwrap()),
         })
         .unwrap();
         assert_eq!(

@@ -11,8 +11,8 @@ use serde_json::{Value, json};
 /// The structured-output field that carries the notice.
 pub const FIELD: &str = "mail_notice";
 
-/// `tool` with [`FIELD`] declared in its output schema (when it has one).
-pub fn declare(mut tool: Tool) -> Tool {
+/// Declares [`FIELD`] in `tool`'s output schema (when it has one).
+pub fn declare(tool: &mut Tool) {
     if let Some(schema) = &mut tool.output_schema {
         let schema = Arc::make_mut(schema);
         if let Some(Value::Object(properties)) = schema.get_mut("properties") {
@@ -25,7 +25,6 @@ pub fn declare(mut tool: Tool) -> Tool {
             );
         }
     }
-    tool
 }
 
 /// Adds `notice` to `result`: a text block, and the field of its structured output.

@@ -57,7 +57,7 @@ impl MailslotServer {
     pub fn new(mailbox: Mailbox, doorbell: Doorbell, stop: CancellationToken) -> Self {
         Self {
             mailbox,
-            tool_router: Self::tool_router(),
+            tool_router: Self::tool_router_with_notice(),
             prompt_router: Self::prompt_router(),
             subscriptions: Subscriptions::default(),
             pending: Arc::new(Mutex::new(Some(doorbell.subscribe()))),
@@ -86,6 +86,15 @@ impl MailslotServer {
         {
             tracing::warn!(error = %e, "cannot record what a tool result showed");
         }
+    }
+
+    /// The tools, each output schema declaring the unread notice (done once, here).
+    fn tool_router_with_notice() -> ToolRouter<Self> {
+        let mut router = Self::tool_router();
+        for route in router.map.values_mut() {
+            notice::declare(&mut route.attr);
+        }
+        router
     }
 
     /// A fresh per-session copy (for Streamable HTTP, where every session is its own client).
@@ -186,17 +195,11 @@ impl ServerHandler for MailslotServer {
         _request: Option<PaginatedRequestParams>,
         _context: RequestContext<RoleServer>,
     ) -> Result<ListToolsResult, ErrorData> {
-        Ok(ListToolsResult::with_all_items(
-            self.tool_router
-                .list_all()
-                .into_iter()
-                .map(notice::declare)
-                .collect(),
-        ))
+        Ok(ListToolsResult::with_all_items(self.tool_router.list_all()))
     }
 
     fn get_tool(&self, name: &str) -> Option<Tool> {
-        self.tool_router.get(name).cloned().map(notice::declare)
+        self.tool_router.get(name).cloned()
     }
 
     async fn list_resources(

@@ -108,13 +108,13 @@ impl Default for InboxQuery {
     }
 }
 
-/// What the unread-mail footer shows.
+/// What the unread-mail notice shows: facts mailslot verified, never a sender's words.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
 pub struct UnreadSummary {
     /// Unread received messages.
     pub count: u32,
-    /// The newest unread message's sender and subject.
-    pub newest: Option<(Address, String)>,
+    /// The newest unread message's sender.
+    pub newest_from: Option<Address>,
 }
 
 pub(super) const COLUMNS: &str = "json, direction, trust, stored_at, read_at";
@@ -313,28 +313,27 @@ impl Store {
             .collect()
     }
 
-    /// The unread count and the newest unread message's sender and subject.
+    /// The unread count and the newest unread message's sender.
     pub fn unread_summary(&self) -> Result<UnreadSummary, StoreError> {
         let count: u32 = self.conn.query_row(
             "SELECT count(*) FROM messages WHERE direction = 'in' AND read_at IS NULL",
             [],
             |r| r.get(0),
         )?;
-        let newest = self
+        let newest_from = self
             .conn
             .query_row(
-                "SELECT sender, subject FROM messages WHERE direction = 'in' AND read_at IS NULL ORDER BY seq DESC LIMIT 1",
+                "SELECT sender FROM messages WHERE direction = 'in' AND read_at IS NULL ORDER BY seq DESC LIMIT 1",
                 [],
-                |r| Ok((r.get::<_, String>(0)?, r.get::<_, String>(1)?)),
+                |r| r.get::<_, String>(0),
             )
             .optional()?
-            .map(|(sender, subject)| {
+            .map(|sender| {
                 Address::parse(&sender)
-                    .map(|a| (a, subject))
                     .map_err(|e| StoreError::Corrupt { what: "message", detail: e.to_string() })
             })
             .transpose()?;
-        Ok(UnreadSummary { count, newest })
+        Ok(UnreadSummary { count, newest_from })
     }
 
     /// Received messages stored after position `after` (in store order), at most `limit`:

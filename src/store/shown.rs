@@ -127,12 +127,13 @@ impl Store {
     ) -> Result<(Vec<StoredMessage>, u32), StoreError> {
         const UNSEEN: &str = "direction = 'in' AND read_at IS NULL
              AND NOT EXISTS (SELECT 1 FROM shown WHERE shown.session = ?1 AND shown.message_id = messages.id)";
-        let total: u32 = self.conn.query_row(
-            &format!("SELECT count(*) FROM messages WHERE {UNSEEN}"),
+        // Read-only first: the common answer, nothing new, takes no write lock.
+        let any: bool = self.conn.query_row(
+            &format!("SELECT EXISTS (SELECT 1 FROM messages WHERE {UNSEEN})"),
             [session.as_str()],
             |r| r.get(0),
         )?;
-        if total == 0 {
+        if !any {
             return Ok((Vec::new(), 0));
         }
         let now = to_ms(now_millis());
