@@ -6,8 +6,8 @@ use std::os::unix::fs::PermissionsExt;
 use std::path::{Path, PathBuf};
 
 use crate::config::Paths;
-use crate::crypto::{Identity, KeyFileError};
-use crate::protocol::{Address, AgentName};
+use crate::crypto::{Identity, KeyFileError, owner};
+use crate::protocol::{Address, AgentName, OwnerKey};
 use crate::store::{Store, StoreError};
 
 const KEY_FILE: &str = "identity.key";
@@ -55,6 +55,9 @@ pub struct Agent {
     pub store: Store,
     /// Its folder.
     pub dir: PathBuf,
+    /// The public half of its owner's key, when the owner made one (`mailslot owner init`):
+    /// registered with the relay on the agent's first connection.
+    pub owner: Option<OwnerKey>,
 }
 
 impl Agent {
@@ -83,12 +86,14 @@ impl Agent {
         }
         let identity = Identity::load(&key_path)?;
         let store = Store::open(&store_path)?;
+        let owner = owner::read_public(&paths.owner_key())?;
         Ok((
             Self {
                 name: name.clone(),
                 identity,
                 store,
                 dir,
+                owner,
             },
             created,
         ))

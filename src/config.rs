@@ -164,6 +164,28 @@ impl Paths {
         self.home.join("relay").join("relay.db")
     }
 
+    /// The owner key file: the person's key, sealed under their passphrase, that signs
+    /// consent changes for every agent in this home.
+    pub fn owner_key(&self) -> PathBuf {
+        self.home.join("owner.key")
+    }
+
+    /// The agents that have a folder in this home, by name.
+    pub fn agent_names(&self) -> std::io::Result<Vec<AgentName>> {
+        let dir = self.home.join("agents");
+        let mut names = match std::fs::read_dir(&dir) {
+            Ok(entries) => entries
+                .filter_map(|e| e.ok())
+                .filter(|e| e.file_type().is_ok_and(|t| t.is_dir()))
+                .filter_map(|e| AgentName::new(&e.file_name().to_string_lossy()).ok())
+                .collect(),
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => Vec::new(),
+            Err(e) => return Err(e),
+        };
+        names.sort();
+        Ok(names)
+    }
+
     /// One agent's folder.
     pub fn agent_dir(&self, name: &AgentName) -> PathBuf {
         self.home.join("agents").join(name.as_str())

@@ -552,6 +552,7 @@ async fn owner_commands_beside_a_running_server_leave_its_connection_alone() {
         &relay.url,
         bob.mailbox.name(),
         bob.mailbox.identity(),
+        None,
     )
     .await
     .unwrap();

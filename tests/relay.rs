@@ -229,6 +229,7 @@ async fn bad_hellos_are_refused_with_their_codes() {
             signature,
             register: None,
             control: false,
+            owner: None,
         },
     )
     .await;
@@ -258,6 +259,7 @@ async fn bad_hellos_are_refused_with_their_codes() {
             signature,
             register,
             control: false,
+            owner: None,
         },
     )
     .await;

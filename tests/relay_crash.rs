@@ -45,7 +45,7 @@ async fn kill_9_loses_nothing_that_was_acknowledged() {
     let (mut relay, url) = spawn_relay(&db, "127.0.0.1:0");
     let bob = TestAgent::new("bob");
     let bob_keys = vec![(bob.address(), bob.identity.public().clone())];
-    Connection::connect(&url, &bob.name, &bob.identity)
+    Connection::connect(&url, &bob.name, &bob.identity, None)
         .await
         .unwrap()
         .close()
@@ -65,7 +65,7 @@ async fn kill_9_loses_nothing_that_was_acknowledged() {
             enough.clone(),
         );
         senders.push(tokio::spawn(async move {
-            let mut conn = Connection::connect(&url, &sender.name, &sender.identity)
+            let mut conn = Connection::connect(&url, &sender.name, &sender.identity, None)
                 .await
                 .unwrap();
             // Flat out until the relay dies under us.
@@ -105,7 +105,7 @@ async fn kill_9_loses_nothing_that_was_acknowledged() {
     let (mut relay, url) = spawn_relay(&db, "127.0.0.1:0");
     let report = tokio::time::timeout(
         EVENT_TIMEOUT,
-        mailslot::client::sync(&url, &bob.name, &bob.identity, &bob.store),
+        mailslot::client::sync(&url, &bob.name, &bob.identity, None, &bob.store),
     )
     .await
     .unwrap()

@@ -38,6 +38,7 @@ fn session(
         url: url.clone(),
         agent: agent.name.clone(),
         identity: agent.identity.clone(),
+        owner: Some(agent.owner.public()),
         store: agent.store.clone(),
     })
 }
@@ -88,7 +89,7 @@ async fn the_session_reconnects_and_sends_what_was_queued_meanwhile() {
     let addr = relay.addr();
     let url: mailslot::client::RelayUrl = relay.url().parse().unwrap();
     let (alice, bob) = (TestAgent::new("alice"), TestAgent::new("bob"));
-    mailslot::client::sync(&url, &bob.name, &bob.identity, &bob.store)
+    mailslot::client::sync(&url, &bob.name, &bob.identity, None, &bob.store)
         .await
         .unwrap();
 
@@ -133,7 +134,7 @@ async fn the_session_reconnects_and_sends_what_was_queued_meanwhile() {
     assert_eq!(sent, vec![id]);
     let report = tokio::time::timeout(
         Duration::from_secs(20),
-        mailslot::client::sync(&url, &bob.name, &bob.identity, &bob.store),
+        mailslot::client::sync(&url, &bob.name, &bob.identity, None, &bob.store),
     )
     .await
     .unwrap()

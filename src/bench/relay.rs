@@ -183,6 +183,7 @@ async fn login(url: &RelayUrl, name: &AgentName, identity: &Identity) -> anyhow:
         signature: signature(identity, Domain::Hello, &hello_payload(&relay, &nonce)).to_vec(),
         register: Some(identity.public().to_keys()),
         control: false,
+        owner: None,
     };
     ws.send(WsMessage::Text(serde_json::to_string(&hello)?.into()))
         .await?;

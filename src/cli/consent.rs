@@ -1,17 +1,18 @@
 //! `connect`, `requests`, `approve`, `deny`, `block`, `unblock`, `contacts`, `policy`: the
-//! owner decides who may write to the agent. Approving needs a person at a terminal.
+//! owner decides who may write to the agent. Every change is signed with the owner key, which
+//! only the owner's passphrase, typed at a terminal, unlocks.
 
 use std::io::{BufRead, IsTerminal, Write};
 
 use anyhow::{Context, bail};
 use serde::Serialize;
 
-use super::{Ctx, output};
+use super::{Ctx, output, owner};
 use crate::agent::Agent;
 use crate::client::{ClientError, Connection};
 use crate::crypto::PublicIdentity;
 use crate::protocol::{
-    AgentName, ClientFrame, Fingerprint, Policy, RequestCode, RequestView, ServerFrame,
+    AgentName, ClientFrame, Fingerprint, OwnerAct, Policy, RequestCode, RequestView, ServerFrame,
 };
 
 /// Opens the agent, connects, runs `work`, closes.
@@ -26,7 +27,8 @@ pub(super) fn with_relay<T>(
         .build()?;
     runtime.block_on(async {
         // A control connection: a running `mailslot mcp` for this agent keeps its own.
-        let mut conn = Connection::connect_control(&url, &agent.name, &agent.identity).await?;
+        let mut conn =
+            Connection::connect_control(&url, &agent.name, &agent.identity, agent.owner).await?;
         let result = work(&mut conn, &agent).await;
         conn.close().await;
         result
@@ -149,7 +151,8 @@ pub(super) fn approve(ctx: &Ctx, code: RequestCode, from: Option<AgentName>) -> 
             "approve needs a person at a terminal: run `mailslot approve CODE` yourself in an interactive shell (agents cannot approve)"
         );
     }
-    let detail = with_relay(ctx, async |conn, _| {
+    let detail = with_relay(ctx, async |conn, agent| {
+        owner::check_registered(ctx, conn, agent)?;
         let (_, incoming, _, _, _) = state(conn).await?;
         let request = match (&from, incoming.as_slice()) {
             (_, []) => bail!("no open contact requests to approve"),
@@ -184,11 +187,20 @@ pub(super) fn approve(ctx: &Ctx, code: RequestCode, from: Option<AgentName>) -> 
         if !matches!(answer.trim().to_lowercase().as_str(), "y" | "yes") {
             bail!("not approved");
         }
+        let owner = owner::unlock(ctx)?;
+        let owner_signature = conn.owner_signature(
+            &owner,
+            &OwnerAct::Approve {
+                from: &request.agent,
+                code: &code,
+            },
+        );
         match conn
             .call(|r| ClientFrame::Approve {
                 reference: r,
                 from: request.agent.clone(),
                 code,
+                owner_signature,
             })
             .await?
         {
@@ -209,16 +221,55 @@ pub(super) enum Change {
     Policy(Policy),
 }
 
+impl Change {
+    fn act(&self) -> OwnerAct<'_> {
+        match self {
+            Change::Deny(a) => OwnerAct::Deny(a),
+            Change::Block(a) => OwnerAct::Block(a),
+            Change::Unblock(a) => OwnerAct::Unblock(a),
+            Change::Remove(a) => OwnerAct::Remove(a),
+            Change::Policy(p) => OwnerAct::SetPolicy(*p),
+        }
+    }
+
+    fn frame(self, reference: String, owner_signature: Vec<u8>) -> ClientFrame {
+        match self {
+            Change::Deny(agent) => ClientFrame::Deny {
+                reference,
+                agent,
+                owner_signature,
+            },
+            Change::Block(agent) => ClientFrame::Block {
+                reference,
+                agent,
+                owner_signature,
+            },
+            Change::Unblock(agent) => ClientFrame::Unblock {
+                reference,
+                agent,
+                owner_signature,
+            },
+            Change::Remove(agent) => ClientFrame::Remove {
+                reference,
+                agent,
+                owner_signature,
+            },
+            Change::Policy(policy) => ClientFrame::SetPolicy {
+                reference,
+                policy,
+                owner_signature,
+            },
+        }
+    }
+}
+
 pub(super) fn change(ctx: &Ctx, change: Change) -> anyhow::Result<()> {
-    let detail = with_relay(ctx, async |conn, _| {
+    let detail = with_relay(ctx, async |conn, agent| {
+        owner::check_registered(ctx, conn, agent)?;
+        let owner = owner::unlock(ctx)?;
+        let signature = conn.owner_signature(&owner, &change.act());
         let answer = conn
-            .call(|reference| match change {
-                Change::Deny(agent) => ClientFrame::Deny { reference, agent },
-                Change::Block(agent) => ClientFrame::Block { reference, agent },
-                Change::Unblock(agent) => ClientFrame::Unblock { reference, agent },
-                Change::Remove(agent) => ClientFrame::Remove { reference, agent },
-                Change::Policy(policy) => ClientFrame::SetPolicy { reference, policy },
-            })
+            .call(|reference| change.frame(reference, signature))
             .await?;
         match answer {
             ServerFrame::Done { detail, .. } => Ok(detail),

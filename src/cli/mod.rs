@@ -11,6 +11,7 @@ mod mail;
 mod mcp;
 mod memory;
 mod output;
+mod owner;
 mod relay;
 mod send;
 mod wait;
@@ -214,6 +215,9 @@ pub enum Command {
     },
     /// Show contacts, blocks and the policy
     Contacts,
+    /// The owner key that signs consent changes: `owner init` makes it (asks for a passphrase)
+    #[command(subcommand)]
+    Owner(OwnerCommand),
     /// List the relay's directory of agents that opted in, or join or leave it
     Directory {
         /// List this agent with a one-line description
@@ -247,6 +251,14 @@ pub enum Command {
     /// Measure the store and the crypto on this machine
     #[command(subcommand)]
     Bench(BenchCommand),
+}
+
+/// The owner key's commands.
+#[derive(Debug, Subcommand)]
+pub enum OwnerCommand {
+    /// Make the owner key, sealed under a passphrase you type, and register it for this
+    /// home's agents (once, before agents get a shell)
+    Init,
 }
 
 /// What every command needs: where things are, the config, the output mode.
@@ -391,6 +403,7 @@ fn dispatch(cli: Cli) -> anyhow::Result<ExitCode> {
         Command::Unblock { peer } => consent::change(&ctx, consent::Change::Unblock(peer)),
         Command::Uncontact { peer } => consent::change(&ctx, consent::Change::Remove(peer)),
         Command::Contacts => consent::contacts(&ctx),
+        Command::Owner(OwnerCommand::Init) => owner::init(&ctx),
         Command::Directory { join, leave } => directory::run(
             &ctx,
             match (join, leave) {

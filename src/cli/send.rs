@@ -129,6 +129,7 @@ pub(super) fn sync(ctx: &Ctx) -> anyhow::Result<()> {
         identity,
         store,
         dir,
+        owner,
     } = ctx.open_agent()?;
     // A running `mailslot mcp` for this agent holds its relay connection and syncs all the
     // time; connecting here would knock it off the relay.
@@ -146,7 +147,7 @@ pub(super) fn sync(ctx: &Ctx) -> anyhow::Result<()> {
     };
     let url = ctx.relay_url()?;
     let store = StoreHandle::spawn(store)?;
-    let report = runtime()?.block_on(client::sync(&url, &name, &identity, &store))?;
+    let report = runtime()?.block_on(client::sync(&url, &name, &identity, owner, &store))?;
     output::emit(ctx.json, &report, |r| {
         let mut lines = vec![format!(
             "{} sent, {} received",

@@ -11,11 +11,11 @@ use tokio_tungstenite::tungstenite::protocol::WebSocketConfig;
 
 use super::tls::{RelaySocket, open_socket};
 use super::{ClientError, RelayUrl, refusal};
-use crate::crypto::Identity;
 use crate::crypto::sign::{self, Domain};
+use crate::crypto::{Identity, Owner};
 use crate::protocol::{
-    AgentName, ClientFrame, ErrorCode, FRAME_OVERHEAD, Limits, MessageId, PROTOCOL_VERSION,
-    PublicKeys, SealedEnvelope, Seq, ServerFrame, hello_payload,
+    AgentName, ClientFrame, ErrorCode, FRAME_OVERHEAD, Limits, MessageId, OwnerAct, OwnerKey,
+    PROTOCOL_VERSION, PublicKeys, SealedEnvelope, Seq, ServerFrame, hello_payload,
 };
 
 /// How long to wait for the relay to answer the connection or a request.
@@ -31,21 +31,28 @@ pub struct Connection {
     /// The last delivery committed to the store, and whether it is acknowledged yet.
     committed: Option<Seq>,
     unacked: usize,
+    /// Who this connection is, and the challenge it answered: what owner signatures bind to.
+    agent: AgentName,
+    relay: String,
+    nonce: Vec<u8>,
+    /// The owner key the relay has for the agent, from the welcome.
+    owner: Option<OwnerKey>,
 }
 
 /// Acknowledge at least this often while a backlog drains.
 const ACK_EVERY: usize = 256;
 
 impl Connection {
-    /// Connects, answers the challenge as `agent` (registering its keys if the relay does not
-    /// know them yet), and waits for the welcome. This is the agent's delivery connection: it
-    /// replaces any other one the agent has.
+    /// Connects, answers the challenge as `agent` (registering its keys, and `owner` as its
+    /// owner key, if the relay does not know them yet), and waits for the welcome. This is the
+    /// agent's delivery connection: it replaces any other one the agent has.
     pub async fn connect(
         url: &RelayUrl,
         agent: &AgentName,
         identity: &Identity,
+        owner: Option<OwnerKey>,
     ) -> Result<Self, ClientError> {
-        Self::open(url, agent, identity, false).await
+        Self::open(url, agent, identity, owner, false).await
     }
 
     /// Like [`Connection::connect`], but a control connection: requests only (sends, lookups,
@@ -55,14 +62,16 @@ impl Connection {
         url: &RelayUrl,
         agent: &AgentName,
         identity: &Identity,
+        owner: Option<OwnerKey>,
     ) -> Result<Self, ClientError> {
-        Self::open(url, agent, identity, true).await
+        Self::open(url, agent, identity, owner, true).await
     }
 
     async fn open(
         url: &RelayUrl,
         agent: &AgentName,
         identity: &Identity,
+        owner: Option<OwnerKey>,
         control: bool,
     ) -> Result<Self, ClientError> {
         let unreachable = |reason: String| ClientError::Unreachable {
@@ -87,6 +96,10 @@ impl Connection {
             url: url.clone(),
             committed: None,
             unacked: 0,
+            agent: agent.clone(),
+            relay: String::new(),
+            nonce: Vec::new(),
+            owner: None,
         };
         let (relay, nonce) = match conn.recv_timed().await? {
             ServerFrame::Challenge { v, relay, nonce } if v == PROTOCOL_VERSION => (relay, nonce),
@@ -109,10 +122,16 @@ impl Connection {
             signature,
             register: Some(register),
             control,
+            owner,
         })
         .await?;
+        conn.relay = relay;
+        conn.nonce = nonce;
         match refusal(conn.recv_timed().await?)? {
-            ServerFrame::Welcome { waiting, .. } => conn.waiting = waiting,
+            ServerFrame::Welcome { waiting, owner, .. } => {
+                conn.waiting = waiting;
+                conn.owner = owner;
+            }
             other => {
                 return Err(ClientError::Protocol(format!(
                     "expected a welcome, got {other:?}"
@@ -135,6 +154,18 @@ impl Connection {
     /// The relay this connection is to.
     pub fn url(&self) -> &RelayUrl {
         &self.url
+    }
+
+    /// The owner key the relay holds for the agent (as of the welcome).
+    pub fn owner(&self) -> Option<&OwnerKey> {
+        self.owner.as_ref()
+    }
+
+    /// The owner's signature over `act` for this connection; only good on it.
+    pub fn owner_signature(&self, owner: &Owner, act: &OwnerAct<'_>) -> Vec<u8> {
+        owner
+            .sign(&self.relay, &self.nonce, &self.agent, act)
+            .to_vec()
     }
 
     /// Sends one frame.

@@ -13,7 +13,9 @@ use super::inbound::{Received, receive};
 use super::outbound::flush;
 use super::{ClientError, Connection, RelayUrl, refusal};
 use crate::crypto::Identity;
-use crate::protocol::{Address, AgentName, ClientFrame, ConsentEvent, MessageId, ServerFrame};
+use crate::protocol::{
+    Address, AgentName, ClientFrame, ConsentEvent, MessageId, OwnerKey, ServerFrame,
+};
 use crate::store::{StoreHandle, Trust};
 
 /// Keepalive interval (the relay closes sockets silent for 90 s).
@@ -127,6 +129,8 @@ pub struct SessionConfig {
     pub agent: AgentName,
     /// Its keys.
     pub identity: Arc<Identity>,
+    /// Its owner's public key, registered with the relay if it has none yet.
+    pub owner: Option<OwnerKey>,
     /// Its store.
     pub store: StoreHandle,
 }
@@ -223,7 +227,8 @@ async fn serve(
     calls: &mut mpsc::Receiver<Call>,
     failures: &mut u32,
 ) -> Result<std::convert::Infallible, ClientError> {
-    let mut conn = Connection::connect(&config.url, &config.agent, &config.identity).await?;
+    let mut conn =
+        Connection::connect(&config.url, &config.agent, &config.identity, config.owner).await?;
     *failures = 0;
     emit(ClientEvent::Connected {
         waiting: conn.waiting(),

@@ -7,7 +7,7 @@ use super::inbound::{Received, receive};
 use super::outbound::{SendFailure, flush};
 use super::{ClientError, Connection, RelayUrl, refusal};
 use crate::crypto::Identity;
-use crate::protocol::{Address, AgentName, ConsentEvent, MessageId, ServerFrame};
+use crate::protocol::{Address, AgentName, ConsentEvent, MessageId, OwnerKey, ServerFrame};
 use crate::store::StoreHandle;
 
 /// What one sync did.
@@ -32,9 +32,10 @@ pub async fn sync(
     url: &RelayUrl,
     agent: &AgentName,
     identity: &Identity,
+    owner: Option<OwnerKey>,
     store: &StoreHandle,
 ) -> Result<SyncReport, ClientError> {
-    let mut conn = Connection::connect(url, agent, identity).await?;
+    let mut conn = Connection::connect(url, agent, identity, owner).await?;
     let me = Address::local(agent.clone());
     let mut report = SyncReport::default();
     let flushed = flush(&mut conn, store, identity).await?;

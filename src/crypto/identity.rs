@@ -1,9 +1,6 @@
 //! An agent's keys: Ed25519 for signing, X25519 for receiving sealed mail.
 
 use std::fmt;
-use std::fs::{self, OpenOptions};
-use std::io::Write;
-use std::os::unix::fs::{OpenOptionsExt, PermissionsExt};
 use std::path::{Path, PathBuf};
 
 use ed25519_dalek::{SigningKey, VerifyingKey};
@@ -13,6 +10,7 @@ use serde::{Deserialize, Serialize};
 use sha2::{Digest, Sha256};
 use zeroize::{Zeroize, Zeroizing};
 
+use super::keyfile;
 use crate::protocol::{FINGERPRINT_BYTES, Fingerprint, PublicKeys, ValidationError, b64};
 
 type SealSecret = <X25519HkdfSha256 as Kem>::PrivateKey;
@@ -125,65 +123,24 @@ impl Identity {
 
     /// Writes a new key file with mode 0600; refuses to overwrite one.
     pub fn save_new(&self, path: &Path) -> Result<(), KeyFileError> {
-        let io = |source| KeyFileError::Io {
-            path: path.to_owned(),
-            source,
-        };
         let mut file = KeyFile {
             v: KEY_FILE_VERSION,
             signing_key: b64::encode(self.signing.as_bytes()),
             sealing_key: b64::encode(&self.sealing.to_bytes()),
         };
-        let mut text = serde_json::to_vec(&file).expect("a key file always serializes");
+        let text = Zeroizing::new(serde_json::to_vec(&file).expect("a key file always serializes"));
         file.signing_key.zeroize();
         file.sealing_key.zeroize();
-        let tmp = path.with_extension("tmp");
-        let _ = fs::remove_file(&tmp);
-        let written = (|| {
-            let mut f = OpenOptions::new()
-                .write(true)
-                .create_new(true)
-                .mode(0o600)
-                .open(&tmp)?;
-            f.write_all(&text)?;
-            f.sync_all()
-        })();
-        text.zeroize();
-        written.map_err(io)?;
-        // hard_link fails if the target exists, so two racing `init`s cannot both win.
-        let linked = fs::hard_link(&tmp, path);
-        let _ = fs::remove_file(&tmp);
-        match linked {
-            Ok(()) => Ok(()),
-            Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => Err(KeyFileError::Exists {
-                path: path.to_owned(),
-            }),
-            Err(e) => Err(io(e)),
-        }
+        keyfile::write_new(path, &text)
     }
 
     /// Reads a key file, refusing one that other users can read.
     pub fn load(path: &Path) -> Result<Self, KeyFileError> {
-        let io = |source| KeyFileError::Io {
-            path: path.to_owned(),
-            source,
-        };
         let malformed = |problem: &str| KeyFileError::Malformed {
             path: path.to_owned(),
             problem: problem.to_owned(),
         };
-        let meta = fs::metadata(path).map_err(io)?;
-        let mode = meta.permissions().mode() & 0o777;
-        if mode & 0o077 != 0 {
-            return Err(KeyFileError::Permissions {
-                path: path.to_owned(),
-                mode,
-            });
-        }
-        if meta.len() > 4096 {
-            return Err(malformed("larger than 4096 bytes"));
-        }
-        let text = Zeroizing::new(fs::read(path).map_err(io)?);
+        let text = keyfile::read(path)?;
         let mut file: KeyFile =
             serde_json::from_slice(&text).map_err(|e| malformed(&e.to_string()))?;
         if file.v != KEY_FILE_VERSION {
@@ -277,6 +234,9 @@ impl PublicIdentity {
 
 #[cfg(test)]
 mod tests {
+    use std::fs;
+    use std::os::unix::fs::PermissionsExt;
+
     use super::*;
 
     #[test]

@@ -17,6 +17,8 @@ pub enum Domain {
     Hello,
     /// A registration over HTTP: the name and the keys.
     Register,
+    /// A consent change signed by the agent's owner key.
+    Owner,
 }
 
 impl Domain {
@@ -25,6 +27,7 @@ impl Domain {
             Domain::Letter => b"mailslot/v1/letter\0",
             Domain::Hello => b"mailslot/v1/hello\0",
             Domain::Register => b"mailslot/v1/register\0",
+            Domain::Owner => b"mailslot/v1/owner\0",
         }
     }
 }
@@ -36,7 +39,7 @@ impl Domain {
 )]
 pub struct VerifyError;
 
-fn domain_bytes(domain: Domain, bytes: &[u8]) -> Vec<u8> {
+pub(super) fn domain_bytes(domain: Domain, bytes: &[u8]) -> Vec<u8> {
     let prefix = domain.prefix();
     let mut buf = Vec::with_capacity(prefix.len() + bytes.len());
     buf.extend_from_slice(prefix);

@@ -31,7 +31,9 @@ use crate::client::{
     ClientError, ClientEvent, MakeFrame, RelayUrl, SessionConfig, SessionHandle, spawn_session,
 };
 use crate::crypto::Identity;
-use crate::protocol::{Address, AgentName, ConsentEvent, MessageId, ServerFrame, ValidationError};
+use crate::protocol::{
+    Address, AgentName, ConsentEvent, MessageId, OwnerKey, ServerFrame, ValidationError,
+};
 use crate::store::{Contact, StoreError, StoreHandle, StoredMessage, Trust};
 
 /// Events kept for slow subscribers before the oldest are dropped (they re-read the store).
@@ -127,6 +129,7 @@ struct Inner {
     name: AgentName,
     address: Address,
     identity: Arc<Identity>,
+    owner: Option<OwnerKey>,
     store: StoreHandle,
     relay: RelayUrl,
     dir: PathBuf,
@@ -154,6 +157,7 @@ impl Mailbox {
             identity,
             store,
             dir,
+            owner,
         } = agent;
         let store = StoreHandle::spawn(store)?;
         let (events, _) = broadcast::channel(EVENT_BACKLOG);
@@ -163,6 +167,7 @@ impl Mailbox {
             address: Address::local(name.clone()),
             name,
             identity: Arc::new(identity),
+            owner,
             store,
             relay,
             lock: ConnectionLock::for_agent(&dir),
@@ -293,6 +298,7 @@ impl Mailbox {
             url: self.0.relay.clone(),
             agent: self.0.name.clone(),
             identity: self.0.identity.clone(),
+            owner: self.0.owner,
             store: self.0.store.clone(),
         });
         self.0.status.send_replace(RelayStatus::Connecting);

@@ -101,6 +101,42 @@ impl RequestCode {
     pub fn as_str(&self) -> &str {
         &self.0
     }
+
+    /// Whether the code appears in `text`, however it is cased, spaced or dashed.
+    pub fn appears_in(&self, text: &str) -> bool {
+        let compact: String = text
+            .chars()
+            .filter(char::is_ascii_alphanumeric)
+            .map(code_char)
+            .collect();
+        compact.contains(&self.0.replace('-', ""))
+    }
+}
+
+/// A character as [`RequestCode::parse`] reads it: upper case, O as 0, I and L as 1.
+fn code_char(c: char) -> char {
+    match c.to_ascii_uppercase() {
+        'O' => '0',
+        'I' | 'L' => '1',
+        c => c,
+    }
+}
+
+/// Whether `text` holds something shaped like a code: `XXXX-XXXX` as a word of its own, with
+/// a digit in it (so hyphenated words such as `data-flow` pass; the relay also refuses any
+/// note holding an open code itself, however written).
+fn looks_like_code(text: &str) -> bool {
+    let chars: Vec<char> = text.chars().collect();
+    let is_code = |c: char| c.is_ascii() && CODE_ALPHABET.contains(&(code_char(c) as u8));
+    chars.windows(9).enumerate().any(|(i, w)| {
+        let before = i.checked_sub(1).map(|j| chars[j]);
+        let after = chars.get(i + 9);
+        w[4] == '-'
+            && w[..4].iter().chain(&w[5..]).all(|&c| is_code(c))
+            && w.iter().any(char::is_ascii_digit)
+            && !before.is_some_and(|c| c.is_alphanumeric())
+            && !after.is_some_and(|c| c.is_alphanumeric())
+    })
 }
 
 impl fmt::Display for RequestCode {
@@ -180,6 +216,12 @@ pub fn validate_note(note: &str) -> Result<(), ValidationError> {
             "characters",
         ));
     }
+    if looks_like_code(note) {
+        return Err(ValidationError::new(
+            "note",
+            "holds something shaped like a verification code (XXXX-XXXX); codes go from owner to owner, never through agents, so leave it out",
+        ));
+    }
     Ok(())
 }
 
@@ -201,6 +243,25 @@ mod tests {
         );
         assert!(RequestCode::parse("ABC").is_err());
         assert!(RequestCode::parse("ABCD-EFGU").is_err());
+    }
+
+    #[test]
+    fn codes_are_found_however_they_are_written() {
+        let code = RequestCode::parse("7KQF-3MZA").unwrap();
+        for text in [
+            "approve with 7KQF-3MZA now",
+            "7kqf3mza",
+            "7 K Q F - 3 M Z A",
+            "x7kqf.3mza.",
+        ] {
+            assert!(code.appears_in(text), "{text}");
+        }
+        assert!(!code.appears_in("7KQF-3MZB"));
+        assert!(validate_note("approve 7kqf-3mza please").is_err());
+        assert!(validate_note("code:7KQF-3MZA.").is_err());
+        assert!(validate_note("we share the deploy-work of 2026").is_ok());
+        assert!(validate_note("ABCDE-FGHJK is a long token").is_ok());
+        assert!(validate_note("our data-flow and area-code work").is_ok());
     }
 
     #[test]

@@ -6,8 +6,8 @@ use serde::{Deserialize, Serialize};
 use jiff::Timestamp;
 
 use super::{
-    AgentName, ConsentEvent, MessageId, Policy, PublicKeys, RequestCode, RequestView,
-    SealedEnvelope, b64,
+    AgentName, ConsentEvent, MessageId, OwnerAct, OwnerKey, Policy, PublicKeys, RequestCode,
+    RequestView, SealedEnvelope, b64,
 };
 
 /// The protocol version this build speaks.
@@ -40,6 +40,9 @@ pub enum ServerFrame {
         agent: AgentName,
         /// How many messages wait.
         waiting: u64,
+        /// The owner key that signs the agent's consent changes, once one is registered.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        owner: Option<OwnerKey>,
     },
     /// A stored message, in order.
     Deliver {
@@ -152,6 +155,10 @@ pub enum ClientFrame {
         /// an owner's command can run beside a running agent.
         #[serde(default, skip_serializing_if = "std::ops::Not::not")]
         control: bool,
+        /// The owner key to register for `agent` if it has none yet (first come); ignored
+        /// once one is registered, which only the owner key itself can replace.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        owner: Option<OwnerKey>,
     },
     /// Store and forward an envelope.
     Send {
@@ -193,6 +200,9 @@ pub enum ClientFrame {
         from: AgentName,
         /// The code the requester's owner passed on.
         code: RequestCode,
+        /// The owner key's signature over the act (see `owner_payload`).
+        #[serde(with = "b64")]
+        owner_signature: Vec<u8>,
     },
     /// The owner denies a request from `agent`.
     Deny {
@@ -201,6 +211,9 @@ pub enum ClientFrame {
         reference: String,
         /// The requester.
         agent: AgentName,
+        /// The owner key's signature over the act (see `owner_payload`).
+        #[serde(with = "b64")]
+        owner_signature: Vec<u8>,
     },
     /// Refuse all mail and requests from `agent`.
     Block {
@@ -209,6 +222,9 @@ pub enum ClientFrame {
         reference: String,
         /// The agent.
         agent: AgentName,
+        /// The owner key's signature over the act (see `owner_payload`).
+        #[serde(with = "b64")]
+        owner_signature: Vec<u8>,
     },
     /// Lift a block.
     Unblock {
@@ -217,6 +233,9 @@ pub enum ClientFrame {
         reference: String,
         /// The agent.
         agent: AgentName,
+        /// The owner key's signature over the act (see `owner_payload`).
+        #[serde(with = "b64")]
+        owner_signature: Vec<u8>,
     },
     /// End a contact (both directions).
     Remove {
@@ -225,6 +244,9 @@ pub enum ClientFrame {
         reference: String,
         /// The contact.
         agent: AgentName,
+        /// The owner key's signature over the act (see `owner_payload`).
+        #[serde(with = "b64")]
+        owner_signature: Vec<u8>,
     },
     /// Set whom this agent accepts mail from.
     SetPolicy {
@@ -233,6 +255,20 @@ pub enum ClientFrame {
         reference: String,
         /// The policy.
         policy: Policy,
+        /// The owner key's signature over the act (see `owner_payload`).
+        #[serde(with = "b64")]
+        owner_signature: Vec<u8>,
+    },
+    /// Replace the agent's owner key; signed by the current one.
+    SetOwner {
+        /// Echoed in the answer.
+        #[serde(rename = "ref")]
+        reference: String,
+        /// The new owner key.
+        owner: OwnerKey,
+        /// The current owner key's signature over the act.
+        #[serde(with = "b64")]
+        owner_signature: Vec<u8>,
     },
     /// Opt in to the relay's public directory with a description, or (`None`) out of it.
     SetListing {
@@ -257,6 +293,71 @@ pub enum ClientFrame {
     },
     /// Keepalive.
     Ping {},
+}
+
+impl ClientFrame {
+    /// The client's request reference, on frames that carry one.
+    pub fn reference(&self) -> Option<&str> {
+        match self {
+            ClientFrame::Send { reference, .. }
+            | ClientFrame::Lookup { reference, .. }
+            | ClientFrame::Connect { reference, .. }
+            | ClientFrame::Approve { reference, .. }
+            | ClientFrame::Deny { reference, .. }
+            | ClientFrame::Block { reference, .. }
+            | ClientFrame::Unblock { reference, .. }
+            | ClientFrame::Remove { reference, .. }
+            | ClientFrame::SetPolicy { reference, .. }
+            | ClientFrame::SetOwner { reference, .. }
+            | ClientFrame::SetListing { reference, .. }
+            | ClientFrame::Directory { reference, .. }
+            | ClientFrame::Consent { reference } => Some(reference),
+            ClientFrame::Hello { .. } | ClientFrame::Ack { .. } | ClientFrame::Ping {} => None,
+        }
+    }
+
+    /// The act and its signature, for the frames only the agent's owner may send.
+    pub fn owner_act(&self) -> Option<(OwnerAct<'_>, &[u8])> {
+        Some(match self {
+            ClientFrame::Approve {
+                from,
+                code,
+                owner_signature,
+                ..
+            } => (OwnerAct::Approve { from, code }, owner_signature),
+            ClientFrame::Deny {
+                agent,
+                owner_signature,
+                ..
+            } => (OwnerAct::Deny(agent), owner_signature),
+            ClientFrame::Block {
+                agent,
+                owner_signature,
+                ..
+            } => (OwnerAct::Block(agent), owner_signature),
+            ClientFrame::Unblock {
+                agent,
+                owner_signature,
+                ..
+            } => (OwnerAct::Unblock(agent), owner_signature),
+            ClientFrame::Remove {
+                agent,
+                owner_signature,
+                ..
+            } => (OwnerAct::Remove(agent), owner_signature),
+            ClientFrame::SetPolicy {
+                policy,
+                owner_signature,
+                ..
+            } => (OwnerAct::SetPolicy(*policy), owner_signature),
+            ClientFrame::SetOwner {
+                owner,
+                owner_signature,
+                ..
+            } => (OwnerAct::SetOwner(owner), owner_signature),
+            _ => return None,
+        })
+    }
 }
 
 impl ServerFrame {
@@ -332,6 +433,10 @@ pub enum ErrorCode {
     TooManyRequests,
     /// No pending request to this agent has that code (or it expired).
     BadCode,
+    /// A consent change for an agent that has no owner key registered yet.
+    OwnerRequired,
+    /// A consent change not signed by the agent's owner key.
+    NotOwner,
     /// The relay failed; retry later.
     Internal,
 }
@@ -359,6 +464,8 @@ impl ErrorCode {
             ErrorCode::NotAllowed => "not_allowed",
             ErrorCode::TooManyRequests => "too_many_requests",
             ErrorCode::BadCode => "bad_code",
+            ErrorCode::OwnerRequired => "owner_required",
+            ErrorCode::NotOwner => "not_owner",
             ErrorCode::Internal => "internal",
         }
     }

@@ -12,6 +12,7 @@ mod ids;
 mod keys;
 mod limits;
 mod message;
+mod owner;
 
 pub use address::{Address, AgentName, MAX_NAME_LEN};
 pub use consent::{ConsentEvent, MAX_NOTE_CHARS, Policy, RequestCode, RequestView, validate_note};
@@ -26,3 +27,4 @@ pub use ids::{MemoryId, MessageId, ThreadId};
 pub use keys::PublicKeys;
 pub use limits::Limits;
 pub use message::{Attachment, Message, now_millis};
+pub use owner::{OwnerAct, OwnerKey, owner_payload};

@@ -7,8 +7,8 @@ use tokio::time::timeout;
 use super::state::RelayState;
 use super::storage::{Registration, Storage};
 use super::wire::{Ending, close};
-use crate::crypto::PublicIdentity;
 use crate::crypto::sign::{self, Domain};
+use crate::crypto::{self, PublicIdentity};
 use crate::protocol::{AgentName, ClientFrame, ErrorCode, ServerFrame, hello_payload};
 
 async fn send(socket: &mut WebSocket, frame: &ServerFrame) -> bool {
@@ -50,6 +50,7 @@ pub async fn authenticate<S: Storage>(
         signature,
         register,
         control,
+        owner,
     }) = serde_json::from_str::<ClientFrame>(&text)
     else {
         return Err(auth(
@@ -115,30 +116,50 @@ pub async fn authenticate<S: Storage>(
         }
     }
     state.remember_registered(&agent);
+    if let Some(owner) = owner {
+        if !crypto::owner::is_valid(&owner) {
+            return Err(auth(
+                ErrorCode::AuthFailed,
+                "the owner key is not a valid Ed25519 public key".into(),
+            ));
+        }
+        // First come: a key registered before stays; only it can sign its replacement.
+        if state
+            .storage
+            .set_owner(agent.clone(), owner, None)
+            .await
+            .map_err(internal)?
+        {
+            tracing::info!(%agent, "owner key registered");
+        }
+    }
     Ok((agent, control))
 }
 
-/// Sends the welcome with the number of messages waiting. Called once the session has its
+/// Sends the welcome with the number of messages waiting and the agent's owner key. Called once the session has its
 /// turn, so the count already reflects every ack of the agent's previous session.
 pub async fn welcome<S: Storage>(
     state: &RelayState<S>,
     socket: &mut WebSocket,
     agent: &AgentName,
 ) -> Result<(), Ending> {
+    let internal = |e: super::storage::StorageError| Ending {
+        code: ErrorCode::Internal,
+        message: e.to_string(),
+        close: close::GOING_AWAY,
+    };
     let waiting = state
         .storage
         .waiting(agent.clone())
         .await
-        .map_err(|e| Ending {
-            code: ErrorCode::Internal,
-            message: e.to_string(),
-            close: close::GOING_AWAY,
-        })?;
+        .map_err(internal)?;
+    let owner = state.storage.owner(agent.clone()).await.map_err(internal)?;
     if !send(
         socket,
         &ServerFrame::Welcome {
             agent: agent.clone(),
             waiting,
+            owner,
         },
     )
     .await

@@ -1,13 +1,17 @@
-//! Consent frames: contact requests, approvals by code, denials, blocks, policies. Codes are
-//! returned only to the requester; the target is told a request exists, never its code.
+//! Consent frames: contact requests, approvals by code, denials, blocks, policies, the owner
+//! key. Codes are returned only to the requester; the target is told a request exists, never
+//! its code. Every change to an agent's consent must be signed by the agent's owner key for
+//! this connection: the agent's own key is not enough.
 
 use std::time::Duration;
 
 use super::state::RelayState;
 use super::storage::{ConsentChange, ConsentOutcome, Storage, StorageError};
 use super::wire::error_frame;
+use crate::crypto::owner;
 use crate::protocol::{
-    AgentName, ClientFrame, ConsentEvent, ErrorCode, RequestCode, ServerFrame, validate_note,
+    AgentName, ClientFrame, ConsentEvent, ErrorCode, OwnerKey, RequestCode, ServerFrame,
+    validate_note,
 };
 
 fn error(reference: String, code: ErrorCode, message: impl Into<String>) -> ServerFrame {
@@ -39,12 +43,22 @@ fn internal(reference: String, e: StorageError) -> ServerFrame {
     )
 }
 
-/// Answers a consent frame from `agent`; gives back frames that are not about consent.
+/// Answers a consent frame from `agent` on the connection challenged with `nonce`; gives back
+/// frames that are not about consent.
 pub async fn handle<S: Storage>(
     state: &RelayState<S>,
     agent: &AgentName,
+    nonce: &[u8],
     frame: ClientFrame,
 ) -> Result<ServerFrame, ClientFrame> {
+    let owner = if frame.owner_act().is_some() {
+        match signed_by_owner(state, agent, nonce, &frame).await {
+            Ok(owner) => Some(owner),
+            Err(refusal) => return Ok(refusal),
+        }
+    } else {
+        None
+    };
     Ok(match frame {
         ClientFrame::Connect {
             reference,
@@ -55,10 +69,12 @@ pub async fn handle<S: Storage>(
             reference,
             from,
             code,
+            ..
         } => approve(state, agent, reference, from, code).await,
         ClientFrame::Deny {
             reference,
             agent: requester,
+            ..
         } => {
             let change = ConsentChange::Deny {
                 target: agent.clone(),
@@ -82,6 +98,7 @@ pub async fn handle<S: Storage>(
         ClientFrame::Block {
             reference,
             agent: peer,
+            ..
         } => {
             apply(
                 state,
@@ -97,6 +114,7 @@ pub async fn handle<S: Storage>(
         ClientFrame::Unblock {
             reference,
             agent: peer,
+            ..
         } => {
             apply(
                 state,
@@ -112,6 +130,7 @@ pub async fn handle<S: Storage>(
         ClientFrame::Remove {
             reference,
             agent: peer,
+            ..
         } => {
             apply(
                 state,
@@ -124,7 +143,9 @@ pub async fn handle<S: Storage>(
             )
             .await
         }
-        ClientFrame::SetPolicy { reference, policy } => {
+        ClientFrame::SetPolicy {
+            reference, policy, ..
+        } => {
             apply(
                 state,
                 reference,
@@ -136,6 +157,11 @@ pub async fn handle<S: Storage>(
             )
             .await
         }
+        ClientFrame::SetOwner {
+            reference,
+            owner: new,
+            ..
+        } => set_owner(state, agent, reference, owner, new).await,
         ClientFrame::Consent { reference } => {
             match state
                 .storage
@@ -155,6 +181,74 @@ pub async fn handle<S: Storage>(
         }
         other => return Err(other),
     })
+}
+
+/// Checks the owner key's signature on a frame only the owner may send; answers the refusal
+/// when it is missing or wrong, else gives back the owner key.
+async fn signed_by_owner<S: Storage>(
+    state: &RelayState<S>,
+    agent: &AgentName,
+    nonce: &[u8],
+    frame: &ClientFrame,
+) -> Result<OwnerKey, ServerFrame> {
+    let (act, signature) = frame.owner_act().expect("called for owner frames only");
+    let reference = || frame.reference().unwrap_or_default().to_owned();
+    let owner = match state.storage.owner(agent.clone()).await {
+        Ok(Some(owner)) => owner,
+        Ok(None) => {
+            return Err(error(
+                reference(),
+                ErrorCode::OwnerRequired,
+                format!(
+                    "{agent} has no owner key yet: its owner runs `mailslot owner init` (consent changes are signed by the owner, never by the agent)"
+                ),
+            ));
+        }
+        Err(e) => return Err(internal(reference(), e)),
+    };
+    let relay = state.storage.relay_id();
+    if owner::verify(&owner, relay, nonce, agent, &act, signature).is_err() {
+        tracing::warn!(%agent, "a consent change not signed by the agent's owner key was refused");
+        return Err(error(
+            reference(),
+            ErrorCode::NotOwner,
+            format!(
+                "not signed by {agent}'s owner key for this connection; consent changes need the owner's passphrase"
+            ),
+        ));
+    }
+    Ok(owner)
+}
+
+async fn set_owner<S: Storage>(
+    state: &RelayState<S>,
+    agent: &AgentName,
+    reference: String,
+    current: Option<OwnerKey>,
+    new: OwnerKey,
+) -> ServerFrame {
+    if !owner::is_valid(&new) {
+        return error(
+            reference,
+            ErrorCode::BadFrame,
+            "owner: not a valid Ed25519 public key",
+        );
+    }
+    match state.storage.set_owner(agent.clone(), new, current).await {
+        Ok(true) => {
+            tracing::info!(%agent, "owner key replaced");
+            done(
+                reference,
+                format!("{agent}'s owner key is now {}", owner::fingerprint(&new)),
+            )
+        }
+        Ok(false) => error(
+            reference,
+            ErrorCode::NotOwner,
+            "the owner key changed meanwhile; try again",
+        ),
+        Err(e) => internal(reference, e),
+    }
 }
 
 async fn apply<S: Storage>(
@@ -249,6 +343,11 @@ async fn request<S: Storage>(
                 state.config.max_pending_requests
             ),
             Duration::from_secs(state.config.request_ttl_secs),
+        ),
+        Ok(ConsentOutcome::NoteHasCode) => error(
+            reference,
+            ErrorCode::BadFrame,
+            "note: holds the code of an open request to the same agent; codes go from owner to owner, never through agents, so leave it out",
         ),
         Ok(_) => error(
             reference,

@@ -70,7 +70,7 @@ pub async fn run<S: Storage>(state: Arc<RelayState<S>>, mut socket: WebSocket, i
         }
     };
     if control {
-        return run_control(state, socket, agent).await;
+        return run_control(state, socket, agent, nonce).await;
     }
     let mut attached = state.hub.attach(&agent);
     // The agent's previous session, if any, ends first (it was just kicked): its acks are
@@ -92,7 +92,7 @@ pub async fn run<S: Storage>(state: Arc<RelayState<S>>, mut socket: WebSocket, i
     let out = Outgoing::spawn(sink, QUEUE);
     state.metrics.connections.inc();
     tracing::debug!(%agent, %ip, conn = attached.conn, "connected");
-    let ending = serve(&state, stream, &out, &agent, &mut attached, true).await;
+    let ending = serve(&state, stream, &out, &agent, &nonce, &mut attached, true).await;
     // Every ack this session read is committed by now (they are applied before the next
     // frame is read); only now may the agent's next session read the queue.
     state.hub.detach(&agent, attached.conn);
@@ -115,6 +115,7 @@ async fn run_control<S: Storage>(
     state: Arc<RelayState<S>>,
     mut socket: WebSocket,
     agent: AgentName,
+    nonce: Vec<u8>,
 ) {
     let (mut attached, _quiet) = state.hub.control();
     if let Err(ending) = welcome(&state, &mut socket, &agent).await {
@@ -125,7 +126,7 @@ async fn run_control<S: Storage>(
     let out = Outgoing::spawn(sink, QUEUE);
     state.metrics.connections.inc();
     tracing::debug!(%agent, "control connection");
-    let ending = serve(&state, stream, &out, &agent, &mut attached, false).await;
+    let ending = serve(&state, stream, &out, &agent, &nonce, &mut attached, false).await;
     state.metrics.connections.dec();
     if let Some(ending) = &ending {
         state.metrics.reject(ending.code);
@@ -180,6 +181,7 @@ async fn serve<S: Storage>(
     mut stream: SplitStream<WebSocket>,
     out: &Outgoing,
     agent: &AgentName,
+    nonce: &[u8],
     attached: &mut Attached,
     deliveries: bool,
 ) -> Option<Ending> {
@@ -255,7 +257,7 @@ async fn serve<S: Storage>(
                     Some(text) => match SendFrame::read(text) {
                         Some(send) => queue_send(state, agent, &mut sends, send.reference, send.envelope.get()).await,
                         None => match serde_json::from_str::<ClientFrame>(text) {
-                            Ok(frame) => handle(state, agent, &mut d, &mut sends, frame).await,
+                            Ok(frame) => handle(state, agent, nonce, &mut d, &mut sends, frame).await,
                             Err(e) => Some(error_frame(None, ErrorCode::BadFrame, format!("not a valid frame: {e}"), None)),
                         },
                     },
@@ -444,6 +446,7 @@ async fn queue_send<S: Storage>(
 async fn handle<S: Storage>(
     state: &RelayState<S>,
     agent: &AgentName,
+    nonce: &[u8],
     d: &mut Delivery,
     sends: &mut FuturesUnordered<QueuedSend>,
     frame: ClientFrame,
@@ -487,7 +490,7 @@ async fn handle<S: Storage>(
             let text = String::from_utf8(envelope.to_bytes()).expect("JSON is UTF-8");
             return queue_send(state, agent, sends, reference, &text).await;
         }
-        other => match super::consent::handle(state, agent, other).await {
+        other => match super::consent::handle(state, agent, nonce, other).await {
             Ok(answer) => answer,
             Err(other) => match super::directory::handle(state, agent, other).await {
                 Ok(answer) => answer,
@@ -513,7 +516,7 @@ mod tests {
     use super::*;
     use crate::crypto::Identity;
     use crate::crypto::sign::{Domain, signature};
-    use crate::protocol::{MessageId, Policy, PublicKeys, hello_payload};
+    use crate::protocol::{MessageId, OwnerKey, Policy, PublicKeys, hello_payload};
     use crate::relay::storage::{
         Accepted, CommitListener, ConsentChange, ConsentOutcome, ConsentState, Copy, Pending,
         Queued, Quota, Registration, SqliteStorage, StorageError, StorageMetrics,
@@ -559,6 +562,17 @@ mod tests {
         }
         async fn keys(&self, name: AgentName) -> Result<Option<PublicKeys>, StorageError> {
             self.inner.keys(name).await
+        }
+        async fn owner(&self, name: AgentName) -> Result<Option<OwnerKey>, StorageError> {
+            self.inner.owner(name).await
+        }
+        async fn set_owner(
+            &self,
+            name: AgentName,
+            key: OwnerKey,
+            current: Option<OwnerKey>,
+        ) -> Result<bool, StorageError> {
+            self.inner.set_owner(name, key, current).await
         }
         fn accept(
             &self,
@@ -660,6 +674,7 @@ mod tests {
             signature: signature(identity, Domain::Hello, &hello_payload(&relay, &nonce)).to_vec(),
             register: Some(identity.public().to_keys()),
             control: false,
+            owner: None,
         };
         let text = serde_json::to_string(&hello).unwrap();
         ws.send(WsMessage::Text(text.into())).await.unwrap();

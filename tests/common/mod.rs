@@ -12,8 +12,8 @@ use futures_util::{SinkExt, StreamExt};
 use mailslot::agent::Agent;
 use mailslot::client::{Connection, RelayUrl, SyncReport};
 use mailslot::config::Paths;
-use mailslot::crypto::Identity;
-use mailslot::protocol::{Address, AgentName, ClientFrame, Message, ServerFrame};
+use mailslot::crypto::{Identity, Owner};
+use mailslot::protocol::{Address, AgentName, ClientFrame, Message, OwnerAct, ServerFrame};
 use mailslot::relay::{Relay, RelayConfig};
 use mailslot::store::StoreHandle;
 use tokio::net::TcpStream;
@@ -86,6 +86,9 @@ impl TestRelay {
 pub struct TestAgent {
     pub name: AgentName,
     pub identity: Arc<Identity>,
+    /// Its owner's key (in memory: the file and its passphrase are the CLI's business),
+    /// registered with the relay on the agent's first connection.
+    pub owner: Owner,
     pub store: StoreHandle,
     _home: tempfile::TempDir,
 }
@@ -104,6 +107,7 @@ impl TestAgent {
         Self {
             name,
             identity: Arc::new(identity),
+            owner: Owner::generate(),
             store: StoreHandle::spawn(store).unwrap(),
             _home: home,
         }
@@ -114,15 +118,31 @@ impl TestAgent {
     }
 
     pub async fn connect(&self, relay: &TestRelay) -> Connection {
-        Connection::connect(&relay.url, &self.name, &self.identity)
-            .await
-            .unwrap()
+        Connection::connect(
+            &relay.url,
+            &self.name,
+            &self.identity,
+            Some(self.owner.public()),
+        )
+        .await
+        .unwrap()
+    }
+
+    /// The owner's signature over `act` on `conn`, as `mailslot approve` and the like make.
+    pub fn owner_signs(&self, conn: &Connection, act: &OwnerAct<'_>) -> Vec<u8> {
+        conn.owner_signature(&self.owner, act)
     }
 
     pub async fn sync(&self, relay: &TestRelay) -> SyncReport {
         tokio::time::timeout(
             EVENT_TIMEOUT,
-            mailslot::client::sync(&relay.url, &self.name, &self.identity, &self.store),
+            mailslot::client::sync(
+                &relay.url,
+                &self.name,
+                &self.identity,
+                Some(self.owner.public()),
+                &self.store,
+            ),
         )
         .await
         .expect("sync timed out")
@@ -208,6 +228,7 @@ pub fn hello(agent: &TestAgent, relay_id: &str, nonce: &[u8]) -> ClientFrame {
         .to_vec(),
         register: Some(agent.identity.public().to_keys()),
         control: false,
+        owner: None,
     }
 }
 

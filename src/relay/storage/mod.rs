@@ -10,7 +10,9 @@ use std::sync::Arc;
 use prometheus_client::metrics::histogram::{Histogram, exponential_buckets};
 use prometheus_client::registry::Registry;
 
-use crate::protocol::{AgentName, MessageId, Policy, PublicKeys, RequestCode, RequestView, Seq};
+use crate::protocol::{
+    AgentName, MessageId, OwnerKey, Policy, PublicKeys, RequestCode, RequestView, Seq,
+};
 
 pub use sqlite::SqliteStorage;
 
@@ -251,6 +253,9 @@ pub enum ConsentOutcome {
     NotAllowed,
     /// No open request with that code, or none from that agent.
     NoSuchRequest,
+    /// The note carries the code of an open request to the same target, which its model
+    /// must never be handed.
+    NoteHasCode,
 }
 
 /// An agent's consent state.
@@ -292,6 +297,21 @@ pub trait Storage: Send + Sync + 'static {
         &self,
         name: AgentName,
     ) -> impl Future<Output = Result<Option<PublicKeys>, StorageError>> + Send;
+
+    /// The owner key registered for `name`: the key its consent changes must be signed by.
+    fn owner(
+        &self,
+        name: AgentName,
+    ) -> impl Future<Output = Result<Option<OwnerKey>, StorageError>> + Send;
+
+    /// Registers `key` as `name`'s owner key if the one registered now is `current` (`None`:
+    /// none yet), atomically; returns whether it did.
+    fn set_owner(
+        &self,
+        name: AgentName,
+        key: OwnerKey,
+        current: Option<OwnerKey>,
+    ) -> impl Future<Output = Result<bool, StorageError>> + Send;
 
     /// Stores copies of message `id` from `sender`, all or none: refused when a recipient does
     /// not accept the sender (under `default` for those without a policy) or its queue is full.

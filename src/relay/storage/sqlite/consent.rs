@@ -4,7 +4,7 @@
 use rusqlite::{Connection, OptionalExtension, params};
 
 use super::now_ms;
-use crate::protocol::{AgentName, Policy, PublicKeys, RequestCode, RequestView};
+use crate::protocol::{AgentName, OwnerKey, Policy, PublicKeys, RequestCode, RequestView};
 use crate::relay::storage::{ConsentChange, ConsentOutcome, Registration, StorageError};
 
 pub(super) fn register(
@@ -30,6 +30,21 @@ pub(super) fn register(
         Some((s, x)) if s == keys.signing && x == keys.sealing => Registration::Unchanged,
         Some(_) => Registration::NameTaken,
     })
+}
+
+/// The owner key registered for `name`, if any.
+pub(super) fn owner(conn: &Connection, name: &AgentName) -> Result<Option<OwnerKey>, StorageError> {
+    let raw: Option<Vec<u8>> = conn
+        .prepare_cached("SELECT owner FROM agents WHERE name = ?1")?
+        .query_row([name.as_str()], |r| r.get(0))
+        .optional()?
+        .flatten();
+    raw.map(|bytes| {
+        <[u8; 32]>::try_from(bytes)
+            .map(OwnerKey::from_bytes)
+            .map_err(|_| StorageError::Database(format!("the owner key of {name} is not 32 bytes")))
+    })
+    .transpose()
 }
 
 /// What decides whether `recipient` takes mail from `sender`: the recipient's own policy
@@ -144,6 +159,16 @@ pub(super) fn consent(
             )?;
             if pending >= *max_pending {
                 return Ok(ConsentOutcome::TooManyPending);
+            }
+            let mut open_codes = tx.prepare_cached(
+                "SELECT code FROM contact_requests WHERE target = ?1 AND requester != ?2",
+            )?;
+            let codes =
+                open_codes.query_map([to.as_str(), from.as_str()], |r| r.get::<_, String>(0))?;
+            for stored in codes {
+                if RequestCode::parse(&stored?).is_ok_and(|c| c.appears_in(note)) {
+                    return Ok(ConsentOutcome::NoteHasCode);
+                }
             }
             // Asking again replaces the earlier request (new code, new expiry).
             tx.execute(

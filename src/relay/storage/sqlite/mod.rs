@@ -26,7 +26,7 @@ use super::{
     Accepted, CommitListener, ConsentChange, ConsentOutcome, ConsentState, Copy, Pending, Queued,
     Quota, Registration, Storage, StorageError, StorageMetrics,
 };
-use crate::protocol::{AgentName, MessageId, Policy, PublicKeys, Seq};
+use crate::protocol::{AgentName, MessageId, OwnerKey, Policy, PublicKeys, Seq};
 
 const READERS: usize = 4;
 /// Database page size for new relay databases. A batch writes every page it touched to the
@@ -311,6 +311,29 @@ impl Storage for SqliteStorage {
 
     async fn expire(&self, now_ms: i64) -> Result<u64, StorageError> {
         self.enqueue(move |b| queue::expire(b, now_ms)).await
+    }
+
+    async fn owner(&self, name: AgentName) -> Result<Option<OwnerKey>, StorageError> {
+        self.read(move |conn| consent::owner(conn, &name)).await
+    }
+
+    async fn set_owner(
+        &self,
+        name: AgentName,
+        key: OwnerKey,
+        current: Option<OwnerKey>,
+    ) -> Result<bool, StorageError> {
+        self.write(move |tx| {
+            if consent::owner(tx, &name)? != current {
+                return Ok(false);
+            }
+            let changed = tx.execute(
+                "UPDATE agents SET owner = ?2 WHERE name = ?1",
+                params![name.as_str(), key.as_bytes().as_slice()],
+            )?;
+            Ok(changed == 1)
+        })
+        .await
     }
 
     async fn consent(&self, change: ConsentChange) -> Result<ConsentOutcome, StorageError> {

@@ -124,6 +124,11 @@ DROP TABLE queue;
 DROP TABLE acked;
 DELETE FROM meta WHERE key = 'seq_high';
 "#,
+    r#"
+-- The owner key (Ed25519, 32 bytes) that signs the agent's consent changes; NULL until its
+-- owner registers one, first come, and then replaceable only with a signature by it.
+ALTER TABLE agents ADD COLUMN owner BLOB;
+"#,
 ];
 
 /// The last schema with the `queue` table: a database at or below it has its queue moved to

@@ -1,0 +1,408 @@
+//! The owner key: an Ed25519 key a person holds for their agents, kept on disk sealed under a
+//! passphrase (Argon2id stretches it, XChaCha20-Poly1305 seals the key). Consent changes are
+//! signed with it, so an agent that can read every file of its owner still cannot approve:
+//! the file is useless without the passphrase, which only the owner types.
+
+use std::fmt;
+use std::path::Path;
+
+use argon2::{Algorithm, Argon2, Params, Version};
+use chacha20poly1305::aead::{Aead, KeyInit, Payload};
+use chacha20poly1305::{XChaCha20Poly1305, XNonce};
+use ed25519_dalek::{Signature, Signer, SigningKey, VerifyingKey};
+use serde::{Deserialize, Serialize};
+use sha2::{Digest, Sha256};
+use zeroize::Zeroizing;
+
+use super::sign::{Domain, VerifyError, domain_bytes};
+use super::{KeyFileError, keyfile};
+use crate::protocol::{
+    AgentName, FINGERPRINT_BYTES, Fingerprint, OwnerAct, OwnerKey, ValidationError, b64,
+    owner_payload,
+};
+
+const FILE_VERSION: u8 = 1;
+const FILE_DOMAIN: &[u8] = b"mailslot/v1/owner-key\0";
+const FINGERPRINT_DOMAIN: &[u8] = b"mailslot/v1/owner-fingerprint\0";
+/// The shortest passphrase accepted: the sealed file may be read by an agent, which can then
+/// guess offline, so a short one would be found.
+pub const MIN_PASSPHRASE_CHARS: usize = 10;
+/// The longest passphrase accepted.
+const MAX_PASSPHRASE_CHARS: usize = 1024;
+/// Bounds on the stretching parameters a file may ask for, so a crafted file cannot make an
+/// unlock take all memory or forever.
+const MAX_M_KIB: u32 = 1024 * 1024;
+const MAX_T: u32 = 16;
+const MAX_P: u32 = 8;
+
+/// A passphrase as the owner typed it; wiped from memory when dropped.
+pub struct Passphrase(Zeroizing<String>);
+
+impl Passphrase {
+    /// Checks the length: at least [`MIN_PASSPHRASE_CHARS`] characters.
+    pub fn new(text: String) -> Result<Self, ValidationError> {
+        let text = Zeroizing::new(text);
+        let chars = text.chars().count();
+        if chars < MIN_PASSPHRASE_CHARS {
+            return Err(ValidationError::new(
+                "passphrase",
+                format!(
+                    "is {chars} characters; use at least {MIN_PASSPHRASE_CHARS} (a few words are easy to type and hard to guess)"
+                ),
+            ));
+        }
+        if chars > MAX_PASSPHRASE_CHARS {
+            return Err(ValidationError::too_long(
+                "passphrase",
+                chars,
+                MAX_PASSPHRASE_CHARS,
+                "characters",
+            ));
+        }
+        Ok(Self(text))
+    }
+}
+
+impl fmt::Debug for Passphrase {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str("Passphrase(…)")
+    }
+}
+
+/// Why the owner key could not be unlocked.
+#[derive(Debug, thiserror::Error)]
+pub enum OwnerKeyError {
+    /// The file could not be read, or is not an owner key file.
+    #[error(transparent)]
+    File(#[from] KeyFileError),
+    /// The passphrase is not the one the key was sealed with (or the file was altered).
+    #[error("the passphrase does not unlock {path}: check it and try again")]
+    WrongPassphrase {
+        /// The owner key file.
+        path: std::path::PathBuf,
+    },
+}
+
+/// The unlocked owner key. Never printed: `Debug` shows only the fingerprint.
+pub struct Owner {
+    signing: SigningKey,
+}
+
+#[derive(Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct OwnerFile {
+    v: u8,
+    public: OwnerKey,
+    kdf: String,
+    m_kib: u32,
+    t: u32,
+    p: u32,
+    salt: String,
+    nonce: String,
+    sealed: String,
+}
+
+impl OwnerFile {
+    /// What the sealed key is bound to: the public key and the stretching parameters.
+    fn aad(&self) -> Vec<u8> {
+        let mut aad = FILE_DOMAIN.to_vec();
+        aad.extend_from_slice(self.public.as_bytes());
+        for n in [self.m_kib, self.t, self.p] {
+            aad.extend_from_slice(&n.to_le_bytes());
+        }
+        aad
+    }
+}
+
+fn stretch(
+    passphrase: &Passphrase,
+    salt: &[u8],
+    (m, t, p): (u32, u32, u32),
+) -> Result<Zeroizing<[u8; 32]>, String> {
+    let params = Params::new(m, t, p, Some(32)).map_err(|e| e.to_string())?;
+    let mut key = Zeroizing::new([0u8; 32]);
+    Argon2::new(Algorithm::Argon2id, Version::V0x13, params)
+        .hash_password_into(passphrase.0.as_bytes(), salt, key.as_mut())
+        .map_err(|e| e.to_string())?;
+    Ok(key)
+}
+
+fn random<const N: usize>() -> [u8; N] {
+    let mut bytes = [0u8; N];
+    getrandom::fill(&mut bytes).expect("the OS random number generator is unavailable");
+    bytes
+}
+
+impl Owner {
+    /// A fresh key from the OS random number generator.
+    pub fn generate() -> Self {
+        let seed = Zeroizing::new(random::<32>());
+        Self {
+            signing: SigningKey::from_bytes(&seed),
+        }
+    }
+
+    /// The public key the relay checks consent changes against.
+    pub fn public(&self) -> OwnerKey {
+        OwnerKey::from_bytes(self.signing.verifying_key().to_bytes())
+    }
+
+    /// Signs `act` on `agent` for the connection with this relay id and nonce.
+    pub fn sign(
+        &self,
+        relay: &str,
+        nonce: &[u8],
+        agent: &AgentName,
+        act: &OwnerAct<'_>,
+    ) -> [u8; 64] {
+        let payload = owner_payload(relay, nonce, agent, act);
+        self.signing
+            .sign(&domain_bytes(Domain::Owner, &payload))
+            .to_bytes()
+    }
+
+    fn sealed(&self, passphrase: &Passphrase) -> Zeroizing<Vec<u8>> {
+        let salt = random::<16>();
+        let nonce = random::<24>();
+        let mut file = OwnerFile {
+            v: FILE_VERSION,
+            public: self.public(),
+            kdf: "argon2id".into(),
+            m_kib: Params::DEFAULT_M_COST,
+            t: Params::DEFAULT_T_COST,
+            p: Params::DEFAULT_P_COST,
+            salt: b64::encode(&salt),
+            nonce: b64::encode(&nonce),
+            sealed: String::new(),
+        };
+        let key = stretch(passphrase, &salt, (file.m_kib, file.t, file.p))
+            .expect("the default parameters are valid");
+        let aad = file.aad();
+        let sealed = XChaCha20Poly1305::new(&(*key).into())
+            .encrypt(
+                &XNonce::from(nonce),
+                Payload {
+                    msg: self.signing.as_bytes(),
+                    aad: &aad,
+                },
+            )
+            .expect("encryption of an in-memory buffer cannot fail");
+        file.sealed = b64::encode(&sealed);
+        Zeroizing::new(serde_json::to_vec_pretty(&file).expect("an owner file always serializes"))
+    }
+
+    /// Writes a new owner key file (mode 0600), sealed under `passphrase`; refuses to
+    /// overwrite one.
+    pub fn save_new(&self, path: &Path, passphrase: &Passphrase) -> Result<(), KeyFileError> {
+        keyfile::write_new(path, &self.sealed(passphrase))
+    }
+
+    /// Replaces the owner key file in one step, sealed under `passphrase`.
+    pub fn replace_file(&self, path: &Path, passphrase: &Passphrase) -> Result<(), KeyFileError> {
+        keyfile::replace(path, &self.sealed(passphrase))
+    }
+
+    /// Unlocks the owner key file with `passphrase`.
+    pub fn unlock(path: &Path, passphrase: &Passphrase) -> Result<Self, OwnerKeyError> {
+        let file = read_file(path)?;
+        let malformed = |problem: String| KeyFileError::Malformed {
+            path: path.to_owned(),
+            problem,
+        };
+        let salt = b64::decode(&file.salt).map_err(|_| malformed("salt is not base64".into()))?;
+        let nonce: [u8; 24] = b64::decode(&file.nonce)
+            .ok()
+            .and_then(|n| n.try_into().ok())
+            .ok_or_else(|| malformed("nonce is not 24 bytes of base64".into()))?;
+        let sealed =
+            b64::decode(&file.sealed).map_err(|_| malformed("sealed is not base64".into()))?;
+        let key = stretch(passphrase, &salt, (file.m_kib, file.t, file.p)).map_err(malformed)?;
+        let secret = XChaCha20Poly1305::new(&(*key).into())
+            .decrypt(
+                &XNonce::from(nonce),
+                Payload {
+                    msg: &sealed,
+                    aad: &file.aad(),
+                },
+            )
+            .map(Zeroizing::new)
+            .map_err(|_| OwnerKeyError::WrongPassphrase {
+                path: path.to_owned(),
+            })?;
+        let seed: &[u8; 32] = secret
+            .as_slice()
+            .try_into()
+            .map_err(|_| malformed("the sealed key is not 32 bytes".into()))?;
+        let owner = Self {
+            signing: SigningKey::from_bytes(seed),
+        };
+        if owner.public() != file.public {
+            return Err(malformed("the sealed key does not match its public key".into()).into());
+        }
+        Ok(owner)
+    }
+}
+
+impl fmt::Debug for Owner {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Owner")
+            .field("fingerprint", &fingerprint(&self.public()))
+            .finish_non_exhaustive()
+    }
+}
+
+fn read_file(path: &Path) -> Result<OwnerFile, KeyFileError> {
+    let malformed = |problem: String| KeyFileError::Malformed {
+        path: path.to_owned(),
+        problem,
+    };
+    let text = keyfile::read(path)?;
+    let file: OwnerFile = serde_json::from_slice(&text).map_err(|e| malformed(e.to_string()))?;
+    if file.v != FILE_VERSION || file.kdf != "argon2id" {
+        return Err(malformed(format!(
+            "version {} with {} is not version {FILE_VERSION} with argon2id",
+            file.v, file.kdf
+        )));
+    }
+    if file.m_kib > MAX_M_KIB || file.t > MAX_T || file.p > MAX_P {
+        return Err(malformed(format!(
+            "asks for m_kib {}, t {}, p {}; at most {MAX_M_KIB}, {MAX_T}, {MAX_P}",
+            file.m_kib, file.t, file.p
+        )));
+    }
+    Ok(file)
+}
+
+/// The public key in an owner key file, read without the passphrase; `None` when there is no
+/// file.
+pub fn read_public(path: &Path) -> Result<Option<OwnerKey>, KeyFileError> {
+    if !path.exists() {
+        return Ok(None);
+    }
+    read_file(path).map(|f| Some(f.public))
+}
+
+/// Checks that `signature` is `key`'s over `act` on `agent` for this relay and connection.
+pub fn verify(
+    key: &OwnerKey,
+    relay: &str,
+    nonce: &[u8],
+    agent: &AgentName,
+    act: &OwnerAct<'_>,
+    signature: &[u8],
+) -> Result<(), VerifyError> {
+    let key = VerifyingKey::from_bytes(key.as_bytes()).map_err(|_| VerifyError)?;
+    let sig = Signature::from_slice(signature).map_err(|_| VerifyError)?;
+    let payload = owner_payload(relay, nonce, agent, act);
+    key.verify_strict(&domain_bytes(Domain::Owner, &payload), &sig)
+        .map_err(|_| VerifyError)
+}
+
+/// Whether `key` is a valid Ed25519 public key.
+pub fn is_valid(key: &OwnerKey) -> bool {
+    VerifyingKey::from_bytes(key.as_bytes()).is_ok()
+}
+
+/// The human-comparable digest of an owner key.
+pub fn fingerprint(key: &OwnerKey) -> Fingerprint {
+    let digest = Sha256::new()
+        .chain_update(FINGERPRINT_DOMAIN)
+        .chain_update(key.as_bytes())
+        .finalize();
+    let mut short = [0u8; FINGERPRINT_BYTES];
+    short.copy_from_slice(&digest[..FINGERPRINT_BYTES]);
+    Fingerprint::from_digest(&short)
+}
+
+#[cfg(test)]
+mod tests {
+    use std::os::unix::fs::PermissionsExt;
+
+    use super::*;
+    use crate::protocol::Policy;
+
+    fn pass(s: &str) -> Passphrase {
+        Passphrase::new(s.to_owned()).unwrap()
+    }
+
+    #[test]
+    fn the_file_opens_only_with_its_passphrase() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("owner.key");
+        let owner = Owner::generate();
+        owner
+            .save_new(&path, &pass("correct horse battery"))
+            .unwrap();
+        assert_eq!(
+            std::fs::metadata(&path).unwrap().permissions().mode() & 0o777,
+            0o600
+        );
+        assert_eq!(read_public(&path).unwrap(), Some(owner.public()));
+        let text = std::fs::read_to_string(&path).unwrap();
+        assert!(!text.contains(&b64::encode(owner.signing.as_bytes())));
+        assert!(matches!(
+            Owner::unlock(&path, &pass("wrong horse battery")),
+            Err(OwnerKeyError::WrongPassphrase { .. })
+        ));
+        let unlocked = Owner::unlock(&path, &pass("correct horse battery")).unwrap();
+        assert_eq!(unlocked.public(), owner.public());
+        assert!(matches!(
+            Owner::generate().save_new(&path, &pass("another passphrase")),
+            Err(KeyFileError::Exists { .. })
+        ));
+    }
+
+    #[test]
+    fn an_altered_file_does_not_unlock() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("owner.key");
+        Owner::generate()
+            .save_new(&path, &pass("correct horse battery"))
+            .unwrap();
+        let mut file: OwnerFile = serde_json::from_slice(&std::fs::read(&path).unwrap()).unwrap();
+        // Swapping in another public key (to make the relay trust it) breaks the seal.
+        file.public = Owner::generate().public();
+        std::fs::write(&path, serde_json::to_vec(&file).unwrap()).unwrap();
+        assert!(matches!(
+            Owner::unlock(&path, &pass("correct horse battery")),
+            Err(OwnerKeyError::WrongPassphrase { .. })
+        ));
+        file.m_kib = MAX_M_KIB + 1;
+        std::fs::write(&path, serde_json::to_vec(&file).unwrap()).unwrap();
+        let err = Owner::unlock(&path, &pass("correct horse battery")).unwrap_err();
+        assert!(err.to_string().contains("m_kib"), "{err}");
+    }
+
+    #[test]
+    fn short_passphrases_are_refused_with_the_limit() {
+        let err = Passphrase::new("hunter2".into()).unwrap_err();
+        assert!(err.to_string().contains("at least 10"), "{err}");
+    }
+
+    #[test]
+    fn a_signature_holds_for_its_act_agent_and_connection_only() {
+        let owner = Owner::generate();
+        let bob = AgentName::new("bob").unwrap();
+        let eve = AgentName::new("eve").unwrap();
+        let act = OwnerAct::SetPolicy(Policy::Open);
+        let sig = owner.sign("relay-1", &[1; 32], &bob, &act);
+        let key = owner.public();
+        assert!(verify(&key, "relay-1", &[1; 32], &bob, &act, &sig).is_ok());
+        assert!(verify(&key, "relay-1", &[2; 32], &bob, &act, &sig).is_err());
+        assert!(verify(&key, "relay-1", &[1; 32], &eve, &act, &sig).is_err());
+        let other = OwnerAct::SetPolicy(Policy::Closed);
+        assert!(verify(&key, "relay-1", &[1; 32], &bob, &other, &sig).is_err());
+        assert!(
+            verify(
+                &Owner::generate().public(),
+                "relay-1",
+                &[1; 32],
+                &bob,
+                &act,
+                &sig
+            )
+            .is_err()
+        );
+        assert!(!format!("{owner:?}").contains(&b64::encode(owner.signing.as_bytes())));
+    }
+}
