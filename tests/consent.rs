@@ -456,14 +456,10 @@ async fn consent_changes_need_the_owner_key_not_the_agent_key() {
     );
 
     // bob, the agent, signs an approve with its own identity key, on its own connection.
-    let mut bob_conn = mailslot::client::Connection::connect_control(
-        &relay.url,
-        &bob.name,
-        &bob.identity,
-        None,
-    )
-    .await
-    .unwrap();
+    let mut bob_conn =
+        mailslot::client::Connection::connect_control(&relay.url, &bob.name, &bob.identity, None)
+            .await
+            .unwrap();
     let (mut ws, relay_id, nonce) = raw_connect(&relay).await;
     raw_send(&mut ws, &hello(&bob, &relay_id, &nonce)).await;
     assert!(matches!(

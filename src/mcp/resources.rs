@@ -61,7 +61,8 @@ pub async fn list(mailbox: &Mailbox) -> Result<Vec<Resource>, ErrorData> {
             format!("{MESSAGES}{}", s.message_id),
             format!("message {}", s.message_id),
         )
-        .with_title(format!("{}: {}", s.from, s.subject))
+        // The subject is the sender's text, and a title has no fence: it stays out.
+        .with_title(format!("message from {}", s.from))
         .with_description("A received message, framed (untrusted data)")
         .with_mime_type("text/plain")
     }));

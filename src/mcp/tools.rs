@@ -286,7 +286,7 @@ pub struct ContactRequestResult {
 pub struct PendingRequest {
     /// The other agent.
     pub agent: String,
-    /// The requester's note (untrusted text when incoming).
+    /// The requester's note: one line, fenced (untrusted text when incoming).
     pub note: String,
     /// When it lapses (RFC 3339).
     pub expires_at: String,
@@ -328,7 +328,7 @@ fn pending(views: Vec<RequestView>) -> Vec<PendingRequest> {
         .into_iter()
         .map(|v| PendingRequest {
             agent: v.agent.to_string(),
-            note: crate::doorbell::frame::one_line(&v.note, 300),
+            note: crate::doorbell::frame::fence_line(&v.note, 300),
             expires_at: v.expires_at.to_string(),
         })
         .collect()

@@ -1,11 +1,11 @@
 //! What tools and resources return: JSON views of messages and memories. Another agent's
-//! words appear only inside `framed` (see `doorbell::frame`) or as a sanitized one-line
-//! subject. No 64-bit integers: counts are u32, times are RFC 3339 strings.
+//! words appear only inside `framed` (see `doorbell::frame`) or as a one-line subject in a
+//! fence of its own. No 64-bit integers: counts are u32, times are RFC 3339 strings.
 
 use schemars::JsonSchema;
 use serde::Serialize;
 
-use crate::doorbell::frame::{SenderFacts, frame_message, mcp_reply_hint, one_line};
+use crate::doorbell::frame::{SenderFacts, fence_line, frame_message, mcp_reply_hint};
 use crate::store::{Contact, Direction, Memory, Recalled, StoredMessage};
 
 /// A message in a list.
@@ -17,7 +17,7 @@ pub struct MessageSummary {
     pub thread_id: String,
     /// The sender's address, as verified from the signature.
     pub from: String,
-    /// The subject, sanitized to one line (untrusted text).
+    /// The subject: one line, fenced (the sender's words, untrusted).
     pub subject: String,
     /// When it was sent (RFC 3339).
     pub sent_at: String,
@@ -63,7 +63,7 @@ impl MessageSummary {
             message_id: m.id.to_string(),
             thread_id: m.thread.to_string(),
             from: m.from.to_string(),
-            subject: one_line(&m.subject, 200),
+            subject: fence_line(&m.subject, 200),
             sent_at: m.sent_at.to_string(),
             unread: stored.read_at.is_none(),
             trust: stored.trust.as_str().to_owned(),
