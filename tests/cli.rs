@@ -388,3 +388,42 @@ fn bench_commands_run_and_report_percentiles() {
     let rows = home.json(&["bench", "crypto", "--iterations", "10"]);
     assert_eq!(rows.as_array().unwrap().len(), 4);
 }
+
+#[test]
+fn doctor_warns_until_the_owner_key_exists_and_owner_init_needs_a_terminal() {
+    let home = Home::new();
+    let out = home.run(&["--agent", "alice", "--json", "doctor"]);
+    let report: Value = serde_json::from_slice(&out.stdout).unwrap();
+    let owner = report["checks"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|c| c["name"] == "owner key")
+        .unwrap_or_else(|| panic!("no owner key check: {report}"));
+    assert_eq!(owner["outcome"], "warn", "{report}");
+    assert!(
+        owner["fix"]
+            .as_str()
+            .unwrap()
+            .contains("mailslot owner init")
+    );
+
+    // No terminal, no passphrase: nothing is made, and the error says why.
+    let mut cmd = home.command(&["owner", "init"]);
+    let out = cmd
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped());
+    // setsid: no controlling terminal even when the test runner has one.
+    unsafe {
+        use std::os::unix::process::CommandExt;
+        out.pre_exec(|| {
+            nix::unistd::setsid().map_err(std::io::Error::from)?;
+            Ok(())
+        });
+    }
+    let out = out.output().unwrap();
+    assert_eq!(out.status.code(), Some(1));
+    assert!(stderr(&out).contains("terminal"), "{}", stderr(&out));
+    assert!(!home.path().join("owner.key").exists());
+}

@@ -1,10 +1,11 @@
-//! `mailslot doctor`: what is misconfigured and how to fix it. Today: the config file and the
-//! OpenClaw doorbell, end to end against the gateway. Exits 1 when a check fails.
+//! `mailslot doctor`: what is misconfigured and how to fix it. Today: the config file, the
+//! owner key, and the OpenClaw doorbell, end to end against the gateway. Exits 1 when a check fails.
 
 use serde::Serialize;
 
 use super::{Ctx, output};
 use crate::config;
+use crate::crypto::owner;
 use crate::doorbell::openclaw::check::{self, Check, Outcome};
 
 #[derive(Serialize)]
@@ -12,6 +13,32 @@ struct Report {
     config_file: String,
     agent: String,
     checks: Vec<Check>,
+}
+
+/// Whether this home has an owner key (offline: the relay's copy is checked by every consent
+/// command).
+fn owner_check(ctx: &Ctx) -> Check {
+    let path = ctx.paths.owner_key();
+    match owner::read_public(&path) {
+        Ok(Some(key)) => Check {
+            name: "owner key",
+            outcome: Outcome::Ok,
+            detail: format!("{} (fingerprint {})", path.display(), owner::fingerprint(&key)),
+            fix: None,
+        },
+        Ok(None) => Check {
+            name: "owner key",
+            outcome: Outcome::Warn,
+            detail: "none yet: nobody can approve, deny, block or change the policy of this home's agents".into(),
+            fix: Some("run `mailslot owner init` yourself, before any agent gets a shell".into()),
+        },
+        Err(e) => Check {
+            name: "owner key",
+            outcome: Outcome::Fail,
+            detail: e.to_string(),
+            fix: Some(format!("restore {} from a backup", path.display())),
+        },
+    }
 }
 
 pub(super) fn run(ctx: &Ctx) -> anyhow::Result<()> {
@@ -30,6 +57,7 @@ pub(super) fn run(ctx: &Ctx) -> anyhow::Result<()> {
         detail: format!("{} {found}", config_file.display()),
         fix: None,
     }];
+    checks.push(owner_check(ctx));
     match &ctx.config.openclaw {
         None => checks.push(Check {
             name: "openclaw",
