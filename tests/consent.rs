@@ -427,6 +427,36 @@ async fn approving_takes_the_owner_passphrase_at_a_terminal() {
     ])))
     .unwrap();
     assert_eq!(contacts["contacts"], serde_json::json!(["alice"]));
+
+    // The owner changes key and passphrase: the old one opens nothing any more.
+    const NEW: &str = "a different and longer passphrase";
+    let (status, shown) = at_terminal(
+        home.path(),
+        &relay,
+        "owner change",
+        &format!("{PASSPHRASE}\n{NEW}\n{NEW}\n"),
+    );
+    assert_eq!(status, 0, "{shown}");
+    assert!(
+        shown.contains("alice: has the new key") && shown.contains("bob: has the new key"),
+        "{shown}"
+    );
+    assert!(!home.path().join("owner.key.next").exists());
+    let (status, shown) = at_terminal(
+        home.path(),
+        &relay,
+        "--agent bob block alice",
+        &format!("{PASSPHRASE}\n"),
+    );
+    assert_eq!(status, 1, "{shown}");
+    let (status, shown) = at_terminal(
+        home.path(),
+        &relay,
+        "--agent bob block alice",
+        &format!("{NEW}\n"),
+    );
+    assert_eq!(status, 0, "{shown}");
+    assert!(shown.contains("blocked alice"), "{shown}");
 }
 
 #[tokio::test]

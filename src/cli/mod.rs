@@ -259,6 +259,9 @@ pub enum OwnerCommand {
     /// Make the owner key, sealed under a passphrase you type, and register it for this
     /// home's agents (once, before agents get a shell)
     Init,
+    /// Replace the owner key and its passphrase (asks for the current one), for every agent
+    /// of this home
+    Change,
 }
 
 /// What every command needs: where things are, the config, the output mode.
@@ -404,6 +407,7 @@ fn dispatch(cli: Cli) -> anyhow::Result<ExitCode> {
         Command::Uncontact { peer } => consent::change(&ctx, consent::Change::Remove(peer)),
         Command::Contacts => consent::contacts(&ctx),
         Command::Owner(OwnerCommand::Init) => owner::init(&ctx),
+        Command::Owner(OwnerCommand::Change) => owner::change(&ctx),
         Command::Directory { join, leave } => directory::run(
             &ctx,
             match (join, leave) {

@@ -1,5 +1,8 @@
-//! `owner init`, and unlocking the owner key for a consent change: the passphrase is read
-//! from the terminal itself, never echoed, never from arguments, the environment or stdin.
+//! `owner init` and `owner change`, and unlocking the owner key for a consent change: the
+//! passphrase is read from the terminal itself, never echoed, never from arguments, the
+//! environment or stdin.
+
+use std::path::Path;
 
 use anyhow::{Context, bail};
 use serde::Serialize;
@@ -9,7 +12,7 @@ use super::{Ctx, output};
 use crate::agent::Agent;
 use crate::client::Connection;
 use crate::crypto::{Owner, OwnerKeyError, Passphrase, owner};
-use crate::protocol::{AgentName, Fingerprint, OwnerKey};
+use crate::protocol::{AgentName, ClientFrame, Fingerprint, OwnerAct, OwnerKey};
 
 const NO_TERMINAL: &str = "the owner's passphrase is typed at a terminal: run this yourself in an interactive shell (agents cannot change consent)";
 
@@ -21,12 +24,15 @@ fn prompt(text: &str) -> anyhow::Result<String> {
 /// Asks for the owner's passphrase and unlocks the owner key; says how to make one when
 /// there is none.
 pub(super) fn unlock(ctx: &Ctx) -> anyhow::Result<Owner> {
-    let path = ctx.paths.owner_key();
+    unlock_file(ctx, &ctx.paths.owner_key(), "Owner passphrase: ")
+}
+
+fn unlock_file(ctx: &Ctx, path: &Path, question: &str) -> anyhow::Result<Owner> {
     if !path.exists() {
         bail!(missing(ctx));
     }
-    let passphrase = Passphrase::new(prompt("Owner passphrase: ")?)?;
-    match Owner::unlock(&path, &passphrase) {
+    let passphrase = Passphrase::new(prompt(question)?)?;
+    match Owner::unlock(path, &passphrase) {
         Ok(owner) => Ok(owner),
         Err(e @ OwnerKeyError::WrongPassphrase { .. }) => bail!("{e}"),
         Err(e) => Err(e.into()),
@@ -91,11 +97,7 @@ pub(super) fn init(ctx: &Ctx) -> anyhow::Result<()> {
         "The owner key signs every consent change (approve, deny, block, policy) for the agents in {}. Choose a passphrase that your agents never see.",
         ctx.paths.home().display()
     );
-    let first = Zeroizing::new(prompt("New owner passphrase: ")?);
-    let passphrase = Passphrase::new(first.to_string())?;
-    if *first != *Zeroizing::new(prompt("Again: ")?) {
-        bail!("the passphrases differ; nothing was made");
-    }
+    let passphrase = new_passphrase()?;
     let owner = Owner::generate();
     owner.save_new(&path, &passphrase)?;
     let public = owner.public();
@@ -119,6 +121,129 @@ pub(super) fn init(ctx: &Ctx) -> anyhow::Result<()> {
             lines.join("\n")
         },
     )
+}
+
+/// Asks for a new passphrase, twice.
+fn new_passphrase() -> anyhow::Result<Passphrase> {
+    let first = Zeroizing::new(prompt("New owner passphrase: ")?);
+    let passphrase = Passphrase::new(first.to_string())?;
+    if *first != *Zeroizing::new(prompt("Again: ")?) {
+        bail!("the passphrases differ; nothing was changed");
+    }
+    Ok(passphrase)
+}
+
+/// `mailslot owner change`: a new owner key (and passphrase), registered in place of the old
+/// one for every agent of this home, each change signed by the old key. The new key waits in
+/// `owner.key.next` until every agent has it; running the command again finishes an
+/// interrupted change with it.
+pub(super) fn change(ctx: &Ctx) -> anyhow::Result<()> {
+    let path = ctx.paths.owner_key();
+    let next_path = path.with_file_name("owner.key.next");
+    let old = unlock_file(ctx, &path, "Current owner passphrase: ")?;
+    let new = if next_path.exists() {
+        eprintln!(
+            "An earlier change did not finish; finishing it with the new key in {}.",
+            next_path.display()
+        );
+        unlock_file(
+            ctx,
+            &next_path,
+            "New owner passphrase (of the unfinished change): ",
+        )?
+    } else {
+        let passphrase = new_passphrase()?;
+        let new = Owner::generate();
+        new.save_new(&next_path, &passphrase)?;
+        new
+    };
+    let agents = switch_everywhere(ctx, &old, &new)?;
+    let unfinished = agents.iter().any(|a| !a.registered);
+    if !unfinished {
+        std::fs::rename(&next_path, &path)
+            .with_context(|| format!("moving {} to {}", next_path.display(), path.display()))?;
+    }
+    output::emit(
+        ctx.json,
+        &Initialized {
+            path: if unfinished { next_path } else { path },
+            fingerprint: owner::fingerprint(&new.public()),
+            agents,
+        },
+        |i| {
+            let mut lines = vec![format!(
+                "new owner key {} in {}",
+                i.fingerprint,
+                i.path.display()
+            )];
+            for a in &i.agents {
+                lines.push(format!("  {}: {}", a.agent, a.detail));
+            }
+            if unfinished {
+                lines.push("Not every agent has the new key yet: run `mailslot owner change` again to finish (the old key stays in place until then).".into());
+            }
+            lines.join("\n")
+        },
+    )
+}
+
+/// Connects as each agent of this home and replaces `old` with `new` where the relay holds
+/// `old`.
+fn switch_everywhere(ctx: &Ctx, old: &Owner, new: &Owner) -> anyhow::Result<Vec<Registered>> {
+    let names = ctx.paths.agent_names()?;
+    if names.is_empty() {
+        return Ok(Vec::new());
+    }
+    let url = ctx.relay_url()?;
+    let runtime = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()?;
+    let (old_key, new_key) = (old.public(), new.public());
+    let mut out = Vec::new();
+    for name in names {
+        let (agent, _) = Agent::open_or_create(&ctx.paths, &name)?;
+        let outcome = runtime.block_on(async {
+            let mut conn =
+                Connection::connect_control(&url, &agent.name, &agent.identity, None).await?;
+            let held = conn.owner().copied();
+            let switched = if held == Some(old_key) {
+                let owner_signature = conn.owner_signature(old, &OwnerAct::SetOwner(&new_key));
+                conn.call(|reference| ClientFrame::SetOwner {
+                    reference,
+                    owner: new_key,
+                    owner_signature,
+                })
+                .await?;
+                true
+            } else {
+                held == Some(new_key)
+            };
+            conn.close().await;
+            anyhow::Ok((held, switched))
+        });
+        let (registered, detail) = match outcome {
+            Ok((_, true)) => (true, "has the new key".to_owned()),
+            // Not this owner's agent on the relay: nothing to carry over.
+            Ok((None, false)) => (
+                true,
+                "had no owner key; it gets the new one on its next connection".to_owned(),
+            ),
+            Ok((Some(held), false)) => (
+                true,
+                format!(
+                    "left alone: the relay holds another owner key for it (fingerprint {})",
+                    owner::fingerprint(&held)
+                ),
+            ),
+            Err(e) => (false, format!("NOT changed yet ({e:#})")),
+        };
+        out.push(Registered {
+            agent: name,
+            registered,
+            detail,
+        });
+    }
+    Ok(out)
 }
 
 /// Connects as each agent of this home, offering `public` as its owner key.
