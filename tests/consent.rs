@@ -320,24 +320,15 @@ fn at_terminal(
     input: &str,
 ) -> (i32, String) {
     let line = format!("{} {args}", env!("CARGO_BIN_EXE_mailslot"));
-    let mut child = Command::new("script")
-        .args(["-qec", &line, "/dev/null"])
-        .env_clear()
-        .env("PATH", std::env::var_os("PATH").unwrap_or_default())
-        .env("MAILSLOT_HOME", home)
-        .env("MAILSLOT_RELAY", relay.url.as_str())
-        .stdin(Stdio::piped())
-        .stdout(Stdio::piped())
-        .spawn()
-        .unwrap();
-    use std::io::Write;
-    child
-        .stdin
-        .take()
-        .unwrap()
-        .write_all(input.as_bytes())
-        .unwrap();
-    let out = child.wait_with_output().unwrap();
+    let out = output_with_input(
+        Command::new("script")
+            .args(["-qec", &line, "/dev/null"])
+            .env_clear()
+            .env("PATH", std::env::var_os("PATH").unwrap_or_default())
+            .env("MAILSLOT_HOME", home)
+            .env("MAILSLOT_RELAY", relay.url.as_str()),
+        input,
+    );
     (
         out.status.code().unwrap_or(-1),
         String::from_utf8_lossy(&out.stdout).into_owned(),

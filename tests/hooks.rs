@@ -3,9 +3,8 @@
 
 mod common;
 
-use std::io::Write;
 use std::path::Path;
-use std::process::{Command, Stdio};
+use std::process::Command;
 
 use mailslot::agent::Agent;
 use mailslot::config::Paths;
@@ -13,22 +12,13 @@ use mailslot::protocol::{Address, AgentName, Message};
 use mailslot::store::{Direction, Trust};
 
 fn hook(home: &Path, kind: &str, input: &str) -> (bool, String, String) {
-    let mut child = Command::new(env!("CARGO_BIN_EXE_mailslot"))
-        .args(["--agent", "bob", "hook", kind])
-        .env_clear()
-        .env("MAILSLOT_HOME", home)
-        .stdin(Stdio::piped())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .unwrap();
-    child
-        .stdin
-        .take()
-        .unwrap()
-        .write_all(input.as_bytes())
-        .unwrap();
-    let out = child.wait_with_output().unwrap();
+    let out = common::output_with_input(
+        Command::new(env!("CARGO_BIN_EXE_mailslot"))
+            .args(["--agent", "bob", "hook", kind])
+            .env_clear()
+            .env("MAILSLOT_HOME", home),
+        input,
+    );
     (
         out.status.success(),
         String::from_utf8_lossy(&out.stdout).into_owned(),

@@ -734,23 +734,14 @@ async fn another_agents_words_reach_the_model_only_inside_fences() {
             r#"{"session_id":"h4","hook_event_name":"Stop","stop_hook_active":false}"#,
         ),
     ] {
-        let mut child = std::process::Command::new(env!("CARGO_BIN_EXE_mailslot"))
-            .args(["--agent", "bob", "hook", kind])
-            .env_clear()
-            .env("MAILSLOT_HOME", bob.home.path())
-            .env("MAILSLOT_RELAY", relay.url.as_str())
-            .stdin(std::process::Stdio::piped())
-            .stdout(std::process::Stdio::piped())
-            .spawn()
-            .unwrap();
-        use std::io::Write;
-        child
-            .stdin
-            .take()
-            .unwrap()
-            .write_all(input.as_bytes())
-            .unwrap();
-        let out = child.wait_with_output().unwrap();
+        let out = output_with_input(
+            std::process::Command::new(env!("CARGO_BIN_EXE_mailslot"))
+                .args(["--agent", "bob", "hook", kind])
+                .env_clear()
+                .env("MAILSLOT_HOME", bob.home.path())
+                .env("MAILSLOT_RELAY", relay.url.as_str()),
+            input,
+        );
         let printed = String::from_utf8_lossy(&out.stdout).into_owned();
         assert!(
             printed.contains("HOSTILE"),

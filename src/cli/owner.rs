@@ -2,7 +2,7 @@
 //! passphrase is read from the terminal itself, never echoed, never from arguments, the
 //! environment or stdin.
 
-use std::path::Path;
+use std::path::{Path, PathBuf};
 
 use anyhow::{Context, bail};
 use serde::Serialize;
@@ -68,18 +68,87 @@ pub(super) fn check_registered(ctx: &Ctx, conn: &Connection, agent: &Agent) -> a
     }
 }
 
+/// What `owner init` and `owner change` did.
 #[derive(Serialize)]
-struct Initialized {
-    path: std::path::PathBuf,
+struct Report {
+    path: PathBuf,
     fingerprint: Fingerprint,
-    agents: Vec<Registered>,
+    agents: Vec<AgentOutcome>,
+    /// Whether every agent has the key (`owner change` finishes only then).
+    finished: bool,
 }
 
 #[derive(Serialize)]
-struct Registered {
+struct AgentOutcome {
     agent: AgentName,
-    registered: bool,
+    done: bool,
     detail: String,
+}
+
+impl Report {
+    fn emit(self, ctx: &Ctx, heading: &str) -> anyhow::Result<()> {
+        output::emit(ctx.json, &self, |r| {
+            let mut lines = vec![format!(
+                "{heading} {} in {}",
+                r.fingerprint,
+                r.path.display()
+            )];
+            for a in &r.agents {
+                lines.push(format!("  {}: {}", a.agent, a.detail));
+            }
+            if !r.finished {
+                lines.push("Not every agent has the new key yet: run `mailslot owner change` again to finish (the old key stays in place until then).".into());
+            }
+            lines.join("\n")
+        })
+    }
+}
+
+/// Connects (control) as each agent of this home, offering `offer` as its owner key, and runs
+/// `work` on the connection: whether the agent is done, and what to say.
+fn each_agent(
+    ctx: &Ctx,
+    offer: Option<OwnerKey>,
+    work: impl AsyncFn(&mut Connection) -> anyhow::Result<(bool, String)>,
+) -> anyhow::Result<Vec<AgentOutcome>> {
+    let names = ctx.paths.agent_names()?;
+    if names.is_empty() {
+        return Ok(Vec::new());
+    }
+    let url = ctx.relay_url()?;
+    let runtime = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()?;
+    let mut out = Vec::new();
+    for name in names {
+        let (agent, _) = Agent::open_or_create(&ctx.paths, &name)?;
+        let outcome = runtime.block_on(async {
+            let mut conn =
+                Connection::connect_control(&url, &agent.name, &agent.identity, offer).await?;
+            let outcome = work(&mut conn).await;
+            conn.close().await;
+            outcome
+        });
+        let (done, detail) =
+            outcome.unwrap_or_else(|e| (false, format!("not reached ({e:#}); try again later")));
+        out.push(AgentOutcome {
+            agent: name,
+            done,
+            detail,
+        });
+    }
+    Ok(out)
+}
+
+/// What the relay holding `held` means for an agent whose owner key should be `mine`.
+fn held_by_another(held: Option<&OwnerKey>) -> String {
+    match held {
+        Some(held) => format!(
+            "NOT yours: the relay already holds another owner key for it (fingerprint {})",
+            owner::fingerprint(held)
+        ),
+        None => "the relay holds no owner key for it".to_owned(),
+    }
 }
 
 /// `mailslot owner init`: makes the owner key, sealed under a passphrase typed twice, and
@@ -88,7 +157,7 @@ pub(super) fn init(ctx: &Ctx) -> anyhow::Result<()> {
     let path = ctx.paths.owner_key();
     if let Some(existing) = owner::read_public(&path)? {
         bail!(
-            "{} already holds an owner key (fingerprint {}); mailslot never overwrites it",
+            "{} already holds an owner key (fingerprint {}); mailslot never overwrites it (`mailslot owner change` replaces it)",
             path.display(),
             owner::fingerprint(&existing)
         );
@@ -101,26 +170,20 @@ pub(super) fn init(ctx: &Ctx) -> anyhow::Result<()> {
     let owner = Owner::generate();
     owner.save_new(&path, &passphrase)?;
     let public = owner.public();
-    let agents = register_everywhere(ctx, public)?;
-    output::emit(
-        ctx.json,
-        &Initialized {
-            path,
-            fingerprint: owner::fingerprint(&public),
-            agents,
-        },
-        |i| {
-            let mut lines = vec![format!(
-                "owner key {} in {}",
-                i.fingerprint,
-                i.path.display()
-            )];
-            for a in &i.agents {
-                lines.push(format!("  {}: {}", a.agent, a.detail));
-            }
-            lines.join("\n")
-        },
-    )
+    // The hello offers the key; the welcome says whether the relay took it.
+    let agents = each_agent(ctx, Some(public), async |conn| {
+        Ok(match conn.owner() {
+            Some(held) if *held == public => (true, "registered".to_owned()),
+            held => (false, held_by_another(held)),
+        })
+    })?;
+    Report {
+        path,
+        fingerprint: owner::fingerprint(&public),
+        agents,
+        finished: true,
+    }
+    .emit(ctx, "owner key")
 }
 
 /// Asks for a new passphrase, twice.
@@ -157,136 +220,38 @@ pub(super) fn change(ctx: &Ctx) -> anyhow::Result<()> {
         new.save_new(&next_path, &passphrase)?;
         new
     };
-    let agents = switch_everywhere(ctx, &old, &new)?;
-    let unfinished = agents.iter().any(|a| !a.registered);
-    if !unfinished {
+    let (old_key, new_key) = (old.public(), new.public());
+    let agents = each_agent(ctx, None, async |conn| {
+        let held = conn.owner().copied();
+        if held == Some(new_key) {
+            return Ok((true, "has the new key".to_owned()));
+        }
+        if held != Some(old_key) {
+            // Not this owner's agent on the relay: nothing to carry over.
+            return Ok((
+                true,
+                format!("left alone: {}", held_by_another(held.as_ref())),
+            ));
+        }
+        let owner_signature = conn.owner_signature(&old, &OwnerAct::SetOwner(&new_key));
+        conn.call(|reference| ClientFrame::SetOwner {
+            reference,
+            owner: new_key,
+            owner_signature,
+        })
+        .await?;
+        Ok((true, "has the new key".to_owned()))
+    })?;
+    let finished = agents.iter().all(|a| a.done);
+    if finished {
         std::fs::rename(&next_path, &path)
             .with_context(|| format!("moving {} to {}", next_path.display(), path.display()))?;
     }
-    output::emit(
-        ctx.json,
-        &Initialized {
-            path: if unfinished { next_path } else { path },
-            fingerprint: owner::fingerprint(&new.public()),
-            agents,
-        },
-        |i| {
-            let mut lines = vec![format!(
-                "new owner key {} in {}",
-                i.fingerprint,
-                i.path.display()
-            )];
-            for a in &i.agents {
-                lines.push(format!("  {}: {}", a.agent, a.detail));
-            }
-            if unfinished {
-                lines.push("Not every agent has the new key yet: run `mailslot owner change` again to finish (the old key stays in place until then).".into());
-            }
-            lines.join("\n")
-        },
-    )
-}
-
-/// Connects as each agent of this home and replaces `old` with `new` where the relay holds
-/// `old`.
-fn switch_everywhere(ctx: &Ctx, old: &Owner, new: &Owner) -> anyhow::Result<Vec<Registered>> {
-    let names = ctx.paths.agent_names()?;
-    if names.is_empty() {
-        return Ok(Vec::new());
+    Report {
+        path: if finished { path } else { next_path },
+        fingerprint: owner::fingerprint(&new_key),
+        agents,
+        finished,
     }
-    let url = ctx.relay_url()?;
-    let runtime = tokio::runtime::Builder::new_current_thread()
-        .enable_all()
-        .build()?;
-    let (old_key, new_key) = (old.public(), new.public());
-    let mut out = Vec::new();
-    for name in names {
-        let (agent, _) = Agent::open_or_create(&ctx.paths, &name)?;
-        let outcome = runtime.block_on(async {
-            let mut conn =
-                Connection::connect_control(&url, &agent.name, &agent.identity, None).await?;
-            let held = conn.owner().copied();
-            let switched = if held == Some(old_key) {
-                let owner_signature = conn.owner_signature(old, &OwnerAct::SetOwner(&new_key));
-                conn.call(|reference| ClientFrame::SetOwner {
-                    reference,
-                    owner: new_key,
-                    owner_signature,
-                })
-                .await?;
-                true
-            } else {
-                held == Some(new_key)
-            };
-            conn.close().await;
-            anyhow::Ok((held, switched))
-        });
-        let (registered, detail) = match outcome {
-            Ok((_, true)) => (true, "has the new key".to_owned()),
-            // Not this owner's agent on the relay: nothing to carry over.
-            Ok((None, false)) => (
-                true,
-                "had no owner key; it gets the new one on its next connection".to_owned(),
-            ),
-            Ok((Some(held), false)) => (
-                true,
-                format!(
-                    "left alone: the relay holds another owner key for it (fingerprint {})",
-                    owner::fingerprint(&held)
-                ),
-            ),
-            Err(e) => (false, format!("NOT changed yet ({e:#})")),
-        };
-        out.push(Registered {
-            agent: name,
-            registered,
-            detail,
-        });
-    }
-    Ok(out)
-}
-
-/// Connects as each agent of this home, offering `public` as its owner key.
-fn register_everywhere(ctx: &Ctx, public: OwnerKey) -> anyhow::Result<Vec<Registered>> {
-    let names = ctx.paths.agent_names()?;
-    if names.is_empty() {
-        return Ok(Vec::new());
-    }
-    let url = ctx.relay_url()?;
-    let runtime = tokio::runtime::Builder::new_current_thread()
-        .enable_all()
-        .build()?;
-    let mut out = Vec::new();
-    for name in names {
-        let (agent, _) = Agent::open_or_create(&ctx.paths, &name)?;
-        let outcome = runtime.block_on(async {
-            let conn =
-                Connection::connect_control(&url, &agent.name, &agent.identity, Some(public))
-                    .await?;
-            let held = conn.owner().copied();
-            conn.close().await;
-            anyhow::Ok(held)
-        });
-        let (registered, detail) = match outcome {
-            Ok(Some(held)) if held == public => (true, "registered".to_owned()),
-            Ok(Some(held)) => (
-                false,
-                format!(
-                    "NOT registered: the relay already holds another owner key for it (fingerprint {})",
-                    owner::fingerprint(&held)
-                ),
-            ),
-            Ok(None) => (false, "NOT registered: the relay ignored it".to_owned()),
-            Err(e) => (
-                false,
-                format!("not registered yet ({e:#}); it is on the agent's next connection"),
-            ),
-        };
-        out.push(Registered {
-            agent: name,
-            registered,
-            detail,
-        });
-    }
-    Ok(out)
+    .emit(ctx, "new owner key")
 }

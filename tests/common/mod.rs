@@ -386,3 +386,22 @@ pub async fn mailslot_cli(home: &std::path::Path, relay: &str, args: &[&str]) ->
     );
     String::from_utf8(out.stdout).unwrap()
 }
+
+/// Runs `cmd` with `input` on its stdin and its output captured.
+pub fn output_with_input(cmd: &mut std::process::Command, input: &str) -> std::process::Output {
+    use std::io::Write;
+    use std::process::Stdio;
+    let mut child = cmd
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    child
+        .stdin
+        .take()
+        .unwrap()
+        .write_all(input.as_bytes())
+        .unwrap();
+    child.wait_with_output().unwrap()
+}
