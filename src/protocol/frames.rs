@@ -318,8 +318,10 @@ pub enum ErrorCode {
     RateLimited,
     /// The recipient's queue is full; retry later.
     QuotaFull,
-    /// Too many connections from this address.
+    /// Too many connections from this address, or to the relay.
     TooManyConnections,
+    /// No complete HTTP request (the WebSocket upgrade among them) within the deadline.
+    RequestTimeout,
     /// Another connection for this agent took over.
     Replaced,
     /// The relay is shutting down.
@@ -353,6 +355,7 @@ impl ErrorCode {
             ErrorCode::RateLimited => "rate_limited",
             ErrorCode::QuotaFull => "quota_full",
             ErrorCode::TooManyConnections => "too_many_connections",
+            ErrorCode::RequestTimeout => "request_timeout",
             ErrorCode::Replaced => "replaced",
             ErrorCode::ShuttingDown => "shutting_down",
             ErrorCode::TooManyErrors => "too_many_errors",

@@ -22,6 +22,8 @@ pub struct Metrics {
     registry: Registry,
     /// Open, authenticated WebSocket connections.
     pub connections: Gauge,
+    /// Open sockets, counted from accept (set when the metrics are read).
+    pub sockets: Gauge,
     /// Envelope copies accepted (stored).
     pub accepted: Counter,
     /// Envelope copies delivered (sent to a recipient socket).
@@ -44,6 +46,7 @@ impl Metrics {
         let mut registry = Registry::with_prefix("mailslot_relay");
         let m = Self {
             connections: Gauge::default(),
+            sockets: Gauge::default(),
             accepted: Counter::default(),
             delivered: Counter::default(),
             acked: Counter::default(),
@@ -58,6 +61,11 @@ impl Metrics {
             "connections",
             "Open authenticated connections",
             m.connections.clone(),
+        );
+        registry.register(
+            "sockets",
+            "Open sockets, from accept to close, authenticated or not",
+            m.sockets.clone(),
         );
         registry.register("accepted", "Envelope copies stored", m.accepted.clone());
         registry.register(

@@ -23,12 +23,12 @@ pub struct RelayState<S> {
     /// Counters for `/metrics`.
     pub metrics: Metrics,
     /// Per-agent send limits.
-    pub send_rate: RateLimiter,
+    pub send_rate: RateLimiter<AgentName>,
     /// Per-agent contact request limits.
-    pub request_rate: RateLimiter,
+    pub request_rate: RateLimiter<AgentName>,
     /// Per-agent approval attempt limits, against guessing codes.
-    pub approve_rate: RateLimiter,
-    /// Per-IP connection limits.
+    pub approve_rate: RateLimiter<AgentName>,
+    /// Open sockets, per IP and in all.
     pub connections: Arc<ConnectionLimiter>,
     /// Flips to `true` when the relay shuts down.
     pub shutdown: watch::Receiver<bool>,
@@ -40,6 +40,7 @@ impl<S: Storage> RelayState<S> {
     /// Builds the state.
     pub fn new(storage: S, config: RelayConfig, shutdown: watch::Receiver<bool>) -> Self {
         let metrics = Metrics::new(storage.metrics());
+        let (total, per_ip) = config.connection_limits();
         Self {
             send_rate: RateLimiter::new(config.send_rate, config.send_burst),
             request_rate: RateLimiter::new(
@@ -50,7 +51,7 @@ impl<S: Storage> RelayState<S> {
                 config.approvals_per_hour / 3600.0,
                 config.approvals_per_hour,
             ),
-            connections: Arc::new(ConnectionLimiter::new(config.max_connections_per_ip)),
+            connections: Arc::new(ConnectionLimiter::new(per_ip, total)),
             storage,
             config,
             hub: Arc::default(),
