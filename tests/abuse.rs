@@ -171,3 +171,123 @@ async fn a_request_body_that_never_ends_is_answered_408() {
         "{answer}"
     );
 }
+
+/// A raw WebSocket authenticated as `agent` (registering it).
+async fn login(url: &RelayUrl, agent: &TestAgent) -> RawSocket {
+    let (mut ws, _) = tokio_tungstenite::connect_async(url.as_str())
+        .await
+        .unwrap();
+    let Some(mailslot::protocol::ServerFrame::Challenge { relay, nonce, .. }) =
+        raw_recv(&mut ws).await
+    else {
+        panic!("expected a challenge")
+    };
+    raw_send(&mut ws, &hello(agent, &relay, &nonce)).await;
+    match raw_recv(&mut ws).await {
+        Some(mailslot::protocol::ServerFrame::Welcome { .. }) => ws,
+        other => panic!("expected welcome, got {other:?}"),
+    }
+}
+
+/// Sends `count` messages of about 200 KiB from `sender` to `to`. One is sealed; the others are
+/// copies under new ids, which the relay cannot tell apart (it never opens mail), and which
+/// spare the test sealing 200 KiB hundreds of times in a debug build.
+async fn send_big_mail(url: &RelayUrl, sender: &TestAgent, to: &TestAgent, count: usize) {
+    use mailslot::protocol::{Attachment, Limits, MessageId, SealedEnvelope};
+    let mut conn = sender.connect_url(url).await;
+    let keys = vec![(to.address(), to.identity.public().clone())];
+    let mut m = sender.message(&[to], "big", "see the attachment");
+    m.attachments = vec![Attachment::new(
+        "blob.bin",
+        "application/octet-stream",
+        vec![7; 110 * 1024],
+    )];
+    let sealed = mailslot::crypto::seal(&m, &sender.identity, &keys, &Limits::default())
+        .unwrap()
+        .remove(0);
+    let mut json = serde_json::to_value(&sealed).unwrap();
+    for _ in 0..count {
+        json["id"] = serde_json::to_value(MessageId::new()).unwrap();
+        let env: SealedEnvelope = serde_json::from_value(json.clone()).unwrap();
+        conn.send_envelope(env).await.unwrap();
+    }
+    conn.close().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_client_that_never_reads_is_disconnected_even_while_it_pings() {
+    use futures_util::{SinkExt, StreamExt};
+    use tokio_tungstenite::tungstenite::Message as WsMessage;
+    let relay = RelayProcess::start("write_timeout_secs = 2\n", None);
+    let healthy = HealthyPair::start(&relay.url).await;
+    healthy.keeps_exchanging_mail("the start").await;
+    let before = relay.rss_kib();
+    let sloths = [TestAgent::new("sloth1"), TestAgent::new("sloth2")];
+    let mut readers = Vec::new();
+    let mut pingers = Vec::new();
+    for sloth in &sloths {
+        let (mut sink, stream) = login(&relay.url, sloth).await.split();
+        readers.push(stream);
+        // Pings, both kinds, and never a read.
+        pingers.push(tokio::spawn(async move {
+            loop {
+                let ping = WsMessage::Ping(Vec::new().into());
+                let app_ping = WsMessage::Text(r#"{"type":"ping"}"#.into());
+                if sink.send(ping).await.is_err() || sink.send(app_ping).await.is_err() {
+                    return;
+                }
+                // Pacing: a keepalive a few times a second.
+                tokio::time::sleep(Duration::from_millis(200)).await;
+            }
+        }));
+    }
+    let sender = TestAgent::new("mallory");
+    let mut max_rss = before;
+    for (i, (sloth, mut stream)) in sloths.iter().zip(readers).enumerate() {
+        let cut_off = async {
+            wait_until(
+                EVENT_TIMEOUT,
+                "the non-reader is disconnected",
+                async || {
+                    max_rss = max_rss.max(relay.rss_kib());
+                    let cut = relay
+                        .metric("mailslot_relay_rejections_total", "not_reading")
+                        .await;
+                    (cut > i as f64).then_some(())
+                },
+            )
+            .await;
+            // It reads now, within the relay's last 5 s for it: what its socket held, then
+            // why it is closed.
+            let mut last_error = None;
+            let mut close = None;
+            while let Ok(Some(Ok(message))) =
+                tokio::time::timeout(EVENT_TIMEOUT, stream.next()).await
+            {
+                match message {
+                    WsMessage::Text(t) if t.contains(r#""type":"error""#) => last_error = Some(t),
+                    WsMessage::Close(frame) => close = frame.map(|f| u16::from(f.code)),
+                    _ => {}
+                }
+            }
+            let last_error = last_error.expect("told why");
+            assert!(last_error.contains("not_reading"), "{last_error}");
+            assert_eq!(close, Some(4003));
+        };
+        tokio::join!(send_big_mail(&relay.url, &sender, sloth, 250), cut_off);
+        max_rss = max_rss.max(relay.rss_kib());
+    }
+    healthy
+        .keeps_exchanging_mail("the non-readers' backlog")
+        .await;
+    healthy.finish().await;
+    for pinger in pingers {
+        pinger.await.unwrap();
+    }
+    let grown = max_rss.saturating_sub(before);
+    eprintln!("relay RSS: {before} KiB before, at most {max_rss} KiB during the abuse");
+    assert!(
+        grown < 40 * 1024,
+        "100 MB of mail for two non-readers grew the relay by {grown} KiB"
+    );
+}

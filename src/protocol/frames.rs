@@ -328,6 +328,8 @@ pub enum ErrorCode {
     ShuttingDown,
     /// The client misbehaved too often and is being disconnected.
     TooManyErrors,
+    /// The client did not read what the relay sent it, and is being disconnected.
+    NotReading,
     /// The recipient does not accept mail or requests from this sender (policy or block).
     NotAllowed,
     /// Too many pending contact requests; wait for answers or expiry.
@@ -359,6 +361,7 @@ impl ErrorCode {
             ErrorCode::Replaced => "replaced",
             ErrorCode::ShuttingDown => "shutting_down",
             ErrorCode::TooManyErrors => "too_many_errors",
+            ErrorCode::NotReading => "not_reading",
             ErrorCode::NotAllowed => "not_allowed",
             ErrorCode::TooManyRequests => "too_many_requests",
             ErrorCode::BadCode => "bad_code",

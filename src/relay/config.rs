@@ -70,6 +70,12 @@ pub struct RelayConfig {
     /// Open sockets per client IP, counted from accept [default: a quarter of
     /// `max_connections`].
     pub max_connections_per_ip: Option<usize>,
+    /// Bytes that may wait for one client to read them; more ends its connection (at least
+    /// twice the largest frame). Deliveries pause while half of it waits.
+    pub max_outgoing_bytes: usize,
+    /// Seconds a client's socket may accept nothing while frames wait for it; then it is
+    /// closed, however often the client pings.
+    pub write_timeout_secs: u64,
     /// Bad frames tolerated on one connection before it is closed.
     pub max_errors_per_connection: u32,
     /// Whom agents accept mail from unless they chose: `open` on a loopback relay,
@@ -102,6 +108,8 @@ impl Default for RelayConfig {
             send_burst: 1000.0,
             max_connections: None,
             max_connections_per_ip: None,
+            max_outgoing_bytes: 8 * 1024 * 1024,
+            write_timeout_secs: 30,
             max_errors_per_connection: 20,
             default_policy: None,
             max_pending_requests: 3,
@@ -156,6 +164,17 @@ impl RelayConfig {
         });
         let per_ip = self.max_connections_per_ip.unwrap_or((total / 4).max(1));
         (total, per_ip.min(total))
+    }
+
+    /// The bytes that may wait for one client: as configured, but room for two of the
+    /// largest frames at least.
+    pub fn outgoing_bytes(&self) -> usize {
+        self.max_outgoing_bytes.max(2 * self.max_frame_bytes())
+    }
+
+    /// The write deadline.
+    pub fn write_timeout(&self) -> Duration {
+        Duration::from_secs(self.write_timeout_secs)
     }
 
     /// The idle deadline.

@@ -115,7 +115,12 @@ impl TestAgent {
     }
 
     pub async fn connect(&self, relay: &TestRelay) -> Connection {
-        Connection::connect(&relay.url, &self.name, &self.identity)
+        self.connect_url(&relay.url).await
+    }
+
+    /// A delivery connection to the relay at `url`.
+    pub async fn connect_url(&self, url: &RelayUrl) -> Connection {
+        Connection::connect(url, &self.name, &self.identity)
             .await
             .unwrap()
     }
