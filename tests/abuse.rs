@@ -291,3 +291,106 @@ async fn a_client_that_never_reads_is_disconnected_even_while_it_pings() {
         "100 MB of mail for two non-readers grew the relay by {grown} KiB"
     );
 }
+
+/// `POST /v1/agents` registering `name` with `agent`'s keys, from the loopback address `from`;
+/// the status and the answer.
+async fn register_from(
+    from: &str,
+    relay: &RelayProcess,
+    agent: &TestAgent,
+    name: &str,
+) -> (u16, String) {
+    use mailslot::crypto::sign::{Domain, signature};
+    use mailslot::protocol::{AgentName, b64, register_payload};
+    use tokio::io::AsyncReadExt;
+    let keys = agent.identity.public().to_keys();
+    let sig = signature(
+        &agent.identity,
+        Domain::Register,
+        &register_payload(&AgentName::new(name).unwrap(), &keys),
+    );
+    let body =
+        serde_json::json!({"name": name, "keys": keys, "signature": b64::encode(&sig)}).to_string();
+    let mut tcp = connect_from(from, relay.addr).await.unwrap();
+    let request = format!(
+        "POST /v1/agents HTTP/1.1\r\nHost: relay\r\nContent-Type: application/json\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{body}",
+        body.len()
+    );
+    tcp.write_all(request.as_bytes()).await.unwrap();
+    let mut answer = Vec::new();
+    tokio::time::timeout(EVENT_TIMEOUT, tcp.read_to_end(&mut answer))
+        .await
+        .expect("answered in time")
+        .unwrap();
+    let answer = String::from_utf8_lossy(&answer).into_owned();
+    let status = answer.split(' ').nth(1).unwrap().parse().unwrap();
+    (status, answer)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_registration_flood_from_one_ip_is_rate_limited() {
+    let relay = RelayProcess::start(
+        "registration_burst = 20\nregistrations_per_hour = 60\n",
+        None,
+    );
+    let healthy = HealthyPair::start(&relay.url).await;
+    let (rss, files) = (relay.rss_kib(), relay.open_files());
+    let mallory = TestAgent::new("mallory");
+    let (mut created, mut refused) = (0, 0);
+    let flood = async {
+        for i in 0..300 {
+            match register_from("127.0.0.2", &relay, &mallory, &format!("flood{i}")).await {
+                (201, _) => created += 1,
+                (429, answer) => {
+                    assert!(answer.contains("rate_limited"), "{answer}");
+                    assert!(answer.to_lowercase().contains("retry-after:"), "{answer}");
+                    refused += 1;
+                }
+                (_, answer) => panic!("{answer}"),
+            }
+        }
+    };
+    tokio::join!(flood, healthy.keeps_exchanging_mail("a registration flood"));
+    assert_eq!((created, refused), (20, 280), "the burst, then nothing");
+    // The hello path takes from the same allowance.
+    let tcp = connect_from("127.0.0.2", relay.addr).await.unwrap();
+    let tcp = tokio_tungstenite::MaybeTlsStream::Plain(tcp);
+    let (mut ws, _) = tokio_tungstenite::client_async(relay.url.as_str(), tcp)
+        .await
+        .unwrap();
+    let Some(mailslot::protocol::ServerFrame::Challenge {
+        relay: id, nonce, ..
+    }) = raw_recv(&mut ws).await
+    else {
+        panic!("expected a challenge")
+    };
+    raw_send(&mut ws, &hello(&TestAgent::new("flood-ws"), &id, &nonce)).await;
+    let (code, message, _) = next_error(&mut ws).await.expect("refused");
+    assert_eq!(
+        code,
+        mailslot::protocol::ErrorCode::RateLimited,
+        "{message}"
+    );
+    // Other addresses are not affected, and names already registered still connect.
+    assert_eq!(
+        register_from("127.0.0.3", &relay, &mallory, "newcomer")
+            .await
+            .0,
+        201
+    );
+    assert_eq!(
+        register_from("127.0.0.2", &relay, &mallory, "flood0")
+            .await
+            .0,
+        200
+    );
+    healthy.finish().await;
+    assert!(
+        relay
+            .metric("mailslot_relay_registrations_refused_total", "rate")
+            .await
+            >= 281.0
+    );
+    assert!(relay.open_files() < files + 20, "open files stay bounded");
+    assert!(relay.rss_kib() < rss + 16 * 1024, "memory stays bounded");
+}

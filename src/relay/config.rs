@@ -64,6 +64,10 @@ pub struct RelayConfig {
     pub send_rate: f64,
     /// Sends an agent may burst above the rate.
     pub send_burst: f64,
+    /// New names one client IP may register per hour, sustained.
+    pub registrations_per_hour: f64,
+    /// New names one client IP may register at once above that rate.
+    pub registration_burst: f64,
     /// Open sockets in all, counted from accept [default: the open-file limit less
     /// [`RESERVED_FILES`]].
     pub max_connections: Option<usize>,
@@ -106,6 +110,8 @@ impl Default for RelayConfig {
             quota_bytes: 256 * 1024 * 1024,
             send_rate: 100.0,
             send_burst: 1000.0,
+            registrations_per_hour: 60.0,
+            registration_burst: 100.0,
             max_connections: None,
             max_connections_per_ip: None,
             max_outgoing_bytes: 8 * 1024 * 1024,

@@ -99,6 +99,7 @@ struct AgentRecord {
 
 async fn register<S: Storage>(
     State(state): State<Arc<RelayState<S>>>,
+    ConnectInfo(peer): ConnectInfo<SocketAddr>,
     body: axum::body::Bytes,
 ) -> Response {
     let req: RegisterRequest = match serde_json::from_slice(&body) {
@@ -137,6 +138,29 @@ async fn register<S: Storage>(
         keys: req.keys.clone(),
         fingerprint: identity.fingerprint(),
     };
+    // Only a new name takes from the IP's allowance.
+    match state.storage.keys(req.name.clone()).await {
+        Ok(Some(_)) => {}
+        Ok(None) => {
+            if let Err(refused) = super::registration::admit(&state, peer.ip()) {
+                let mut response =
+                    error(StatusCode::TOO_MANY_REQUESTS, refused.code, refused.message);
+                if let Some(wait) = refused.retry
+                    && let Ok(value) = (wait.as_secs() + 1).to_string().parse()
+                {
+                    response.headers_mut().insert("retry-after", value);
+                }
+                return response;
+            }
+        }
+        Err(e) => {
+            return error(
+                StatusCode::SERVICE_UNAVAILABLE,
+                ErrorCode::Internal,
+                e.to_string(),
+            );
+        }
+    }
     match state.storage.register(req.name.clone(), req.keys).await {
         Ok(Registration::Created) => {
             state.remember_registered(&req.name);

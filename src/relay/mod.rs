@@ -11,6 +11,7 @@ mod hub;
 mod limits;
 mod listener;
 mod metrics;
+mod registration;
 mod session;
 mod state;
 pub mod storage;

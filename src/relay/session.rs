@@ -88,7 +88,7 @@ pub async fn run<S: Storage>(state: Arc<RelayState<S>>, mut socket: WebSocket, i
     if socket.send(Message::Text(text.into())).await.is_err() {
         return;
     }
-    let (agent, control) = match authenticate(&state, &mut socket, &relay, &nonce).await {
+    let (agent, control) = match authenticate(&state, &mut socket, &relay, &nonce, ip).await {
         Ok(found) => found,
         Err(ending) => {
             state.metrics.reject(ending.code);

@@ -1,6 +1,7 @@
 //! What every connection and request shares.
 
 use std::collections::HashSet;
+use std::net::IpAddr;
 use std::sync::{Arc, Mutex};
 
 use tokio::sync::watch;
@@ -28,6 +29,8 @@ pub struct RelayState<S> {
     pub request_rate: RateLimiter<AgentName>,
     /// Per-agent approval attempt limits, against guessing codes.
     pub approve_rate: RateLimiter<AgentName>,
+    /// Per-IP registration limits, against name floods.
+    pub register_rate: RateLimiter<IpAddr>,
     /// Open sockets, per IP and in all.
     pub connections: Arc<ConnectionLimiter>,
     /// Flips to `true` when the relay shuts down.
@@ -50,6 +53,10 @@ impl<S: Storage> RelayState<S> {
             approve_rate: RateLimiter::new(
                 config.approvals_per_hour / 3600.0,
                 config.approvals_per_hour,
+            ),
+            register_rate: RateLimiter::new(
+                config.registrations_per_hour / 3600.0,
+                config.registration_burst,
             ),
             connections: Arc::new(ConnectionLimiter::new(per_ip, total)),
             storage,
