@@ -118,6 +118,14 @@ async fn slowloris(relay: &RelayProcess, sockets: usize, stop: &AtomicBool) -> S
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn slowloris_sockets_time_out_and_count_against_their_ip() {
+    // The abuser itself needs more than 1,100 files.
+    use nix::sys::resource::{Resource, getrlimit, setrlimit};
+    let (_, hard) = getrlimit(Resource::RLIMIT_NOFILE).unwrap();
+    setrlimit(Resource::RLIMIT_NOFILE, hard, hard).unwrap();
+    assert!(
+        hard >= 2048,
+        "the test needs 2,048 open files; the hard limit is {hard}"
+    );
     // 1,024 open files, as in the report; the limits are derived from it: 896 sockets in all,
     // 224 per IP.
     let relay = RelayProcess::start("request_timeout_secs = 2\n", Some(1024));

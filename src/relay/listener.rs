@@ -136,21 +136,24 @@ async fn connection<S: Storage>(
     mut shutdown: watch::Receiver<bool>,
 ) {
     let deadline = state.config.request_timeout();
-    let metrics = state.clone();
-    let metrics = &metrics.metrics;
-    let service = hyper::service::service_fn(move |mut request: Request<Incoming>| {
-        request.extensions_mut().insert(ConnectInfo(peer));
-        let answer = app.clone().oneshot(request.map(Body::new));
+    let service = hyper::service::service_fn({
         let state = state.clone();
-        async move {
-            Ok::<_, std::convert::Infallible>(match tokio::time::timeout(deadline, answer).await {
-                Ok(Ok(response)) => response,
-                Ok(Err(never)) => match never {},
-                Err(_) => {
-                    state.metrics.reject(ErrorCode::RequestTimeout);
-                    timed_out(deadline)
-                }
-            })
+        move |mut request: Request<Incoming>| {
+            request.extensions_mut().insert(ConnectInfo(peer));
+            let answer = app.clone().oneshot(request.map(Body::new));
+            let state = state.clone();
+            async move {
+                Ok::<_, std::convert::Infallible>(
+                    match tokio::time::timeout(deadline, answer).await {
+                        Ok(Ok(response)) => response,
+                        Ok(Err(never)) => match never {},
+                        Err(_) => {
+                            state.metrics.reject(ErrorCode::RequestTimeout);
+                            timed_out(deadline)
+                        }
+                    },
+                )
+            }
         }
     });
     let mut http = hyper::server::conn::http1::Builder::new();
@@ -172,7 +175,7 @@ async fn connection<S: Storage>(
         && e.is_timeout()
     {
         // hyper closes the socket without an answer: the client had not sent a request.
-        metrics.reject(ErrorCode::RequestTimeout);
+        state.metrics.reject(ErrorCode::RequestTimeout);
         tracing::debug!(%peer, "no request head in time; closed");
     }
 }
