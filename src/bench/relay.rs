@@ -53,7 +53,7 @@ impl RelayProcess {
         // Benchmarks must not trip the abuse limits.
         std::fs::write(
             &config,
-            "send_rate = 1e9\nsend_burst = 1e9\nquota_messages = 100000000\nquota_bytes = 100000000000\n",
+            "send_rate = 1e9\nsend_burst = 1e9\nquota_messages = 100000000\nquota_bytes = 100000000000\nregistration_burst = 1e9\nmax_connections_per_ip = 1000000\n",
         )?;
         let mut child = Command::new(std::env::current_exe()?)
             .args(["relay", "--listen", "127.0.0.1:0", "--db"])

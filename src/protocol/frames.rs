@@ -419,14 +419,18 @@ pub enum ErrorCode {
     RateLimited,
     /// The recipient's queue is full; retry later.
     QuotaFull,
-    /// Too many connections from this address.
+    /// Too many connections from this address, or to the relay.
     TooManyConnections,
+    /// No complete HTTP request (the WebSocket upgrade among them) within the deadline.
+    RequestTimeout,
     /// Another connection for this agent took over.
     Replaced,
     /// The relay is shutting down.
     ShuttingDown,
     /// The client misbehaved too often and is being disconnected.
     TooManyErrors,
+    /// The client did not read what the relay sent it, and is being disconnected.
+    NotReading,
     /// The recipient does not accept mail or requests from this sender (policy or block).
     NotAllowed,
     /// Too many pending contact requests; wait for answers or expiry.
@@ -458,9 +462,11 @@ impl ErrorCode {
             ErrorCode::RateLimited => "rate_limited",
             ErrorCode::QuotaFull => "quota_full",
             ErrorCode::TooManyConnections => "too_many_connections",
+            ErrorCode::RequestTimeout => "request_timeout",
             ErrorCode::Replaced => "replaced",
             ErrorCode::ShuttingDown => "shutting_down",
             ErrorCode::TooManyErrors => "too_many_errors",
+            ErrorCode::NotReading => "not_reading",
             ErrorCode::NotAllowed => "not_allowed",
             ErrorCode::TooManyRequests => "too_many_requests",
             ErrorCode::BadCode => "bad_code",

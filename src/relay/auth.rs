@@ -1,6 +1,8 @@
 //! Authentication: the client answers the challenge by signing the relay id and a fresh nonce
 //! with its Ed25519 key, optionally registering the name with its keys in the same hello.
 
+use std::net::IpAddr;
+
 use axum::extract::ws::{Message, WebSocket};
 use tokio::time::timeout;
 
@@ -23,6 +25,7 @@ pub async fn authenticate<S: Storage>(
     socket: &mut WebSocket,
     relay: &str,
     nonce: &[u8],
+    ip: IpAddr,
 ) -> Result<(AgentName, bool), Ending> {
     let auth = |code, message: String| Ending {
         code,
@@ -103,6 +106,7 @@ pub async fn authenticate<S: Storage>(
         ));
     }
     if new {
+        super::registration::admit(state, ip).map_err(|r| auth(r.code, r.message))?;
         match state
             .storage
             .register(agent.clone(), keys)

@@ -10,6 +10,9 @@ use crate::protocol::{Limits, Policy};
 
 /// The largest config file read.
 const MAX_CONFIG_BYTES: u64 = 64 * 1024;
+/// Open files kept for the database, the spool, logs and the listener when `max_connections`
+/// is derived from the open-file limit.
+pub const RESERVED_FILES: usize = 128;
 
 /// Why the relay config could not be read.
 #[derive(Debug, thiserror::Error)]
@@ -46,6 +49,9 @@ pub struct RelayConfig {
     pub limits: Limits,
     /// Seconds a client has to answer the challenge.
     pub auth_timeout_secs: u64,
+    /// Seconds a socket has to send a whole HTTP request head (the WebSocket upgrade among
+    /// them) after it connected or after its last answer, and an HTTP request to be answered.
+    pub request_timeout_secs: u64,
     /// Seconds of silence from a client before its socket is closed.
     pub idle_timeout_secs: u64,
     /// Seconds an undelivered envelope is kept.
@@ -58,8 +64,22 @@ pub struct RelayConfig {
     pub send_rate: f64,
     /// Sends an agent may burst above the rate.
     pub send_burst: f64,
-    /// Open sockets per client IP.
-    pub max_connections_per_ip: usize,
+    /// New names one client IP may register per hour, sustained.
+    pub registrations_per_hour: f64,
+    /// New names one client IP may register at once above that rate.
+    pub registration_burst: f64,
+    /// Open sockets in all, counted from accept [default: the open-file limit less
+    /// [`RESERVED_FILES`]].
+    pub max_connections: Option<usize>,
+    /// Open sockets per client IP, counted from accept [default: a quarter of
+    /// `max_connections`].
+    pub max_connections_per_ip: Option<usize>,
+    /// Bytes that may wait for one client to read them; more ends its connection (at least
+    /// twice the largest frame). Deliveries pause while half of it waits.
+    pub max_outgoing_bytes: usize,
+    /// Seconds a client's socket may accept nothing while frames wait for it; then it is
+    /// closed, however often the client pings.
+    pub write_timeout_secs: u64,
     /// Bad frames tolerated on one connection before it is closed.
     pub max_errors_per_connection: u32,
     /// Whom agents accept mail from unless they chose: `open` on a loopback relay,
@@ -83,13 +103,19 @@ impl Default for RelayConfig {
             host: None,
             limits: Limits::default(),
             auth_timeout_secs: 10,
+            request_timeout_secs: 10,
             idle_timeout_secs: 90,
             ttl_secs: 7 * 24 * 3600,
             quota_messages: 10_000,
             quota_bytes: 256 * 1024 * 1024,
             send_rate: 100.0,
             send_burst: 1000.0,
-            max_connections_per_ip: 20_000,
+            registrations_per_hour: 60.0,
+            registration_burst: 100.0,
+            max_connections: None,
+            max_connections_per_ip: None,
+            max_outgoing_bytes: 8 * 1024 * 1024,
+            write_timeout_secs: 30,
             max_errors_per_connection: 20,
             default_policy: None,
             max_pending_requests: 3,
@@ -124,6 +150,37 @@ impl RelayConfig {
     /// The auth deadline.
     pub fn auth_timeout(&self) -> Duration {
         Duration::from_secs(self.auth_timeout_secs)
+    }
+
+    /// The deadline for an HTTP request head, and for an HTTP answer.
+    pub fn request_timeout(&self) -> Duration {
+        Duration::from_secs(self.request_timeout_secs)
+    }
+
+    /// Open sockets allowed in all and per IP: as configured, else derived from the process's
+    /// open-file limit, so that sockets alone can never use up the files the relay needs.
+    pub fn connection_limits(&self) -> (usize, usize) {
+        let total = self.max_connections.unwrap_or_else(|| {
+            let files = nix::sys::resource::getrlimit(nix::sys::resource::Resource::RLIMIT_NOFILE)
+                .map_or(1024, |(soft, _)| soft);
+            usize::try_from(files)
+                .unwrap_or(usize::MAX)
+                .saturating_sub(RESERVED_FILES)
+                .max(1)
+        });
+        let per_ip = self.max_connections_per_ip.unwrap_or((total / 4).max(1));
+        (total, per_ip.min(total))
+    }
+
+    /// The bytes that may wait for one client: as configured, but room for two of the
+    /// largest frames at least.
+    pub fn outgoing_bytes(&self) -> usize {
+        self.max_outgoing_bytes.max(2 * self.max_frame_bytes())
+    }
+
+    /// The write deadline.
+    pub fn write_timeout(&self) -> Duration {
+        Duration::from_secs(self.write_timeout_secs)
     }
 
     /// The idle deadline.

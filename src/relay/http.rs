@@ -56,6 +56,7 @@ fn error(status: StatusCode, code: ErrorCode, message: impl Into<String>) -> Res
 }
 
 async fn metrics<S: Storage>(State(state): State<Arc<RelayState<S>>>) -> impl IntoResponse {
+    state.metrics.sockets.set(state.connections.open() as i64);
     (
         [("content-type", "text/plain; version=0.0.4; charset=utf-8")],
         state.metrics.render(),
@@ -67,18 +68,7 @@ async fn websocket<S: Storage>(
     ConnectInfo(peer): ConnectInfo<SocketAddr>,
     upgrade: WebSocketUpgrade,
 ) -> Response {
-    let Some(slot) = state.connections.acquire(peer.ip()) else {
-        state.metrics.reject(ErrorCode::TooManyConnections);
-        return error(
-            StatusCode::TOO_MANY_REQUESTS,
-            ErrorCode::TooManyConnections,
-            format!(
-                "{} already has {} connections open",
-                peer.ip(),
-                state.config.max_connections_per_ip
-            ),
-        );
-    };
+    // The socket's connection slot was taken when it was accepted (`listener`).
     let max = state.config.max_frame_bytes();
     // The default 128 KiB read buffer per socket would cost 1.3 GiB at 10,000 idle agents.
     upgrade
@@ -86,10 +76,7 @@ async fn websocket<S: Storage>(
         .max_frame_size(max)
         .read_buffer_size(SOCKET_BUFFER)
         .write_buffer_size(WRITE_BUFFER)
-        .on_upgrade(move |socket| async move {
-            session::run(state, socket, peer.ip()).await;
-            drop(slot);
-        })
+        .on_upgrade(move |socket| session::run(state, socket, peer.ip()))
 }
 
 /// A registration over HTTP: the signature over the name and keys proves key possession.
@@ -112,6 +99,7 @@ struct AgentRecord {
 
 async fn register<S: Storage>(
     State(state): State<Arc<RelayState<S>>>,
+    ConnectInfo(peer): ConnectInfo<SocketAddr>,
     body: axum::body::Bytes,
 ) -> Response {
     let req: RegisterRequest = match serde_json::from_slice(&body) {
@@ -150,6 +138,29 @@ async fn register<S: Storage>(
         keys: req.keys.clone(),
         fingerprint: identity.fingerprint(),
     };
+    // Only a new name takes from the IP's allowance.
+    match state.storage.keys(req.name.clone()).await {
+        Ok(Some(_)) => {}
+        Ok(None) => {
+            if let Err(refused) = super::registration::admit(&state, peer.ip()) {
+                let mut response =
+                    error(StatusCode::TOO_MANY_REQUESTS, refused.code, refused.message);
+                if let Some(wait) = refused.retry
+                    && let Ok(value) = (wait.as_secs() + 1).to_string().parse()
+                {
+                    response.headers_mut().insert("retry-after", value);
+                }
+                return response;
+            }
+        }
+        Err(e) => {
+            return error(
+                StatusCode::SERVICE_UNAVAILABLE,
+                ErrorCode::Internal,
+                e.to_string(),
+            );
+        }
+    }
     match state.storage.register(req.name.clone(), req.keys).await {
         Ok(Registration::Created) => {
             state.remember_registered(&req.name);

@@ -12,7 +12,7 @@
 //! when the client reconnects lets the new session read the acked mail and deliver it again.
 
 use std::collections::HashMap;
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 
 use tokio::sync::{Mutex as AsyncMutex, Notify, OwnedMutexGuard, mpsc, oneshot};
@@ -25,6 +25,9 @@ use crate::protocol::{AgentName, ConsentEvent};
 const EVENT_BACKLOG: usize = 64;
 /// Pushed copies queued for one session at most; beyond that it reads from the database.
 const PUSH_BACKLOG: usize = 1024;
+/// Bytes of pushed copies queued for one session at most, likewise: a session that is not
+/// taking its pushes (its client does not read) must not hold a copy of all its new mail.
+const PUSH_BYTES: usize = 4 * 1024 * 1024;
 
 struct Entry {
     conn: u64,
@@ -32,7 +35,65 @@ struct Entry {
     missed: Arc<Missed>,
     kick: oneshot::Sender<()>,
     events: mpsc::Sender<ConsentEvent>,
-    pushes: mpsc::Sender<Committed>,
+    pushes: PushSender,
+}
+
+/// The hub's end of a session's pushes.
+struct PushSender {
+    copies: mpsc::Sender<Committed>,
+    bytes: Arc<AtomicUsize>,
+}
+
+impl PushSender {
+    /// Queues `copy` unless the session already has [`PUSH_BACKLOG`] copies or [`PUSH_BYTES`]
+    /// waiting.
+    fn try_push(&self, copy: Committed) -> bool {
+        let n = copy.envelope.len();
+        if self.bytes.fetch_add(n, Ordering::AcqRel) + n > PUSH_BYTES
+            || self.copies.try_send(copy).is_err()
+        {
+            self.bytes.fetch_sub(n, Ordering::AcqRel);
+            return false;
+        }
+        true
+    }
+}
+
+/// Copies stored for one session's agent, in commit order.
+pub struct Pushes {
+    copies: mpsc::Receiver<Committed>,
+    bytes: Arc<AtomicUsize>,
+}
+
+impl Pushes {
+    fn new(capacity: usize) -> (PushSender, Self) {
+        let (tx, copies) = mpsc::channel(capacity);
+        let bytes = Arc::new(AtomicUsize::new(0));
+        let sender = PushSender {
+            copies: tx,
+            bytes: bytes.clone(),
+        };
+        (sender, Self { copies, bytes })
+    }
+
+    /// The next pushed copy.
+    pub async fn recv(&mut self) -> Option<Committed> {
+        let copy = self.copies.recv().await?;
+        self.bytes.fetch_sub(copy.envelope.len(), Ordering::AcqRel);
+        Some(copy)
+    }
+
+    /// A pushed copy already waiting, if any.
+    pub fn try_recv(&mut self) -> Option<Committed> {
+        let copy = self.copies.try_recv().ok()?;
+        self.bytes.fetch_sub(copy.envelope.len(), Ordering::AcqRel);
+        Some(copy)
+    }
+
+    /// Drops every waiting copy (the session reads them from the database instead).
+    pub fn clear(&mut self) {
+        while self.try_recv().is_some() {}
+    }
 }
 
 /// Set when a push was dropped; the session then reads from the database.
@@ -90,7 +151,7 @@ pub struct Attached {
     /// Consent events for the agent.
     pub events: mpsc::Receiver<ConsentEvent>,
     /// Copies stored for the agent, in commit order.
-    pub pushes: mpsc::Receiver<Committed>,
+    pub pushes: Pushes,
     /// The agent's turn: take it before reading the queue, hold it until detached.
     pub turn: Turn,
 }
@@ -99,7 +160,7 @@ pub struct Attached {
 pub struct Quiet {
     _kick: oneshot::Sender<()>,
     _events: mpsc::Sender<ConsentEvent>,
-    _pushes: mpsc::Sender<Committed>,
+    _pushes: PushSender,
 }
 
 impl Hub {
@@ -109,7 +170,7 @@ impl Hub {
         let conn = self.next_conn.fetch_add(1, Ordering::Relaxed);
         let (kick, kicked) = oneshot::channel();
         let (events_tx, events) = mpsc::channel(1);
-        let (pushes_tx, pushes) = mpsc::channel(1);
+        let (pushes_tx, pushes) = Pushes::new(1);
         let attached = Attached {
             conn,
             missed: Arc::new(Missed::default()),
@@ -133,7 +194,7 @@ impl Hub {
         let missed = Arc::new(Missed::default());
         let (kick, kicked) = oneshot::channel();
         let (events_tx, events) = mpsc::channel(EVENT_BACKLOG);
-        let (pushes_tx, pushes) = mpsc::channel(PUSH_BACKLOG);
+        let (pushes_tx, pushes) = Pushes::new(PUSH_BACKLOG);
         let mut sessions = self.lock();
         let turn = sessions
             .get(agent)
@@ -173,7 +234,7 @@ impl Hub {
         let sessions = self.lock();
         for copy in committed {
             if let Some(e) = sessions.get(&copy.recipient)
-                && e.pushes.try_send(copy).is_err()
+                && !e.pushes.try_push(copy)
             {
                 e.missed.set();
             }
@@ -271,9 +332,28 @@ mod tests {
         );
         assert!(attached.missed.take(), "the overflow is flagged");
         assert!(!attached.missed.take(), "and the flag clears");
-        let seqs: Vec<u64> = std::iter::from_fn(|| attached.pushes.try_recv().ok())
+        let seqs: Vec<u64> = std::iter::from_fn(|| attached.pushes.try_recv())
             .map(|c| c.seq)
             .collect();
         assert_eq!(seqs, (1..=PUSH_BACKLOG as u64).collect::<Vec<_>>());
+    }
+
+    #[test]
+    fn pushes_are_bounded_in_bytes_too() {
+        let hub = Hub::default();
+        let bob = AgentName::new("bob").unwrap();
+        let mut attached = hub.attach(&bob);
+        let big = |seq| Committed {
+            envelope: Arc::from(vec![b'x'; PUSH_BYTES / 4]),
+            ..copy(&bob, seq)
+        };
+        hub.push((1..=5).map(big).collect());
+        assert!(attached.missed.take(), "the fifth is over the byte bound");
+        assert_eq!(attached.pushes.try_recv().map(|c| c.seq), Some(1));
+        hub.push(vec![big(6)]);
+        assert!(!attached.missed.take(), "taking one made room for one");
+        attached.pushes.clear();
+        hub.push((7..=10).map(big).collect());
+        assert!(!attached.missed.take(), "clearing freed every byte");
     }
 }

@@ -17,11 +17,20 @@ pub struct CodeLabel {
     pub code: String,
 }
 
+/// Labels for refused registrations.
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct ReasonLabel {
+    /// Why: `rate` (the IP's bucket was empty).
+    pub reason: String,
+}
+
 /// Every metric the relay keeps.
 pub struct Metrics {
     registry: Registry,
     /// Open, authenticated WebSocket connections.
     pub connections: Gauge,
+    /// Open sockets, counted from accept (set when the metrics are read).
+    pub sockets: Gauge,
     /// Envelope copies accepted (stored).
     pub accepted: Counter,
     /// Envelope copies delivered (sent to a recipient socket).
@@ -36,6 +45,8 @@ pub struct Metrics {
     pub rejections: Family<CodeLabel, Counter>,
     /// Seconds from acceptance to delivery.
     pub delivery_latency: Histogram,
+    /// New names refused, by reason.
+    pub registrations_refused: Family<ReasonLabel, Counter>,
 }
 
 impl Metrics {
@@ -44,6 +55,7 @@ impl Metrics {
         let mut registry = Registry::with_prefix("mailslot_relay");
         let m = Self {
             connections: Gauge::default(),
+            sockets: Gauge::default(),
             accepted: Counter::default(),
             delivered: Counter::default(),
             acked: Counter::default(),
@@ -52,12 +64,18 @@ impl Metrics {
             rejections: Family::default(),
             // 100 µs to ~52 s.
             delivery_latency: Histogram::new(exponential_buckets(0.0001, 2.0, 20)),
+            registrations_refused: Family::default(),
             registry: Registry::default(),
         };
         registry.register(
             "connections",
             "Open authenticated connections",
             m.connections.clone(),
+        );
+        registry.register(
+            "sockets",
+            "Open sockets, from accept to close, authenticated or not",
+            m.sockets.clone(),
         );
         registry.register("accepted", "Envelope copies stored", m.accepted.clone());
         registry.register(
@@ -90,6 +108,11 @@ impl Metrics {
             "Time from acceptance to delivery to the recipient",
             m.delivery_latency.clone(),
         );
+        registry.register(
+            "registrations_refused",
+            "New names refused, by reason",
+            m.registrations_refused.clone(),
+        );
         storage.register(&mut registry);
         Self { registry, ..m }
     }
@@ -99,6 +122,15 @@ impl Metrics {
         self.rejections
             .get_or_create(&CodeLabel {
                 code: code.as_str().to_owned(),
+            })
+            .inc();
+    }
+
+    /// Counts a refused registration.
+    pub fn refuse_registration(&self, reason: &str) {
+        self.registrations_refused
+            .get_or_create(&ReasonLabel {
+                reason: reason.to_owned(),
             })
             .inc();
     }

@@ -9,7 +9,9 @@ mod directory;
 mod http;
 mod hub;
 mod limits;
+mod listener;
 mod metrics;
+mod registration;
 mod session;
 mod state;
 pub mod storage;
@@ -131,20 +133,8 @@ async fn serve<S: Storage>(
     mut shutdown: watch::Receiver<bool>,
 ) {
     let expiry = tokio::spawn(expire_loop(state.clone()));
-    let app = http::router(state.clone()).into_make_service_with_connect_info::<SocketAddr>();
-    let mut stop = shutdown.clone();
-    // Small frames both ways: Nagle's algorithm would hold them back for tens of milliseconds.
-    let listener = axum::serve::ListenerExt::tap_io(listener, |tcp| {
-        if let Err(e) = tcp.set_nodelay(true) {
-            tracing::warn!(error = %e, "could not set TCP_NODELAY");
-        }
-    });
-    let server = axum::serve(listener, app).with_graceful_shutdown(async move {
-        let _ = stop.wait_for(|s| *s).await;
-    });
-    if let Err(e) = server.await {
-        tracing::error!(error = %e, "relay server failed");
-    }
+    let app = http::router(state.clone());
+    listener::serve(state.clone(), listener, app, shutdown.clone()).await;
     expiry.abort();
     // Sessions see the same signal and close themselves; give them a moment.
     let _ = shutdown.wait_for(|s| *s).await;

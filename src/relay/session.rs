@@ -18,7 +18,9 @@ use super::auth::{authenticate, welcome};
 use super::hub::Attached;
 use super::state::RelayState;
 use super::storage::{Committed, Storage};
-use super::wire::{Ending, Outgoing, close, deliver_frame, error_frame, is_too_large, refuse};
+use super::wire::{
+    Bounds, Ending, Outgoing, close, deliver_frame, error_frame, is_too_large, refuse,
+};
 use crate::protocol::{AgentName, ClientFrame, ErrorCode, PROTOCOL_VERSION, Seq, ServerFrame};
 
 /// Deliveries sent and not yet acknowledged, at most.
@@ -31,12 +33,37 @@ const PIPELINED: usize = 256;
 const QUEUE: usize = WINDOW as usize + PIPELINED + 64;
 /// Frames an ending session reads, at most, looking for acks already sent.
 const SETTLE_FRAMES: usize = 64;
+/// The size assumed for a delivery before any was made, in bytes.
+const FIRST_GUESS: usize = 4096;
 
-fn gone(message: &str) -> Ending {
+/// The frame that would have gone over the connection's byte bound.
+fn gone(out: &Outgoing) -> Ending {
     Ending {
-        code: ErrorCode::TooManyErrors,
-        message: message.into(),
-        close: close::POLICY,
+        code: ErrorCode::NotReading,
+        message: format!(
+            "over {} bytes wait for this client to read them; read every frame as it comes",
+            out.limit()
+        ),
+        close: close::NOT_READING,
+    }
+}
+
+fn stalled<S: Storage>(state: &RelayState<S>) -> Ending {
+    Ending {
+        code: ErrorCode::NotReading,
+        message: format!(
+            "the client read nothing for {} s while frames waited for it; read every frame as it comes",
+            state.config.write_timeout_secs
+        ),
+        close: close::NOT_READING,
+    }
+}
+
+fn bounds<S: Storage>(state: &RelayState<S>) -> Bounds {
+    Bounds {
+        frames: QUEUE,
+        bytes: state.config.outgoing_bytes(),
+        write_timeout: state.config.write_timeout(),
     }
 }
 
@@ -61,7 +88,7 @@ pub async fn run<S: Storage>(state: Arc<RelayState<S>>, mut socket: WebSocket, i
     if socket.send(Message::Text(text.into())).await.is_err() {
         return;
     }
-    let (agent, control) = match authenticate(&state, &mut socket, &relay, &nonce).await {
+    let (agent, control) = match authenticate(&state, &mut socket, &relay, &nonce, ip).await {
         Ok(found) => found,
         Err(ending) => {
             state.metrics.reject(ending.code);
@@ -88,11 +115,20 @@ pub async fn run<S: Storage>(state: Arc<RelayState<S>>, mut socket: WebSocket, i
         state.metrics.reject(ending.code);
         return refuse(&mut socket, ending).await;
     }
-    let (sink, stream) = socket.split();
-    let out = Outgoing::spawn(sink, QUEUE);
+    let (sink, mut stream) = socket.split();
+    let out = Outgoing::spawn(sink, bounds(&state));
     state.metrics.connections.inc();
     tracing::debug!(%agent, %ip, conn = attached.conn, "connected");
-    let ending = serve(&state, stream, &out, &agent, &nonce, &mut attached, true).await;
+    let ending = serve(
+        &state,
+        &mut stream,
+        &out,
+        &agent,
+        &nonce,
+        &mut attached,
+        true,
+    )
+    .await;
     // Every ack this session read is committed by now (they are applied before the next
     // frame is read); only now may the agent's next session read the queue.
     state.hub.detach(&agent, attached.conn);
@@ -106,7 +142,7 @@ pub async fn run<S: Storage>(state: Arc<RelayState<S>>, mut socket: WebSocket, i
             tracing::debug!(%agent, code = %ending.code, "closing");
         }
     }
-    out.finish(ending).await;
+    out.finish(ending, stream).await;
 }
 
 /// A control connection: requests only. It takes no turn and attaches to nothing, so the
@@ -122,16 +158,25 @@ async fn run_control<S: Storage>(
         state.metrics.reject(ending.code);
         return refuse(&mut socket, ending).await;
     }
-    let (sink, stream) = socket.split();
-    let out = Outgoing::spawn(sink, QUEUE);
+    let (sink, mut stream) = socket.split();
+    let out = Outgoing::spawn(sink, bounds(&state));
     state.metrics.connections.inc();
     tracing::debug!(%agent, "control connection");
-    let ending = serve(&state, stream, &out, &agent, &nonce, &mut attached, false).await;
+    let ending = serve(
+        &state,
+        &mut stream,
+        &out,
+        &agent,
+        &nonce,
+        &mut attached,
+        false,
+    )
+    .await;
     state.metrics.connections.dec();
     if let Some(ending) = &ending {
         state.metrics.reject(ending.code);
     }
-    out.finish(ending).await;
+    out.finish(ending, stream).await;
 }
 
 /// Waits until the agent's earlier sessions have ended, unless this one is replaced or the
@@ -174,11 +219,13 @@ struct Delivery {
     in_flight: u64,
     need_fetch: bool,
     caught_up: bool,
+    /// The largest delivery so far, to guess how many fit in the room left.
+    largest: usize,
 }
 
 async fn serve<S: Storage>(
     state: &RelayState<S>,
-    mut stream: SplitStream<WebSocket>,
+    stream: &mut SplitStream<WebSocket>,
     out: &Outgoing,
     agent: &AgentName,
     nonce: &[u8],
@@ -192,6 +239,7 @@ async fn serve<S: Storage>(
         in_flight: 0,
         need_fetch: deliveries,
         caught_up: false,
+        largest: FIRST_GUESS,
     };
     let mut errors = 0u32;
     let mut sends: FuturesUnordered<QueuedSend> = FuturesUnordered::new();
@@ -200,10 +248,11 @@ async fn serve<S: Storage>(
     loop {
         // Pushed mail was dropped: forget what is queued and read from the database instead.
         if attached.missed.take() {
-            while attached.pushes.try_recv().is_ok() {}
+            attached.pushes.clear();
             d.need_fetch = true;
         }
-        if d.need_fetch && d.in_flight < WINDOW {
+        // Deliveries wait while half the connection's byte bound waits for the client.
+        if d.need_fetch && d.in_flight < WINDOW && out.has_room() {
             if let Err(ending) = deliver(state, out, agent, &mut d).await {
                 return ending;
             }
@@ -212,27 +261,29 @@ async fn serve<S: Storage>(
         tokio::select! {
             biased;
             _ = shutdown.changed() => {
-                settle_acks(state, agent, &mut d, &mut stream).await;
+                settle_acks(state, agent, &mut d, stream).await;
                 return Some(shutting_down());
             }
             _ = &mut attached.kicked => {
-                settle_acks(state, agent, &mut d, &mut stream).await;
+                settle_acks(state, agent, &mut d, stream).await;
                 return Some(replaced(agent));
             }
+            _ = out.stalled() => return Some(stalled(state)),
             _ = attached.missed.notified(), if !d.need_fetch => {}
-            Some(copy) = attached.pushes.recv(), if !d.need_fetch && d.in_flight < WINDOW => {
+            _ = out.drained(), if !out.has_room() => {}
+            Some(copy) = attached.pushes.recv(), if !d.need_fetch && d.in_flight < WINDOW && out.has_room() => {
                 if let Err(ending) = push(state, out, agent, &mut d, copy) {
                     return Some(ending);
                 }
             }
             Some((reference, id, outcome)) = sends.next(), if !sends.is_empty() => {
                 if !out.frame(&accept::answer(state, agent, reference, id, outcome)) {
-                    return Some(gone("the client is not reading its frames"));
+                    return Some(gone(out));
                 }
             }
             Some(event) = attached.events.recv() => {
                 if !out.frame(&ServerFrame::Event { event }) {
-                    return Some(gone("the client is not reading its frames"));
+                    return Some(gone(out));
                 }
             }
             incoming = timeout_at(deadline, stream.next()), if sends.len() < PIPELINED => {
@@ -271,7 +322,7 @@ async fn serve<S: Storage>(
                     }
                 }
                 if !out.frame(&reply) {
-                    return Some(gone("the client is not reading its frames"));
+                    return Some(gone(out));
                 }
                 if errors > state.config.max_errors_per_connection {
                     return Some(Ending { code: ErrorCode::TooManyErrors, message: format!("{errors} bad frames; fix the client and reconnect"), close: close::POLICY });
@@ -296,8 +347,9 @@ fn push<S: Storage>(
         tracing::error!(%agent, seq = copy.seq, "stored envelope is not UTF-8; skipping it");
         return Ok(());
     };
+    d.largest = d.largest.max(text.len());
     if !out.raw(text) {
-        return Err(gone("the client is not reading its frames"));
+        return Err(gone(out));
     }
     d.last_sent = copy.seq;
     d.in_flight += 1;
@@ -310,15 +362,17 @@ fn push<S: Storage>(
     Ok(())
 }
 
-/// Queues the next stored envelopes, and `caught_up` once the queue is drained.
+/// Queues the next stored envelopes that fit in the connection's room, and `caught_up` once
+/// the queue is drained.
 async fn deliver<S: Storage>(
     state: &RelayState<S>,
     out: &Outgoing,
     agent: &AgentName,
     d: &mut Delivery,
 ) -> Result<(), Option<Ending>> {
-    let room = (WINDOW - d.in_flight) as usize;
-    let want = room.min(FETCH);
+    let window = (WINDOW - d.in_flight) as usize;
+    let fits = (out.room() / d.largest).max(1);
+    let want = window.min(FETCH).min(fits);
     let batch = state
         .storage
         .pending(agent.clone(), d.last_sent, want)
@@ -332,12 +386,18 @@ async fn deliver<S: Storage>(
         })?;
     let now = jiff::Timestamp::now().as_millisecond();
     for q in &batch {
+        // What does not fit now is read again once the client has read some.
+        if !out.has_room() {
+            return Ok(());
+        }
         let Some(text) = deliver_frame(q.seq, &q.envelope) else {
             tracing::error!(%agent, seq = q.seq, "stored envelope is not UTF-8; skipping it");
+            d.last_sent = q.seq;
             continue;
         };
+        d.largest = d.largest.max(text.len());
         if !out.raw(text) {
-            return Err(Some(gone("the client is not reading its frames")));
+            return Err(Some(gone(out)));
         }
         d.last_sent = q.seq;
         d.in_flight += 1;
@@ -352,7 +412,7 @@ async fn deliver<S: Storage>(
         if !d.caught_up {
             d.caught_up = true;
             if !out.frame(&ServerFrame::CaughtUp {}) {
-                return Err(Some(gone("the client is not reading its frames")));
+                return Err(Some(gone(out)));
             }
         }
     }

@@ -1,6 +1,7 @@
 //! What every connection and request shares.
 
 use std::collections::HashSet;
+use std::net::IpAddr;
 use std::sync::{Arc, Mutex};
 
 use tokio::sync::watch;
@@ -23,12 +24,14 @@ pub struct RelayState<S> {
     /// Counters for `/metrics`.
     pub metrics: Metrics,
     /// Per-agent send limits.
-    pub send_rate: RateLimiter,
+    pub send_rate: RateLimiter<AgentName>,
     /// Per-agent contact request limits.
-    pub request_rate: RateLimiter,
+    pub request_rate: RateLimiter<AgentName>,
     /// Per-agent approval attempt limits, against guessing codes.
-    pub approve_rate: RateLimiter,
-    /// Per-IP connection limits.
+    pub approve_rate: RateLimiter<AgentName>,
+    /// Per-IP registration limits, against name floods.
+    pub register_rate: RateLimiter<IpAddr>,
+    /// Open sockets, per IP and in all.
     pub connections: Arc<ConnectionLimiter>,
     /// Flips to `true` when the relay shuts down.
     pub shutdown: watch::Receiver<bool>,
@@ -40,6 +43,7 @@ impl<S: Storage> RelayState<S> {
     /// Builds the state.
     pub fn new(storage: S, config: RelayConfig, shutdown: watch::Receiver<bool>) -> Self {
         let metrics = Metrics::new(storage.metrics());
+        let (total, per_ip) = config.connection_limits();
         Self {
             send_rate: RateLimiter::new(config.send_rate, config.send_burst),
             request_rate: RateLimiter::new(
@@ -50,7 +54,11 @@ impl<S: Storage> RelayState<S> {
                 config.approvals_per_hour / 3600.0,
                 config.approvals_per_hour,
             ),
-            connections: Arc::new(ConnectionLimiter::new(config.max_connections_per_ip)),
+            register_rate: RateLimiter::new(
+                config.registrations_per_hour / 3600.0,
+                config.registration_burst,
+            ),
+            connections: Arc::new(ConnectionLimiter::new(per_ip, total)),
             storage,
             config,
             hub: Arc::default(),

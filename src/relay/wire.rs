@@ -1,15 +1,22 @@
 //! Writing to one client: frames go through a queue to a writer task, so the session keeps
 //! reading while a slow socket drains. A client that stops reading is disconnected, never
-//! allowed to stall the relay or grow its memory without bound.
+//! allowed to stall the relay or grow its memory without bound: the bytes waiting for it are
+//! bounded, deliveries pause while half of that waits, and a writer that makes no progress for
+//! the write deadline ends the connection, whatever the client still sends (pings included).
 
 use std::fmt::Write;
+use std::future::Future;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::Duration;
 
 use axum::extract::ws::{CloseFrame, Message, WebSocket};
-use futures_util::SinkExt;
-use futures_util::stream::SplitSink;
-use tokio::sync::mpsc;
+use futures_util::stream::{SplitSink, SplitStream};
+use futures_util::{SinkExt, StreamExt};
+use tokio::sync::{Notify, mpsc};
 use tokio::task::JoinHandle;
+use tokio::time::{Instant, timeout, timeout_at};
+use tokio_util::sync::CancellationToken;
 
 use crate::protocol::{ErrorCode, Seq, ServerFrame};
 
@@ -25,10 +32,14 @@ pub mod close {
     pub const AUTH: u16 = 4001;
     /// Another connection for the agent took over.
     pub const REPLACED: u16 = 4002;
+    /// The client did not read what the relay sent it.
+    pub const NOT_READING: u16 = 4003;
 }
 
 /// How long a closing connection may take to flush its last frames.
 const FLUSH: Duration = Duration::from_secs(5);
+/// How long a closed connection waits for the client's own close once everything is written.
+const CLOSE_ANSWER: Duration = Duration::from_secs(1);
 
 /// Why a session ends, with the frame to send first.
 pub struct Ending {
@@ -74,66 +85,214 @@ fn text(frame: &ServerFrame) -> Message {
     )
 }
 
+/// How much waits for the client, shared by the session and its writer task.
+struct Backlog {
+    /// Bytes of queued frames not yet handed to the socket's writer.
+    bytes: AtomicUsize,
+    /// Told whenever the writer took frames off the queue.
+    drained: Notify,
+    /// Cancelled when the writer waited longer than the write deadline for the socket.
+    stalled: CancellationToken,
+}
+
+/// What the writer task is given: a frame and the bytes it counts for.
+type Queued = (Message, usize);
+
 /// The sending half of a connection.
 pub struct Outgoing {
-    queue: mpsc::Sender<Message>,
+    queue: mpsc::Sender<Queued>,
     writer: JoinHandle<()>,
+    backlog: Arc<Backlog>,
+    limit: usize,
+}
+
+/// How `Outgoing` bounds a connection.
+#[derive(Debug, Clone, Copy)]
+pub struct Bounds {
+    /// Frames that may wait.
+    pub frames: usize,
+    /// Bytes that may wait; a frame beyond them ends the connection.
+    pub bytes: usize,
+    /// How long the socket may take to accept the next frame.
+    pub write_timeout: Duration,
 }
 
 impl Outgoing {
-    /// Starts the writer task; at most `capacity` frames wait.
-    pub fn spawn(mut sink: SplitSink<WebSocket, Message>, capacity: usize) -> Self {
-        let (queue, mut frames) = mpsc::channel::<Message>(capacity);
-        let writer = tokio::spawn(async move {
-            // Everything already queued goes out in one write: on a busy connection that is
-            // one system call for many frames instead of one each.
-            while let Some(frame) = frames.recv().await {
-                if sink.feed(frame).await.is_err() {
-                    return;
-                }
-                while let Ok(frame) = frames.try_recv() {
-                    if sink.feed(frame).await.is_err() {
+    /// Starts the writer task.
+    pub fn spawn(mut sink: SplitSink<WebSocket, Message>, bounds: Bounds) -> Self {
+        let (queue, mut frames) = mpsc::channel::<Queued>(bounds.frames);
+        let backlog = Arc::new(Backlog {
+            bytes: AtomicUsize::new(0),
+            drained: Notify::new(),
+            stalled: CancellationToken::new(),
+        });
+        let writer = tokio::spawn({
+            let backlog = backlog.clone();
+            let limit = bounds.write_timeout;
+            async move {
+                // Everything already queued goes out in one write: on a busy connection that
+                // is one system call for many frames instead of one each.
+                while let Some(frame) = frames.recv().await {
+                    if write(&mut sink, frame, &backlog, limit).await.is_err() {
+                        return;
+                    }
+                    while let Ok(frame) = frames.try_recv() {
+                        if write(&mut sink, frame, &backlog, limit).await.is_err() {
+                            return;
+                        }
+                    }
+                    if progress(limit, sink.flush(), &backlog.stalled)
+                        .await
+                        .is_err()
+                    {
                         return;
                     }
                 }
-                if sink.flush().await.is_err() {
-                    return;
-                }
+                let _ = sink.close().await;
             }
-            let _ = sink.close().await;
         });
-        Self { queue, writer }
+        Self {
+            queue,
+            writer,
+            backlog,
+            limit: bounds.bytes,
+        }
     }
 
     /// Queues a frame; `false` when the client is gone or not reading.
     pub fn frame(&self, frame: &ServerFrame) -> bool {
-        self.queue.try_send(text(frame)).is_ok()
+        self.queue_counted(text(frame))
     }
 
     /// Queues raw frame text.
     pub fn raw(&self, text: String) -> bool {
-        self.queue.try_send(Message::Text(text.into())).is_ok()
+        self.queue_counted(Message::Text(text.into()))
     }
 
-    /// Sends the ending (if any), closes, and waits briefly for the writer to flush.
-    pub async fn finish(self, ending: Option<Ending>) {
+    fn queue_counted(&self, message: Message) -> bool {
+        let bytes = match &message {
+            Message::Text(t) => t.len(),
+            _ => 0,
+        };
+        let before = self.backlog.bytes.fetch_add(bytes, Ordering::AcqRel);
+        if before + bytes > self.limit || self.queue.try_send((message, bytes)).is_err() {
+            self.backlog.bytes.fetch_sub(bytes, Ordering::AcqRel);
+            return false;
+        }
+        true
+    }
+
+    /// Whether deliveries may be queued: less than half the byte bound waits, so the client's
+    /// answers always have room.
+    pub fn has_room(&self) -> bool {
+        self.room() > 0
+    }
+
+    /// Bytes of deliveries that may still be queued now.
+    pub fn room(&self) -> usize {
+        (self.limit / 2).saturating_sub(self.backlog.bytes.load(Ordering::Acquire))
+    }
+
+    /// Resolves after the writer took frames off the queue (maybe making room).
+    pub async fn drained(&self) {
+        self.backlog.drained.notified().await
+    }
+
+    /// Resolves when the socket accepted nothing for the write deadline: the client does not
+    /// read.
+    pub async fn stalled(&self) {
+        self.backlog.stalled.cancelled().await
+    }
+
+    /// The byte bound, for the message that ends a connection over it.
+    pub fn limit(&self) -> usize {
+        self.limit
+    }
+
+    /// Sends the ending (if any), closes, and waits briefly for the writer to flush and the
+    /// client to answer the close; a client that does not read is cut off when that time is
+    /// up.
+    pub async fn finish(self, ending: Option<Ending>, mut stream: SplitStream<WebSocket>) {
+        let deadline = Instant::now() + FLUSH;
         if let Some(ending) = ending {
+            if ending.code == ErrorCode::NotReading {
+                self.backlog.stalled.cancel();
+            }
             let frame = error_frame(None, ending.code, ending.message.clone(), None);
             let reason: String = ending.message.chars().take(120).collect();
-            // Waiting here is fine: the session is over, and the flush is bounded below.
-            let _ = self.queue.send(text(&frame)).await;
-            let _ = self
-                .queue
-                .send(Message::Close(Some(CloseFrame {
-                    code: ending.close,
-                    reason: reason.into(),
-                })))
-                .await;
+            let close = Message::Close(Some(CloseFrame {
+                code: ending.close,
+                reason: reason.into(),
+            }));
+            for message in [text(&frame), close] {
+                if timeout_at(deadline, self.queue.send((message, 0)))
+                    .await
+                    .is_err()
+                {
+                    break;
+                }
+            }
         }
         drop(self.queue);
         let mut writer = self.writer;
-        if tokio::time::timeout(FLUSH, &mut writer).await.is_err() {
-            writer.abort();
+        // Reading on until the client's close: a socket closed with input unread is reset,
+        // and the reset destroys the last frames on their way to the client.
+        let drained = async {
+            while let Some(Ok(message)) = stream.next().await {
+                if matches!(message, Message::Close(_)) {
+                    break;
+                }
+            }
+        };
+        tokio::pin!(drained);
+        let written = timeout_at(deadline, async {
+            tokio::select! {
+                _ = &mut writer => false,
+                () = &mut drained => {
+                    let _ = (&mut writer).await;
+                    true
+                }
+            }
+        });
+        match written.await {
+            Err(_) => writer.abort(),
+            Ok(true) => {}
+            Ok(false) => {
+                let answer = deadline.min(Instant::now() + CLOSE_ANSWER);
+                let _ = timeout_at(answer, drained).await;
+            }
+        }
+    }
+}
+
+/// Hands one frame to the socket's writer, whose buffer is bounded by its own size.
+async fn write(
+    sink: &mut SplitSink<WebSocket, Message>,
+    (frame, bytes): Queued,
+    backlog: &Backlog,
+    limit: Duration,
+) -> Result<(), axum::Error> {
+    // A client cut off for not reading gets only its ending (not counted), which then
+    // follows what its socket already holds instead of everything still queued.
+    let fed = if bytes > 0 && backlog.stalled.is_cancelled() {
+        Ok(())
+    } else {
+        progress(limit, sink.feed(frame), &backlog.stalled).await
+    };
+    backlog.bytes.fetch_sub(bytes, Ordering::AcqRel);
+    backlog.drained.notify_one();
+    fed
+}
+
+/// Awaits `write`, cancelling `stalled` if it takes longer than `limit` (and still finishing
+/// it, so a client that reads late gets the rest).
+async fn progress<F: Future>(limit: Duration, write: F, stalled: &CancellationToken) -> F::Output {
+    tokio::pin!(write);
+    match timeout(limit, &mut write).await {
+        Ok(done) => done,
+        Err(_) => {
+            stalled.cancel();
+            write.await
         }
     }
 }

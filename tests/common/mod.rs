@@ -4,6 +4,7 @@
 
 pub mod mcp;
 pub mod model_api;
+pub mod relay_process;
 
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -118,14 +119,14 @@ impl TestAgent {
     }
 
     pub async fn connect(&self, relay: &TestRelay) -> Connection {
-        Connection::connect(
-            &relay.url,
-            &self.name,
-            &self.identity,
-            Some(self.owner.public()),
-        )
-        .await
-        .unwrap()
+        self.connect_url(&relay.url).await
+    }
+
+    /// A delivery connection to the relay at `url`.
+    pub async fn connect_url(&self, url: &RelayUrl) -> Connection {
+        Connection::connect(url, &self.name, &self.identity, Some(self.owner.public()))
+            .await
+            .unwrap()
     }
 
     /// The owner's signature over `act` on `conn`, as `mailslot approve` and the like make.
@@ -134,10 +135,15 @@ impl TestAgent {
     }
 
     pub async fn sync(&self, relay: &TestRelay) -> SyncReport {
+        self.sync_url(&relay.url).await
+    }
+
+    /// Syncs with the relay at `url`.
+    pub async fn sync_url(&self, url: &RelayUrl) -> SyncReport {
         tokio::time::timeout(
             EVENT_TIMEOUT,
             mailslot::client::sync(
-                &relay.url,
+                url,
                 &self.name,
                 &self.identity,
                 Some(self.owner.public()),
@@ -151,11 +157,16 @@ impl TestAgent {
 
     /// Queues a message and syncs, returning the report.
     pub async fn send(&self, relay: &TestRelay, message: Message) -> SyncReport {
+        self.send_url(&relay.url, message).await
+    }
+
+    /// Queues a message and syncs with the relay at `url`.
+    pub async fn send_url(&self, url: &RelayUrl, message: Message) -> SyncReport {
         self.store
             .call(move |s| s.queue_outgoing(&message))
             .await
             .unwrap();
-        self.sync(relay).await
+        self.sync_url(url).await
     }
 
     pub fn message(&self, to: &[&TestAgent], subject: &str, body: &str) -> Message {
