@@ -544,6 +544,7 @@ async fn consent_changes_need_the_owner_key_not_the_agent_key() {
             register,
             control,
             owner: Some(impostor.public()),
+            invite: None,
         },
     )
     .await;

@@ -230,6 +230,7 @@ async fn bad_hellos_are_refused_with_their_codes() {
             register: None,
             control: false,
             owner: None,
+            invite: None,
         },
     )
     .await;
@@ -260,6 +261,7 @@ async fn bad_hellos_are_refused_with_their_codes() {
             register,
             control: false,
             owner: None,
+            invite: None,
         },
     )
     .await;
@@ -763,4 +765,103 @@ async fn an_ack_just_before_a_reconnect_is_honoured_by_the_next_connection() {
     }
     sender.close().await;
     relay.relay.shutdown().await;
+}
+
+// Multi-threaded: the test blocks on child processes while the in-process relay serves them.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_closed_relay_registers_new_names_by_invite_only() {
+    let relay =
+        TestRelay::start(|c| c.registration = mailslot::relay::RegistrationMode::Closed).await;
+    let home = tempfile::tempdir().unwrap();
+    let mailslot = |args: &[&str]| {
+        std::process::Command::new(env!("CARGO_BIN_EXE_mailslot"))
+            .args(args)
+            .env_clear()
+            .env("MAILSLOT_HOME", home.path())
+            .env("MAILSLOT_RELAY", relay.url.as_str())
+            .stdin(std::process::Stdio::null())
+            .output()
+            .unwrap()
+    };
+    let text = |out: &std::process::Output| {
+        format!(
+            "{}{}",
+            String::from_utf8_lossy(&out.stdout),
+            String::from_utf8_lossy(&out.stderr)
+        )
+    };
+
+    let refused = mailslot(&["--agent", "alice", "register"]);
+    assert_eq!(refused.status.code(), Some(1), "{}", text(&refused));
+    assert!(
+        text(&refused).contains("registration_closed")
+            && text(&refused).contains("mailslot relay invite"),
+        "the refusal names the fix: {}",
+        text(&refused)
+    );
+
+    // The operator makes two invites beside the running relay.
+    let db = relay.db();
+    let made = mailslot(&[
+        "--json",
+        "relay",
+        "invite",
+        "--db",
+        db.to_str().unwrap(),
+        "--count",
+        "2",
+    ]);
+    assert!(made.status.success(), "{}", text(&made));
+    let made: serde_json::Value = serde_json::from_slice(&made.stdout).unwrap();
+    let invites: Vec<String> = made["invites"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|v| v.as_str().unwrap().to_owned())
+        .collect();
+    assert_eq!(invites.len(), 2);
+
+    let alice = mailslot(&["--agent", "alice", "register", "--invite", &invites[0]]);
+    assert!(alice.status.success(), "{}", text(&alice));
+    let reused = mailslot(&["--agent", "bob", "register", "--invite", &invites[0]]);
+    assert_eq!(reused.status.code(), Some(1));
+    assert!(text(&reused).contains("bad_invite"), "{}", text(&reused));
+    // A registered name needs no invite any more.
+    let synced = mailslot(&["--agent", "alice", "sync"]);
+    assert!(synced.status.success(), "{}", text(&synced));
+    // Over HTTP too, a new name without an invite is refused.
+    let carol = TestAgent::new("carol");
+    let keys = carol.identity.public().to_keys();
+    let sig = mailslot::crypto::sign::signature(
+        &carol.identity,
+        mailslot::crypto::sign::Domain::Register,
+        &mailslot::protocol::register_payload(&carol.name, &keys),
+    );
+    let body = serde_json::json!({"name": "carol", "keys": keys, "signature": mailslot::protocol::b64::encode(&sig)}).to_string();
+    let base = format!("http://{}", relay.relay.addr());
+    let (status, answer) = http(&format!("{base}/v1/agents"), Some(&body)).await;
+    assert_eq!(status, 403, "{answer}");
+    assert!(answer.contains("registration_closed"), "{answer}");
+
+    // The second invite, from the environment.
+    let bob = std::process::Command::new(env!("CARGO_BIN_EXE_mailslot"))
+        .args(["--agent", "bob", "register"])
+        .env_clear()
+        .env("MAILSLOT_HOME", home.path())
+        .env("MAILSLOT_RELAY", relay.url.as_str())
+        .env("MAILSLOT_INVITE", &invites[1])
+        .output()
+        .unwrap();
+    assert!(bob.status.success(), "{}", text(&bob));
+
+    // The relay keeps digests, never the tokens.
+    for file in ["relay.db", "relay.db-wal"] {
+        let bytes = std::fs::read(db.with_file_name(file)).unwrap_or_default();
+        for token in &invites {
+            assert!(
+                !bytes.windows(token.len()).any(|w| w == token.as_bytes()),
+                "{file} holds a token"
+            );
+        }
+    }
 }

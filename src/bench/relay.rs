@@ -184,6 +184,7 @@ async fn login(url: &RelayUrl, name: &AgentName, identity: &Identity) -> anyhow:
         register: Some(identity.public().to_keys()),
         control: false,
         owner: None,
+        invite: None,
     };
     ws.send(WsMessage::Text(serde_json::to_string(&hello)?.into()))
         .await?;

@@ -1,9 +1,10 @@
-//! `init`, `whoami`, `doing`, `status`: who the agent is and how its store looks.
+//! `init`, `register`, `whoami`, `doing`, `status`: who the agent is and how its store looks.
 
 use serde::Serialize;
 
 use super::{Ctx, output};
-use crate::protocol::{Address, AgentName, Fingerprint};
+use crate::client::Connection;
+use crate::protocol::{Address, AgentName, Fingerprint, InviteToken};
 use crate::store::SCHEMA_VERSION;
 
 #[derive(Serialize)]
@@ -28,6 +29,41 @@ pub(super) fn init(ctx: &Ctx) -> anyhow::Result<()> {
             w.agent,
             w.fingerprint,
             agent.dir.display()
+        )
+    })
+}
+
+#[derive(Serialize)]
+struct Registered {
+    agent: AgentName,
+    relay: String,
+    fingerprint: Fingerprint,
+}
+
+/// Registers the agent's name with the relay now (with an invite, for a relay that registers
+/// by invite only); a name already registered with these keys changes nothing.
+pub(super) fn register(ctx: &Ctx, invite: Option<InviteToken>) -> anyhow::Result<()> {
+    let agent = ctx.open_agent()?;
+    let url = ctx.relay_url()?;
+    tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()?
+        .block_on(async {
+            let conn =
+                Connection::register(&url, &agent.name, &agent.identity, agent.owner, invite)
+                    .await?;
+            conn.close().await;
+            anyhow::Ok(())
+        })?;
+    let done = Registered {
+        agent: agent.name.clone(),
+        relay: url.to_string(),
+        fingerprint: agent.identity.fingerprint(),
+    };
+    output::emit(ctx.json, &done, |r| {
+        format!(
+            "{} is registered on {} (fingerprint {})",
+            r.agent, r.relay, r.fingerprint
         )
     })
 }

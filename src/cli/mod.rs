@@ -26,7 +26,7 @@ use crate::agent::Agent;
 use crate::bench::BenchCommand;
 use crate::client::RelayUrl;
 use crate::config::{self, Config, Paths};
-use crate::protocol::{Address, AgentName, MemoryId, MessageId, Policy, RequestCode};
+use crate::protocol::{Address, AgentName, InviteToken, MemoryId, MessageId, Policy, RequestCode};
 
 /// Mail for AI agents, dropped straight into their sessions.
 #[derive(Debug, Parser)]
@@ -62,6 +62,18 @@ pub struct Cli {
 pub enum Command {
     /// Create the agent's keys and store (done automatically on first use)
     Init,
+    /// Register the agent's name with the relay now (a relay with closed registration needs
+    /// an invite from its operator)
+    Register {
+        /// The invite (single use)
+        #[arg(
+            long,
+            value_name = "TOKEN",
+            env = "MAILSLOT_INVITE",
+            hide_env_values = true
+        )]
+        invite: Option<InviteToken>,
+    },
     /// Show who the agent is; --set changes its identity text
     Whoami {
         /// New identity text ("" clears it)
@@ -365,6 +377,7 @@ fn dispatch(cli: Cli) -> anyhow::Result<ExitCode> {
     };
     let done = match cli.command {
         Command::Init => identity::init(&ctx),
+        Command::Register { invite } => identity::register(&ctx, invite),
         Command::Whoami { set } => identity::whoami(&ctx, set),
         Command::Doing { set } => identity::doing(&ctx, set),
         Command::Status => identity::status(&ctx),

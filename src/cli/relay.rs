@@ -1,5 +1,6 @@
 //! `mailslot relay`: run a relay in the foreground until SIGINT or SIGTERM; `relay status`
-//! and `relay stop` for the one this home runs in the background.
+//! and `relay stop` for the one this home runs in the background; `relay invite` for a relay
+//! that registers by invite only.
 
 use std::net::SocketAddr;
 use std::path::PathBuf;
@@ -8,7 +9,7 @@ use serde::Serialize;
 
 use super::local_relay::{self, RelayFiles};
 use super::{Ctx, output};
-use crate::relay::{Relay, RelayConfig};
+use crate::relay::{Relay, RelayConfig, make_invites};
 
 /// Flags for `mailslot relay`.
 #[derive(Debug, clap::Args)]
@@ -38,6 +39,16 @@ pub enum RelayAction {
     Status,
     /// Stop this home's relay (SIGTERM, waits for it to finish)
     Stop,
+    /// Make single-use invites for a relay with `registration = "closed"` (prints them once;
+    /// the relay keeps only their digests). Works beside a running relay.
+    Invite {
+        /// The relay's database [default: <home>/relay/relay.db]
+        #[arg(long, value_name = "PATH")]
+        db: Option<PathBuf>,
+        /// How many
+        #[arg(long, default_value_t = 1, value_parser = clap::value_parser!(u32).range(1..=1000))]
+        count: u32,
+    },
 }
 
 /// How logs are written.
@@ -82,8 +93,31 @@ pub(super) fn run(ctx: &Ctx, args: RelayArgs) -> anyhow::Result<()> {
             }
             Ok(())
         }
+        Some(RelayAction::Invite { db: chosen, count }) => {
+            invite(ctx, &chosen.unwrap_or(db), count)
+        }
         None => serve(args, db),
     }
+}
+
+#[derive(Serialize)]
+struct Invites {
+    db: String,
+    invites: Vec<String>,
+}
+
+fn invite(ctx: &Ctx, db: &std::path::Path, count: u32) -> anyhow::Result<()> {
+    let tokens = make_invites(db, count)?;
+    let report = Invites {
+        db: db.display().to_string(),
+        invites: tokens.iter().map(|t| t.expose().to_owned()).collect(),
+    };
+    output::emit(ctx.json, &report, |r| {
+        format!(
+            "{}\nEach invite registers one new agent, once: `mailslot --agent NAME register --invite TOKEN` (they are shown only now).",
+            r.invites.join("\n")
+        )
+    })
 }
 
 fn serve(args: RelayArgs, db: PathBuf) -> anyhow::Result<()> {

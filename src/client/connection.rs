@@ -14,8 +14,8 @@ use super::{ClientError, RelayUrl, refusal};
 use crate::crypto::sign::{self, Domain};
 use crate::crypto::{Identity, Owner};
 use crate::protocol::{
-    AgentName, ClientFrame, ErrorCode, FRAME_OVERHEAD, Limits, MessageId, OwnerAct, OwnerKey,
-    PROTOCOL_VERSION, PublicKeys, SealedEnvelope, Seq, ServerFrame, hello_payload,
+    AgentName, ClientFrame, ErrorCode, FRAME_OVERHEAD, InviteToken, Limits, MessageId, OwnerAct,
+    OwnerKey, PROTOCOL_VERSION, PublicKeys, SealedEnvelope, Seq, ServerFrame, hello_payload,
 };
 
 /// How long to wait for the relay to answer the connection or a request.
@@ -52,7 +52,7 @@ impl Connection {
         identity: &Identity,
         owner: Option<OwnerKey>,
     ) -> Result<Self, ClientError> {
-        Self::open(url, agent, identity, owner, false).await
+        Self::open(url, agent, identity, owner, None, false).await
     }
 
     /// Like [`Connection::connect`], but a control connection: requests only (sends, lookups,
@@ -64,7 +64,19 @@ impl Connection {
         identity: &Identity,
         owner: Option<OwnerKey>,
     ) -> Result<Self, ClientError> {
-        Self::open(url, agent, identity, owner, true).await
+        Self::open(url, agent, identity, owner, None, true).await
+    }
+
+    /// Like [`Connection::connect_control`], offering `invite` in case the agent's name is new
+    /// and the relay registers by invite only (the invite is used up only then).
+    pub async fn register(
+        url: &RelayUrl,
+        agent: &AgentName,
+        identity: &Identity,
+        owner: Option<OwnerKey>,
+        invite: Option<InviteToken>,
+    ) -> Result<Self, ClientError> {
+        Self::open(url, agent, identity, owner, invite, true).await
     }
 
     async fn open(
@@ -72,6 +84,7 @@ impl Connection {
         agent: &AgentName,
         identity: &Identity,
         owner: Option<OwnerKey>,
+        invite: Option<InviteToken>,
         control: bool,
     ) -> Result<Self, ClientError> {
         let unreachable = |reason: String| ClientError::Unreachable {
@@ -123,6 +136,7 @@ impl Connection {
             register: Some(register),
             control,
             owner,
+            invite,
         })
         .await?;
         conn.relay = relay;

@@ -10,3 +10,10 @@ pub mod sign;
 pub use identity::{Identity, KeyFileError, PublicIdentity};
 pub use owner::{Owner, OwnerKeyError, Passphrase};
 pub use seal::{OpenError, SealError, open, seal};
+
+/// The SHA-256 of `bytes`: what a relay keeps of a secret it must recognise but not hold (an
+/// invite token).
+pub fn digest(bytes: &[u8]) -> [u8; 32] {
+    use sha2::Digest;
+    sha2::Sha256::digest(bytes).into()
+}

@@ -6,8 +6,8 @@ use serde::{Deserialize, Serialize};
 use jiff::Timestamp;
 
 use super::{
-    AgentName, ConsentEvent, MessageId, OwnerAct, OwnerKey, Policy, PublicKeys, RequestCode,
-    RequestView, SealedEnvelope, b64,
+    AgentName, ConsentEvent, InviteToken, MessageId, OwnerAct, OwnerKey, Policy, PublicKeys,
+    RequestCode, RequestView, SealedEnvelope, b64,
 };
 
 /// The protocol version this build speaks.
@@ -159,6 +159,10 @@ pub enum ClientFrame {
         /// once one is registered, which only the owner key itself can replace.
         #[serde(default, skip_serializing_if = "Option::is_none")]
         owner: Option<OwnerKey>,
+        /// An invite from the relay's operator, used up by registering a new name on a relay
+        /// that registers by invite only.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        invite: Option<InviteToken>,
     },
     /// Store and forward an envelope.
     Send {
@@ -441,6 +445,10 @@ pub enum ErrorCode {
     OwnerRequired,
     /// A consent change not signed by the agent's owner key.
     NotOwner,
+    /// The relay registers new names by invite only, and none came.
+    RegistrationClosed,
+    /// The invite is unknown or already used.
+    BadInvite,
     /// The relay failed; retry later.
     Internal,
 }
@@ -472,6 +480,8 @@ impl ErrorCode {
             ErrorCode::BadCode => "bad_code",
             ErrorCode::OwnerRequired => "owner_required",
             ErrorCode::NotOwner => "not_owner",
+            ErrorCode::RegistrationClosed => "registration_closed",
+            ErrorCode::BadInvite => "bad_invite",
             ErrorCode::Internal => "internal",
         }
     }

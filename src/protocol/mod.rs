@@ -9,6 +9,7 @@ mod error;
 mod fingerprint;
 mod frames;
 mod ids;
+mod invite;
 mod keys;
 mod limits;
 mod message;
@@ -24,6 +25,7 @@ pub use frames::{
     PROTOCOL_VERSION, Seq, ServerFrame, hello_payload, register_payload,
 };
 pub use ids::{MemoryId, MessageId, ThreadId};
+pub use invite::InviteToken;
 pub use keys::PublicKeys;
 pub use limits::Limits;
 pub use message::{Attachment, Message, now_millis};

@@ -54,6 +54,7 @@ pub async fn authenticate<S: Storage>(
         register,
         control,
         owner,
+        invite,
     }) = serde_json::from_str::<ClientFrame>(&text)
     else {
         return Err(auth(
@@ -106,15 +107,21 @@ pub async fn authenticate<S: Storage>(
         ));
     }
     if new {
-        super::registration::admit(state, ip).map_err(|r| auth(r.code, r.message))?;
+        let invite = super::registration::admit(state, ip, invite.as_ref())
+            .map_err(|r| auth(r.code, r.message))?;
         match state
             .storage
-            .register(agent.clone(), keys)
+            .register(agent.clone(), keys, invite)
             .await
             .map_err(internal)?
         {
             // Someone else registered the name between the check and now.
             Registration::NameTaken => return Err(taken()),
+            Registration::BadInvite => {
+                state.metrics.refuse_registration("invite");
+                let message = super::registration::BAD_INVITE.into();
+                return Err(auth(ErrorCode::BadInvite, message));
+            }
             Registration::Created => tracing::info!(%agent, "registered"),
             Registration::Unchanged => {}
         }

@@ -35,6 +35,16 @@ pub enum RelayConfigError {
     },
 }
 
+/// Who may register a new name.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum RegistrationMode {
+    /// Anyone, first come first served (within the per-IP rate).
+    Open,
+    /// Only with an unused invite from the operator.
+    Closed,
+}
+
 /// Everything a relay can be told. Durations are in seconds, sizes in bytes.
 #[derive(Debug, Clone, PartialEq, Deserialize)]
 #[serde(default, deny_unknown_fields)]
@@ -64,6 +74,9 @@ pub struct RelayConfig {
     pub send_rate: f64,
     /// Sends an agent may burst above the rate.
     pub send_burst: f64,
+    /// Who may register a new name: anyone (`open`), or only with an invite from the
+    /// operator (`closed`; `mailslot relay invite`).
+    pub registration: RegistrationMode,
     /// New names one client IP may register per hour, sustained.
     pub registrations_per_hour: f64,
     /// New names one client IP may register at once above that rate.
@@ -110,6 +123,7 @@ impl Default for RelayConfig {
             quota_bytes: 256 * 1024 * 1024,
             send_rate: 100.0,
             send_burst: 1000.0,
+            registration: RegistrationMode::Open,
             registrations_per_hour: 60.0,
             registration_burst: 100.0,
             max_connections: None,

@@ -18,7 +18,9 @@ use super::state::RelayState;
 use super::storage::{Registration, Storage};
 use crate::crypto::PublicIdentity;
 use crate::crypto::sign::{self, Domain};
-use crate::protocol::{AgentName, ErrorCode, Fingerprint, PublicKeys, b64, register_payload};
+use crate::protocol::{
+    AgentName, ErrorCode, Fingerprint, InviteToken, PublicKeys, b64, register_payload,
+};
 
 /// Bytes each socket reads at a time (tungstenite grows the read buffer for larger frames).
 const SOCKET_BUFFER: usize = 4 * 1024;
@@ -87,6 +89,9 @@ struct RegisterRequest {
     keys: PublicKeys,
     #[serde(with = "b64")]
     signature: Vec<u8>,
+    /// An invite, for a relay that registers by invite only.
+    #[serde(default)]
+    invite: Option<InviteToken>,
 }
 
 /// An agent's public record.
@@ -138,11 +143,15 @@ async fn register<S: Storage>(
         keys: req.keys.clone(),
         fingerprint: identity.fingerprint(),
     };
-    // Only a new name takes from the IP's allowance.
-    match state.storage.keys(req.name.clone()).await {
-        Ok(Some(_)) => {}
-        Ok(None) => {
-            if let Err(refused) = super::registration::admit(&state, peer.ip()) {
+    // Only a new name takes from the IP's allowance (and needs an invite on a closed relay).
+    let invite = match state.storage.keys(req.name.clone()).await {
+        Ok(Some(_)) => None,
+        Ok(None) => match super::registration::admit(&state, peer.ip(), req.invite.as_ref()) {
+            Ok(invite) => invite,
+            Err(refused) if refused.code == ErrorCode::RegistrationClosed => {
+                return error(StatusCode::FORBIDDEN, refused.code, refused.message);
+            }
+            Err(refused) => {
                 let mut response =
                     error(StatusCode::TOO_MANY_REQUESTS, refused.code, refused.message);
                 if let Some(wait) = refused.retry
@@ -152,7 +161,7 @@ async fn register<S: Storage>(
                 }
                 return response;
             }
-        }
+        },
         Err(e) => {
             return error(
                 StatusCode::SERVICE_UNAVAILABLE,
@@ -160,8 +169,12 @@ async fn register<S: Storage>(
                 e.to_string(),
             );
         }
-    }
-    match state.storage.register(req.name.clone(), req.keys).await {
+    };
+    match state
+        .storage
+        .register(req.name.clone(), req.keys, invite)
+        .await
+    {
         Ok(Registration::Created) => {
             state.remember_registered(&req.name);
             (StatusCode::CREATED, Json(record)).into_response()
@@ -172,6 +185,14 @@ async fn register<S: Storage>(
             ErrorCode::NameTaken,
             format!("{} is registered with other keys", req.name),
         ),
+        Ok(Registration::BadInvite) => {
+            state.metrics.refuse_registration("invite");
+            error(
+                StatusCode::FORBIDDEN,
+                ErrorCode::BadInvite,
+                super::registration::BAD_INVITE,
+            )
+        }
         Err(e) => error(
             StatusCode::SERVICE_UNAVAILABLE,
             ErrorCode::Internal,

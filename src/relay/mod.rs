@@ -26,7 +26,8 @@ use tokio::net::TcpListener;
 use tokio::sync::watch;
 use tokio::task::JoinHandle;
 
-pub use config::{RelayConfig, RelayConfigError};
+pub use config::{RegistrationMode, RelayConfig, RelayConfigError};
+pub use registration::make_invites;
 use state::RelayState;
 use storage::{SqliteStorage, Storage, StorageError};
 

@@ -578,8 +578,8 @@ mod tests {
     use crate::crypto::sign::{Domain, signature};
     use crate::protocol::{MessageId, OwnerKey, Policy, PublicKeys, hello_payload};
     use crate::relay::storage::{
-        Accepted, CommitListener, ConsentChange, ConsentOutcome, ConsentState, Copy, Pending,
-        Queued, Quota, Registration, SqliteStorage, StorageError, StorageMetrics,
+        Accepted, CommitListener, ConsentChange, ConsentOutcome, ConsentState, Copy, InviteDigest,
+        Pending, Queued, Quota, Registration, SqliteStorage, StorageError, StorageMetrics,
     };
     use crate::relay::{Relay, RelayConfig};
 
@@ -617,8 +617,9 @@ mod tests {
             &self,
             name: AgentName,
             keys: PublicKeys,
+            invite: Option<InviteDigest>,
         ) -> Result<Registration, StorageError> {
-            self.inner.register(name, keys).await
+            self.inner.register(name, keys, invite).await
         }
         async fn keys(&self, name: AgentName) -> Result<Option<PublicKeys>, StorageError> {
             self.inner.keys(name).await
@@ -735,6 +736,7 @@ mod tests {
             register: Some(identity.public().to_keys()),
             control: false,
             owner: None,
+            invite: None,
         };
         let text = serde_json::to_string(&hello).unwrap();
         ws.send(WsMessage::Text(text.into())).await.unwrap();
@@ -753,7 +755,7 @@ mod tests {
         let bob = AgentName::new("bob").unwrap();
         let identity = Identity::generate();
         let keys = identity.public().to_keys();
-        storage.register(bob.clone(), keys).await.unwrap();
+        storage.register(bob.clone(), keys, None).await.unwrap();
         let stored = storage
             .accept(
                 AgentName::new("alice").unwrap(),

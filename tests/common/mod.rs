@@ -69,6 +69,14 @@ impl TestRelay {
         }
     }
 
+    /// The relay's database file.
+    pub fn db(&self) -> std::path::PathBuf {
+        self.config
+            .db
+            .clone()
+            .expect("test relays have a database file")
+    }
+
     /// Shuts the relay down, keeping its address and database for [`StoppedRelay::restart`].
     pub async fn stop(self) -> StoppedRelay {
         let config = RelayConfig {
@@ -240,6 +248,7 @@ pub fn hello(agent: &TestAgent, relay_id: &str, nonce: &[u8]) -> ClientFrame {
         register: Some(agent.identity.public().to_keys()),
         control: false,
         owner: None,
+        invite: None,
     }
 }
 

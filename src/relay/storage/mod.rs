@@ -42,7 +42,12 @@ pub enum Registration {
     Unchanged,
     /// The name is bound to other keys; nothing changed.
     NameTaken,
+    /// The invite is unknown or used; nothing changed.
+    BadInvite,
 }
+
+/// The SHA-256 digest of an invite token: all a relay keeps of it.
+pub type InviteDigest = [u8; 32];
 
 /// One recipient's copy of an envelope, serialized.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -285,11 +290,14 @@ pub trait Storage: Send + Sync + 'static {
     /// The series this storage records its writes in.
     fn metrics(&self) -> &StorageMetrics;
 
-    /// Binds `name` to `keys`, first come first served.
+    /// Binds `name` to `keys`, first come first served. With `invite` (the digest of an invite
+    /// token), a new name uses the invite up in the same write, and is refused without a
+    /// valid unused one.
     fn register(
         &self,
         name: AgentName,
         keys: PublicKeys,
+        invite: Option<InviteDigest>,
     ) -> impl Future<Output = Result<Registration, StorageError>> + Send;
 
     /// The keys registered for `name`.

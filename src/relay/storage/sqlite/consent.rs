@@ -5,12 +5,15 @@ use rusqlite::{Connection, OptionalExtension, params};
 
 use super::now_ms;
 use crate::protocol::{AgentName, OwnerKey, Policy, PublicKeys, RequestCode, RequestView};
-use crate::relay::storage::{ConsentChange, ConsentOutcome, Registration, StorageError};
+use crate::relay::storage::{
+    ConsentChange, ConsentOutcome, InviteDigest, Registration, StorageError,
+};
 
 pub(super) fn register(
     tx: &rusqlite::Transaction<'_>,
     name: &AgentName,
     keys: &PublicKeys,
+    invite: Option<&InviteDigest>,
 ) -> Result<Registration, StorageError> {
     let existing: Option<(Vec<u8>, Vec<u8>)> = tx
         .query_row(
@@ -21,6 +24,15 @@ pub(super) fn register(
         .optional()?;
     Ok(match existing {
         None => {
+            if let Some(digest) = invite {
+                let used = tx.execute(
+                    "UPDATE invites SET used_by = ?2, used_at = ?3 WHERE digest = ?1 AND used_by IS NULL",
+                    params![digest.as_slice(), name.as_str(), now_ms()],
+                )?;
+                if used == 0 {
+                    return Ok(Registration::BadInvite);
+                }
+            }
             tx.execute(
                 "INSERT INTO agents (name, signing, sealing, registered_at) VALUES (?1, ?2, ?3, ?4)",
                 params![name.as_str(), keys.signing.as_slice(), keys.sealing.as_slice(), now_ms()],

@@ -23,8 +23,8 @@ use self::queue::{AcceptOp, QueueIndex};
 use self::sync::Syncing;
 use self::writer::{Batch, Op, WriteQueue};
 use super::{
-    Accepted, CommitListener, ConsentChange, ConsentOutcome, ConsentState, Copy, Pending, Queued,
-    Quota, Registration, Storage, StorageError, StorageMetrics,
+    Accepted, CommitListener, ConsentChange, ConsentOutcome, ConsentState, Copy, InviteDigest,
+    Pending, Queued, Quota, Registration, Storage, StorageError, StorageMetrics,
 };
 use crate::protocol::{AgentName, MessageId, OwnerKey, Policy, PublicKeys, Seq};
 
@@ -85,6 +85,35 @@ fn now_ms() -> i64 {
 }
 
 impl SqliteStorage {
+    /// Adds invites (their digests) to the database at `path`, beside a running relay or
+    /// without one; the database must exist with the current schema.
+    pub fn add_invites(path: &Path, digests: &[InviteDigest]) -> Result<(), StorageError> {
+        if !path.exists() {
+            return Err(StorageError::Database(format!(
+                "{} does not exist; start the relay with it once, then make invites",
+                path.display()
+            )));
+        }
+        let mut conn = open(path)?;
+        let version = conn.query_row("PRAGMA user_version", [], |r| r.get::<_, i64>(0))? as usize;
+        if version != schema::MIGRATIONS.len() {
+            return Err(StorageError::Database(format!(
+                "{} has schema {version}, this build {}: start the relay with it once (it brings the schema up to date), then make invites",
+                path.display(),
+                schema::MIGRATIONS.len()
+            )));
+        }
+        let tx = conn.transaction_with_behavior(TransactionBehavior::Immediate)?;
+        for digest in digests {
+            tx.execute(
+                "INSERT INTO invites (digest, created_at) VALUES (?1, ?2)",
+                params![digest.as_slice(), now_ms()],
+            )?;
+        }
+        tx.commit()?;
+        Ok(())
+    }
+
     /// Opens (creating or migrating) the database and its spool, loads the queue index and
     /// starts the writer, syncer and checkpoint threads.
     pub fn open(path: &Path) -> Result<Self, StorageError> {
@@ -242,8 +271,9 @@ impl Storage for SqliteStorage {
         &self,
         name: AgentName,
         keys: PublicKeys,
+        invite: Option<InviteDigest>,
     ) -> Result<Registration, StorageError> {
-        self.write(move |tx| consent::register(tx, &name, &keys))
+        self.write(move |tx| consent::register(tx, &name, &keys, invite.as_ref()))
             .await
     }
 

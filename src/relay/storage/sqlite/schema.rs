@@ -129,6 +129,16 @@ DELETE FROM meta WHERE key = 'seq_high';
 -- owner registers one, first come, and then replaceable only with a signature by it.
 ALTER TABLE agents ADD COLUMN owner BLOB;
 "#,
+    r#"
+-- Invites for a relay that registers by invite only: the SHA-256 of each token (the token
+-- itself is never stored), and who used it.
+CREATE TABLE invites (
+    digest     BLOB PRIMARY KEY,
+    created_at INTEGER NOT NULL,
+    used_by    TEXT,
+    used_at    INTEGER
+) STRICT;
+"#,
 ];
 
 /// The last schema with the `queue` table: a database at or below it has its queue moved to
