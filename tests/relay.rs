@@ -865,3 +865,116 @@ async fn a_closed_relay_registers_new_names_by_invite_only() {
         }
     }
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_agent_retires_its_name_and_it_is_free_after_the_grace() {
+    let relay = TestRelay::start(|_| {}).await;
+    let (alice, bob) = (TestAgent::new("alice"), TestAgent::new("bob"));
+    bob.sync(&relay).await;
+    let queued = alice
+        .send(&relay, alice.message(&[&bob], "one", "for old bob"))
+        .await;
+    assert_eq!(queued.sent.len(), 1);
+
+    // Only bob's own key, for this connection, retires bob.
+    let mut conn =
+        mailslot::client::Connection::connect_control(&relay.url, &bob.name, &bob.identity, None)
+            .await
+            .unwrap();
+    let (mut ws, relay_id, nonce) = raw_connect(&relay).await;
+    raw_send(&mut ws, &hello(&bob, &relay_id, &nonce)).await;
+    assert!(matches!(
+        raw_recv(&mut ws).await,
+        Some(ServerFrame::Welcome { .. })
+    ));
+    let forged = mailslot::crypto::sign::signature(
+        &alice.identity,
+        mailslot::crypto::sign::Domain::Retire,
+        &mailslot::protocol::retire_payload(&relay_id, &nonce, &bob.name),
+    );
+    raw_send(
+        &mut ws,
+        &ClientFrame::Retire {
+            reference: "x".into(),
+            signature: forged.to_vec(),
+        },
+    )
+    .await;
+    assert_eq!(next_error(&mut ws).await.unwrap().0, ErrorCode::AuthFailed);
+    let detail = conn.retire(&bob.identity).await.unwrap();
+    assert!(
+        detail.contains("free again after") && detail.contains("1 queued message"),
+        "{detail}"
+    );
+    conn.close().await;
+
+    // Held: unknown to lookups and sends, and nobody (bob included) takes the name.
+    let mut a = alice.connect(&relay).await;
+    let err = a
+        .call(|r| ClientFrame::Lookup {
+            reference: r,
+            agent: bob.name.clone(),
+        })
+        .await
+        .unwrap_err();
+    assert!(matches!(
+        err,
+        mailslot::client::ClientError::Refused {
+            code: ErrorCode::UnknownAgent,
+            ..
+        }
+    ));
+    a.close().await;
+    let refused = alice
+        .send(&relay, alice.message(&[&bob], "two", "anyone?"))
+        .await;
+    assert!(
+        refused.not_sent[0].1.contains("unknown_recipient"),
+        "{:?}",
+        refused.not_sent
+    );
+    let newcomer = TestAgent::new("bob");
+    let err =
+        mailslot::client::Connection::connect(&relay.url, &newcomer.name, &newcomer.identity, None)
+            .await
+            .err()
+            .expect("the name is held");
+    assert!(
+        matches!(&err, mailslot::client::ClientError::Refused { code: ErrorCode::NameRetired, message, .. } if message.contains("free again after")),
+        "{err:?}"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_retired_name_is_taken_afresh_after_its_grace() {
+    let relay = TestRelay::start(|c| c.retired_name_days = 0).await;
+    let (alice, bob) = (TestAgent::new("alice"), TestAgent::new("bob"));
+    bob.sync(&relay).await;
+    alice
+        .send(&relay, alice.message(&[&bob], "old", "for old bob"))
+        .await;
+    let mut conn = bob.connect(&relay).await;
+    conn.retire(&bob.identity).await.unwrap();
+    conn.close().await;
+    // A new agent takes the name with other keys: none of the old bob's mail, contacts or
+    // owner key come with it.
+    let newcomer = TestAgent::new("bob");
+    let conn = newcomer.connect(&relay).await;
+    assert_eq!(conn.waiting(), 0, "the old bob's mail was dropped");
+    assert_eq!(conn.owner(), Some(&newcomer.owner.public()));
+    conn.close().await;
+    assert!(newcomer.sync(&relay).await.received.is_empty());
+
+    // `mailslot retire` wants a person at a terminal.
+    let home = tempfile::tempdir().unwrap();
+    let out = std::process::Command::new(env!("CARGO_BIN_EXE_mailslot"))
+        .args(["--agent", "carol", "retire"])
+        .env_clear()
+        .env("MAILSLOT_HOME", home.path())
+        .env("MAILSLOT_RELAY", relay.url.as_str())
+        .stdin(std::process::Stdio::null())
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(1));
+    assert!(String::from_utf8_lossy(&out.stderr).contains("terminal"));
+}

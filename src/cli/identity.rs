@@ -1,4 +1,5 @@
-//! `init`, `register`, `whoami`, `doing`, `status`: who the agent is and how its store looks.
+//! `init`, `register`, `retire`, `whoami`, `doing`, `status`: who the agent is and how its
+//! store looks.
 
 use serde::Serialize;
 
@@ -66,6 +67,46 @@ pub(super) fn register(ctx: &Ctx, invite: Option<InviteToken>) -> anyhow::Result
             r.agent, r.relay, r.fingerprint
         )
     })
+}
+
+/// Gives up the agent's name on the relay, after the person at the terminal types it.
+pub(super) fn retire(ctx: &Ctx) -> anyhow::Result<()> {
+    use std::io::{BufRead, IsTerminal, Write};
+    let stdin = std::io::stdin();
+    if !stdin.is_terminal() {
+        anyhow::bail!(
+            "retire needs a person at a terminal: run `mailslot retire` yourself in an interactive shell"
+        );
+    }
+    let agent = ctx.open_agent()?;
+    let url = ctx.relay_url()?;
+    let mut err = std::io::stderr();
+    write!(
+        err,
+        "This gives up the name {name} on {url}: its contacts, requests and waiting mail go, and the name is held for a while, then anyone may take it. Type {name} to confirm: ",
+        name = agent.name
+    )?;
+    err.flush()?;
+    let mut typed = String::new();
+    stdin.lock().read_line(&mut typed)?;
+    if typed.trim() != agent.name.as_str() {
+        anyhow::bail!("not retired");
+    }
+    let detail = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()?
+        .block_on(async {
+            let mut conn =
+                Connection::connect_control(&url, &agent.name, &agent.identity, None).await?;
+            let detail = conn.retire(&agent.identity).await;
+            conn.close().await;
+            anyhow::Ok(detail?)
+        })?;
+    println!(
+        "{detail}\nThe folder {} keeps its keys and mail; delete it when you no longer need them.",
+        agent.dir.display()
+    );
+    Ok(())
 }
 
 pub(super) fn whoami(ctx: &Ctx, set: Option<String>) -> anyhow::Result<()> {

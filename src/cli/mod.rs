@@ -62,6 +62,8 @@ pub struct Cli {
 pub enum Command {
     /// Create the agent's keys and store (done automatically on first use)
     Init,
+    /// Give up the agent's name on the relay (interactive: asks you to type the name)
+    Retire,
     /// Register the agent's name with the relay now (a relay with closed registration needs
     /// an invite from its operator)
     Register {
@@ -378,6 +380,7 @@ fn dispatch(cli: Cli) -> anyhow::Result<ExitCode> {
     let done = match cli.command {
         Command::Init => identity::init(&ctx),
         Command::Register { invite } => identity::register(&ctx, invite),
+        Command::Retire => identity::retire(&ctx),
         Command::Whoami { set } => identity::whoami(&ctx, set),
         Command::Doing { set } => identity::doing(&ctx, set),
         Command::Status => identity::status(&ctx),

@@ -16,6 +16,7 @@ use crate::crypto::{Identity, Owner};
 use crate::protocol::{
     AgentName, ClientFrame, ErrorCode, FRAME_OVERHEAD, InviteToken, Limits, MessageId, OwnerAct,
     OwnerKey, PROTOCOL_VERSION, PublicKeys, SealedEnvelope, Seq, ServerFrame, hello_payload,
+    retire_payload,
 };
 
 /// How long to wait for the relay to answer the connection or a request.
@@ -173,6 +174,25 @@ impl Connection {
     /// The owner key the relay holds for the agent (as of the welcome).
     pub fn owner(&self) -> Option<&OwnerKey> {
         self.owner.as_ref()
+    }
+
+    /// Gives up the agent's name on the relay, signed with its key for this connection; the
+    /// relay's answer says until when the name stays held.
+    pub async fn retire(&mut self, identity: &Identity) -> Result<String, ClientError> {
+        let payload = retire_payload(&self.relay, &self.nonce, &self.agent);
+        let signature = sign::signature(identity, Domain::Retire, &payload).to_vec();
+        match self
+            .call(|reference| ClientFrame::Retire {
+                reference,
+                signature,
+            })
+            .await?
+        {
+            ServerFrame::Done { detail, .. } => Ok(detail),
+            other => Err(ClientError::Protocol(format!(
+                "expected done, got {other:?}"
+            ))),
+        }
     }
 
     /// The owner's signature over `act` for this connection; only good on it.

@@ -19,6 +19,8 @@ pub enum Domain {
     Register,
     /// A consent change signed by the agent's owner key.
     Owner,
+    /// An agent giving up its name.
+    Retire,
 }
 
 impl Domain {
@@ -28,6 +30,7 @@ impl Domain {
             Domain::Hello => b"mailslot/v1/hello\0",
             Domain::Register => b"mailslot/v1/register\0",
             Domain::Owner => b"mailslot/v1/owner\0",
+            Domain::Retire => b"mailslot/v1/retire\0",
         }
     }
 }

@@ -289,6 +289,16 @@ pub enum ClientFrame {
         #[serde(rename = "ref")]
         reference: String,
     },
+    /// Give up this agent's name: signed by the agent's key for this connection (see
+    /// `retire_payload`). The name is held for the relay's grace period, then free.
+    Retire {
+        /// Echoed in the answer.
+        #[serde(rename = "ref")]
+        reference: String,
+        /// Ed25519 signature by the agent's key over the retire domain and `retire_payload`.
+        #[serde(with = "b64")]
+        signature: Vec<u8>,
+    },
     /// Ask for this agent's consent state.
     Consent {
         /// Echoed in the answer.
@@ -315,6 +325,7 @@ impl ClientFrame {
             | ClientFrame::SetOwner { reference, .. }
             | ClientFrame::SetListing { reference, .. }
             | ClientFrame::Directory { reference, .. }
+            | ClientFrame::Retire { reference, .. }
             | ClientFrame::Consent { reference } => Some(reference),
             ClientFrame::Hello { .. } | ClientFrame::Ack { .. } | ClientFrame::Ping {} => None,
         }
@@ -449,6 +460,8 @@ pub enum ErrorCode {
     RegistrationClosed,
     /// The invite is unknown or already used.
     BadInvite,
+    /// The name was retired; it is held for a grace period, then free.
+    NameRetired,
     /// The relay failed; retry later.
     Internal,
 }
@@ -482,6 +495,7 @@ impl ErrorCode {
             ErrorCode::NotOwner => "not_owner",
             ErrorCode::RegistrationClosed => "registration_closed",
             ErrorCode::BadInvite => "bad_invite",
+            ErrorCode::NameRetired => "name_retired",
             ErrorCode::Internal => "internal",
         }
     }
@@ -499,6 +513,15 @@ pub fn hello_payload(relay: &str, nonce: &[u8]) -> Vec<u8> {
     bytes.extend_from_slice(relay.as_bytes());
     bytes.push(0);
     bytes.extend_from_slice(nonce);
+    bytes
+}
+
+/// The bytes a `retire` signs: the connection's challenge and the agent, so it is good on
+/// this connection, for this name, only.
+pub fn retire_payload(relay: &str, nonce: &[u8], agent: &AgentName) -> Vec<u8> {
+    let mut bytes = hello_payload(relay, nonce);
+    bytes.push(0);
+    bytes.extend_from_slice(agent.as_str().as_bytes());
     bytes
 }
 

@@ -22,7 +22,7 @@ pub use error::ValidationError;
 pub use fingerprint::{FINGERPRINT_BYTES, Fingerprint};
 pub use frames::{
     ClientFrame, DirectoryEntry, ErrorCode, FRAME_OVERHEAD, MAX_DESCRIPTION_CHARS, MAX_REF_CHARS,
-    PROTOCOL_VERSION, Seq, ServerFrame, hello_payload, register_payload,
+    PROTOCOL_VERSION, Seq, ServerFrame, hello_payload, register_payload, retire_payload,
 };
 pub use ids::{MemoryId, MessageId, ThreadId};
 pub use invite::InviteToken;

@@ -117,6 +117,7 @@ pub async fn authenticate<S: Storage>(
         {
             // Someone else registered the name between the check and now.
             Registration::NameTaken => return Err(taken()),
+            Registration::Retired(until) => return Err(retired(&agent, until)),
             Registration::BadInvite => {
                 state.metrics.refuse_registration("invite");
                 let message = super::registration::BAD_INVITE.into();
@@ -145,6 +146,14 @@ pub async fn authenticate<S: Storage>(
         }
     }
     Ok((agent, control))
+}
+
+fn retired(agent: &AgentName, until_ms: i64) -> Ending {
+    Ending {
+        code: ErrorCode::NameRetired,
+        message: super::retire::held_until(agent, until_ms),
+        close: close::AUTH,
+    }
 }
 
 /// Sends the welcome with the number of messages waiting and the agent's owner key. Called once the session has its

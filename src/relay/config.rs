@@ -77,6 +77,8 @@ pub struct RelayConfig {
     /// Who may register a new name: anyone (`open`), or only with an invite from the
     /// operator (`closed`; `mailslot relay invite`).
     pub registration: RegistrationMode,
+    /// Days a retired name stays held (answering as unknown) before anyone may take it.
+    pub retired_name_days: u64,
     /// New names one client IP may register per hour, sustained.
     pub registrations_per_hour: f64,
     /// New names one client IP may register at once above that rate.
@@ -124,6 +126,7 @@ impl Default for RelayConfig {
             send_rate: 100.0,
             send_burst: 1000.0,
             registration: RegistrationMode::Open,
+            retired_name_days: 30,
             registrations_per_hour: 60.0,
             registration_burst: 100.0,
             max_connections: None,

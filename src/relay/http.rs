@@ -185,6 +185,11 @@ async fn register<S: Storage>(
             ErrorCode::NameTaken,
             format!("{} is registered with other keys", req.name),
         ),
+        Ok(Registration::Retired(until)) => error(
+            StatusCode::CONFLICT,
+            ErrorCode::NameRetired,
+            super::retire::held_until(&req.name, until),
+        ),
         Ok(Registration::BadInvite) => {
             state.metrics.refuse_registration("invite");
             error(

@@ -12,6 +12,7 @@ mod limits;
 mod listener;
 mod metrics;
 mod registration;
+mod retire;
 mod session;
 mod state;
 pub mod storage;

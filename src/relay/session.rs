@@ -554,12 +554,15 @@ async fn handle<S: Storage>(
             Ok(answer) => answer,
             Err(other) => match super::directory::handle(state, agent, other).await {
                 Ok(answer) => answer,
-                Err(unhandled) => error_frame(
-                    None,
-                    ErrorCode::UnexpectedFrame,
-                    format!("unexpected frame {unhandled:?}"),
-                    None,
-                ),
+                Err(other) => match super::retire::handle(state, agent, nonce, other).await {
+                    Ok(answer) => answer,
+                    Err(unhandled) => error_frame(
+                        None,
+                        ErrorCode::UnexpectedFrame,
+                        format!("unexpected frame {unhandled:?}"),
+                        None,
+                    ),
+                },
             },
         },
     })
@@ -626,6 +629,9 @@ mod tests {
         }
         async fn owner(&self, name: AgentName) -> Result<Option<OwnerKey>, StorageError> {
             self.inner.owner(name).await
+        }
+        async fn retire(&self, name: AgentName, until_ms: i64) -> Result<bool, StorageError> {
+            self.inner.retire(name, until_ms).await
         }
         async fn set_owner(
             &self,

@@ -35,7 +35,7 @@ pub struct RelayState<S> {
     pub connections: Arc<ConnectionLimiter>,
     /// Flips to `true` when the relay shuts down.
     pub shutdown: watch::Receiver<bool>,
-    /// Names known to be registered; registrations are never removed, so this only grows.
+    /// Names known to be registered (a retired name is taken out).
     known: Mutex<HashSet<AgentName>>,
 }
 
@@ -91,6 +91,14 @@ impl<S: Storage> RelayState<S> {
             .lock()
             .unwrap_or_else(|e| e.into_inner())
             .insert(name.clone());
+    }
+
+    /// Forgets a name that was retired.
+    pub fn forget_registered(&self, name: &AgentName) {
+        self.known
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .remove(name);
     }
 
     /// The agent name behind `address` if it lives on this relay.

@@ -44,6 +44,8 @@ pub enum Registration {
     NameTaken,
     /// The invite is unknown or used; nothing changed.
     BadInvite,
+    /// The name was retired and is held until then (Unix ms); nothing changed.
+    Retired(i64),
 }
 
 /// The SHA-256 digest of an invite token: all a relay keeps of it.
@@ -305,6 +307,15 @@ pub trait Storage: Send + Sync + 'static {
         &self,
         name: AgentName,
     ) -> impl Future<Output = Result<Option<PublicKeys>, StorageError>> + Send;
+
+    /// Retires `name` (its own request): until `until_ms` the name is held but answers as
+    /// unknown, then it is free; contacts, blocks, requests, listing and owner key go at once.
+    /// Returns whether there was such an agent. Mail still queued for it is the caller's.
+    fn retire(
+        &self,
+        name: AgentName,
+        until_ms: i64,
+    ) -> impl Future<Output = Result<bool, StorageError>> + Send;
 
     /// The owner key registered for `name`: the key its consent changes must be signed by.
     fn owner(

@@ -15,13 +15,23 @@ pub(super) fn register(
     keys: &PublicKeys,
     invite: Option<&InviteDigest>,
 ) -> Result<Registration, StorageError> {
-    let existing: Option<(Vec<u8>, Vec<u8>)> = tx
+    let existing: Option<(Vec<u8>, Vec<u8>, Option<i64>)> = tx
         .query_row(
-            "SELECT signing, sealing FROM agents WHERE name = ?1",
+            "SELECT signing, sealing, retired_until FROM agents WHERE name = ?1",
             [name.as_str()],
-            |r| Ok((r.get(0)?, r.get(1)?)),
+            |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?)),
         )
         .optional()?;
+    let existing = match existing {
+        Some((_, _, Some(until))) if until > now_ms() => return Ok(Registration::Retired(until)),
+        // Retired and past its grace: the name is free, and nothing of its past comes along.
+        Some((_, _, Some(_))) => {
+            tx.execute("DELETE FROM agents WHERE name = ?1", [name.as_str()])?;
+            None
+        }
+        Some((s, x, None)) => Some((s, x)),
+        None => None,
+    };
     Ok(match existing {
         None => {
             if let Some(digest) = invite {
@@ -42,6 +52,32 @@ pub(super) fn register(
         Some((s, x)) if s == keys.signing && x == keys.sealing => Registration::Unchanged,
         Some(_) => Registration::NameTaken,
     })
+}
+
+/// Retires `name` until `until_ms`: its keys stop answering lookups and hellos, and its
+/// contacts, blocks, requests, listing and owner key go; the row stays to hold the name.
+/// Returns whether there was such an agent.
+pub(super) fn retire(
+    tx: &rusqlite::Transaction<'_>,
+    name: &AgentName,
+    until_ms: i64,
+) -> Result<bool, StorageError> {
+    let changed = tx.execute(
+        "UPDATE agents SET retired_until = ?2, listing = NULL, owner = NULL, policy = NULL WHERE name = ?1 AND retired_until IS NULL",
+        params![name.as_str(), until_ms],
+    )?;
+    if changed == 0 {
+        return Ok(false);
+    }
+    tx.execute(
+        "DELETE FROM relations WHERE owner = ?1 OR peer = ?1",
+        [name.as_str()],
+    )?;
+    tx.execute(
+        "DELETE FROM contact_requests WHERE requester = ?1 OR target = ?1",
+        [name.as_str()],
+    )?;
+    Ok(true)
 }
 
 /// The owner key registered for `name`, if any.

@@ -280,7 +280,9 @@ impl Storage for SqliteStorage {
     async fn keys(&self, name: AgentName) -> Result<Option<PublicKeys>, StorageError> {
         self.read(move |conn| {
             let row: Option<(Vec<u8>, Vec<u8>)> = conn
-                .prepare_cached("SELECT signing, sealing FROM agents WHERE name = ?1")?
+                .prepare_cached(
+                    "SELECT signing, sealing FROM agents WHERE name = ?1 AND retired_until IS NULL",
+                )?
                 .query_row([name.as_str()], |r| Ok((r.get(0)?, r.get(1)?)))
                 .optional()?;
             row.map(|(s, x)| {
@@ -341,6 +343,14 @@ impl Storage for SqliteStorage {
 
     async fn expire(&self, now_ms: i64) -> Result<u64, StorageError> {
         self.enqueue(move |b| queue::expire(b, now_ms)).await
+    }
+
+    async fn retire(&self, name: AgentName, until_ms: i64) -> Result<bool, StorageError> {
+        self.enqueue(move |b| {
+            b.index.forget_rules();
+            consent::retire(b.tx, &name, until_ms)
+        })
+        .await
     }
 
     async fn owner(&self, name: AgentName) -> Result<Option<OwnerKey>, StorageError> {

@@ -139,6 +139,11 @@ CREATE TABLE invites (
     used_at    INTEGER
 ) STRICT;
 "#,
+    r#"
+-- Set when the agent retired its name: until then the name is held (it answers as unknown),
+-- after it the name is free.
+ALTER TABLE agents ADD COLUMN retired_until INTEGER;
+"#,
 ];
 
 /// The last schema with the `queue` table: a database at or below it has its queue moved to

@@ -1,0 +1,122 @@
+//! An agent gives up its name: signed by its own key for this connection, the name is held
+//! for `retired_name_days` (answering as unknown, so nobody can take it over while peers
+//! still know it), then free. Its contacts, blocks, requests, listing and owner key go at
+//! once, and so does the mail still queued for it: nobody may read it any more.
+
+use std::time::Duration;
+
+use super::state::RelayState;
+use super::storage::{Storage, StorageError};
+use super::wire::error_frame;
+use crate::crypto::PublicIdentity;
+use crate::crypto::sign::{self, Domain};
+use crate::protocol::{AgentName, ClientFrame, ErrorCode, ServerFrame, retire_payload};
+
+/// Queued copies read per round while the retired name's queue is emptied.
+const DRAIN_BATCH: usize = 256;
+
+/// The sentence for a name that is held after its retirement.
+pub fn held_until(agent: &AgentName, until_ms: i64) -> String {
+    let when = jiff::Timestamp::from_millisecond(until_ms)
+        .map(|t| t.strftime("%Y-%m-%d %H:%M UTC").to_string())
+        .unwrap_or_else(|_| "later".into());
+    format!("{agent} was retired on this relay; the name is free again after {when}")
+}
+
+/// Answers a `retire` from `agent` on the connection challenged with `nonce`; gives back
+/// other frames.
+pub async fn handle<S: Storage>(
+    state: &RelayState<S>,
+    agent: &AgentName,
+    nonce: &[u8],
+    frame: ClientFrame,
+) -> Result<ServerFrame, ClientFrame> {
+    let ClientFrame::Retire {
+        reference,
+        signature,
+    } = frame
+    else {
+        return Err(frame);
+    };
+    let internal = |e: StorageError| {
+        error_frame(
+            Some(reference.clone()),
+            ErrorCode::Internal,
+            format!("not retired: {e}"),
+            Some(Duration::from_secs(1)),
+        )
+    };
+    let keys = match state.storage.keys(agent.clone()).await {
+        Ok(Some(keys)) => keys,
+        Ok(None) => {
+            return Ok(error_frame(
+                Some(reference),
+                ErrorCode::UnknownAgent,
+                format!("{agent} is not registered here"),
+                None,
+            ));
+        }
+        Err(e) => return Ok(internal(e)),
+    };
+    let signed = PublicIdentity::try_from(keys).is_ok_and(|key| {
+        let payload = retire_payload(state.storage.relay_id(), nonce, agent);
+        sign::verify_detached(&key, Domain::Retire, &payload, &signature).is_ok()
+    });
+    if !signed {
+        return Ok(error_frame(
+            Some(reference),
+            ErrorCode::AuthFailed,
+            format!("the retire is not signed by {agent}'s key for this connection"),
+            None,
+        ));
+    }
+    let grace = jiff::SignedDuration::from_hours(24 * state.config.retired_name_days as i64);
+    let until = (jiff::Timestamp::now() + grace).as_millisecond();
+    match state.storage.retire(agent.clone(), until).await {
+        Ok(true) => {}
+        Ok(false) => {
+            return Ok(error_frame(
+                Some(reference),
+                ErrorCode::UnknownAgent,
+                format!("{agent} is not registered here"),
+                None,
+            ));
+        }
+        Err(e) => return Ok(internal(e)),
+    }
+    state.forget_registered(agent);
+    let dropped = match drop_queue(state, agent).await {
+        Ok(n) => n,
+        Err(e) => return Ok(internal(e)),
+    };
+    tracing::info!(%agent, dropped, "retired");
+    Ok(ServerFrame::Done {
+        reference,
+        detail: format!(
+            "{}; {dropped} queued message(s) for it were dropped",
+            held_until(agent, until)
+        ),
+    })
+}
+
+/// Acknowledges everything queued for `agent`, as its last session would have.
+async fn drop_queue<S: Storage>(
+    state: &RelayState<S>,
+    agent: &AgentName,
+) -> Result<u64, StorageError> {
+    let mut last = 0;
+    loop {
+        let batch = state
+            .storage
+            .pending(agent.clone(), last, DRAIN_BATCH)
+            .await?;
+        match batch.last() {
+            Some(q) => last = q.seq,
+            None => break,
+        }
+    }
+    if last == 0 {
+        return Ok(0);
+    }
+    state.storage.ack(agent.clone(), last).await
+}
