@@ -26,7 +26,8 @@ pub enum RecordKind {
 pub enum Loss {
     /// A queued copy is gone: its recipient never gets it.
     Copy,
-    /// Nothing: the copy was acknowledged already.
+    /// Nothing more: its recipient has acknowledged past it (acks are cumulative, so this is
+    /// also what a copy lost at an earlier start, and reported then, becomes).
     Delivered,
     /// Nothing: an intact record of the same copy is kept (compaction moved it).
     Kept,
@@ -92,7 +93,7 @@ impl std::fmt::Display for DamagedRecord {
         }
         let loss = match self.loss {
             Loss::Copy => "LOST: the recipient will never get it",
-            Loss::Delivered => "nothing lost: it was delivered and acknowledged",
+            Loss::Delivered => "no longer queued: its recipient acknowledged past it",
             Loss::Kept => "nothing lost: an intact record of it is kept",
             Loss::Expired => "nothing lost: it had expired",
             Loss::Redelivery => "acknowledged copies may be delivered again (clients drop repeats)",
@@ -144,21 +145,20 @@ impl SpoolReport {
 
     /// One line: how many segments and copies, and what is damaged.
     pub fn summary(&self) -> String {
-        let mut line = format!(
-            "{} segments, {} copies waiting",
-            self.segments, self.copies_waiting
+        let line = format!(
+            "segments: {}, copies waiting: {}, damaged records: {}",
+            self.segments,
+            self.copies_waiting,
+            self.damaged.len()
         );
         if self.damaged.is_empty() {
-            line.push_str(", no damaged record");
-        } else {
-            line.push_str(&format!(
-                "; {} damaged records: {} queued copies lost, {} unreadable regions that may have held more",
-                self.damaged.len(),
-                self.lost_copies(),
-                self.unreadable()
-            ));
+            return line;
         }
-        line
+        format!(
+            "{line} (queued copies lost: {}, unreadable regions that may have held more: {})",
+            self.lost_copies(),
+            self.unreadable()
+        )
     }
 }
 
