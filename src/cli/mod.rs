@@ -440,7 +440,7 @@ fn dispatch(cli: Cli) -> anyhow::Result<ExitCode> {
             .enable_all()
             .build()?
             .block_on(crate::demo::run()),
-        Command::Relay(args) => relay::run(&ctx, args),
+        Command::Relay(args) => return relay::run(&ctx, args),
         Command::Bench(cmd) => crate::bench::run(cmd, ctx.json),
     };
     done.map(|()| ExitCode::SUCCESS)

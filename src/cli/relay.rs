@@ -1,15 +1,22 @@
 //! `mailslot relay`: run a relay in the foreground until SIGINT or SIGTERM; `relay status`
-//! and `relay stop` for the one this home runs in the background; `relay invite` for a relay
-//! that registers by invite only.
+//! and `relay stop` for the one this home runs in the background; `relay check` to verify a
+//! stopped relay's database and spool; `relay invite` for a relay that registers by invite
+//! only.
 
 use std::net::SocketAddr;
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
+use std::process::ExitCode;
 
+use anyhow::Context;
 use serde::Serialize;
 
 use super::local_relay::{self, RelayFiles};
 use super::{Ctx, output};
+use crate::relay::storage::{CheckReport, SqliteStorage};
 use crate::relay::{Relay, RelayConfig, make_invites};
+
+/// The exit code of `relay check` when it found damage.
+const DAMAGED: u8 = 3;
 
 /// Flags for `mailslot relay`.
 #[derive(Debug, clap::Args)]
@@ -49,6 +56,12 @@ pub enum RelayAction {
         #[arg(long, default_value_t = 1, value_parser = clap::value_parser!(u32).range(1..=1000))]
         count: u32,
     },
+    /// Verify a stopped relay's database and spool; exits 3 when something is damaged
+    Check {
+        /// Database file [default: <home>/relay/relay.db]
+        #[arg(long, value_name = "PATH")]
+        db: Option<PathBuf>,
+    },
 }
 
 /// How logs are written.
@@ -68,9 +81,12 @@ struct Status {
     db: String,
 }
 
-pub(super) fn run(ctx: &Ctx, args: RelayArgs) -> anyhow::Result<()> {
+pub(super) fn run(ctx: &Ctx, args: RelayArgs) -> anyhow::Result<ExitCode> {
     let db = args.db.clone().unwrap_or_else(|| ctx.paths.relay_db());
     match args.action {
+        Some(RelayAction::Check { db: checked }) => {
+            return check(ctx, &checked.unwrap_or(db));
+        }
         Some(RelayAction::Status) => {
             let running = local_relay::status(&db);
             let status = Status {
@@ -98,6 +114,66 @@ pub(super) fn run(ctx: &Ctx, args: RelayArgs) -> anyhow::Result<()> {
         }
         None => serve(args, db),
     }
+    .map(|()| ExitCode::SUCCESS)
+}
+
+#[derive(Serialize)]
+struct Checked<'a> {
+    db: String,
+    clean: bool,
+    #[serde(flatten)]
+    report: &'a CheckReport,
+}
+
+/// `relay check`: holds the relay's lock while it reads, so no relay starts on the files.
+fn check(ctx: &Ctx, db: &Path) -> anyhow::Result<ExitCode> {
+    let _lock = if db.is_file() {
+        let lock = RelayFiles::for_db(db)
+            .lock()
+            .context("relay check reads the database offline")?;
+        Some(lock)
+    } else {
+        None
+    };
+    let report = SqliteStorage::check(db)?;
+    let checked = Checked {
+        db: db.display().to_string(),
+        clean: report.is_clean(),
+        report: &report,
+    };
+    output::emit(ctx.json, &checked, |c| {
+        let r = c.report;
+        let mut lines = vec![format!(
+            "database {}: schema {} (this build: {}), integrity {}",
+            c.db,
+            r.database.schema,
+            r.database.current_schema,
+            if r.database.problems.is_empty() {
+                "ok"
+            } else {
+                "DAMAGED"
+            }
+        )];
+        lines.extend(r.database.problems.iter().map(|p| format!("  {p}")));
+        if r.database.schema > r.database.current_schema {
+            lines.push("  the schema is newer than this build's: upgrade mailslot".into());
+        }
+        lines.push(format!("spool: {}", r.spool.summary()));
+        lines.extend(r.spool.damaged.iter().map(|d| format!("  {d}")));
+        if let Some(u) = &r.spool.unclosed {
+            lines.push(format!(
+                "note: segment {:08} was left unclosed by a relay that did not shut down; its records end at byte {} (not damage, the next start closes it)",
+                u.segment, u.end
+            ));
+        }
+        lines.push(if c.clean { "clean" } else { "DAMAGED" }.into());
+        lines.join("\n")
+    })?;
+    Ok(if checked.clean {
+        ExitCode::SUCCESS
+    } else {
+        ExitCode::from(DAMAGED)
+    })
 }
 
 #[derive(Serialize)]
@@ -106,7 +182,7 @@ struct Invites {
     invites: Vec<String>,
 }
 
-fn invite(ctx: &Ctx, db: &std::path::Path, count: u32) -> anyhow::Result<()> {
+fn invite(ctx: &Ctx, db: &Path, count: u32) -> anyhow::Result<()> {
     let tokens = make_invites(db, count)?;
     let report = Invites {
         db: db.display().to_string(),

@@ -1,12 +1,14 @@
 //! Durable relay storage behind one trait: registrations and per-recipient queues of sealed
 //! envelopes. SQLite now (one node); the trait is shaped for PostgreSQL later (many nodes).
 
+mod report;
 mod sqlite;
 
 use std::future::Future;
 use std::pin::Pin;
 use std::sync::Arc;
 
+use prometheus_client::metrics::counter::Counter;
 use prometheus_client::metrics::histogram::{Histogram, exponential_buckets};
 use prometheus_client::registry::Registry;
 
@@ -14,6 +16,9 @@ use crate::protocol::{
     AgentName, MessageId, OwnerKey, Policy, PublicKeys, RequestCode, RequestView, Seq,
 };
 
+pub use report::{
+    CheckReport, DamagedRecord, DatabaseReport, Loss, RecordKind, SpoolReport, Unclosed,
+};
 pub use sqlite::SqliteStorage;
 
 /// Why storage failed. Logic refusals (quota, name taken) are results, not errors.
@@ -90,6 +95,10 @@ pub struct StorageMetrics {
     pub flush_seconds: Histogram,
     /// Seconds the writer stood still to restart its log (SQLite's WAL restart).
     pub log_restart_seconds: Histogram,
+    /// Spool records found damaged when the storage opened (each one is logged).
+    pub spool_corrupt_records: Counter,
+    /// Queued copies lost with them.
+    pub spool_lost_copies: Counter,
 }
 
 impl StorageMetrics {
@@ -103,6 +112,8 @@ impl StorageMetrics {
             batch_writes: Histogram::new(exponential_buckets(1.0, 2.0, 11)),
             flush_seconds: seconds(),
             log_restart_seconds: seconds(),
+            spool_corrupt_records: Counter::default(),
+            spool_lost_copies: Counter::default(),
         }
     }
 
@@ -138,6 +149,16 @@ impl StorageMetrics {
         for (name, help, histogram) in series {
             registry.register(name, help, histogram.clone());
         }
+        registry.register(
+            "storage_spool_corrupt_records",
+            "Spool records found damaged when the storage opened, each logged with where it was",
+            self.spool_corrupt_records.clone(),
+        );
+        registry.register(
+            "storage_spool_lost_copies",
+            "Queued copies lost with the damaged spool records",
+            self.spool_lost_copies.clone(),
+        );
     }
 }
 

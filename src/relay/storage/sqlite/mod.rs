@@ -4,8 +4,10 @@
 //! totals and duplicate keys are kept in memory (`queue`), so a send appends one record per
 //! copy and touches no table.
 
+mod check;
 mod consent;
 mod queue;
+mod scan;
 mod schema;
 mod spool;
 mod sync;
@@ -23,8 +25,8 @@ use self::queue::{AcceptOp, QueueIndex};
 use self::sync::Syncing;
 use self::writer::{Batch, Op, WriteQueue};
 use super::{
-    Accepted, CommitListener, ConsentChange, ConsentOutcome, ConsentState, Copy, InviteDigest,
-    Pending, Queued, Quota, Registration, Storage, StorageError, StorageMetrics,
+    Accepted, CheckReport, CommitListener, ConsentChange, ConsentOutcome, ConsentState, Copy,
+    InviteDigest, Pending, Queued, Quota, Registration, Storage, StorageError, StorageMetrics,
 };
 use crate::protocol::{AgentName, MessageId, OwnerKey, Policy, PublicKeys, Seq};
 
@@ -114,8 +116,15 @@ impl SqliteStorage {
         Ok(())
     }
 
+    /// Checks the database at `path` and its spool without changing either (the relay must
+    /// not be running on them): what is damaged, and what is lost with it.
+    pub fn check(path: &Path) -> Result<CheckReport, StorageError> {
+        check::check(path)
+    }
+
     /// Opens (creating or migrating) the database and its spool, loads the queue index and
-    /// starts the writer, syncer and checkpoint threads.
+    /// starts the writer, syncer and checkpoint threads. Damage found in the spool is logged
+    /// and counted, and every intact copy is kept.
     pub fn open(path: &Path) -> Result<Self, StorageError> {
         let mut writer = open(path)?;
         let spool_dir = spool_dir(path);
@@ -129,8 +138,28 @@ impl SqliteStorage {
         schema::migrate(&tx, schema::MIGRATIONS.len())?;
         let relay_id = schema::relay_id(&tx)?;
         tx.commit()?;
-        spool::remove_empty(&spool_dir)?;
-        let mut index = QueueIndex::load(&spool::scan(&spool_dir)?, now_ms());
+        let scanned = scan::scan(&spool_dir)?;
+        for seg in &scanned.empty {
+            spool::remove(&spool_dir, *seg)?;
+        }
+        let mut index = QueueIndex::load(&scanned.segments, now_ms());
+        let report = check::spool_report(scanned, &index, now_ms());
+        if let Some(unclosed) = &report.unclosed {
+            spool::close_segment(
+                &spool_dir,
+                unclosed.segment,
+                unclosed.end as u32,
+                index.last_seq(),
+            )?;
+        }
+        check::log(&report, path);
+        let metrics = StorageMetrics::new();
+        metrics
+            .spool_corrupt_records
+            .inc_by(report.damaged.len() as u64);
+        metrics
+            .spool_lost_copies
+            .inc_by(report.lost_copies() as u64);
         let mut spool = spool::Spool::open(&spool_dir, index.last_seq(), spool::SEGMENT_BYTES)?;
         // Segments the last run left dead go now, not at the first write's sweep: a relay
         // started often and rarely written to would keep one per start. The flush makes the
@@ -159,7 +188,6 @@ impl SqliteStorage {
         writer.pragma_update(None, "journal_size_limit", WAL_KEEP_BYTES)?;
         let listener: Arc<OnceLock<CommitListener>> = Arc::new(OnceLock::new());
         let alive = Arc::new(());
-        let metrics = StorageMetrics::new();
         let (writes, writer) = writer::spawn(
             writer,
             open(path)?,
@@ -485,8 +513,9 @@ mod tests {
         for _ in 0..3 {
             drop(SqliteStorage::open(&path).unwrap());
         }
-        let used: Vec<u32> = spool::scan(&spool_dir(&path))
+        let used: Vec<u32> = scan::scan(&spool_dir(&path))
             .unwrap()
+            .segments
             .iter()
             .filter(|s| !s.records.is_empty())
             .map(|s| s.seg)

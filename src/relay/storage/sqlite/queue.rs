@@ -18,7 +18,8 @@ use rusqlite::{Connection, OptionalExtension};
 
 use super::consent::Rule;
 use super::now_ms;
-use super::spool::{self, Files, Location, Position, Scanned, ScannedSegment, Spool, StoredCopy};
+use super::scan::ScannedSegment;
+use super::spool::{self, Files, Location, Position, Scanned, Spool, StoredCopy};
 use super::writer::Batch;
 use crate::protocol::{AgentName, MessageId, Policy, Seq};
 use crate::relay::storage::{Accepted, Committed, Copy, Queued, Quota, StorageError};
@@ -126,7 +127,9 @@ impl QueueIndex {
             index.segments.insert(segment.seg, SegmentUse::default());
             for record in &segment.records {
                 match record {
-                    Scanned::High(high) => index.last_seq = index.last_seq.max(*high),
+                    Scanned::High(high) | Scanned::Mark { high, .. } => {
+                        index.last_seq = index.last_seq.max(*high);
+                    }
                     Scanned::Stored {
                         at,
                         seq,
@@ -343,6 +346,20 @@ impl QueueIndex {
     /// Forgets every consent rule read so far: a write is about to change them.
     pub(super) fn forget_rules(&mut self) {
         self.rules.clear();
+    }
+
+    /// Whether `recipient`'s copy `seq` is queued (`Some(true)`) or was acknowledged
+    /// (`Some(false)`); `None` when it is neither.
+    pub(super) fn fate(&self, recipient: &AgentName, seq: Seq) -> Option<bool> {
+        let mailbox = self.find(recipient)?;
+        if seq <= mailbox.acked_upto {
+            return Some(false);
+        }
+        mailbox
+            .rows
+            .binary_search_by_key(&seq, |r| r.seq)
+            .is_ok()
+            .then_some(true)
     }
 
     /// Messages waiting for `agent`.
@@ -690,17 +707,14 @@ pub(super) fn move_table_to_spool(conn: &Connection, dir: &Path) -> Result<(), S
         })?;
         spool.write()?;
     }
-    for file in spool.take_unflushed().files {
-        file.sync_data()
-            .map_err(|e| StorageError::Database(format!("flushing the spool: {e}")))?;
-    }
-    Ok(())
+    spool.close()
 }
 
 #[cfg(test)]
 mod tests {
     use std::sync::Arc;
 
+    use super::super::scan;
     use super::*;
 
     fn name(n: &str) -> AgentName {
@@ -857,8 +871,9 @@ mod tests {
         }
 
         fn on_disk(&self) -> Vec<u32> {
-            spool::scan(&self.dir)
+            scan::scan(&self.dir)
                 .unwrap()
+                .segments
                 .iter()
                 .map(|s| s.seg)
                 .collect()
@@ -937,7 +952,7 @@ mod tests {
         );
         assert_eq!(rig.pending(&rig.index, "carol"), [1]);
 
-        let reloaded = QueueIndex::load(&spool::scan(&rig.dir).unwrap(), now_ms());
+        let reloaded = QueueIndex::load(&scan::scan(&rig.dir).unwrap().segments, now_ms());
         assert_eq!(reloaded.last_seq(), rig.index.last_seq());
         assert_eq!(reloaded.waiting(&name("carol")), 1);
         assert_eq!(

@@ -4,17 +4,20 @@
 //! A send appends its copies and nothing else, so a flush writes a few KiB where a SQLite
 //! commit rewrote several 16 KiB pages, and no WAL checkpoint ever stalls the writer for it
 //! (docs/decisions.md, "The queue lives in a spool"). The queue's index (`queue.rs`) is
-//! rebuilt from these records at open.
+//! rebuilt from these records at open (`scan.rs`).
 //!
 //! Records are `[body length: u32][crc32 of segment number and body: u32][body]`, little
 //! endian. The next segment is prepared ahead by a thread of its own, so that records are
 //! written into blocks that already exist and `fdatasync` can skip the file system's journal
 //! (half the flush time, measured): a removed segment's file is reused under the new number
 //! (its old records fail the checksum, which covers the segment number), else a new file is
-//! filled with zeros and flushed. Reading a segment stops at the first record that is not
-//! whole, which after a crash is the part no flush covered; each open starts a new segment
-//! rather than append behind such a tail.
-
+//! filled with zeros and flushed.
+//!
+//! Marks say where a segment's records are (docs/decisions.md, "Storage that never loses mail
+//! silently"): every segment starts with a `High` and an opening mark, and its last record is
+//! a closing mark, written when the next segment starts or the spool is closed (or, after a
+//! crash, by the next open). Marks are `High` records with a flag byte more, which builds
+//! before them read as a plain `High`.
 use std::collections::HashMap;
 use std::fs::{self, File, OpenOptions};
 use std::io::{self, Write};
@@ -31,15 +34,28 @@ use crate::relay::storage::StorageError;
 /// segment starts the next one; a record larger than a segment makes its segment grow.
 pub(super) const SEGMENT_BYTES: u64 = 16 << 20;
 /// Bytes before a record's body: its length and checksum.
-const HEADER: usize = 8;
+pub(super) const HEADER: usize = 8;
+/// Body bytes of a plain `High`. A segment's first record is one: builds before marks read
+/// exactly this many bytes to tell a used segment from a prepared one.
+const HIGH_BODY: usize = 1 + 8;
+/// Body bytes of a mark: `High`, then whether it opens or closes its segment.
+const MARK_BODY: usize = HIGH_BODY + 1;
+/// Bytes of a mark record. Room for a closing mark is kept at the end of every segment.
+pub(super) const MARK_BYTES: u64 = (HEADER + MARK_BODY) as u64;
+/// Bytes of the records that open every segment: its `High` and opening mark.
+const OPENING_BYTES: u64 = (HEADER + HIGH_BODY) as u64 + MARK_BYTES;
+/// A mark's flag byte: the first record after a segment's `High`.
+const OPENS: u8 = 0;
+/// A mark's flag byte: the last record of its segment.
+const CLOSES: u8 = 1;
 /// Removed segments kept for reuse at most; more are deleted.
 const KEEP_FOR_REUSE: usize = 2;
 /// The name prefix of a removed segment kept for reuse: not a segment, never scanned.
 const REUSE_PREFIX: &str = "reuse-";
 
-const HIGH: u8 = 1;
-const STORED: u8 = 2;
-const ACKED: u8 = 3;
+pub(super) const HIGH: u8 = 1;
+pub(super) const STORED: u8 = 2;
+pub(super) const ACKED: u8 = 3;
 
 /// Where a record starts: its segment's number and its offset in that segment.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -71,6 +87,9 @@ pub(super) struct StoredCopy<'a> {
 pub(super) enum Scanned {
     /// The highest sequence number assigned when it was written.
     High(Seq),
+    /// A `High` that opens its segment or, when `closes`, says that no record of the segment
+    /// follows it.
+    Mark { high: Seq, closes: bool },
     /// A copy (its envelope stays on disk).
     Stored {
         at: Location,
@@ -89,12 +108,6 @@ pub(super) enum Scanned {
     },
 }
 
-/// One segment, as scanned.
-pub(super) struct ScannedSegment {
-    pub(super) seg: u32,
-    pub(super) records: Vec<Scanned>,
-}
-
 /// The open segments by number, shared by the writer (which adds and removes them) and the
 /// readers. Removing a segment unlinks its file; a reader that took its handle first still
 /// reads it.
@@ -110,15 +123,15 @@ fn lock(files: &Files) -> MutexGuard<'_, HashMap<u32, Arc<File>>> {
     files.lock().unwrap_or_else(|e| e.into_inner())
 }
 
-fn segment_path(dir: &Path, seg: u32) -> PathBuf {
+pub(super) fn segment_path(dir: &Path, seg: u32) -> PathBuf {
     dir.join(format!("{seg:08}.seg"))
 }
 
-fn io_error(what: &str, path: &Path, e: io::Error) -> StorageError {
+pub(super) fn io_error(what: &str, path: &Path, e: io::Error) -> StorageError {
     StorageError::Database(format!("{what} {}: {e}", path.display()))
 }
 
-fn checksum(seg: u32, body: &[u8]) -> u32 {
+pub(super) fn checksum(seg: u32, body: &[u8]) -> u32 {
     let mut h = crc32fast::Hasher::new();
     h.update(&seg.to_le_bytes());
     h.update(body);
@@ -126,7 +139,7 @@ fn checksum(seg: u32, body: &[u8]) -> u32 {
 }
 
 /// Reads the segment numbers in `dir`, ascending; other files are left alone.
-fn segments(dir: &Path) -> Result<Vec<u32>, StorageError> {
+pub(super) fn segments(dir: &Path) -> Result<Vec<u32>, StorageError> {
     let mut segs = Vec::new();
     for entry in fs::read_dir(dir).map_err(|e| io_error("reading the spool", dir, e))? {
         let entry = entry.map_err(|e| io_error("reading the spool", dir, e))?;
@@ -144,65 +157,18 @@ fn segments(dir: &Path) -> Result<Vec<u32>, StorageError> {
     Ok(segs)
 }
 
-/// Removes the segments of `dir` that do not start with a whole record: prepared but never
-/// used, or never flushed.
-pub(super) fn remove_empty(dir: &Path) -> Result<(), StorageError> {
-    if !dir.exists() {
-        return Ok(());
+/// Removes segment `seg` of `dir`, which holds no record: prepared but never used, or never
+/// flushed.
+pub(super) fn remove(dir: &Path, seg: u32) -> Result<(), StorageError> {
+    let path = segment_path(dir, seg);
+    match fs::remove_file(&path) {
+        Err(e) if e.kind() != io::ErrorKind::NotFound => Err(io_error("removing", &path, e)),
+        _ => Ok(()),
     }
-    for seg in segments(dir)? {
-        let path = segment_path(dir, seg);
-        // Every segment starts with its `High` record.
-        let mut first = [0u8; HEADER + 9];
-        let read = File::open(&path).and_then(|f| f.read_exact_at(&mut first, 0));
-        if read.is_err() || whole_record(seg, &first, 0).is_none() {
-            match fs::remove_file(&path) {
-                Err(e) if e.kind() != io::ErrorKind::NotFound => {
-                    return Err(io_error("removing", &path, e));
-                }
-                _ => {}
-            }
-        }
-    }
-    Ok(())
-}
-
-/// Reads every whole record of every segment in `dir`, oldest first.
-pub(super) fn scan(dir: &Path) -> Result<Vec<ScannedSegment>, StorageError> {
-    let mut out = Vec::new();
-    if !dir.exists() {
-        return Ok(out);
-    }
-    for seg in segments(dir)? {
-        let path = segment_path(dir, seg);
-        let bytes = match fs::read(&path) {
-            Ok(bytes) => bytes,
-            // A prepared segment its thread removed on the way out: it held no record.
-            Err(e) if e.kind() == io::ErrorKind::NotFound => continue,
-            Err(e) => return Err(io_error("reading", &path, e)),
-        };
-        let mut records = Vec::new();
-        let mut offset = 0;
-        while let Some((body, next)) = whole_record(seg, &bytes, offset) {
-            let at = Location {
-                seg,
-                offset: offset as u32,
-            };
-            records.push(decode(at, body).map_err(|why| {
-                StorageError::Database(format!(
-                    "{} holds an unreadable record at byte {offset} ({why}); move the spool aside to start the relay without its mail",
-                    path.display()
-                ))
-            })?);
-            offset = next;
-        }
-        out.push(ScannedSegment { seg, records });
-    }
-    Ok(out)
 }
 
 /// A record header's body length and checksum.
-fn header(bytes: [u8; HEADER]) -> (usize, u32) {
+pub(super) fn header(bytes: [u8; HEADER]) -> (usize, u32) {
     let [l0, l1, l2, l3, c0, c1, c2, c3] = bytes;
     (
         u32::from_le_bytes([l0, l1, l2, l3]) as usize,
@@ -211,17 +177,17 @@ fn header(bytes: [u8; HEADER]) -> (usize, u32) {
 }
 
 /// The body of the record at `offset` and the offset after it, if a whole record is there.
-fn whole_record(seg: u32, bytes: &[u8], offset: usize) -> Option<(&[u8], usize)> {
+pub(super) fn whole_record(seg: u32, bytes: &[u8], offset: usize) -> Option<(&[u8], usize)> {
     let (len, crc) = header(bytes.get(offset..offset + HEADER)?.try_into().ok()?);
     let body = bytes.get(offset + HEADER..(offset + HEADER).checked_add(len)?)?;
     (len > 0 && checksum(seg, body) == crc).then_some((body, offset + HEADER + len))
 }
 
 /// Reads fields off the front of a record body.
-struct Fields<'a>(&'a [u8]);
+pub(super) struct Fields<'a>(pub(super) &'a [u8]);
 
 impl<'a> Fields<'a> {
-    fn take(&mut self, n: usize) -> Result<&'a [u8], String> {
+    pub(super) fn take(&mut self, n: usize) -> Result<&'a [u8], String> {
         if self.0.len() < n {
             return Err("it is shorter than its fields".into());
         }
@@ -230,30 +196,41 @@ impl<'a> Fields<'a> {
         Ok(head)
     }
 
-    fn u64(&mut self) -> Result<u64, String> {
+    pub(super) fn u64(&mut self) -> Result<u64, String> {
         Ok(u64::from_le_bytes(
             self.take(8)?.try_into().map_err(|_| "short")?,
         ))
     }
 
-    fn i64(&mut self) -> Result<i64, String> {
+    pub(super) fn i64(&mut self) -> Result<i64, String> {
         Ok(self.u64()? as i64)
     }
 
-    fn text(&mut self) -> Result<&'a str, String> {
+    pub(super) fn text(&mut self) -> Result<&'a str, String> {
         let len = self.take(1)?[0] as usize;
         std::str::from_utf8(self.take(len)?).map_err(|e| e.to_string())
     }
 
-    fn name(&mut self) -> Result<AgentName, String> {
+    pub(super) fn name(&mut self) -> Result<AgentName, String> {
         AgentName::new(self.text()?).map_err(|e| e.to_string())
     }
 }
 
-fn decode(at: Location, body: &[u8]) -> Result<Scanned, String> {
+pub(super) fn decode(at: Location, body: &[u8]) -> Result<Scanned, String> {
     let mut f = Fields(body);
     match f.take(1)?[0] {
-        HIGH => Ok(Scanned::High(f.u64()?)),
+        HIGH if body.len() == HIGH_BODY => Ok(Scanned::High(f.u64()?)),
+        HIGH if body.len() == MARK_BODY => {
+            let high = f.u64()?;
+            match f.take(1)?[0] {
+                flag @ (OPENS | CLOSES) => Ok(Scanned::Mark {
+                    high,
+                    closes: flag == CLOSES,
+                }),
+                flag => Err(format!("unknown mark flag {flag}")),
+            }
+        }
+        HIGH => Err(format!("a high record of {} bytes", body.len())),
         STORED => {
             let seq = f.u64()?;
             let _accepted_at_ms = f.i64()?;
@@ -272,11 +249,18 @@ fn decode(at: Location, body: &[u8]) -> Result<Scanned, String> {
                 sender,
             })
         }
-        ACKED => Ok(Scanned::Acked {
-            at,
-            upto: f.u64()?,
-            recipient: f.name()?,
-        }),
+        ACKED => {
+            let acked = Scanned::Acked {
+                at,
+                upto: f.u64()?,
+                recipient: f.name()?,
+            };
+            if f.0.is_empty() {
+                Ok(acked)
+            } else {
+                Err("an ack with bytes after its fields".into())
+            }
+        }
         kind => Err(format!("unknown record kind {kind}")),
     }
 }
@@ -455,7 +439,7 @@ impl Spool {
             reusable,
             preparer: Some(preparer),
         };
-        spool.append_high()?;
+        spool.open_segment()?;
         spool.write()?;
         Ok(spool)
     }
@@ -531,12 +515,25 @@ impl Spool {
         self.append(|b| b.extend_from_slice(body))
     }
 
-    fn append_high(&mut self) -> Result<Location, StorageError> {
+    /// Starts the head segment: its `High`, then the opening mark that tells it from a
+    /// segment written before marks.
+    fn open_segment(&mut self) -> Result<(), StorageError> {
         let high = self.high;
         self.append(|b| {
             b.push(HIGH);
             b.extend_from_slice(&high.to_le_bytes());
-        })
+        })?;
+        self.push_mark(OPENS);
+        Ok(())
+    }
+
+    /// Appends a mark to the head segment, never starting the next for it: the room a closing
+    /// mark needs is kept free (see [`Spool::append`]).
+    fn push_mark(&mut self, flag: u8) {
+        let start = self.buf.len();
+        self.buf.extend_from_slice(&[0; HEADER]);
+        self.buf.extend_from_slice(&mark_body(self.high, flag));
+        self.seal(start);
     }
 
     fn append(&mut self, body: impl FnOnce(&mut Vec<u8>)) -> Result<Location, StorageError> {
@@ -546,9 +543,9 @@ impl Spool {
         let start = self.buf.len();
         self.buf.extend_from_slice(&[0; HEADER]);
         body(&mut self.buf);
-        let fits = self.written + self.buf.len() as u64 <= self.segment_bytes;
-        // A segment holds its `High` record and at least one more.
-        if !fits && self.written + start as u64 > HEADER as u64 + 9 {
+        let fits = self.written + self.buf.len() as u64 + MARK_BYTES <= self.segment_bytes;
+        // A segment holds its opening records and at least one more.
+        if !fits && self.written + start as u64 > OPENING_BYTES {
             let record = self.buf.split_off(start);
             self.rotate()?;
             let at = self.buf.len();
@@ -611,15 +608,35 @@ impl Spool {
         }
     }
 
-    /// Seals the head segment and starts the next with a `High` record.
+    /// Seals the head segment with a closing mark and starts the next.
     fn rotate(&mut self) -> Result<(), StorageError> {
+        self.push_mark(CLOSES);
         self.write()?;
         let (seg, file) = take_prepared(&self.prepared)?;
         self.head = seg;
         self.head_file = Arc::new(file);
         self.written = 0;
         lock(&self.files).insert(seg, self.head_file.clone());
-        self.append_high()?;
+        self.open_segment()
+    }
+
+    /// Closes the spool: flushes what was written, then ends the head segment with a closing
+    /// mark, flushed too, so that the next open knows where its records end. Nothing is
+    /// written after it.
+    pub(super) fn close(&mut self) -> Result<(), StorageError> {
+        self.write()?;
+        let flush = |file: &File| {
+            file.sync_data()
+                .map_err(|e| StorageError::Database(format!("flushing the spool: {e}")))
+        };
+        for file in std::mem::take(&mut self.unflushed) {
+            flush(&file)?;
+        }
+        flush(&self.head_file)?;
+        self.push_mark(CLOSES);
+        self.write()?;
+        flush(&self.head_file)?;
+        self.broken = Some("the spool is closed".into());
         Ok(())
     }
 
@@ -663,6 +680,33 @@ impl Drop for Spool {
             let _ = preparer.join();
         }
     }
+}
+
+/// A mark's body: the highest sequence number and its flag.
+fn mark_body(high: Seq, flag: u8) -> [u8; MARK_BODY] {
+    let mut body = [0u8; MARK_BODY];
+    body[0] = HIGH;
+    body[1..9].copy_from_slice(&high.to_le_bytes());
+    body[9] = flag;
+    body
+}
+
+/// Ends segment `seg` in `dir`, whose records stop at byte `end` with no closing mark (the
+/// relay stopped without closing the spool), with one, flushed: the bytes after `end` are
+/// what that run had not finished writing, and from now on anything missing before the mark
+/// is damage.
+pub(super) fn close_segment(dir: &Path, seg: u32, end: u32, high: Seq) -> Result<(), StorageError> {
+    let path = segment_path(dir, seg);
+    let fail = |e| io_error("closing", &path, e);
+    let file = OpenOptions::new().write(true).open(&path).map_err(fail)?;
+    file.sync_data().map_err(fail)?;
+    let body = mark_body(high, CLOSES);
+    let mut record = Vec::with_capacity(HEADER + MARK_BODY);
+    record.extend_from_slice(&(MARK_BODY as u32).to_le_bytes());
+    record.extend_from_slice(&checksum(seg, &body).to_le_bytes());
+    record.extend_from_slice(&body);
+    file.write_all_at(&record, u64::from(end)).map_err(fail)?;
+    file.sync_data().map_err(fail)
 }
 
 fn take_prepared(
@@ -745,6 +789,7 @@ fn create_zeroed(dir: &Path, path: &Path, bytes: u64) -> io::Result<File> {
 
 #[cfg(test)]
 mod tests {
+    use super::super::scan::scan;
     use super::*;
 
     fn name(n: &str) -> AgentName {
@@ -763,11 +808,33 @@ mod tests {
         }
     }
 
+    fn records(dir: &Path) -> Vec<Scanned> {
+        let scanned = scan(dir).unwrap();
+        assert!(scanned.damaged.is_empty(), "{:?}", scanned.damaged);
+        scanned
+            .segments
+            .into_iter()
+            .flat_map(|s| s.records)
+            .collect()
+    }
+
+    fn stored_seqs(records: &[Scanned]) -> Vec<Seq> {
+        records
+            .iter()
+            .filter_map(|r| match r {
+                Scanned::Stored { seq, .. } => Some(*seq),
+                _ => None,
+            })
+            .collect()
+    }
+
     #[test]
     fn records_read_back_across_segments_and_a_torn_tail_ends_its_segment() {
         let dir = tempfile::tempdir().unwrap();
         let bob = name("bob");
-        let mut spool = Spool::open(dir.path(), 0, 380).unwrap();
+        // Room for the opening records, two copies and the closing mark.
+        let bytes = OPENING_BYTES + 2 * stored_len(&bob, &bob, 100) as u64 + MARK_BYTES;
+        let mut spool = Spool::open(dir.path(), 0, bytes).unwrap();
         let first = spool.stored(&copy(1, &bob, &[1; 100])).unwrap();
         let second = spool.stored(&copy(2, &bob, &[2; 100])).unwrap();
         let ack = spool.acked(&bob, 1).unwrap();
@@ -789,58 +856,68 @@ mod tests {
             .unwrap();
         drop(spool);
 
-        let segs = scan(dir.path()).unwrap();
-        let seqs: Vec<Seq> = segs
-            .iter()
-            .flat_map(|s| &s.records)
-            .filter_map(|r| match r {
-                Scanned::Stored { seq, size, .. } => {
-                    assert_eq!(*size, 100);
-                    Some(*seq)
-                }
-                _ => None,
-            })
+        let scanned = scan(dir.path()).unwrap();
+        assert!(scanned.damaged.is_empty(), "a torn tail is not damage");
+        let unclosed = scanned.unclosed.as_ref().unwrap();
+        assert_eq!(unclosed.segment, ack.seg);
+        assert_eq!(unclosed.end, u64::from(ack.offset) + 21, "after the ack");
+        let all: Vec<Scanned> = scanned
+            .segments
+            .into_iter()
+            .flat_map(|s| s.records)
             .collect();
-        assert_eq!(seqs, [1, 2]);
-        let acks = segs
+        assert_eq!(stored_seqs(&all), [1, 2]);
+        for r in &all {
+            if let Scanned::Stored { size, .. } = r {
+                assert_eq!(*size, 100);
+            }
+        }
+        let acks = all
             .iter()
-            .flat_map(|s| &s.records)
             .filter(|r| matches!(r, Scanned::Acked { upto: 1, .. }))
             .count();
         assert_eq!(acks, 1);
-        let highs: Vec<Seq> = segs
+        let highs: Vec<Seq> = all
             .iter()
-            .flat_map(|s| &s.records)
             .filter_map(|r| match r {
                 Scanned::High(h) => Some(*h),
                 _ => None,
             })
             .collect();
         assert_eq!(highs, [0, 2], "a new segment carries the highest number");
+        let closing: Vec<bool> = all
+            .iter()
+            .filter_map(|r| match r {
+                Scanned::Mark { closes, .. } => Some(*closes),
+                _ => None,
+            })
+            .collect();
+        assert_eq!(
+            closing,
+            [false, true, false],
+            "opened, closed when full, opened; the head was left unclosed"
+        );
 
-        let reopened = Spool::open(dir.path(), 2, 380).unwrap();
+        let reopened = Spool::open(dir.path(), 2, bytes).unwrap();
         assert!(reopened.head() > ack.seg, "an open starts a new segment");
     }
 
     #[test]
-    fn a_changed_byte_ends_the_segment_there() {
+    fn a_closed_spool_ends_its_head_with_a_closing_mark() {
         let dir = tempfile::tempdir().unwrap();
         let bob = name("bob");
         let mut spool = Spool::open(dir.path(), 0, 1 << 16).unwrap();
-        let first = spool.stored(&copy(1, &bob, b"one")).unwrap();
-        let second = spool.stored(&copy(2, &bob, b"two")).unwrap();
+        spool.stored(&copy(1, &bob, b"one")).unwrap();
         spool.write().unwrap();
-        let path = segment_path(dir.path(), first.seg);
-        let f = OpenOptions::new().write(true).open(&path).unwrap();
-        f.write_all_at(b"X", u64::from(second.offset) + 20).unwrap();
-        assert!(read_stored(&File::open(&path).unwrap(), second).is_err());
-        let stored = scan(dir.path())
-            .unwrap()
-            .iter()
-            .flat_map(|s| &s.records)
-            .filter(|r| matches!(r, Scanned::Stored { .. }))
-            .count();
-        assert_eq!(stored, 1);
+        spool.close().unwrap();
+        assert!(spool.stored(&copy(2, &bob, b"two")).is_err(), "closed");
+        drop(spool);
+        let scanned = scan(dir.path()).unwrap();
+        assert!(scanned.unclosed.is_none());
+        assert!(matches!(
+            scanned.segments[0].records.last(),
+            Some(Scanned::Mark { closes: true, .. })
+        ));
     }
 
     #[test]
@@ -878,30 +955,10 @@ mod tests {
             reused,
             "the removed segment's file came back as a new segment"
         );
-        let scanned: Vec<Seq> = scan(dir.path())
-            .unwrap()
-            .iter()
-            .flat_map(|s| &s.records)
-            .filter_map(|r| match r {
-                Scanned::Stored { seq, .. } => Some(*seq),
-                _ => None,
-            })
-            .collect();
-        assert_eq!(scanned, kept, "nothing of {removed:?} reads back");
-    }
-
-    #[test]
-    fn segments_without_a_whole_record_are_removed_at_open() {
-        let dir = tempfile::tempdir().unwrap();
-        drop(Spool::open(dir.path(), 0, 4096).unwrap());
-        fs::write(segment_path(dir.path(), 40), [0u8; 64]).unwrap();
-        remove_empty(dir.path()).unwrap();
-        let spool = Spool::open(dir.path(), 0, 4096).unwrap();
-        assert!(!segment_path(dir.path(), 40).exists());
         assert_eq!(
-            spool.head(),
-            2,
-            "numbering goes on after the last segment kept"
+            stored_seqs(&records(dir.path())),
+            kept,
+            "nothing of {removed:?} reads back, and its old records are not damage"
         );
     }
 }

@@ -17,7 +17,8 @@ use rusqlite::{Connection, Transaction, TransactionBehavior};
 use tokio::sync::oneshot;
 
 use super::queue::{self, QueueIndex};
-use super::spool::{self, Spool};
+use super::scan;
+use super::spool::Spool;
 use super::sync::{Ended, Syncing, Wal};
 use crate::relay::storage::{Committed, StorageError, StorageMetrics};
 
@@ -172,6 +173,13 @@ impl Writer {
                     .observe(started.elapsed().as_secs_f64());
             }
         }
+        // A closed spool tells the next open where the head's records end. Not after a failed
+        // flush: the pages it failed on may be gone, so nothing may be claimed on disk.
+        if self.syncing.failure().is_none()
+            && let Err(e) = self.spool.close()
+        {
+            tracing::warn!(error = %e, "closing the spool failed; the next start reads its last segment as cut off");
+        }
         self.syncing.close();
     }
 
@@ -248,7 +256,7 @@ impl Writer {
 /// The queue index as the spool's written records make it.
 fn reload(spool: &Spool) -> Result<QueueIndex, StorageError> {
     Ok(QueueIndex::load(
-        &spool::scan(spool.dir())?,
+        &scan::scan(spool.dir())?.segments,
         super::now_ms(),
     ))
 }
