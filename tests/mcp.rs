@@ -618,24 +618,6 @@ async fn wait_for_mail_returns_new_mail_framed_or_times_out() {
     assert_eq!(inbox["unread"], 0, "the wait handed the mail over read");
 }
 
-/// `text` with every fenced region taken out; fails the test on a fence that never closes.
-fn outside_fences(text: &str) -> String {
-    let mut rest = text;
-    let mut out = String::new();
-    while let Some(at) = rest.find("<<<mailslot-untrusted ") {
-        out.push_str(&rest[..at]);
-        let after = &rest[at + "<<<mailslot-untrusted ".len()..];
-        let nonce = after.split(">>>").next().unwrap();
-        let close = format!("<<<end mailslot-untrusted {nonce}>>>");
-        let end = after
-            .find(&close)
-            .unwrap_or_else(|| panic!("a fence never closes in: {text}"));
-        rest = &after[end + close.len()..];
-    }
-    out.push_str(rest);
-    out
-}
-
 /// Everything a model could be shown of a tool result: its text and its structured output.
 fn shown(result: &rmcp::model::CallToolResult) -> String {
     format!(

@@ -425,3 +425,21 @@ pub fn output_with_input(cmd: &mut std::process::Command, input: &str) -> std::p
         .unwrap();
     child.wait_with_output().unwrap()
 }
+
+/// `text` with every fenced region taken out; fails the test on a fence that never closes.
+pub fn outside_fences(text: &str) -> String {
+    let mut rest = text;
+    let mut out = String::new();
+    while let Some(at) = rest.find("<<<mailslot-untrusted ") {
+        out.push_str(&rest[..at]);
+        let after = &rest[at + "<<<mailslot-untrusted ".len()..];
+        let nonce = after.split(">>>").next().unwrap();
+        let close = format!("<<<end mailslot-untrusted {nonce}>>>");
+        let end = after
+            .find(&close)
+            .unwrap_or_else(|| panic!("a fence never closes in: {text}"));
+        rest = &after[end + close.len()..];
+    }
+    out.push_str(rest);
+    out
+}
