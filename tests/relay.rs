@@ -907,6 +907,8 @@ async fn an_agent_retires_its_name_and_it_is_free_after_the_grace() {
         "{detail}"
     );
     conn.close().await;
+    // bob's live delivery connection ends with it.
+    assert_eq!(next_error(&mut ws).await.unwrap().0, ErrorCode::NameRetired);
 
     // Held: unknown to lookups and sends, and nobody (bob included) takes the name.
     let mut a = alice.connect(&relay).await;

@@ -33,7 +33,7 @@ struct Entry {
     conn: u64,
     turn: Turn,
     missed: Arc<Missed>,
-    kick: oneshot::Sender<()>,
+    kick: oneshot::Sender<Kick>,
     events: mpsc::Sender<ConsentEvent>,
     pushes: PushSender,
 }
@@ -146,8 +146,8 @@ pub struct Attached {
     pub conn: u64,
     /// Raised when pushed mail was dropped and must be read from the database.
     pub missed: Arc<Missed>,
-    /// Fires when a newer connection for the same agent takes over.
-    pub kicked: oneshot::Receiver<()>,
+    /// Fires when a newer connection for the same agent takes over, or the agent retired.
+    pub kicked: oneshot::Receiver<Kick>,
     /// Consent events for the agent.
     pub events: mpsc::Receiver<ConsentEvent>,
     /// Copies stored for the agent, in commit order.
@@ -156,9 +156,18 @@ pub struct Attached {
     pub turn: Turn,
 }
 
+/// Why a live session must end.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Kick {
+    /// A newer connection of the same agent took over.
+    Replaced,
+    /// The agent retired its name.
+    Retired,
+}
+
 /// What keeps a control connection's [`Attached`] quiet: senders nobody uses.
 pub struct Quiet {
-    _kick: oneshot::Sender<()>,
+    _kick: oneshot::Sender<Kick>,
     _events: mpsc::Sender<ConsentEvent>,
     _pushes: PushSender,
 }
@@ -209,7 +218,7 @@ impl Hub {
             pushes: pushes_tx,
         };
         if let Some(old) = sessions.insert(agent.clone(), entry) {
-            let _ = old.kick.send(());
+            let _ = old.kick.send(Kick::Replaced);
         }
         Attached {
             conn,
@@ -226,6 +235,13 @@ impl Hub {
         let mut sessions = self.lock();
         if sessions.get(agent).is_some_and(|e| e.conn == conn) {
             sessions.remove(agent);
+        }
+    }
+
+    /// Ends the agent's live session, if any, because it retired its name.
+    pub fn retire(&self, agent: &AgentName) {
+        if let Some(entry) = self.lock().remove(agent) {
+            let _ = entry.kick.send(Kick::Retired);
         }
     }
 

@@ -85,6 +85,7 @@ pub async fn handle<S: Storage>(
         Err(e) => return Ok(internal(e)),
     }
     state.forget_registered(agent);
+    state.hub.retire(agent);
     let dropped = match drop_queue(state, agent).await {
         Ok(n) => n,
         Err(e) => return Ok(internal(e)),

@@ -15,7 +15,7 @@ use tokio::time::{Instant, timeout_at};
 
 use super::accept::{self, QueuedSend, SendFrame};
 use super::auth::{authenticate, welcome};
-use super::hub::Attached;
+use super::hub::{Attached, Kick};
 use super::state::RelayState;
 use super::storage::{Committed, Storage};
 use super::wire::{
@@ -190,7 +190,7 @@ async fn take_turn<S: Storage>(
     tokio::select! {
         biased;
         _ = shutdown.changed() => Err(shutting_down()),
-        _ = &mut attached.kicked => Err(replaced(agent)),
+        kick = &mut attached.kicked => Err(kicked(agent, kick.ok())),
         turn = attached.turn.clone().take() => Ok(turn),
     }
 }
@@ -203,11 +203,20 @@ fn shutting_down() -> Ending {
     }
 }
 
-fn replaced(agent: &AgentName) -> Ending {
-    Ending {
-        code: ErrorCode::Replaced,
-        message: format!("another connection for {agent} took over"),
-        close: close::REPLACED,
+/// The ending of a session the hub ended (`None`: its entry went without a word, which only a
+/// newer connection does).
+fn kicked(agent: &AgentName, why: Option<Kick>) -> Ending {
+    match why {
+        Some(Kick::Retired) => Ending {
+            code: ErrorCode::NameRetired,
+            message: format!("{agent} retired its name on this relay"),
+            close: close::AUTH,
+        },
+        Some(Kick::Replaced) | None => Ending {
+            code: ErrorCode::Replaced,
+            message: format!("another connection for {agent} took over"),
+            close: close::REPLACED,
+        },
     }
 }
 
@@ -264,9 +273,9 @@ async fn serve<S: Storage>(
                 settle_acks(state, agent, &mut d, stream).await;
                 return Some(shutting_down());
             }
-            _ = &mut attached.kicked => {
+            kick = &mut attached.kicked => {
                 settle_acks(state, agent, &mut d, stream).await;
-                return Some(replaced(agent));
+                return Some(kicked(agent, kick.ok()));
             }
             _ = out.stalled() => return Some(stalled(state)),
             _ = attached.missed.notified(), if !d.need_fetch => {}
