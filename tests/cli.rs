@@ -285,6 +285,61 @@ fn inbox_read_and_search_show_stored_mail() {
     );
 }
 
+/// Runs `cmd` with stdout piped, reads one line, closes the pipe and waits: what the shell's
+/// `| head -1` does.
+fn first_line_then_close(cmd: &mut Command) -> (Option<i32>, String, String) {
+    use std::io::{BufRead, Read};
+    let mut child = cmd
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut line = String::new();
+    std::io::BufReader::new(child.stdout.take().unwrap())
+        .read_line(&mut line)
+        .unwrap();
+    let mut err = String::new();
+    child
+        .stderr
+        .take()
+        .unwrap()
+        .read_to_string(&mut err)
+        .unwrap();
+    (child.wait().unwrap().code(), line, err)
+}
+
+#[test]
+fn a_reader_that_goes_away_early_ends_the_command_quietly() {
+    let home = Home::new();
+    home.ok(&["--agent", "bob", "init"]);
+    let mut store = Store::open(&home.agent_dir("bob").join("store.db")).unwrap();
+    let address = |n: &str| Address::local(AgentName::new(n).unwrap());
+    // Far more than a pipe holds (64 KiB), so the listing is still being written when the
+    // reader leaves.
+    for i in 0..400 {
+        let subject = format!("{i:03} {}", "a long subject line ".repeat(12));
+        let m = Message::new(address("alice"), vec![address("bob")], &subject, "hi");
+        store
+            .insert_message(&m, Direction::In, Trust::Verified)
+            .unwrap();
+    }
+    drop(store);
+    let (code, line, err) = first_line_then_close(
+        &mut home.command(&["--agent", "bob", "--json", "inbox", "--limit", "1000"]),
+    );
+    assert_eq!(line.trim(), "[");
+    assert_eq!(code, Some(0), "{err}");
+    assert!(err.is_empty(), "nothing on stderr: {err}");
+
+    // The demo writes as it goes: the reader leaves after its first line.
+    let (code, line, err) =
+        first_line_then_close(home.command(&["demo"]).env_remove("MAILSLOT_HOME"));
+    assert!(line.starts_with("mailslot demo"), "{line}");
+    assert_eq!(code, Some(0), "{err}");
+    assert!(!err.contains("panicked"), "{err}");
+}
+
 #[test]
 fn usage_errors_exit_2_and_name_the_problem() {
     let home = Home::new();

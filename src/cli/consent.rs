@@ -7,7 +7,8 @@ use std::io::{BufRead, IsTerminal, Write};
 use anyhow::{Context, bail};
 use serde::Serialize;
 
-use super::{Ctx, output, owner};
+use super::output::{self, outln};
+use super::{Ctx, owner};
 use crate::agent::Agent;
 use crate::client::{ClientError, Connection};
 use crate::crypto::PublicIdentity;
@@ -208,7 +209,7 @@ pub(super) fn approve(ctx: &Ctx, code: RequestCode, from: Option<AgentName>) -> 
             other => bail!("unexpected answer {other:?}"),
         }
     })?;
-    println!("{detail}");
+    outln!("{detail}")?;
     Ok(())
 }
 
@@ -276,7 +277,7 @@ pub(super) fn change(ctx: &Ctx, change: Change) -> anyhow::Result<()> {
             other => bail!("unexpected answer {other:?}"),
         }
     })?;
-    println!("{detail}");
+    outln!("{detail}")?;
     Ok(())
 }
 

@@ -2,8 +2,9 @@
 
 use anyhow::bail;
 
+use super::Ctx;
 use super::consent::with_relay;
-use super::{Ctx, output};
+use super::output::{self, outln};
 use crate::protocol::{ClientFrame, ServerFrame};
 
 /// What to do with the directory.
@@ -47,7 +48,7 @@ pub(super) fn run(ctx: &Ctx, action: Action) -> anyhow::Result<()> {
                 .join("\n")
         }),
         ServerFrame::Done { detail, .. } => {
-            println!("{detail}");
+            outln!("{detail}")?;
             Ok(())
         }
         other => bail!("unexpected answer {other:?}"),

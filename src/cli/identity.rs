@@ -3,7 +3,8 @@
 
 use serde::Serialize;
 
-use super::{Ctx, output};
+use super::Ctx;
+use super::output::{self, outln};
 use crate::client::Connection;
 use crate::protocol::{Address, AgentName, Fingerprint, InviteToken};
 use crate::store::SCHEMA_VERSION;
@@ -102,10 +103,10 @@ pub(super) fn retire(ctx: &Ctx) -> anyhow::Result<()> {
             conn.close().await;
             anyhow::Ok(detail?)
         })?;
-    println!(
+    outln!(
         "{detail}\nThe folder {} keeps its keys and mail; delete it when you no longer need them.",
         agent.dir.display()
-    );
+    )?;
     Ok(())
 }
 

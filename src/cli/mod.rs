@@ -10,7 +10,7 @@ mod local_relay;
 mod mail;
 mod mcp;
 mod memory;
-mod output;
+pub(crate) mod output;
 mod owner;
 mod relay;
 mod send;
@@ -360,6 +360,7 @@ pub fn run(cli: Cli) -> ExitCode {
     }
     match dispatch(cli) {
         Ok(code) => code,
+        Err(e) if e.chain().any(|c| c.is::<output::StdoutClosed>()) => ExitCode::SUCCESS,
         Err(e) => {
             eprintln!("mailslot: error: {e:#}");
             ExitCode::FAILURE

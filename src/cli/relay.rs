@@ -10,8 +10,9 @@ use std::process::ExitCode;
 use anyhow::Context;
 use serde::Serialize;
 
+use super::Ctx;
 use super::local_relay::{self, RelayFiles};
-use super::{Ctx, output};
+use super::output::{self, outln};
 use crate::relay::storage::{CheckReport, SqliteStorage};
 use crate::relay::{Relay, RelayConfig, make_invites};
 
@@ -104,8 +105,8 @@ pub(super) fn run(ctx: &Ctx, args: RelayArgs) -> anyhow::Result<ExitCode> {
         }
         Some(RelayAction::Stop) => {
             match local_relay::stop(&db)? {
-                Some(pid) => println!("stopped the relay (pid {pid})"),
-                None => println!("no relay running for {}", db.display()),
+                Some(pid) => outln!("stopped the relay (pid {pid})")?,
+                None => outln!("no relay running for {}", db.display())?,
             }
             Ok(())
         }
