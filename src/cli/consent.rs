@@ -171,6 +171,20 @@ pub(super) fn approve(ctx: &Ctx, code: RequestCode, from: Option<AgentName>) -> 
                 );
             }
         };
+        // The code first: a typo should not cost the person a confirmation and a passphrase.
+        match conn
+            .call(|r| ClientFrame::Approve {
+                reference: r,
+                from: request.agent.clone(),
+                code: code.clone(),
+                dry_run: true,
+                owner_signature: Vec::new(),
+            })
+            .await?
+        {
+            ServerFrame::Done { .. } => {}
+            other => bail!("unexpected answer {other:?}"),
+        }
         let fp = fingerprint(conn, &request.agent).await?;
         let mut out = std::io::stderr();
         writeln!(out, "Request from {} (fingerprint {fp})", request.agent)?;
@@ -201,6 +215,7 @@ pub(super) fn approve(ctx: &Ctx, code: RequestCode, from: Option<AgentName>) -> 
                 reference: r,
                 from: request.agent.clone(),
                 code,
+                dry_run: false,
                 owner_signature,
             })
             .await?
