@@ -402,6 +402,40 @@ fn the_agent_comes_from_env_then_config_then_the_folder() {
 }
 
 #[test]
+fn a_config_file_named_on_purpose_must_exist() {
+    let home = Home::new();
+    let typo = home.path().join("confg.toml");
+    let typo_s = typo.to_str().unwrap();
+    let out = home.run(&["--agent", "a", "--config", typo_s, "whoami"]);
+    assert_eq!(out.status.code(), Some(1));
+    let err = stderr(&out);
+    assert!(
+        err.contains(&format!(
+            "the config file {typo_s} does not exist (from --config"
+        )) && err.contains("leave out --config"),
+        "{err}"
+    );
+    let out = home
+        .command(&["--agent", "a", "whoami"])
+        .env("MAILSLOT_CONFIG", &typo)
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(1));
+    let err = stderr(&out);
+    assert!(
+        err.contains(&format!("(from MAILSLOT_CONFIG={typo_s})"))
+            && err.contains("unset MAILSLOT_CONFIG"),
+        "{err}"
+    );
+    // The default config file is optional, and a named one that exists is read.
+    home.ok(&["--agent", "a", "whoami"]);
+    std::fs::write(&typo, "default_agent = \"from-file\"\n").unwrap();
+    let who: Value =
+        serde_json::from_str(&home.ok(&["--config", typo_s, "--json", "whoami"])).unwrap();
+    assert_eq!(who["agent"], "from-file");
+}
+
+#[test]
 fn missing_keys_are_never_silently_regenerated() {
     let home = Home::new();
     home.ok(&["--agent", "alice", "init"]);

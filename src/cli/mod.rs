@@ -369,6 +369,9 @@ pub fn run(cli: Cli) -> ExitCode {
 }
 
 fn dispatch(cli: Cli) -> anyhow::Result<ExitCode> {
+    if let Some(file) = &cli.config {
+        missing_config(file, cli.home.clone())?;
+    }
     let paths = Paths::new(cli.home, cli.config)?;
     let config = Config::load(paths.config_file())?;
     let ctx = Ctx {
@@ -445,6 +448,34 @@ fn dispatch(cli: Cli) -> anyhow::Result<ExitCode> {
         Command::Bench(cmd) => crate::bench::run(cmd, ctx.json),
     };
     done.map(|()| ExitCode::SUCCESS)
+}
+
+/// A config file named on purpose must exist: silently running on defaults would hide a typo.
+/// (The default one is optional.)
+fn missing_config(file: &std::path::Path, home: Option<PathBuf>) -> anyhow::Result<()> {
+    match std::fs::metadata(file) {
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
+            let (named_by, leave_out) =
+                if std::env::var_os(config::ENV_CONFIG).is_some_and(|v| v == file) {
+                    (
+                        format!("{}={}", config::ENV_CONFIG, file.display()),
+                        format!("unset {}", config::ENV_CONFIG),
+                    )
+                } else {
+                    (
+                        format!("--config {}", file.display()),
+                        "leave out --config".to_owned(),
+                    )
+                };
+            let default = Paths::new(home, None)?;
+            anyhow::bail!(
+                "the config file {} does not exist (from {named_by}); create it, fix the path, or {leave_out} to use {}, which is optional",
+                file.display(),
+                default.config_file().display()
+            )
+        }
+        _ => Ok(()),
+    }
 }
 
 /// Logs go to stderr (stdout is for output, and for the MCP protocol later).
