@@ -111,7 +111,14 @@ fn one_relay_per_database_and_stop_works() {
             .contains("another relay already uses this database")
     );
     assert!(home.ok(&["relay", "stop"]).contains("stopped the relay"));
-    assert!(home.ok(&["relay", "status"]).contains("no relay running"));
+    // Stopped is "nothing" for scripts: exit 3, in text and in JSON.
+    let stopped = home.run(&["relay", "status"]);
+    assert_eq!(stopped.status.code(), Some(3));
+    assert!(String::from_utf8_lossy(&stopped.stdout).contains("no relay running"));
+    let stopped = home.run(&["--json", "relay", "status"]);
+    assert_eq!(stopped.status.code(), Some(3));
+    let status: serde_json::Value = serde_json::from_slice(&stopped.stdout).unwrap();
+    assert_eq!(status["running"], false);
     assert!(
         !Path::new(&format!("{}.pid", home.db().display())).exists(),
         "the pid file is removed on shutdown"
@@ -157,10 +164,11 @@ fn an_unreachable_relay_queues_the_message_and_sync_sends_it_later() {
     assert_eq!(got["received"][0], queued["id"]);
 }
 
-/// The relay's pid from `relay status --json`, if one runs.
+/// The relay's pid from `relay status --json`, if one runs (it exits 3 when none does).
 fn relay_pid(home: &Home) -> Option<i64> {
-    let status: serde_json::Value =
-        serde_json::from_str(&home.ok(&["--json", "relay", "status"])).unwrap();
+    let out = home.run(&["--json", "relay", "status"]);
+    assert!(matches!(out.status.code(), Some(0 | 3)), "{out:?}");
+    let status: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
     status["pid"].as_i64()
 }
 

@@ -18,6 +18,8 @@ use crate::relay::{Relay, RelayConfig, make_invites};
 
 /// The exit code of `relay check` when it found damage.
 const DAMAGED: u8 = 3;
+/// The exit code of `relay status` when no relay runs ("nothing", for scripts).
+const NOT_RUNNING: u8 = 3;
 
 /// Flags for `mailslot relay`.
 #[derive(Debug, clap::Args)]
@@ -43,7 +45,7 @@ pub struct RelayArgs {
 /// What to do with this home's background relay.
 #[derive(Debug, clap::Subcommand)]
 pub enum RelayAction {
-    /// Show whether this home's relay runs, and where
+    /// Show whether this home's relay runs, and where; exits 3 when it does not
     Status,
     /// Stop this home's relay (SIGTERM, waits for it to finish)
     Stop,
@@ -101,7 +103,12 @@ pub(super) fn run(ctx: &Ctx, args: RelayArgs) -> anyhow::Result<ExitCode> {
                     format!("relay running: pid {pid}, {url}, database {}", s.db)
                 }
                 _ => format!("no relay running for {}", s.db),
-            })
+            })?;
+            return Ok(if status.running {
+                ExitCode::SUCCESS
+            } else {
+                ExitCode::from(NOT_RUNNING)
+            });
         }
         Some(RelayAction::Stop) => {
             match local_relay::stop(&db)? {
