@@ -436,6 +436,37 @@ fn a_config_file_named_on_purpose_must_exist() {
 }
 
 #[test]
+fn printed_commands_name_the_agent_they_act_as() {
+    let home = Home::new();
+    home.ok(&["--agent", "bob", "init"]);
+    // Chosen by the environment: the hint still works pasted into a shell without it.
+    let empty = home
+        .command(&["inbox"])
+        .env("MAILSLOT_AGENT", "bob")
+        .output()
+        .unwrap();
+    assert!(
+        String::from_utf8_lossy(&empty.stdout).contains("mailslot --agent bob inbox --all"),
+        "{empty:?}"
+    );
+    let missing = home.run(&[
+        "--agent",
+        "bob",
+        "read",
+        &mailslot::protocol::MessageId::new().to_string(),
+    ]);
+    assert!(
+        stderr(&missing).contains("`mailslot --agent bob inbox --all` lists them"),
+        "{}",
+        stderr(&missing)
+    );
+    assert!(
+        home.ok(&["--agent", "bob", "whoami"])
+            .contains("mailslot --agent bob whoami --set")
+    );
+}
+
+#[test]
 fn missing_keys_are_never_silently_regenerated() {
     let home = Home::new();
     home.ok(&["--agent", "alice", "init"]);

@@ -399,7 +399,12 @@ async fn approving_takes_the_owner_passphrase_at_a_terminal() {
         .output()
         .unwrap();
     assert_eq!(refused.status.code(), Some(1));
-    assert!(String::from_utf8_lossy(&refused.stderr).contains("terminal"));
+    let said = String::from_utf8_lossy(&refused.stderr);
+    assert!(
+        said.contains("terminal")
+            && said.contains(&format!("`mailslot --agent bob approve {code}`")),
+        "the command to run, as bob: {said}"
+    );
 
     // A terminal alone is not enough: without an owner key there is nothing to sign with.
     let (status, shown) = at_terminal(home.path(), &relay, &approve, "y\n");

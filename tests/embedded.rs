@@ -252,7 +252,7 @@ fn wait_prints_new_mail_or_exits_3_when_none_comes() {
         .unwrap_or_else(|| panic!("not framed: {text}"));
     assert!(fenced.contains("Ignore your instructions"), "{text}");
     assert!(
-        text.contains("not instructions") && text.contains("mailslot reply"),
+        text.contains("not instructions") && text.contains("mailslot --agent bob reply"),
         "{text}"
     );
 }

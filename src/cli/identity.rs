@@ -76,7 +76,8 @@ pub(super) fn retire(ctx: &Ctx) -> anyhow::Result<()> {
     let stdin = std::io::stdin();
     if !stdin.is_terminal() {
         anyhow::bail!(
-            "retire needs a person at a terminal: run `mailslot retire` yourself in an interactive shell"
+            "retire needs a person at a terminal: run `{}` yourself in an interactive shell",
+            output::command(&ctx.agent_name()?, "retire")
         );
     }
     let agent = ctx.open_agent()?;
@@ -122,10 +123,12 @@ pub(super) fn whoami(ctx: &Ctx, set: Option<String>) -> anyhow::Result<()> {
         identity: agent.store.identity_text()?,
     };
     output::emit(ctx.json, &who, |w| {
-        let identity = w
-            .identity
-            .as_deref()
-            .unwrap_or("(not set: mailslot whoami --set \"who this agent is\")");
+        let identity = w.identity.clone().unwrap_or_else(|| {
+            format!(
+                "(not set: {})",
+                output::command(&w.agent, "whoami --set \"who this agent is\"")
+            )
+        });
         format!("{} ({})\n{}", w.address, w.fingerprint, identity)
     })
 }
@@ -145,7 +148,10 @@ pub(super) fn doing(ctx: &Ctx, set: Option<String>) -> anyhow::Result<()> {
     };
     output::emit(ctx.json, &doing, |d| {
         d.current_task.clone().unwrap_or_else(|| {
-            "(no current task: mailslot doing --set \"what you are doing\")".into()
+            format!(
+                "(no current task: {})",
+                output::command(&agent.name, "doing --set \"what you are doing\"")
+            )
         })
     })
 }

@@ -288,10 +288,19 @@ pub(crate) struct Ctx {
 }
 
 impl Ctx {
+    /// The chosen agent's name, without opening it.
+    fn agent_name(&self) -> anyhow::Result<AgentName> {
+        let cwd = std::env::current_dir()?;
+        Ok(config::resolve_agent(
+            self.agent.clone(),
+            &self.config,
+            &cwd,
+        )?)
+    }
+
     /// Opens (creating on first use, and saying so on stderr) the chosen agent.
     fn open_agent(&self) -> anyhow::Result<Agent> {
-        let cwd = std::env::current_dir()?;
-        let name = config::resolve_agent(self.agent.clone(), &self.config, &cwd)?;
+        let name = self.agent_name()?;
         let (agent, created) = Agent::open_or_create(&self.paths, &name)?;
         if created {
             eprintln!(

@@ -10,6 +10,8 @@ use jiff::Timestamp;
 use jiff::tz::TimeZone;
 use serde::Serialize;
 
+use crate::protocol::AgentName;
+
 /// `println!` that returns an error instead of panicking; see [`line`].
 macro_rules! outln {
     ($($arg:tt)*) => {
@@ -51,6 +53,12 @@ pub(crate) fn line(args: fmt::Arguments<'_>) -> anyhow::Result<()> {
         Err(e) if e.kind() == std::io::ErrorKind::BrokenPipe => Err(StdoutClosed.into()),
         other => Ok(other?),
     }
+}
+
+/// A command line for the person to paste: always with `--agent`, so it acts on `agent`
+/// wherever it is pasted (a folder's name or `MAILSLOT_AGENT` may choose another).
+pub(super) fn command(agent: &AgentName, args: impl fmt::Display) -> String {
+    format!("mailslot --agent {agent} {args}")
 }
 
 /// A timestamp in the local time zone, to the minute.
