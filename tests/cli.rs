@@ -122,8 +122,51 @@ fn first_use_creates_the_agent_once_with_private_keys() {
 }
 
 #[test]
+fn only_init_register_and_mcp_make_an_agent_and_a_typo_is_an_error() {
+    let home = Home::new();
+    let none = home.run(&["--agent", "alice", "inbox"]);
+    assert_eq!(none.status.code(), Some(1));
+    assert!(
+        stderr(&none).contains("no agent named alice")
+            && stderr(&none).contains("`mailslot --agent alice init`"),
+        "{}",
+        stderr(&none)
+    );
+    assert!(!home.agent_dir("alice").exists());
+    home.ok(&["--agent", "alice", "init"]);
+
+    let typo = home.run(&["--agent", "alcie", "whoami"]);
+    assert_eq!(typo.status.code(), Some(1));
+    assert!(
+        stderr(&typo).contains("did you mean alice?")
+            && stderr(&typo).contains("`mailslot --agent alcie init`"),
+        "{}",
+        stderr(&typo)
+    );
+    assert!(!home.agent_dir("alcie").exists());
+
+    // No --agent in a folder called proj: the folder's name is not a new agent either.
+    let proj = home.path().join("proj");
+    std::fs::create_dir(&proj).unwrap();
+    let out = home
+        .command(&["status"])
+        .current_dir(&proj)
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(1));
+    assert!(
+        stderr(&out).contains("no agent named proj (this folder's name;")
+            && stderr(&out).contains("this home has alice"),
+        "{}",
+        stderr(&out)
+    );
+    assert!(!home.agent_dir("proj").exists());
+}
+
+#[test]
 fn identity_and_current_task_persist() {
     let home = Home::new();
+    home.ok(&["--agent", "alice", "init"]);
     home.ok(&[
         "--agent",
         "alice",
@@ -153,6 +196,7 @@ fn identity_and_current_task_persist() {
 #[test]
 fn remember_recall_forget() {
     let home = Home::new();
+    home.ok(&["--agent", "bob", "init"]);
     let a = home.json(&[
         "--agent",
         "bob",
@@ -367,13 +411,14 @@ fn the_agent_comes_from_env_then_config_then_the_folder() {
     let home = Home::new();
     let project = home.path().join("My Project");
     std::fs::create_dir(&project).unwrap();
+    // `init` makes the agent it resolves, so it shows which one each source chose.
     let who = |cmd: &mut Command| -> Value {
         let out = cmd.arg("--json").output().unwrap();
         assert!(out.status.success(), "{}", stderr(&out));
         serde_json::from_slice(&out.stdout).unwrap()
     };
     assert_eq!(
-        who(home.command(&["whoami"]).current_dir(&project))["agent"],
+        who(home.command(&["init"]).current_dir(&project))["agent"],
         "my-project"
     );
     std::fs::write(
@@ -382,16 +427,16 @@ fn the_agent_comes_from_env_then_config_then_the_folder() {
     )
     .unwrap();
     assert_eq!(
-        who(home.command(&["whoami"]).current_dir(&project))["agent"],
+        who(home.command(&["init"]).current_dir(&project))["agent"],
         "from-config"
     );
     assert_eq!(
-        who(home.command(&["whoami"]).env("MAILSLOT_AGENT", "from-env"))["agent"],
+        who(home.command(&["init"]).env("MAILSLOT_AGENT", "from-env"))["agent"],
         "from-env"
     );
     assert_eq!(
         who(home
-            .command(&["whoami", "--agent", "from-flag"])
+            .command(&["init", "--agent", "from-flag"])
             .env("MAILSLOT_AGENT", "from-env"))["agent"],
         "from-flag"
     );
@@ -428,7 +473,8 @@ fn a_config_file_named_on_purpose_must_exist() {
         "{err}"
     );
     // The default config file is optional, and a named one that exists is read.
-    home.ok(&["--agent", "a", "whoami"]);
+    home.ok(&["--agent", "a", "init"]);
+    home.ok(&["--agent", "from-file", "init"]);
     std::fs::write(&typo, "default_agent = \"from-file\"\n").unwrap();
     let who: Value =
         serde_json::from_str(&home.ok(&["--config", typo_s, "--json", "whoami"])).unwrap();

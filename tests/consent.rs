@@ -381,7 +381,8 @@ async fn approving_takes_the_owner_passphrase_at_a_terminal() {
         );
         String::from_utf8(out.stdout).unwrap()
     };
-    ok(&mut mailslot(&["--agent", "bob", "sync"]));
+    ok(&mut mailslot(&["--agent", "bob", "register"]));
+    ok(&mut mailslot(&["--agent", "alice", "init"]));
     let asked: serde_json::Value = serde_json::from_str(&ok(&mut mailslot(&[
         "--agent", "alice", "--json", "connect", "bob", "--note", "hi",
     ])))

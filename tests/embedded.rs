@@ -59,13 +59,14 @@ impl Drop for Home {
 #[test]
 fn two_agents_with_no_configuration_exchange_mail() {
     let home = Home::new();
-    let first = home.run(&["--agent", "bob", "sync"]);
+    let first = home.run(&["--agent", "bob", "register"]);
     assert!(
         first.status.success(),
         "{}",
         String::from_utf8_lossy(&first.stderr)
     );
     assert!(String::from_utf8_lossy(&first.stderr).contains("started the local relay"));
+    home.ok(&["--agent", "alice", "init"]);
     let sent: serde_json::Value = serde_json::from_str(&home.ok(&[
         "--agent",
         "alice",
@@ -97,7 +98,7 @@ fn two_agents_with_no_configuration_exchange_mail() {
 #[test]
 fn one_relay_per_database_and_stop_works() {
     let home = Home::new();
-    home.ok(&["--agent", "bob", "sync"]);
+    home.ok(&["--agent", "bob", "register"]);
     let second = home.run(&[
         "relay",
         "--listen",
@@ -135,6 +136,7 @@ fn an_unreachable_relay_queues_the_message_and_sync_sends_it_later() {
         .unwrap()
         .port();
     let down = format!("ws://127.0.0.1:{port}");
+    home.ok(&["--agent", "alice", "init"]);
     let out = home.ok(&[
         "--agent",
         "alice",
@@ -155,7 +157,7 @@ fn an_unreachable_relay_queues_the_message_and_sync_sends_it_later() {
         serde_json::from_str(&home.ok(&["--agent", "alice", "--json", "status"])).unwrap();
     assert_eq!(status["outbox"], 1);
     // The local relay comes up; bob exists there; alice's sync delivers the queued mail.
-    home.ok(&["--agent", "bob", "sync"]);
+    home.ok(&["--agent", "bob", "register"]);
     let synced: serde_json::Value =
         serde_json::from_str(&home.ok(&["--agent", "alice", "--json", "sync"])).unwrap();
     assert_eq!(synced["sent"][0], queued["id"]);
@@ -206,11 +208,12 @@ async fn a_running_server_restarts_the_local_relay_when_it_stops() {
 #[test]
 fn wait_prints_new_mail_or_exits_3_when_none_comes() {
     let home = Home::new();
-    home.ok(&["--agent", "bob", "sync"]);
+    home.ok(&["--agent", "bob", "register"]);
     let idle = home.run(&["--agent", "bob", "wait", "--timeout", "1"]);
     assert_eq!(idle.status.code(), Some(3), "{idle:?}");
     assert!(String::from_utf8_lossy(&idle.stdout).contains("no mail in 1 s"));
 
+    home.ok(&["--agent", "alice", "init"]);
     home.ok(&[
         "--agent",
         "alice",

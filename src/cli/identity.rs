@@ -18,7 +18,7 @@ struct Whoami {
 }
 
 pub(super) fn init(ctx: &Ctx) -> anyhow::Result<()> {
-    let agent = ctx.open_agent()?;
+    let agent = ctx.open_or_create_agent()?;
     let who = Whoami {
         agent: agent.name.clone(),
         address: agent.address(),
@@ -45,7 +45,7 @@ struct Registered {
 /// Registers the agent's name with the relay now (with an invite, for a relay that registers
 /// by invite only); a name already registered with these keys changes nothing.
 pub(super) fn register(ctx: &Ctx, invite: Option<InviteToken>) -> anyhow::Result<()> {
-    let agent = ctx.open_agent()?;
+    let agent = ctx.open_or_create_agent()?;
     let url = ctx.relay_url()?;
     tokio::runtime::Builder::new_current_thread()
         .enable_all()

@@ -60,7 +60,7 @@ pub struct Cli {
 /// The subcommands.
 #[derive(Debug, Subcommand)]
 pub enum Command {
-    /// Create the agent's keys and store (done automatically on first use)
+    /// Create the agent's keys and store (`register` and `mcp` also create it on first use)
     Init,
     /// Give up the agent's name on the relay (interactive: asks you to type the name)
     Retire,
@@ -298,8 +298,52 @@ impl Ctx {
         )?)
     }
 
-    /// Opens (creating on first use, and saying so on stderr) the chosen agent.
+    /// Opens the chosen agent, which must exist: only `init`, `register` and `mcp` make one,
+    /// so a typo in `--agent`, or a folder's name, never makes a stray agent.
     fn open_agent(&self) -> anyhow::Result<Agent> {
+        let name = self.agent_name()?;
+        if !self.paths.agent_dir(&name).exists() {
+            anyhow::bail!(self.unknown_agent(&name)?);
+        }
+        Ok(Agent::open_or_create(&self.paths, &name)?.0)
+    }
+
+    /// What to say when the chosen agent does not exist: where the name came from, the
+    /// closest existing one, and the command that makes it.
+    fn unknown_agent(&self, name: &AgentName) -> anyhow::Result<String> {
+        let chosen_by = if self.agent.is_some() {
+            ""
+        } else if self.config.default_agent.is_some() {
+            " (default_agent in the config)"
+        } else {
+            " (this folder's name; pass --agent NAME to choose another)"
+        };
+        let existing = self.paths.agent_names()?;
+        let closest = existing
+            .iter()
+            .map(|e| (edit_distance(e.as_str(), name.as_str()), e))
+            .min()
+            .filter(|(d, _)| *d <= (name.as_str().len() / 3).max(2));
+        let known = match (closest, existing.as_slice()) {
+            (Some((_, e)), _) => format!("; did you mean {e}?"),
+            (None, []) => String::new(),
+            (None, all) => format!(
+                "; this home has {}",
+                all.iter()
+                    .map(ToString::to_string)
+                    .collect::<Vec<_>>()
+                    .join(", ")
+            ),
+        };
+        Ok(format!(
+            "no agent named {name}{chosen_by} in {}{known}. To make it, run `{}`",
+            self.paths.home().display(),
+            output::command(name, "init")
+        ))
+    }
+
+    /// Opens the chosen agent, creating it (and saying so on stderr) on first use.
+    fn open_or_create_agent(&self) -> anyhow::Result<Agent> {
         let name = self.agent_name()?;
         let (agent, created) = Agent::open_or_create(&self.paths, &name)?;
         if created {
@@ -485,6 +529,24 @@ fn missing_config(file: &std::path::Path, home: Option<PathBuf>) -> anyhow::Resu
         }
         _ => Ok(()),
     }
+}
+
+/// Levenshtein distance, for "did you mean".
+fn edit_distance(a: &str, b: &str) -> usize {
+    let b: Vec<char> = b.chars().collect();
+    let mut row: Vec<usize> = (0..=b.len()).collect();
+    for (i, ca) in a.chars().enumerate() {
+        let mut diagonal = row[0];
+        row[0] = i + 1;
+        for (j, cb) in b.iter().enumerate() {
+            let above = row[j + 1];
+            row[j + 1] = (above + 1)
+                .min(row[j] + 1)
+                .min(diagonal + usize::from(ca != *cb));
+            diagonal = above;
+        }
+    }
+    row[b.len()]
 }
 
 /// Logs go to stderr (stdout is for output, and for the MCP protocol later).
