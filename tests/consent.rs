@@ -291,8 +291,9 @@ async fn pending_requests_and_approval_attempts_are_bounded() {
     }
     let alice = TestAgent::new("alice");
     let mut conn = alice.connect(&relay).await;
+    let mut codes = Vec::new();
     for t in &targets[..3] {
-        request(&mut conn, t).await;
+        codes.push(request(&mut conn, t).await);
     }
     let err = conn
         .call(|r| ClientFrame::Connect {
@@ -303,8 +304,15 @@ async fn pending_requests_and_approval_attempts_are_bounded() {
         .await
         .unwrap_err();
     assert_eq!(refused(err), ErrorCode::TooManyRequests);
-    // Guessing codes is throttled, and checking a code (a dry run) counts as a guess.
+    // Checking the right code gives its attempt back: checking then approving costs one.
     let mut t0 = targets[0].connect(&relay).await;
+    for _ in 0..5 {
+        assert!(matches!(
+            check_code(&mut t0, &alice, codes[0].clone()).await.unwrap(),
+            ServerFrame::Done { .. }
+        ));
+    }
+    // Guessing codes is throttled, and checking a wrong code (a dry run) counts as a guess.
     let guess = RequestCode::from_random([7, 0, 0, 0, 0]);
     assert_eq!(
         refused(check_code(&mut t0, &alice, guess).await.unwrap_err()),

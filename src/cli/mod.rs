@@ -563,3 +563,17 @@ fn init_logging(default: &str, json: bool) {
         builder.try_init()
     };
 }
+
+#[cfg(test)]
+mod tests {
+    use super::edit_distance;
+
+    #[test]
+    fn edit_distance_counts_single_character_edits() {
+        assert_eq!(edit_distance("alice", "alice"), 0);
+        assert_eq!(edit_distance("alcie", "alice"), 2);
+        assert_eq!(edit_distance("alic", "alice"), 1);
+        assert_eq!(edit_distance("", "bob"), 3);
+        assert_eq!(edit_distance("proj", "alice"), 5);
+    }
+}
