@@ -122,8 +122,51 @@ fn first_use_creates_the_agent_once_with_private_keys() {
 }
 
 #[test]
+fn only_init_register_and_mcp_make_an_agent_and_a_typo_is_an_error() {
+    let home = Home::new();
+    let none = home.run(&["--agent", "alice", "inbox"]);
+    assert_eq!(none.status.code(), Some(1));
+    assert!(
+        stderr(&none).contains("no agent named alice")
+            && stderr(&none).contains("`mailslot --agent alice init`"),
+        "{}",
+        stderr(&none)
+    );
+    assert!(!home.agent_dir("alice").exists());
+    home.ok(&["--agent", "alice", "init"]);
+
+    let typo = home.run(&["--agent", "alcie", "whoami"]);
+    assert_eq!(typo.status.code(), Some(1));
+    assert!(
+        stderr(&typo).contains("did you mean alice?")
+            && stderr(&typo).contains("`mailslot --agent alcie init`"),
+        "{}",
+        stderr(&typo)
+    );
+    assert!(!home.agent_dir("alcie").exists());
+
+    // No --agent in a folder called proj: the folder's name is not a new agent either.
+    let proj = home.path().join("proj");
+    std::fs::create_dir(&proj).unwrap();
+    let out = home
+        .command(&["status"])
+        .current_dir(&proj)
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(1));
+    assert!(
+        stderr(&out).contains("no agent named proj (this folder's name;")
+            && stderr(&out).contains("this home has alice"),
+        "{}",
+        stderr(&out)
+    );
+    assert!(!home.agent_dir("proj").exists());
+}
+
+#[test]
 fn identity_and_current_task_persist() {
     let home = Home::new();
+    home.ok(&["--agent", "alice", "init"]);
     home.ok(&[
         "--agent",
         "alice",
@@ -153,6 +196,7 @@ fn identity_and_current_task_persist() {
 #[test]
 fn remember_recall_forget() {
     let home = Home::new();
+    home.ok(&["--agent", "bob", "init"]);
     let a = home.json(&[
         "--agent",
         "bob",
@@ -285,6 +329,61 @@ fn inbox_read_and_search_show_stored_mail() {
     );
 }
 
+/// Runs `cmd` with stdout piped, reads one line, closes the pipe and waits: what the shell's
+/// `| head -1` does.
+fn first_line_then_close(cmd: &mut Command) -> (Option<i32>, String, String) {
+    use std::io::{BufRead, Read};
+    let mut child = cmd
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut line = String::new();
+    std::io::BufReader::new(child.stdout.take().unwrap())
+        .read_line(&mut line)
+        .unwrap();
+    let mut err = String::new();
+    child
+        .stderr
+        .take()
+        .unwrap()
+        .read_to_string(&mut err)
+        .unwrap();
+    (child.wait().unwrap().code(), line, err)
+}
+
+#[test]
+fn a_reader_that_goes_away_early_ends_the_command_quietly() {
+    let home = Home::new();
+    home.ok(&["--agent", "bob", "init"]);
+    let mut store = Store::open(&home.agent_dir("bob").join("store.db")).unwrap();
+    let address = |n: &str| Address::local(AgentName::new(n).unwrap());
+    // Far more than a pipe holds (64 KiB), so the listing is still being written when the
+    // reader leaves.
+    for i in 0..400 {
+        let subject = format!("{i:03} {}", "a long subject line ".repeat(12));
+        let m = Message::new(address("alice"), vec![address("bob")], &subject, "hi");
+        store
+            .insert_message(&m, Direction::In, Trust::Verified)
+            .unwrap();
+    }
+    drop(store);
+    let (code, line, err) = first_line_then_close(
+        &mut home.command(&["--agent", "bob", "--json", "inbox", "--limit", "1000"]),
+    );
+    assert_eq!(line.trim(), "[");
+    assert_eq!(code, Some(0), "{err}");
+    assert!(err.is_empty(), "nothing on stderr: {err}");
+
+    // The demo writes as it goes: the reader leaves after its first line.
+    let (code, line, err) =
+        first_line_then_close(home.command(&["demo"]).env_remove("MAILSLOT_HOME"));
+    assert!(line.starts_with("mailslot demo"), "{line}");
+    assert_eq!(code, Some(0), "{err}");
+    assert!(!err.contains("panicked"), "{err}");
+}
+
 #[test]
 fn usage_errors_exit_2_and_name_the_problem() {
     let home = Home::new();
@@ -312,13 +411,14 @@ fn the_agent_comes_from_env_then_config_then_the_folder() {
     let home = Home::new();
     let project = home.path().join("My Project");
     std::fs::create_dir(&project).unwrap();
+    // `init` makes the agent it resolves, so it shows which one each source chose.
     let who = |cmd: &mut Command| -> Value {
         let out = cmd.arg("--json").output().unwrap();
         assert!(out.status.success(), "{}", stderr(&out));
         serde_json::from_slice(&out.stdout).unwrap()
     };
     assert_eq!(
-        who(home.command(&["whoami"]).current_dir(&project))["agent"],
+        who(home.command(&["init"]).current_dir(&project))["agent"],
         "my-project"
     );
     std::fs::write(
@@ -327,16 +427,16 @@ fn the_agent_comes_from_env_then_config_then_the_folder() {
     )
     .unwrap();
     assert_eq!(
-        who(home.command(&["whoami"]).current_dir(&project))["agent"],
+        who(home.command(&["init"]).current_dir(&project))["agent"],
         "from-config"
     );
     assert_eq!(
-        who(home.command(&["whoami"]).env("MAILSLOT_AGENT", "from-env"))["agent"],
+        who(home.command(&["init"]).env("MAILSLOT_AGENT", "from-env"))["agent"],
         "from-env"
     );
     assert_eq!(
         who(home
-            .command(&["whoami", "--agent", "from-flag"])
+            .command(&["init", "--agent", "from-flag"])
             .env("MAILSLOT_AGENT", "from-env"))["agent"],
         "from-flag"
     );
@@ -344,6 +444,72 @@ fn the_agent_comes_from_env_then_config_then_the_folder() {
     let out = home.run(&["whoami"]);
     assert_eq!(out.status.code(), Some(1));
     assert!(stderr(&out).contains("defualt_agent"), "{}", stderr(&out));
+}
+
+#[test]
+fn a_config_file_named_on_purpose_must_exist() {
+    let home = Home::new();
+    let typo = home.path().join("confg.toml");
+    let typo_s = typo.to_str().unwrap();
+    let out = home.run(&["--agent", "a", "--config", typo_s, "whoami"]);
+    assert_eq!(out.status.code(), Some(1));
+    let err = stderr(&out);
+    assert!(
+        err.contains(&format!(
+            "the config file {typo_s} does not exist (from --config"
+        )) && err.contains("leave out --config"),
+        "{err}"
+    );
+    let out = home
+        .command(&["--agent", "a", "whoami"])
+        .env("MAILSLOT_CONFIG", &typo)
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(1));
+    let err = stderr(&out);
+    assert!(
+        err.contains(&format!("(from MAILSLOT_CONFIG={typo_s})"))
+            && err.contains("unset MAILSLOT_CONFIG"),
+        "{err}"
+    );
+    // The default config file is optional, and a named one that exists is read.
+    home.ok(&["--agent", "a", "init"]);
+    home.ok(&["--agent", "from-file", "init"]);
+    std::fs::write(&typo, "default_agent = \"from-file\"\n").unwrap();
+    let who: Value =
+        serde_json::from_str(&home.ok(&["--config", typo_s, "--json", "whoami"])).unwrap();
+    assert_eq!(who["agent"], "from-file");
+}
+
+#[test]
+fn printed_commands_name_the_agent_they_act_as() {
+    let home = Home::new();
+    home.ok(&["--agent", "bob", "init"]);
+    // Chosen by the environment: the hint still works pasted into a shell without it.
+    let empty = home
+        .command(&["inbox"])
+        .env("MAILSLOT_AGENT", "bob")
+        .output()
+        .unwrap();
+    assert!(
+        String::from_utf8_lossy(&empty.stdout).contains("mailslot --agent bob inbox --all"),
+        "{empty:?}"
+    );
+    let missing = home.run(&[
+        "--agent",
+        "bob",
+        "read",
+        &mailslot::protocol::MessageId::new().to_string(),
+    ]);
+    assert!(
+        stderr(&missing).contains("`mailslot --agent bob inbox --all` lists them"),
+        "{}",
+        stderr(&missing)
+    );
+    assert!(
+        home.ok(&["--agent", "bob", "whoami"])
+            .contains("mailslot --agent bob whoami --set")
+    );
 }
 
 #[test]

@@ -55,7 +55,24 @@ async fn approve(
         reference: r,
         from: from.name.clone(),
         code,
+        dry_run: false,
         owner_signature,
+    })
+    .await
+}
+
+/// A dry run of `approve` on `conn`: only checks the code, with no owner signature.
+async fn check_code(
+    conn: &mut mailslot::client::Connection,
+    from: &TestAgent,
+    code: RequestCode,
+) -> Result<ServerFrame, ClientError> {
+    conn.call(|r| ClientFrame::Approve {
+        reference: r,
+        from: from.name.clone(),
+        code,
+        dry_run: true,
+        owner_signature: Vec::new(),
     })
     .await
 }
@@ -274,8 +291,9 @@ async fn pending_requests_and_approval_attempts_are_bounded() {
     }
     let alice = TestAgent::new("alice");
     let mut conn = alice.connect(&relay).await;
+    let mut codes = Vec::new();
     for t in &targets[..3] {
-        request(&mut conn, t).await;
+        codes.push(request(&mut conn, t).await);
     }
     let err = conn
         .call(|r| ClientFrame::Connect {
@@ -286,9 +304,21 @@ async fn pending_requests_and_approval_attempts_are_bounded() {
         .await
         .unwrap_err();
     assert_eq!(refused(err), ErrorCode::TooManyRequests);
-    // Guessing codes is throttled.
+    // Checking the right code gives its attempt back: checking then approving costs one.
     let mut t0 = targets[0].connect(&relay).await;
-    for i in 0..3 {
+    for _ in 0..5 {
+        assert!(matches!(
+            check_code(&mut t0, &alice, codes[0].clone()).await.unwrap(),
+            ServerFrame::Done { .. }
+        ));
+    }
+    // Guessing codes is throttled, and checking a wrong code (a dry run) counts as a guess.
+    let guess = RequestCode::from_random([7, 0, 0, 0, 0]);
+    assert_eq!(
+        refused(check_code(&mut t0, &alice, guess).await.unwrap_err()),
+        ErrorCode::BadCode
+    );
+    for i in 0..2 {
         let guess = RequestCode::from_random([i, 0, 0, 0, 0]);
         assert_eq!(
             refused(
@@ -359,7 +389,8 @@ async fn approving_takes_the_owner_passphrase_at_a_terminal() {
         );
         String::from_utf8(out.stdout).unwrap()
     };
-    ok(&mut mailslot(&["--agent", "bob", "sync"]));
+    ok(&mut mailslot(&["--agent", "bob", "register"]));
+    ok(&mut mailslot(&["--agent", "alice", "init"]));
     let asked: serde_json::Value = serde_json::from_str(&ok(&mut mailslot(&[
         "--agent", "alice", "--json", "connect", "bob", "--note", "hi",
     ])))
@@ -377,7 +408,12 @@ async fn approving_takes_the_owner_passphrase_at_a_terminal() {
         .output()
         .unwrap();
     assert_eq!(refused.status.code(), Some(1));
-    assert!(String::from_utf8_lossy(&refused.stderr).contains("terminal"));
+    let said = String::from_utf8_lossy(&refused.stderr);
+    assert!(
+        said.contains("terminal")
+            && said.contains(&format!("`mailslot --agent bob approve {code}`")),
+        "the command to run, as bob: {said}"
+    );
 
     // A terminal alone is not enough: without an owner key there is nothing to sign with.
     let (status, shown) = at_terminal(home.path(), &relay, &approve, "y\n");
@@ -395,6 +431,21 @@ async fn approving_takes_the_owner_passphrase_at_a_terminal() {
     let (status, shown) = at_terminal(home.path(), &relay, "owner init", &input);
     assert_eq!(status, 1, "never overwritten: {shown}");
 
+    // A mistyped code is refused before anything is asked.
+    let wrong = RequestCode::from_random([0; 5]).to_string();
+    let (status, shown) = at_terminal(
+        home.path(),
+        &relay,
+        &format!("--agent bob approve {wrong}"),
+        &format!("y\n{PASSPHRASE}\n"),
+    );
+    assert_eq!(status, 1, "{shown}");
+    assert!(shown.contains("has that code"), "{shown}");
+    assert!(
+        !shown.contains("[y/N]") && !shown.contains("passphrase"),
+        "nothing asked: {shown}"
+    );
+
     // An agent with a shell makes a terminal too, but does not know the passphrase.
     let (status, shown) = at_terminal(
         home.path(),
@@ -409,8 +460,16 @@ async fn approving_takes_the_owner_passphrase_at_a_terminal() {
 
     let (status, shown) = at_terminal(home.path(), &relay, &approve, &format!("y\n{PASSPHRASE}\n"));
     assert_eq!(status, 0, "{shown}");
+    // The order the person sees: the fingerprint and the question, then the passphrase.
+    let at = |s: &str| {
+        shown
+            .find(s)
+            .unwrap_or_else(|| panic!("no {s:?} in {shown}"))
+    };
     assert!(
-        shown.contains("fingerprint") && shown.contains("alice is now a contact"),
+        at("fingerprint") < at("[y/N]")
+            && at("[y/N]") < at("passphrase")
+            && at("passphrase") < at("alice is now a contact"),
         "{shown}"
     );
     let contacts: serde_json::Value = serde_json::from_str(&ok(&mut mailslot(&[
@@ -503,6 +562,7 @@ async fn consent_changes_need_the_owner_key_not_the_agent_key() {
             reference: "a".into(),
             from: alice.name.clone(),
             code: code.clone(),
+            dry_run: false,
             owner_signature: with_identity.to_vec(),
         },
     )
@@ -517,6 +577,7 @@ async fn consent_changes_need_the_owner_key_not_the_agent_key() {
             reference: "b".into(),
             from: alice.name.clone(),
             code: code.clone(),
+            dry_run: false,
             owner_signature: replayed,
         },
     )
@@ -572,8 +633,26 @@ async fn consent_changes_need_the_owner_key_not_the_agent_key() {
         .unwrap_err();
     assert_eq!(refused(err), ErrorCode::NotOwner);
 
+    // The agent may check the code without the owner (a dry run), which changes nothing.
+    assert!(matches!(
+        check_code(&mut bob_conn, &alice, code.clone())
+            .await
+            .unwrap(),
+        ServerFrame::Done { .. }
+    ));
+
     // Nothing above approved anything: the request is still open, and the owner's own
     // signature approves it.
+    match bob_conn
+        .call(|r| ClientFrame::Consent { reference: r })
+        .await
+        .unwrap()
+    {
+        ServerFrame::ConsentState {
+            incoming, contacts, ..
+        } => assert!(incoming.len() == 1 && contacts.is_empty(), "{incoming:?}"),
+        other => panic!("expected consent_state, got {other:?}"),
+    }
     approve(&mut bob_conn, &bob, &alice, code).await.unwrap();
 
     // The owner replaces its key with a signature by the old one; the old one is then void.

@@ -109,13 +109,21 @@ impl Setup {
         std::fs::write(&trusted_ca, &pki.ca_pem).unwrap();
         let other_ca = home.path().join("other-ca.pem");
         std::fs::write(&other_ca, ca("some other CA").2).unwrap();
-        Self {
+        let setup = Self {
             relay,
             front,
             home,
             trusted_ca,
             other_ca,
+        };
+        // Only init, register and mcp make agents; init needs no relay.
+        for agent in ["alice", "bob"] {
+            let out = setup
+                .run(&setup.trusted_ca, agent, &setup.wss("localhost"), &["init"])
+                .await;
+            assert!(out.status.success(), "{}", stderr(&out));
         }
+        setup
     }
 
     fn wss(&self, host: &str) -> String {

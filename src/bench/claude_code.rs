@@ -82,7 +82,7 @@ pub async fn channel_latency(
     )?;
     // Registered before Claude Code starts, so the first send is accepted.
     let sync = tokio::process::Command::new(exe)
-        .args(["--agent", "cc", "sync"])
+        .args(["--agent", "cc", "register"])
         .env_clear()
         .envs(env.iter().cloned())
         .output()

@@ -10,6 +10,8 @@ mod store;
 
 use clap::{Args, Subcommand};
 
+use crate::cli::output::outln;
+
 pub use stats::Summary;
 
 /// What to measure.
@@ -116,10 +118,10 @@ pub fn run(cmd: BenchCommand, json: bool) -> anyhow::Result<()> {
         BenchCommand::Mcp(args) => mcp::run(&args)?,
     };
     if json {
-        println!("{}", serde_json::to_string_pretty(&rows)?);
+        outln!("{}", serde_json::to_string_pretty(&rows)?)?;
     } else {
-        println!("{}", stats::table(&rows));
-        println!("\nmachine: {}", stats::machine());
+        outln!("{}", stats::table(&rows))?;
+        outln!("\nmachine: {}", stats::machine())?;
     }
     Ok(())
 }

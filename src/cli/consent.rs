@@ -7,7 +7,8 @@ use std::io::{BufRead, IsTerminal, Write};
 use anyhow::{Context, bail};
 use serde::Serialize;
 
-use super::{Ctx, output, owner};
+use super::output::{self, outln};
+use super::{Ctx, owner};
 use crate::agent::Agent;
 use crate::client::{ClientError, Connection};
 use crate::crypto::PublicIdentity;
@@ -78,9 +79,10 @@ pub(super) fn connect(ctx: &Ctx, to: AgentName, note: String) -> anyhow::Result<
     let Some(r) = requested else { return Ok(()) };
     output::emit(ctx.json, &r, |r| {
         format!(
-            "Asked {to}. Give {to}'s owner this code yourself (not through an agent):\n\n    {code}\n\nThey approve with `mailslot approve {code}`. It expires at {when}.\nYour agent's fingerprint, for them to compare: {fp}",
+            "Asked {to}. Give {to}'s owner this code yourself (not through an agent):\n\n    {code}\n\nThey approve with `{approve}`. It expires at {when}.\nYour agent's fingerprint, for them to compare: {fp}",
             to = r.to,
             code = r.code,
+            approve = output::command(&r.to, format_args!("approve {}", r.code)),
             when = output::when(r.expires_at),
             fp = r.your_fingerprint
         )
@@ -123,14 +125,23 @@ async fn state(
 }
 
 pub(super) fn requests(ctx: &Ctx) -> anyhow::Result<()> {
-    let (_, incoming, outgoing, _, _) = with_relay(ctx, async |conn, _| state(conn).await)?;
+    let (me, (_, incoming, outgoing, _, _)) = with_relay(ctx, async |conn, agent| {
+        Ok((agent.name.clone(), state(conn).await?))
+    })?;
     output::emit(ctx.json, &Requests { incoming, outgoing }, |r| {
         let mut lines = Vec::new();
         if r.incoming.is_empty() && r.outgoing.is_empty() {
             lines.push("no open contact requests".to_owned());
         }
         for q in &r.incoming {
-            lines.push(format!("from {}: {:?} (until {}) — approve with `mailslot approve CODE` using the code {}'s owner gives you", q.agent, q.note, output::when(q.expires_at), q.agent));
+            lines.push(format!(
+                "from {}: {:?} (until {}) — approve with `{}` using the code {}'s owner gives you",
+                q.agent,
+                q.note,
+                output::when(q.expires_at),
+                output::command(&me, "approve CODE"),
+                q.agent
+            ));
         }
         for q in &r.outgoing {
             let code = q.code.as_ref().map(|c| c.as_str()).unwrap_or("?");
@@ -148,7 +159,8 @@ pub(super) fn approve(ctx: &Ctx, code: RequestCode, from: Option<AgentName>) -> 
     let stdin = std::io::stdin();
     if !stdin.is_terminal() {
         bail!(
-            "approve needs a person at a terminal: run `mailslot approve CODE` yourself in an interactive shell (agents cannot approve)"
+            "approve needs a person at a terminal: run `{}` yourself in an interactive shell (agents cannot approve)",
+            output::command(&ctx.agent_name()?, format_args!("approve {code}"))
         );
     }
     let detail = with_relay(ctx, async |conn, agent| {
@@ -170,6 +182,20 @@ pub(super) fn approve(ctx: &Ctx, code: RequestCode, from: Option<AgentName>) -> 
                 );
             }
         };
+        // The code first: a typo should not cost the person a confirmation and a passphrase.
+        match conn
+            .call(|r| ClientFrame::Approve {
+                reference: r,
+                from: request.agent.clone(),
+                code: code.clone(),
+                dry_run: true,
+                owner_signature: Vec::new(),
+            })
+            .await?
+        {
+            ServerFrame::Done { .. } => {}
+            other => bail!("unexpected answer {other:?}"),
+        }
         let fp = fingerprint(conn, &request.agent).await?;
         let mut out = std::io::stderr();
         writeln!(out, "Request from {} (fingerprint {fp})", request.agent)?;
@@ -200,6 +226,7 @@ pub(super) fn approve(ctx: &Ctx, code: RequestCode, from: Option<AgentName>) -> 
                 reference: r,
                 from: request.agent.clone(),
                 code,
+                dry_run: false,
                 owner_signature,
             })
             .await?
@@ -208,7 +235,7 @@ pub(super) fn approve(ctx: &Ctx, code: RequestCode, from: Option<AgentName>) -> 
             other => bail!("unexpected answer {other:?}"),
         }
     })?;
-    println!("{detail}");
+    outln!("{detail}")?;
     Ok(())
 }
 
@@ -276,7 +303,7 @@ pub(super) fn change(ctx: &Ctx, change: Change) -> anyhow::Result<()> {
             other => bail!("unexpected answer {other:?}"),
         }
     })?;
-    println!("{detail}");
+    outln!("{detail}")?;
     Ok(())
 }
 

@@ -2,8 +2,9 @@
 
 use anyhow::bail;
 
+use super::Ctx;
 use super::consent::with_relay;
-use super::{Ctx, output};
+use super::output::{self, outln};
 use crate::protocol::{ClientFrame, ServerFrame};
 
 /// What to do with the directory.
@@ -14,7 +15,7 @@ pub(super) enum Action {
 }
 
 pub(super) fn run(ctx: &Ctx, action: Action) -> anyhow::Result<()> {
-    let answer = with_relay(ctx, async |conn, _| {
+    let (me, answer) = with_relay(ctx, async |conn, agent| {
         let frame = |reference| match action {
             Action::List => ClientFrame::Directory { reference },
             Action::Join(description) => ClientFrame::SetListing {
@@ -26,12 +27,15 @@ pub(super) fn run(ctx: &Ctx, action: Action) -> anyhow::Result<()> {
                 description: None,
             },
         };
-        Ok(conn.call(frame).await?)
+        Ok((agent.name.clone(), conn.call(frame).await?))
     })?;
     match answer {
         ServerFrame::DirectoryList { entries, .. } => output::emit(ctx.json, &entries, |entries| {
             if entries.is_empty() {
-                return "no agents are listed; join with `mailslot directory --join \"what this agent does\"`".into();
+                return format!(
+                    "no agents are listed; join with `{}`",
+                    output::command(&me, "directory --join \"what this agent does\"")
+                );
             }
             entries
                 .iter()
@@ -47,7 +51,7 @@ pub(super) fn run(ctx: &Ctx, action: Action) -> anyhow::Result<()> {
                 .join("\n")
         }),
         ServerFrame::Done { detail, .. } => {
-            println!("{detail}");
+            outln!("{detail}")?;
             Ok(())
         }
         other => bail!("unexpected answer {other:?}"),

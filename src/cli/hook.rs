@@ -9,6 +9,7 @@ use anyhow::Context;
 use clap::ValueEnum;
 
 use super::Ctx;
+use super::output::outln;
 use crate::config;
 use crate::doorbell::hooks::{self, HookEvent, HookInput};
 use crate::store::Store;
@@ -65,7 +66,7 @@ pub(super) fn run(ctx: &Ctx, kind: HookKind) -> anyhow::Result<()> {
     }
     let mut store = Store::open(&path)?;
     if let Some(out) = hooks::answer(&mut store, &name, kind.into(), &input)? {
-        println!("{out}");
+        outln!("{out}")?;
     }
     Ok(())
 }

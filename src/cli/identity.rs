@@ -3,7 +3,8 @@
 
 use serde::Serialize;
 
-use super::{Ctx, output};
+use super::Ctx;
+use super::output::{self, outln};
 use crate::client::Connection;
 use crate::protocol::{Address, AgentName, Fingerprint, InviteToken};
 use crate::store::SCHEMA_VERSION;
@@ -17,7 +18,7 @@ struct Whoami {
 }
 
 pub(super) fn init(ctx: &Ctx) -> anyhow::Result<()> {
-    let agent = ctx.open_agent()?;
+    let agent = ctx.open_or_create_agent()?;
     let who = Whoami {
         agent: agent.name.clone(),
         address: agent.address(),
@@ -44,7 +45,7 @@ struct Registered {
 /// Registers the agent's name with the relay now (with an invite, for a relay that registers
 /// by invite only); a name already registered with these keys changes nothing.
 pub(super) fn register(ctx: &Ctx, invite: Option<InviteToken>) -> anyhow::Result<()> {
-    let agent = ctx.open_agent()?;
+    let agent = ctx.open_or_create_agent()?;
     let url = ctx.relay_url()?;
     tokio::runtime::Builder::new_current_thread()
         .enable_all()
@@ -75,7 +76,8 @@ pub(super) fn retire(ctx: &Ctx) -> anyhow::Result<()> {
     let stdin = std::io::stdin();
     if !stdin.is_terminal() {
         anyhow::bail!(
-            "retire needs a person at a terminal: run `mailslot retire` yourself in an interactive shell"
+            "retire needs a person at a terminal: run `{}` yourself in an interactive shell",
+            output::command(&ctx.agent_name()?, "retire")
         );
     }
     let agent = ctx.open_agent()?;
@@ -102,10 +104,10 @@ pub(super) fn retire(ctx: &Ctx) -> anyhow::Result<()> {
             conn.close().await;
             anyhow::Ok(detail?)
         })?;
-    println!(
+    outln!(
         "{detail}\nThe folder {} keeps its keys and mail; delete it when you no longer need them.",
         agent.dir.display()
-    );
+    )?;
     Ok(())
 }
 
@@ -121,10 +123,12 @@ pub(super) fn whoami(ctx: &Ctx, set: Option<String>) -> anyhow::Result<()> {
         identity: agent.store.identity_text()?,
     };
     output::emit(ctx.json, &who, |w| {
-        let identity = w
-            .identity
-            .as_deref()
-            .unwrap_or("(not set: mailslot whoami --set \"who this agent is\")");
+        let identity = w.identity.clone().unwrap_or_else(|| {
+            format!(
+                "(not set: {})",
+                output::command(&w.agent, "whoami --set \"who this agent is\"")
+            )
+        });
         format!("{} ({})\n{}", w.address, w.fingerprint, identity)
     })
 }
@@ -144,7 +148,10 @@ pub(super) fn doing(ctx: &Ctx, set: Option<String>) -> anyhow::Result<()> {
     };
     output::emit(ctx.json, &doing, |d| {
         d.current_task.clone().unwrap_or_else(|| {
-            "(no current task: mailslot doing --set \"what you are doing\")".into()
+            format!(
+                "(no current task: {})",
+                output::command(&agent.name, "doing --set \"what you are doing\"")
+            )
         })
     })
 }

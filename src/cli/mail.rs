@@ -69,7 +69,10 @@ pub(super) fn inbox(ctx: &Ctx, all: bool, limit: u32) -> anyhow::Result<()> {
             if all {
                 "no mail yet".into()
             } else {
-                "no unread mail (mailslot inbox --all shows read mail too)".into()
+                format!(
+                    "no unread mail ({} shows read mail too)",
+                    output::command(&agent.name, "inbox --all")
+                )
             }
         } else {
             listing(items)
@@ -80,7 +83,10 @@ pub(super) fn inbox(ctx: &Ctx, all: bool, limit: u32) -> anyhow::Result<()> {
 pub(super) fn read(ctx: &Ctx, id: MessageId) -> anyhow::Result<()> {
     let mut agent = ctx.open_agent()?;
     let Some(mut stored) = agent.store.message(&id)? else {
-        bail!("no message with id {id}; `mailslot inbox --all` lists them");
+        bail!(
+            "no message with id {id}; `{}` lists them",
+            output::command(&agent.name, "inbox --all")
+        );
     };
     if stored.read_at.is_none() {
         agent.store.mark_read(&[id])?;

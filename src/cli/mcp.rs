@@ -8,7 +8,7 @@ use crate::mailbox::{Mailbox, RelayStatus};
 use crate::store::SessionKey;
 
 pub(super) fn run(ctx: &Ctx, http: Option<std::net::SocketAddr>) -> anyhow::Result<()> {
-    let agent = ctx.open_agent()?;
+    let agent = ctx.open_or_create_agent()?;
     // The embedded relay may fail to start: serve from the store anyway and keep retrying.
     let relay = ctx.relay_url_or_default();
     let runtime = tokio::runtime::Builder::new_multi_thread()

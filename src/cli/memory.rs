@@ -16,7 +16,7 @@ pub(super) fn remember(
     text: Option<String>,
 ) -> anyhow::Result<()> {
     let text = match text.as_deref() {
-        Some("-") | None => read_stdin()?,
+        Some("-") | None => read_stdin(ctx)?,
         Some(t) => t.to_owned(),
     };
     let mut agent = ctx.open_agent()?;
@@ -27,11 +27,12 @@ pub(super) fn remember(
 }
 
 /// Reads the text from stdin, refusing a terminal (it would wait silently) and oversized input.
-fn read_stdin() -> anyhow::Result<String> {
+fn read_stdin(ctx: &Ctx) -> anyhow::Result<String> {
     let stdin = std::io::stdin();
     if stdin.is_terminal() {
         bail!(
-            "no text given: pass it as an argument, or pipe it in (echo \"…\" | mailslot remember -)"
+            "no text given: pass it as an argument, or pipe it in (echo \"…\" | {})",
+            output::command(&ctx.agent_name()?, "remember -")
         );
     }
     let mut buf = Vec::new();
@@ -55,7 +56,10 @@ pub(super) fn recall(ctx: &Ctx, query: Option<String>, limit: u32) -> anyhow::Re
         if found.is_empty() {
             return match &query {
                 Some(q) => format!("no memories match {q:?}"),
-                None => "no memories yet: mailslot remember \"…\"".into(),
+                None => format!(
+                    "no memories yet: {}",
+                    output::command(&agent.name, "remember \"…\"")
+                ),
             };
         }
         found
@@ -88,7 +92,10 @@ struct Forgotten {
 pub(super) fn forget(ctx: &Ctx, id: MemoryId) -> anyhow::Result<()> {
     let mut agent = ctx.open_agent()?;
     if !agent.store.forget(&id)? {
-        bail!("no memory with id {id}; `mailslot recall` lists them");
+        bail!(
+            "no memory with id {id}; `{}` lists them",
+            output::command(&agent.name, "recall")
+        );
     }
     output::emit(ctx.json, &Forgotten { id }, |f| format!("forgot {}", f.id))
 }

@@ -10,7 +10,7 @@ mod local_relay;
 mod mail;
 mod mcp;
 mod memory;
-mod output;
+pub(crate) mod output;
 mod owner;
 mod relay;
 mod send;
@@ -60,7 +60,7 @@ pub struct Cli {
 /// The subcommands.
 #[derive(Debug, Subcommand)]
 pub enum Command {
-    /// Create the agent's keys and store (done automatically on first use)
+    /// Create the agent's keys and store (`register` and `mcp` also create it on first use)
     Init,
     /// Give up the agent's name on the relay (interactive: asks you to type the name)
     Retire,
@@ -288,10 +288,63 @@ pub(crate) struct Ctx {
 }
 
 impl Ctx {
-    /// Opens (creating on first use, and saying so on stderr) the chosen agent.
-    fn open_agent(&self) -> anyhow::Result<Agent> {
+    /// The chosen agent's name, without opening it.
+    fn agent_name(&self) -> anyhow::Result<AgentName> {
         let cwd = std::env::current_dir()?;
-        let name = config::resolve_agent(self.agent.clone(), &self.config, &cwd)?;
+        Ok(config::resolve_agent(
+            self.agent.clone(),
+            &self.config,
+            &cwd,
+        )?)
+    }
+
+    /// Opens the chosen agent, which must exist: only `init`, `register` and `mcp` make one,
+    /// so a typo in `--agent`, or a folder's name, never makes a stray agent.
+    fn open_agent(&self) -> anyhow::Result<Agent> {
+        let name = self.agent_name()?;
+        if !self.paths.agent_dir(&name).exists() {
+            anyhow::bail!(self.unknown_agent(&name)?);
+        }
+        Ok(Agent::open_or_create(&self.paths, &name)?.0)
+    }
+
+    /// What to say when the chosen agent does not exist: where the name came from, the
+    /// closest existing one, and the command that makes it.
+    fn unknown_agent(&self, name: &AgentName) -> anyhow::Result<String> {
+        let chosen_by = if self.agent.is_some() {
+            ""
+        } else if self.config.default_agent.is_some() {
+            " (default_agent in the config)"
+        } else {
+            " (this folder's name; pass --agent NAME to choose another)"
+        };
+        let existing = self.paths.agent_names()?;
+        let closest = existing
+            .iter()
+            .map(|e| (edit_distance(e.as_str(), name.as_str()), e))
+            .min()
+            .filter(|(d, _)| *d <= (name.as_str().len() / 3).max(2));
+        let known = match (closest, existing.as_slice()) {
+            (Some((_, e)), _) => format!("; did you mean {e}?"),
+            (None, []) => String::new(),
+            (None, all) => format!(
+                "; this home has {}",
+                all.iter()
+                    .map(ToString::to_string)
+                    .collect::<Vec<_>>()
+                    .join(", ")
+            ),
+        };
+        Ok(format!(
+            "no agent named {name}{chosen_by} in {}{known}. To make it, run `{}`",
+            self.paths.home().display(),
+            output::command(name, "init")
+        ))
+    }
+
+    /// Opens the chosen agent, creating it (and saying so on stderr) on first use.
+    fn open_or_create_agent(&self) -> anyhow::Result<Agent> {
+        let name = self.agent_name()?;
         let (agent, created) = Agent::open_or_create(&self.paths, &name)?;
         if created {
             eprintln!(
@@ -360,6 +413,7 @@ pub fn run(cli: Cli) -> ExitCode {
     }
     match dispatch(cli) {
         Ok(code) => code,
+        Err(e) if e.chain().any(|c| c.is::<output::StdoutClosed>()) => ExitCode::SUCCESS,
         Err(e) => {
             eprintln!("mailslot: error: {e:#}");
             ExitCode::FAILURE
@@ -368,6 +422,9 @@ pub fn run(cli: Cli) -> ExitCode {
 }
 
 fn dispatch(cli: Cli) -> anyhow::Result<ExitCode> {
+    if let Some(file) = &cli.config {
+        missing_config(file, cli.home.clone())?;
+    }
     let paths = Paths::new(cli.home, cli.config)?;
     let config = Config::load(paths.config_file())?;
     let ctx = Ctx {
@@ -446,6 +503,52 @@ fn dispatch(cli: Cli) -> anyhow::Result<ExitCode> {
     done.map(|()| ExitCode::SUCCESS)
 }
 
+/// A config file named on purpose must exist: silently running on defaults would hide a typo.
+/// (The default one is optional.)
+fn missing_config(file: &std::path::Path, home: Option<PathBuf>) -> anyhow::Result<()> {
+    match std::fs::metadata(file) {
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
+            let (named_by, leave_out) =
+                if std::env::var_os(config::ENV_CONFIG).is_some_and(|v| v == file) {
+                    (
+                        format!("{}={}", config::ENV_CONFIG, file.display()),
+                        format!("unset {}", config::ENV_CONFIG),
+                    )
+                } else {
+                    (
+                        format!("--config {}", file.display()),
+                        "leave out --config".to_owned(),
+                    )
+                };
+            let default = Paths::new(home, None)?;
+            anyhow::bail!(
+                "the config file {} does not exist (from {named_by}); create it, fix the path, or {leave_out} to use {}, which is optional",
+                file.display(),
+                default.config_file().display()
+            )
+        }
+        _ => Ok(()),
+    }
+}
+
+/// Levenshtein distance, for "did you mean".
+fn edit_distance(a: &str, b: &str) -> usize {
+    let b: Vec<char> = b.chars().collect();
+    let mut row: Vec<usize> = (0..=b.len()).collect();
+    for (i, ca) in a.chars().enumerate() {
+        let mut diagonal = row[0];
+        row[0] = i + 1;
+        for (j, cb) in b.iter().enumerate() {
+            let above = row[j + 1];
+            row[j + 1] = (above + 1)
+                .min(row[j] + 1)
+                .min(diagonal + usize::from(ca != *cb));
+            diagonal = above;
+        }
+    }
+    row[b.len()]
+}
+
 /// Logs go to stderr (stdout is for output, and for the MCP protocol later).
 fn init_logging(default: &str, json: bool) {
     let filter = tracing_subscriber::EnvFilter::try_from_env(config::ENV_LOG)
@@ -459,4 +562,18 @@ fn init_logging(default: &str, json: bool) {
     } else {
         builder.try_init()
     };
+}
+
+#[cfg(test)]
+mod tests {
+    use super::edit_distance;
+
+    #[test]
+    fn edit_distance_counts_single_character_edits() {
+        assert_eq!(edit_distance("alice", "alice"), 0);
+        assert_eq!(edit_distance("alcie", "alice"), 2);
+        assert_eq!(edit_distance("alic", "alice"), 1);
+        assert_eq!(edit_distance("", "bob"), 3);
+        assert_eq!(edit_distance("proj", "alice"), 5);
+    }
 }

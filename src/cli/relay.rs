@@ -10,13 +10,16 @@ use std::process::ExitCode;
 use anyhow::Context;
 use serde::Serialize;
 
+use super::Ctx;
 use super::local_relay::{self, RelayFiles};
-use super::{Ctx, output};
+use super::output::{self, outln};
 use crate::relay::storage::{CheckReport, SqliteStorage};
 use crate::relay::{Relay, RelayConfig, make_invites};
 
 /// The exit code of `relay check` when it found damage.
 const DAMAGED: u8 = 3;
+/// The exit code of `relay status` when no relay runs ("nothing", for scripts).
+const NOT_RUNNING: u8 = 3;
 
 /// Flags for `mailslot relay`.
 #[derive(Debug, clap::Args)]
@@ -42,7 +45,7 @@ pub struct RelayArgs {
 /// What to do with this home's background relay.
 #[derive(Debug, clap::Subcommand)]
 pub enum RelayAction {
-    /// Show whether this home's relay runs, and where
+    /// Show whether this home's relay runs, and where; exits 3 when it does not
     Status,
     /// Stop this home's relay (SIGTERM, waits for it to finish)
     Stop,
@@ -100,12 +103,17 @@ pub(super) fn run(ctx: &Ctx, args: RelayArgs) -> anyhow::Result<ExitCode> {
                     format!("relay running: pid {pid}, {url}, database {}", s.db)
                 }
                 _ => format!("no relay running for {}", s.db),
-            })
+            })?;
+            return Ok(if status.running {
+                ExitCode::SUCCESS
+            } else {
+                ExitCode::from(NOT_RUNNING)
+            });
         }
         Some(RelayAction::Stop) => {
             match local_relay::stop(&db)? {
-                Some(pid) => println!("stopped the relay (pid {pid})"),
-                None => println!("no relay running for {}", db.display()),
+                Some(pid) => outln!("stopped the relay (pid {pid})")?,
+                None => outln!("no relay running for {}", db.display())?,
             }
             Ok(())
         }

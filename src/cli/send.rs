@@ -62,6 +62,7 @@ fn deliver(ctx: &Ctx, agent: Agent, message: Message) -> anyhow::Result<()> {
     message.validate(&Limits::default())?;
     let url = ctx.relay_url_or_default();
     let id = message.id;
+    let retry = output::command(&agent.name, "sync");
     let outcome = runtime()?.block_on(async {
         let mailbox = Mailbox::open(agent, url.clone()).await?;
         let outcome = mailbox.send(message).await;
@@ -77,7 +78,7 @@ fn deliver(ctx: &Ctx, agent: Agent, message: Message) -> anyhow::Result<()> {
         Ok(SendOutcome::Queued { reason }) => SendResult {
             id,
             status: "queued",
-            detail: format!("{reason}; `mailslot sync` retries"),
+            detail: format!("{reason}; `{retry}` retries"),
         },
         Err(MailboxError::NotSent(reason)) => {
             bail!("not sent: {reason}. The message is kept in your sent mail, marked failed")
@@ -116,7 +117,10 @@ pub(super) fn send(
 pub(super) fn reply(ctx: &Ctx, id: MessageId, all: bool, body: BodySource) -> anyhow::Result<()> {
     let agent = ctx.open_agent()?;
     let Some(original) = agent.store.message(&id)? else {
-        bail!("no message with id {id}; `mailslot inbox --all` lists them");
+        bail!(
+            "no message with id {id}; `{}` lists them",
+            output::command(&agent.name, "inbox --all")
+        );
     };
     let message =
         crate::mailbox::reply(&original.message, &agent.address(), all, read_body(body)?)?;
@@ -164,7 +168,10 @@ pub(super) fn sync(ctx: &Ctx) -> anyhow::Result<()> {
             lines.push(format!("refused {id} from {from}: {reason}"));
         }
         if !r.received.is_empty() {
-            lines.push("read it with `mailslot inbox`".into());
+            lines.push(format!(
+                "read it with `{}`",
+                output::command(&name, "inbox")
+            ));
         }
         lines.join("\n")
     })

@@ -27,6 +27,7 @@ struct Waited<'a> {
 
 pub(super) fn run(ctx: &Ctx, timeout_secs: u64) -> anyhow::Result<ExitCode> {
     let agent = ctx.open_agent()?;
+    let agent_name = agent.name.clone();
     let relay = ctx.relay_url_or_default();
     let runtime = tokio::runtime::Builder::new_current_thread()
         .enable_all()
@@ -59,8 +60,11 @@ pub(super) fn run(ctx: &Ctx, timeout_secs: u64) -> anyhow::Result<ExitCode> {
             .iter()
             .map(|(stored, contact)| {
                 let hint = format!(
-                    "To answer: mailslot reply {} --body TEXT",
-                    stored.message.id
+                    "To answer: {}",
+                    output::command(
+                        &agent_name,
+                        format_args!("reply {} --body TEXT", stored.message.id)
+                    )
                 );
                 frame_message(
                     stored,

@@ -12,6 +12,7 @@ use std::time::{Duration, Instant};
 use anyhow::{Context, bail};
 use serde_json::{Value, json};
 
+use crate::cli::output::outln;
 use crate::client::RelayUrl;
 use crate::relay::{Relay, RelayConfig};
 use driver::{Driver, Era, Pushed};
@@ -34,20 +35,20 @@ pub async fn run() -> anyhow::Result<()> {
     .await
     .context("starting the embedded relay")?;
     let url: RelayUrl = relay.url().parse().map_err(anyhow::Error::msg)?;
-    println!("mailslot demo: two agents, a real relay, real MCP servers\n");
-    println!(
+    outln!("mailslot demo: two agents, a real relay, real MCP servers\n")?;
+    outln!(
         "relay   {url} (embedded; data in {})",
         home.path().display()
-    );
+    )?;
 
     let result = conversation(&exe, home.path(), &url).await;
     relay.shutdown().await;
     let cleaned = home.close();
     result?;
     cleaned.context("removing the temporary folder")?;
-    println!(
+    outln!(
         "\ncleaned up: both MCP servers exited, the relay stopped, the temporary folder is gone."
-    );
+    )?;
     Ok(())
 }
 
@@ -56,16 +57,16 @@ async fn conversation(exe: &Path, home: &Path, url: &RelayUrl) -> anyhow::Result
     let mut bob = Driver::spawn(exe, home, "bob", url, Era::Legacy).await?;
     for (name, agent) in [("alice", &alice), ("bob", &bob)] {
         let fingerprint = connected(agent).await?;
-        println!("{name:<7} mailslot mcp --agent {name}  (fingerprint {fingerprint})");
+        outln!("{name:<7} mailslot mcp --agent {name}  (fingerprint {fingerprint})")?;
     }
     #[allow(deprecated)]
     bob.client
         .subscribe(rmcp::model::SubscribeRequestParams::new(crate::mcp::INBOX))
         .await?;
-    println!("        bob's client subscribed to {}", crate::mcp::INBOX);
+    outln!("        bob's client subscribed to {}", crate::mcp::INBOX)?;
 
     let body = "Is the release build green? Reply with the failing tests, if any.";
-    println!("\n1. alice calls the send tool: to bob, subject \"Build status?\"");
+    outln!("\n1. alice calls the send tool: to bob, subject \"Build status?\"")?;
     let start = Instant::now();
     let sent = alice
         .ok(
@@ -74,31 +75,31 @@ async fn conversation(exe: &Path, home: &Path, url: &RelayUrl) -> anyhow::Result
         )
         .await?;
     let answered = start.elapsed();
-    println!(
+    outln!(
         "   -> {} in {} ({})",
         sent["status"].as_str().unwrap_or("?"),
         ms(answered),
         sent["detail"].as_str().unwrap_or("")
-    );
+    )?;
 
-    println!("\n2. bob's doorbell rings");
+    outln!("\n2. bob's doorbell rings")?;
     bob.wait_for(|p| matches!(p, Pushed::Updated(uri) if uri == crate::mcp::INBOX).then_some(()))
         .await?;
     let updated = start.elapsed();
-    println!(
+    outln!(
         "   notifications/resources/updated {}   {} after the send began",
         crate::mcp::INBOX,
         ms(updated)
-    );
+    )?;
     let event = bob.channel_event().await?;
     let rang = start.elapsed();
-    println!(
+    outln!(
         "   notifications/claude/channel                      {} after the send began",
         ms(rang)
-    );
-    show_event(&event);
+    )?;
+    show_event(&event)?;
 
-    println!("\n3. bob calls the reply tool");
+    outln!("\n3. bob calls the reply tool")?;
     let reply_start = Instant::now();
     let mut alice = alice;
     let replied = bob
@@ -107,38 +108,38 @@ async fn conversation(exe: &Path, home: &Path, url: &RelayUrl) -> anyhow::Result
             json!({ "message_id": event["meta"]["message_id"], "body": "Green, except test_upload_resume (flaky, retried twice)." }),
         )
         .await?;
-    println!(
+    outln!(
         "   -> {} in {}",
         replied["status"].as_str().unwrap_or("?"),
         ms(reply_start.elapsed())
-    );
+    )?;
 
-    println!("\n4. alice's doorbell rings");
+    outln!("\n4. alice's doorbell rings")?;
     let back = alice.channel_event().await?;
     let back_at = reply_start.elapsed();
-    println!(
+    outln!(
         "   notifications/claude/channel                      {} after the reply began",
         ms(back_at)
-    );
-    show_event(&back);
+    )?;
+    show_event(&back)?;
 
-    println!("\nlatencies (this machine, one run):");
-    println!(
+    outln!("\nlatencies (this machine, one run):")?;
+    outln!(
         "   send tool call answered (relay accepted)     {}",
         ms(answered)
-    );
-    println!(
+    )?;
+    outln!(
         "   send -> bob's resource update                {}",
         ms(updated)
-    );
-    println!(
+    )?;
+    outln!(
         "   send -> bob's channel event                  {}",
         ms(rang)
-    );
-    println!(
+    )?;
+    outln!(
         "   reply -> alice's channel event               {}",
         ms(back_at)
-    );
+    )?;
     alice.close().await?;
     bob.close().await?;
     Ok(())
@@ -160,12 +161,13 @@ async fn connected(agent: &Driver) -> anyhow::Result<String> {
     }
 }
 
-fn show_event(event: &Value) {
-    println!("   meta: {}", event["meta"]);
-    println!("   content (what the model sees):");
+fn show_event(event: &Value) -> anyhow::Result<()> {
+    outln!("   meta: {}", event["meta"])?;
+    outln!("   content (what the model sees):")?;
     for line in event["content"].as_str().unwrap_or_default().lines() {
-        println!("   | {line}");
+        outln!("   | {line}")?;
     }
+    Ok(())
 }
 
 fn ms(d: Duration) -> String {

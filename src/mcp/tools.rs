@@ -833,7 +833,8 @@ impl MailslotServer {
             ServerFrame::Requested { expires_at, .. } => ContactRequestResult {
                 status: "pending".into(),
                 detail: format!(
-                    "asked {to}; your owner sees the verification code with `mailslot requests` and passes it to {to}'s owner, who approves it. You will be told the outcome. It lapses at {expires_at}."
+                    "asked {to}; your owner sees the verification code with `mailslot --agent {me} requests` and passes it to {to}'s owner, who approves it. You will be told the outcome. It lapses at {expires_at}.",
+                    me = self.mailbox.name()
                 ),
             },
             ServerFrame::Done { detail, .. } => ContactRequestResult {

@@ -204,8 +204,13 @@ pub enum ClientFrame {
         from: AgentName,
         /// The code the requester's owner passed on.
         code: RequestCode,
-        /// The owner key's signature over the act (see `owner_payload`).
-        #[serde(with = "b64")]
+        /// Only check that `from` has an open request with `code`: nothing changes, so no
+        /// owner signature is needed (the owner sees the code checked before typing the
+        /// passphrase), but the check counts against the approval limit like an attempt.
+        #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+        dry_run: bool,
+        /// The owner key's signature over the act (see `owner_payload`); empty on a dry run.
+        #[serde(with = "b64", default, skip_serializing_if = "Vec::is_empty")]
         owner_signature: Vec<u8>,
     },
     /// The owner denies a request from `agent`.
@@ -338,6 +343,7 @@ impl ClientFrame {
                 from,
                 code,
                 owner_signature,
+                dry_run: false,
                 ..
             } => (OwnerAct::Approve { from, code }, owner_signature),
             ClientFrame::Deny {

@@ -69,6 +69,13 @@ pub async fn handle<S: Storage>(
             reference,
             from,
             code,
+            dry_run: true,
+            ..
+        } => check_code(state, agent, reference, from, code).await,
+        ClientFrame::Approve {
+            reference,
+            from,
+            code,
             ..
         } => approve(state, agent, reference, from, code).await,
         ClientFrame::Deny {
@@ -358,6 +365,45 @@ async fn request<S: Storage>(
     }
 }
 
+const BAD_CODE: &str =
+    "no open request from that agent has that code; check it with the requester's owner";
+
+/// A dry run of `approve`. It takes a token from the approval limit first, so checking is no
+/// faster a way to guess codes than approving; a match gives the token back, so checking and
+/// then approving costs one attempt, as approving alone does.
+async fn check_code<S: Storage>(
+    state: &RelayState<S>,
+    agent: &AgentName,
+    reference: String,
+    requester: AgentName,
+    code: RequestCode,
+) -> ServerFrame {
+    if let Err(wait) = state.approve_rate.take(agent) {
+        return retry_error(
+            reference,
+            ErrorCode::RateLimited,
+            "too many approval attempts this hour",
+            wait,
+        );
+    }
+    let now = jiff::Timestamp::now().as_millisecond();
+    match state
+        .storage
+        .has_request(agent.clone(), requester.clone(), code, now)
+        .await
+    {
+        Ok(true) => {
+            state.approve_rate.give_back(agent);
+            done(
+                reference,
+                format!("the code matches {requester}'s open request"),
+            )
+        }
+        Ok(false) => error(reference, ErrorCode::BadCode, BAD_CODE),
+        Err(e) => internal(reference, e),
+    }
+}
+
 async fn approve<S: Storage>(
     state: &RelayState<S>,
     agent: &AgentName,
@@ -388,11 +434,7 @@ async fn approve<S: Storage>(
                 .tell(&requester, ConsentEvent::Approved { by: agent.clone() });
             done(reference, format!("{requester} is now a contact"))
         }
-        Ok(_) => error(
-            reference,
-            ErrorCode::BadCode,
-            "no open request from that agent has that code; check it with the requester's owner",
-        ),
+        Ok(_) => error(reference, ErrorCode::BadCode, BAD_CODE),
         Err(e) => internal(reference, e),
     }
 }

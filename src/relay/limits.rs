@@ -55,6 +55,15 @@ impl<K: Hash + Eq + Clone> RateLimiter<K> {
             ))
         }
     }
+
+    /// Returns a token [`RateLimiter::take`] took for `key`, for an attempt that turned out
+    /// not to count.
+    pub fn give_back(&self, key: &K) {
+        let mut buckets = self.buckets.lock().unwrap_or_else(|e| e.into_inner());
+        if let Some(bucket) = buckets.get_mut(key) {
+            bucket.tokens = (bucket.tokens + 1.0).min(self.burst);
+        }
+    }
 }
 
 /// Counts open sockets, per client IP and in all, from accept to close.

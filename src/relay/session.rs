@@ -588,7 +588,7 @@ mod tests {
     use super::*;
     use crate::crypto::Identity;
     use crate::crypto::sign::{Domain, signature};
-    use crate::protocol::{MessageId, OwnerKey, Policy, PublicKeys, hello_payload};
+    use crate::protocol::{MessageId, OwnerKey, Policy, PublicKeys, RequestCode, hello_payload};
     use crate::relay::storage::{
         Accepted, CommitListener, ConsentChange, ConsentOutcome, ConsentState, Copy, InviteDigest,
         Pending, Queued, Quota, Registration, SqliteStorage, StorageError, StorageMetrics,
@@ -689,6 +689,17 @@ mod tests {
         }
         async fn consent(&self, change: ConsentChange) -> Result<ConsentOutcome, StorageError> {
             self.inner.consent(change).await
+        }
+        async fn has_request(
+            &self,
+            target: AgentName,
+            requester: AgentName,
+            code: RequestCode,
+            now_ms: i64,
+        ) -> Result<bool, StorageError> {
+            self.inner
+                .has_request(target, requester, code, now_ms)
+                .await
         }
         async fn consent_state(
             &self,

@@ -269,11 +269,11 @@ pub async fn next_error(
     }
 }
 
-/// Registers `name` with the relay (a one-shot `mailslot sync` in `home`), so that mail to it
-/// is accepted before its MCP server first connects.
+/// Makes `name` in `home` and registers it with the relay (`mailslot register`), so that mail
+/// to it is accepted before its MCP server first connects.
 pub fn register(home: &std::path::Path, name: &str, relay: &RelayUrl) {
     let out = std::process::Command::new(env!("CARGO_BIN_EXE_mailslot"))
-        .args(["--agent", name, "--relay", relay.as_str(), "sync"])
+        .args(["--agent", name, "--relay", relay.as_str(), "register"])
         .env_clear()
         .env("MAILSLOT_HOME", home)
         .output()

@@ -391,6 +391,16 @@ pub trait Storage: Send + Sync + 'static {
         change: ConsentChange,
     ) -> impl Future<Output = Result<ConsentOutcome, StorageError>> + Send;
 
+    /// Whether `requester` has an open request to `target` with `code` (a dry run of
+    /// [`ConsentChange::Approve`]).
+    fn has_request(
+        &self,
+        target: AgentName,
+        requester: AgentName,
+        code: RequestCode,
+        now_ms: i64,
+    ) -> impl Future<Output = Result<bool, StorageError>> + Send;
+
     /// An agent's consent state, open requests only.
     fn consent_state(
         &self,

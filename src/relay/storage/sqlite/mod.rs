@@ -28,7 +28,7 @@ use super::{
     Accepted, CheckReport, CommitListener, ConsentChange, ConsentOutcome, ConsentState, Copy,
     InviteDigest, Pending, Queued, Quota, Registration, Storage, StorageError, StorageMetrics,
 };
-use crate::protocol::{AgentName, MessageId, OwnerKey, Policy, PublicKeys, Seq};
+use crate::protocol::{AgentName, MessageId, OwnerKey, Policy, PublicKeys, RequestCode, Seq};
 
 const READERS: usize = 4;
 /// Database page size for new relay databases. A batch writes every page it touched to the
@@ -408,6 +408,23 @@ impl Storage for SqliteStorage {
         self.enqueue(move |b| {
             b.index.forget_rules();
             consent::consent(b.tx, &change)
+        })
+        .await
+    }
+
+    async fn has_request(
+        &self,
+        target: AgentName,
+        requester: AgentName,
+        code: RequestCode,
+        now_ms: i64,
+    ) -> Result<bool, StorageError> {
+        self.read(move |conn| {
+            Ok(conn
+                .prepare_cached(
+                    "SELECT 1 FROM contact_requests WHERE target = ?1 AND requester = ?2 AND code = ?3 AND expires_at >= ?4",
+                )?
+                .exists(params![target.as_str(), requester.as_str(), code.as_str(), now_ms])?)
         })
         .await
     }
