@@ -221,7 +221,9 @@ pub fn answer<S: Storage>(
         ),
         Ok(Accepted::NotAllowed(r)) => refuse(
             ErrorCode::NotAllowed,
-            format!("{r} does not accept mail from {agent}; ask first with `mailslot connect {r}`"),
+            format!(
+                "{r} does not accept mail from {agent}; ask first with `mailslot --agent {agent} connect {r}`"
+            ),
             None,
         ),
         Err(e) => refuse(

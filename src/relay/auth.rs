@@ -107,7 +107,7 @@ pub async fn authenticate<S: Storage>(
         ));
     }
     if new {
-        let invite = super::registration::admit(state, ip, invite.as_ref())
+        let invite = super::registration::admit(state, ip, &agent, invite.as_ref())
             .map_err(|r| auth(r.code, r.message))?;
         match state
             .storage

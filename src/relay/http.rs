@@ -146,22 +146,24 @@ async fn register<S: Storage>(
     // Only a new name takes from the IP's allowance (and needs an invite on a closed relay).
     let invite = match state.storage.keys(req.name.clone()).await {
         Ok(Some(_)) => None,
-        Ok(None) => match super::registration::admit(&state, peer.ip(), req.invite.as_ref()) {
-            Ok(invite) => invite,
-            Err(refused) if refused.code == ErrorCode::RegistrationClosed => {
-                return error(StatusCode::FORBIDDEN, refused.code, refused.message);
-            }
-            Err(refused) => {
-                let mut response =
-                    error(StatusCode::TOO_MANY_REQUESTS, refused.code, refused.message);
-                if let Some(wait) = refused.retry
-                    && let Ok(value) = (wait.as_secs() + 1).to_string().parse()
-                {
-                    response.headers_mut().insert("retry-after", value);
+        Ok(None) => {
+            match super::registration::admit(&state, peer.ip(), &req.name, req.invite.as_ref()) {
+                Ok(invite) => invite,
+                Err(refused) if refused.code == ErrorCode::RegistrationClosed => {
+                    return error(StatusCode::FORBIDDEN, refused.code, refused.message);
                 }
-                return response;
+                Err(refused) => {
+                    let mut response =
+                        error(StatusCode::TOO_MANY_REQUESTS, refused.code, refused.message);
+                    if let Some(wait) = refused.retry
+                        && let Ok(value) = (wait.as_secs() + 1).to_string().parse()
+                    {
+                        response.headers_mut().insert("retry-after", value);
+                    }
+                    return response;
+                }
             }
-        },
+        }
         Err(e) => {
             return error(
                 StatusCode::SERVICE_UNAVAILABLE,

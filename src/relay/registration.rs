@@ -11,10 +11,14 @@ use super::config::RegistrationMode;
 use super::state::RelayState;
 use super::storage::{InviteDigest, SqliteStorage, Storage, StorageError};
 use crate::crypto;
-use crate::protocol::{ErrorCode, InviteToken};
+use crate::protocol::{AgentName, ErrorCode, InviteToken};
 
-/// What a client without an invite is told by a closed relay.
-pub const CLOSED: &str = "this relay registers new agents by invite only: ask its operator for an invite (`mailslot relay invite`), then run `mailslot register --invite TOKEN` for this agent";
+/// What a client without an invite for `agent` is told by a closed relay.
+fn closed(agent: &AgentName) -> String {
+    format!(
+        "this relay registers new agents by invite only: ask its operator for an invite (`mailslot relay invite`), then run `mailslot --agent {agent} register --invite TOKEN`"
+    )
+}
 /// What a client with an unknown or used invite is told.
 pub const BAD_INVITE: &str =
     "the invite is unknown or already used: ask the relay's operator for a new one";
@@ -34,6 +38,7 @@ pub struct Refused {
 pub fn admit<S: Storage>(
     state: &RelayState<S>,
     ip: IpAddr,
+    agent: &AgentName,
     invite: Option<&InviteToken>,
 ) -> Result<Option<InviteDigest>, Refused> {
     let digest = match (state.config.registration, invite) {
@@ -44,7 +49,7 @@ pub fn admit<S: Storage>(
             state.metrics.refuse_registration("closed");
             return Err(Refused {
                 code: ErrorCode::RegistrationClosed,
-                message: CLOSED.into(),
+                message: closed(agent),
                 retry: None,
             });
         }
