@@ -882,3 +882,54 @@ async fn another_agents_words_reach_the_model_only_inside_fences() {
         );
     }
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn mail_that_expires_undelivered_bounces_to_its_online_sender() {
+    let relay = TestRelay::start(|c| {
+        c.ttl_secs = 1;
+        c.expiry_interval_secs = 1;
+    })
+    .await;
+    // Bob exists on the relay but never comes back for his mail.
+    TestAgent::new("bob").sync(&relay).await;
+    let mut alice = InProcess::start("alice", &relay.url, Era::Legacy).await;
+    alice.online().await;
+    let sent = alice
+        .mcp
+        .ok(
+            "send",
+            send_args(&["bob"], "lunch?", "noon at the usual place"),
+        )
+        .await;
+    assert_eq!(sent["status"], "sent");
+    let read = alice
+        .mcp
+        .ok("read", json!({ "message_id": sent["message_id"] }))
+        .await;
+    assert_eq!(read.get("bounced"), None, "not bounced yet: {read}");
+
+    // The relay tells alice's session at once; the doorbell says so.
+    let event = alice.mcp.channel_event().await;
+    assert_eq!(event["meta"]["kind"], "bounced", "{event}");
+    assert_eq!(event["meta"]["count"], "1", "{event}");
+    let content = event["content"].as_str().unwrap();
+    assert!(
+        content.contains(&format!(
+            "message {} to bob",
+            sent["message_id"].as_str().unwrap()
+        )),
+        "{content}"
+    );
+
+    // The sent message says it bounced, for bob, once.
+    let read = alice
+        .mcp
+        .ok("read", json!({ "message_id": sent["message_id"] }))
+        .await;
+    assert_eq!(read["bounced"], json!(["bob"]), "{read}");
+    let thread = alice
+        .mcp
+        .ok("thread", json!({ "thread_id": sent["thread_id"] }))
+        .await;
+    assert_eq!(thread["messages"][0]["bounced"], json!(["bob"]), "{thread}");
+}

@@ -980,3 +980,102 @@ async fn a_retired_name_is_taken_afresh_after_its_grace() {
     assert_eq!(out.status.code(), Some(1));
     assert!(String::from_utf8_lossy(&out.stderr).contains("terminal"));
 }
+
+/// A relay whose mail expires after a second, looked for every second.
+async fn short_ttl_relay() -> TestRelay {
+    TestRelay::start(|c| {
+        c.ttl_secs = 1;
+        c.expiry_interval_secs = 1;
+    })
+    .await
+}
+
+#[tokio::test]
+async fn an_expired_copy_bounces_to_its_offline_sender_once_on_its_next_connection() {
+    let relay = short_ttl_relay().await;
+    let base = format!("http://{}", relay.relay.addr());
+    let alice = TestAgent::new("alice");
+    let bob = TestAgent::new("bob");
+    let carol = TestAgent::new("carol");
+    bob.sync(&relay).await;
+    carol.sync(&relay).await;
+    let message = alice.message(&[&bob, &carol], "never read", "bob is away");
+    let id = message.id;
+    let report = alice.send(&relay, message).await;
+    assert_eq!(report.sent, [id]);
+    assert!(report.bounced.is_empty());
+    // Carol takes her copy; bob never connects again. Alice is offline when bob's expires.
+    assert_eq!(carol.sync(&relay).await.received, [id]);
+    wait_until(EVENT_TIMEOUT, "bob's copy expires", async || {
+        let (_, metrics) = http(&format!("{base}/metrics"), None).await;
+        metrics
+            .lines()
+            .any(|l| l == "mailslot_relay_expired_total 1")
+            .then_some(())
+    })
+    .await;
+
+    // Alice's next connection brings the bounce, for bob's copy only.
+    let report = alice.sync(&relay).await;
+    assert_eq!(report.bounced.len(), 1, "{report:?}");
+    assert_eq!(report.bounced[0].id, id);
+    assert_eq!(report.bounced[0].to.as_str(), "bob");
+    let stored = alice
+        .store
+        .call(move |s| s.message(&id))
+        .await
+        .unwrap()
+        .unwrap();
+    assert_eq!(stored.bounced, ["bob"]);
+
+    // It was acknowledged: the relay forgot it, and the store has it once.
+    assert!(alice.sync(&relay).await.bounced.is_empty());
+    let stored = alice
+        .store
+        .call(move |s| s.message(&id))
+        .await
+        .unwrap()
+        .unwrap();
+    assert_eq!(stored.bounced, ["bob"]);
+    assert!(
+        bob.sync(&relay).await.received.is_empty(),
+        "the copy is gone"
+    );
+}
+
+#[tokio::test]
+async fn a_copy_that_expires_while_the_relay_is_down_bounces_after_it_starts() {
+    // A TTL of 0 has every copy past it at once; the next look for expired copies is a
+    // minute away, so only the restart can find this one.
+    let relay = TestRelay::start(|c| c.ttl_secs = 0).await;
+    let alice = TestAgent::new("alice");
+    let bob = TestAgent::new("bob");
+    bob.sync(&relay).await;
+    let message = alice.message(&[&bob], "while you were out", "b");
+    let id = message.id;
+    let report = alice.send(&relay, message).await;
+    assert_eq!(report.sent, [id]);
+    assert!(report.bounced.is_empty());
+    let stopped = relay.stop().await;
+
+    let relay = stopped.restart().await;
+    let report = alice.sync(&relay).await;
+    assert_eq!(report.bounced.len(), 1, "{report:?}");
+    assert_eq!(
+        (report.bounced[0].id, report.bounced[0].to.as_str()),
+        (id, "bob")
+    );
+    assert!(bob.sync(&relay).await.received.is_empty());
+
+    // The expired record is still in the spool, so the next start bounces it again; the
+    // sender's store records it once.
+    let relay = relay.stop().await.restart().await;
+    assert!(alice.sync(&relay).await.bounced.is_empty());
+    let stored = alice
+        .store
+        .call(move |s| s.message(&id))
+        .await
+        .unwrap()
+        .unwrap();
+    assert_eq!(stored.bounced, ["bob"]);
+}
