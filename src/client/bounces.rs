@@ -4,7 +4,7 @@
 //! acknowledges them, so a bounce is never lost; one delivered twice is recorded once.
 
 use super::{ClientError, Connection};
-use crate::protocol::{Bounce, ClientFrame, MAX_BOUNCES, ServerFrame};
+use crate::protocol::{Bounce, ClientFrame, ErrorCode, MAX_BOUNCES, ServerFrame};
 use crate::store::StoreHandle;
 
 /// Fetches the waiting bounces, records them, acknowledges them; returns those recorded now.
@@ -14,10 +14,21 @@ pub async fn collect(
 ) -> Result<Vec<Bounce>, ClientError> {
     let mut recorded = Vec::new();
     loop {
-        let bounces = match conn
+        let answer = match conn
             .call(|reference| ClientFrame::Bounces { reference })
-            .await?
+            .await
         {
+            // A relay from before bounces refuses the frame; it has none to give.
+            Err(ClientError::Refused {
+                code: ErrorCode::BadFrame | ErrorCode::UnexpectedFrame,
+                ..
+            }) => {
+                tracing::debug!("the relay does not keep bounces");
+                return Ok(recorded);
+            }
+            other => other?,
+        };
+        let bounces = match answer {
             ServerFrame::BounceList { bounces, .. } if bounces.len() <= MAX_BOUNCES => bounces,
             other => {
                 return Err(ClientError::Protocol(format!(

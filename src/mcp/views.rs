@@ -76,7 +76,7 @@ impl MessageSummary {
                 Direction::Out => "out",
             }
             .to_owned(),
-            bounced: stored.bounced.clone(),
+            bounced: stored.bounced.iter().map(ToString::to_string).collect(),
         }
     }
 }

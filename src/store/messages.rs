@@ -7,7 +7,7 @@ use serde::{Deserialize, Serialize};
 use super::search::{CANDIDATES, blended_score, fts_query};
 use super::time::{from_ms, to_ms};
 use super::{Store, StoreError};
-use crate::protocol::{Address, Message, MessageId, ThreadId, now_millis};
+use crate::protocol::{Address, AgentName, Message, MessageId, ThreadId, now_millis};
 
 /// Whether this agent received or sent a message.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
@@ -83,7 +83,7 @@ pub struct StoredMessage {
     /// When it was read, if it was.
     pub read_at: Option<Timestamp>,
     /// Recipients whose copy of this sent message expired on the relay undelivered.
-    pub bounced: Vec<String>,
+    pub bounced: Vec<AgentName>,
 }
 
 /// Which received messages to list.
@@ -153,8 +153,16 @@ pub(super) fn decode(raw: RawRow) -> Result<StoredMessage, StoreError> {
         stored_at: from_ms(stored_at)?,
         read_at: read_at.map(from_ms).transpose()?,
         bounced: bounced
-            .map(|b| b.split(' ').map(str::to_owned).collect())
-            .unwrap_or_default(),
+            .as_deref()
+            .unwrap_or_default()
+            .split_whitespace()
+            .map(|name| {
+                AgentName::new(name).map_err(|e| StoreError::Corrupt {
+                    what: "bounce",
+                    detail: e.to_string(),
+                })
+            })
+            .collect::<Result<_, _>>()?,
     })
 }
 
