@@ -1189,3 +1189,42 @@ async fn bounces_on_the_wire_are_pushed_listed_bounded_and_only_the_senders_to_f
     assert_eq!(detail, "1 bounce(s) forgotten");
     assert!(list_bounces(&mut ws, "a4").await.is_empty());
 }
+
+#[tokio::test]
+async fn a_retired_agents_bounces_go_with_it() {
+    let relay = short_ttl_relay().await;
+    let base = format!("http://{}", relay.relay.addr());
+    let alice = TestAgent::new("alice");
+    let bob = TestAgent::new("bob");
+    bob.sync(&relay).await;
+    alice.send(&relay, alice.message(&[&bob], "s", "b")).await;
+    wait_until(EVENT_TIMEOUT, "bob's copy expires", async || {
+        let (_, metrics) = http(&format!("{base}/metrics"), None).await;
+        metrics
+            .lines()
+            .any(|l| l == "mailslot_relay_expired_total 1")
+            .then_some(())
+    })
+    .await;
+    let waiting = || {
+        let db = rusqlite::Connection::open(relay.db()).unwrap();
+        db.query_row(
+            "SELECT count(*) FROM bounces WHERE sender = 'alice'",
+            [],
+            |r| r.get::<_, i64>(0),
+        )
+        .unwrap()
+    };
+    assert_eq!(waiting(), 1);
+    let mut conn = mailslot::client::Connection::connect_control(
+        &relay.url,
+        &alice.name,
+        &alice.identity,
+        None,
+    )
+    .await
+    .unwrap();
+    conn.retire(&alice.identity).await.unwrap();
+    conn.close().await;
+    assert_eq!(waiting(), 0);
+}
