@@ -980,3 +980,251 @@ async fn a_retired_name_is_taken_afresh_after_its_grace() {
     assert_eq!(out.status.code(), Some(1));
     assert!(String::from_utf8_lossy(&out.stderr).contains("terminal"));
 }
+
+/// A relay whose mail expires after a second, looked for every second.
+async fn short_ttl_relay() -> TestRelay {
+    TestRelay::start(|c| {
+        c.ttl_secs = 1;
+        c.expiry_interval_secs = 1;
+    })
+    .await
+}
+
+#[tokio::test]
+async fn an_expired_copy_bounces_to_its_offline_sender_once_on_its_next_connection() {
+    let relay = short_ttl_relay().await;
+    let base = format!("http://{}", relay.relay.addr());
+    let alice = TestAgent::new("alice");
+    let bob = TestAgent::new("bob");
+    let carol = TestAgent::new("carol");
+    bob.sync(&relay).await;
+    carol.sync(&relay).await;
+    let message = alice.message(&[&bob, &carol], "never read", "bob is away");
+    let id = message.id;
+    let report = alice.send(&relay, message).await;
+    assert_eq!(report.sent, [id]);
+    assert!(report.bounced.is_empty());
+    // Carol takes her copy; bob never connects again. Alice is offline when bob's expires.
+    assert_eq!(carol.sync(&relay).await.received, [id]);
+    wait_until(EVENT_TIMEOUT, "bob's copy expires", async || {
+        let (_, metrics) = http(&format!("{base}/metrics"), None).await;
+        metrics
+            .lines()
+            .any(|l| l == "mailslot_relay_expired_total 1")
+            .then_some(())
+    })
+    .await;
+
+    // Alice's next connection brings the bounce, for bob's copy only.
+    let report = alice.sync(&relay).await;
+    assert_eq!(report.bounced.len(), 1, "{report:?}");
+    assert_eq!(report.bounced[0].id, id);
+    assert_eq!(report.bounced[0].to.as_str(), "bob");
+    let stored = alice
+        .store
+        .call(move |s| s.message(&id))
+        .await
+        .unwrap()
+        .unwrap();
+    assert_eq!(names(&stored.bounced), ["bob"]);
+
+    // It was acknowledged: the relay forgot it, and the store has it once.
+    assert!(alice.sync(&relay).await.bounced.is_empty());
+    let stored = alice
+        .store
+        .call(move |s| s.message(&id))
+        .await
+        .unwrap()
+        .unwrap();
+    assert_eq!(names(&stored.bounced), ["bob"]);
+    assert!(
+        bob.sync(&relay).await.received.is_empty(),
+        "the copy is gone"
+    );
+}
+
+#[tokio::test]
+async fn a_copy_that_expires_while_the_relay_is_down_bounces_after_it_starts() {
+    // A TTL of 0 has every copy past it at once; the next look for expired copies is a
+    // minute away, so only the restart can find this one.
+    let relay = TestRelay::start(|c| c.ttl_secs = 0).await;
+    let alice = TestAgent::new("alice");
+    let bob = TestAgent::new("bob");
+    bob.sync(&relay).await;
+    let message = alice.message(&[&bob], "while you were out", "b");
+    let id = message.id;
+    let report = alice.send(&relay, message).await;
+    assert_eq!(report.sent, [id]);
+    assert!(report.bounced.is_empty());
+    let stopped = relay.stop().await;
+
+    let relay = stopped.restart().await;
+    let report = alice.sync(&relay).await;
+    assert_eq!(report.bounced.len(), 1, "{report:?}");
+    assert_eq!(
+        (report.bounced[0].id, report.bounced[0].to.as_str()),
+        (id, "bob")
+    );
+    assert!(bob.sync(&relay).await.received.is_empty());
+
+    // The expired record is still in the spool, so the next start bounces it again; the
+    // sender's store records it once.
+    let relay = relay.stop().await.restart().await;
+    assert!(alice.sync(&relay).await.bounced.is_empty());
+    let stored = alice
+        .store
+        .call(move |s| s.message(&id))
+        .await
+        .unwrap()
+        .unwrap();
+    assert_eq!(names(&stored.bounced), ["bob"]);
+}
+
+fn names(agents: &[mailslot::protocol::AgentName]) -> Vec<&str> {
+    agents.iter().map(|a| a.as_str()).collect()
+}
+
+/// Reads frames until one `pick` accepts, skipping `caught_up` and the like.
+async fn raw_until<T>(ws: &mut RawSocket, mut pick: impl FnMut(ServerFrame) -> Option<T>) -> T {
+    loop {
+        let frame = raw_recv(ws).await.expect("the socket closed");
+        if let Some(v) = pick(frame) {
+            return v;
+        }
+    }
+}
+
+/// Asks for bounces on a raw socket; the list.
+async fn list_bounces(ws: &mut RawSocket, reference: &str) -> Vec<mailslot::protocol::Bounce> {
+    let frame = ClientFrame::Bounces {
+        reference: reference.into(),
+    };
+    raw_send(ws, &frame).await;
+    raw_until(ws, |f| match f {
+        ServerFrame::BounceList { bounces, .. } => Some(bounces),
+        _ => None,
+    })
+    .await
+}
+
+#[tokio::test]
+async fn bounces_on_the_wire_are_pushed_listed_bounded_and_only_the_senders_to_forget() {
+    let relay = short_ttl_relay().await;
+    let alice = TestAgent::new("alice");
+    let bob = TestAgent::new("bob");
+    let mallory = TestAgent::new("mallory");
+    bob.sync(&relay).await;
+    let message = alice.message(&[&bob], "s", "b");
+    let id = message.id;
+    alice.send(&relay, message).await;
+
+    // Alice is online when the copy expires: her delivery connection is told.
+    let mut ws = raw_login(&relay, &alice).await;
+    raw_until(&mut ws, |f| {
+        matches!(
+            f,
+            ServerFrame::Event {
+                event: mailslot::protocol::ConsentEvent::Bounced {}
+            }
+        )
+        .then_some(())
+    })
+    .await;
+    let key = mailslot::protocol::BounceKey {
+        id,
+        to: bob.name.clone(),
+    };
+
+    // Another agent neither sees alice's bounces nor forgets them.
+    let mut other = raw_login(&relay, &mallory).await;
+    raw_send(
+        &mut other,
+        &ClientFrame::AckBounces {
+            reference: "m1".into(),
+            bounces: vec![key.clone()],
+        },
+    )
+    .await;
+    let detail = raw_until(&mut other, |f| match f {
+        ServerFrame::Done { detail, .. } => Some(detail),
+        _ => None,
+    })
+    .await;
+    assert_eq!(detail, "0 bounce(s) forgotten");
+    let listed = list_bounces(&mut other, "m2").await;
+    assert!(listed.is_empty());
+
+    let listed = list_bounces(&mut ws, "a1").await;
+    assert_eq!(listed.len(), 1);
+    assert_eq!(listed[0].key(), key);
+
+    // An acknowledgement is bounded; the error names the field, the limit and the fix.
+    raw_send(
+        &mut ws,
+        &ClientFrame::AckBounces {
+            reference: "a2".into(),
+            bounces: vec![key.clone(); mailslot::protocol::MAX_BOUNCES + 1],
+        },
+    )
+    .await;
+    let (code, message, _) = next_error(&mut ws).await.unwrap();
+    assert_eq!(code, ErrorCode::BadFrame);
+    assert!(
+        message.contains("bounces has 101 entries, over the limit of 100"),
+        "{message}"
+    );
+    raw_send(
+        &mut ws,
+        &ClientFrame::AckBounces {
+            reference: "a3".into(),
+            bounces: vec![key],
+        },
+    )
+    .await;
+    let detail = raw_until(&mut ws, |f| match f {
+        ServerFrame::Done { detail, .. } => Some(detail),
+        _ => None,
+    })
+    .await;
+    assert_eq!(detail, "1 bounce(s) forgotten");
+    assert!(list_bounces(&mut ws, "a4").await.is_empty());
+}
+
+#[tokio::test]
+async fn a_retired_agents_bounces_go_with_it() {
+    let relay = short_ttl_relay().await;
+    let base = format!("http://{}", relay.relay.addr());
+    let alice = TestAgent::new("alice");
+    let bob = TestAgent::new("bob");
+    bob.sync(&relay).await;
+    alice.send(&relay, alice.message(&[&bob], "s", "b")).await;
+    wait_until(EVENT_TIMEOUT, "bob's copy expires", async || {
+        let (_, metrics) = http(&format!("{base}/metrics"), None).await;
+        metrics
+            .lines()
+            .any(|l| l == "mailslot_relay_expired_total 1")
+            .then_some(())
+    })
+    .await;
+    let waiting = || {
+        let db = rusqlite::Connection::open(relay.db()).unwrap();
+        db.query_row(
+            "SELECT count(*) FROM bounces WHERE sender = 'alice'",
+            [],
+            |r| r.get::<_, i64>(0),
+        )
+        .unwrap()
+    };
+    assert_eq!(waiting(), 1);
+    let mut conn = mailslot::client::Connection::connect_control(
+        &relay.url,
+        &alice.name,
+        &alice.identity,
+        None,
+    )
+    .await
+    .unwrap();
+    conn.retire(&alice.identity).await.unwrap();
+    conn.close().await;
+    assert_eq!(waiting(), 0);
+}

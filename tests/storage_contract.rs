@@ -378,10 +378,14 @@ async fn expired_copies_go<B: Backend>(b: B) {
     let s = b.open();
     let [alice, bob] = agents(&s, &["alice", "bob"]).await.try_into().unwrap();
     let now = jiff::Timestamp::now().as_millisecond();
-    for (expires, body) in [(now + 1_000, "soon"), (far_future(), "later")] {
+    let soon = MessageId::new();
+    for (id, expires, body) in [
+        (soon, now + 1_000, "soon"),
+        (MessageId::new(), far_future(), "later"),
+    ] {
         s.accept(
             alice.clone(),
-            MessageId::new(),
+            id,
             copies(&[&bob], body),
             ROOMY,
             expires,
@@ -390,10 +394,28 @@ async fn expired_copies_go<B: Backend>(b: B) {
         .await
         .unwrap();
     }
-    assert_eq!(s.expire(now + 2_000).await.unwrap(), 1);
-    let left = s.pending(bob, 0, 10).await.unwrap();
+    let bounced = s.expire(now + 2_000).await.unwrap();
+    assert_eq!(bounced.len(), 1, "one copy expired: {bounced:?}");
+    assert_eq!(bounced[0].0, alice, "the bounce is the sender's");
+    assert_eq!((bounced[0].1.id, &bounced[0].1.to), (soon, &bob));
+    let left = s.pending(bob.clone(), 0, 10).await.unwrap();
     assert_eq!(left.len(), 1);
     assert!(String::from_utf8_lossy(&left[0].envelope).contains("later"));
+    assert!(s.expire(now + 2_000).await.unwrap().is_empty(), "once");
+
+    // The bounce waits for its sender, durably, until the sender acknowledges it.
+    drop(s);
+    let s = b.open();
+    let waiting = s.bounces(alice.clone(), 10).await.unwrap();
+    assert_eq!(waiting, vec![bounced[0].1.clone()]);
+    assert!(s.bounces(bob.clone(), 10).await.unwrap().is_empty());
+    assert_eq!(
+        s.ack_bounces(alice.clone(), vec![waiting[0].key()])
+            .await
+            .unwrap(),
+        1
+    );
+    assert!(s.bounces(alice, 10).await.unwrap().is_empty());
 }
 
 async fn a_retired_name_is_held_then_free<B: Backend>(b: B) {

@@ -478,3 +478,56 @@ fn sigkill_mid_batch_keeps_every_committed_row() {
     assert!(count >= ids.len() as u64);
     assert_eq!(count % 200, 0, "a batch was half written: {count} rows");
 }
+
+#[test]
+fn a_bounce_marks_only_this_agents_sent_mail_and_only_once() {
+    let (_dir, mut store) = temp_store();
+    let sent = Message::new(addr("me"), vec![addr("bob"), addr("carol")], "s", "b");
+    store.queue_outgoing(&sent).unwrap();
+    let received = mail("bob", "hi", "b");
+    store
+        .insert_message(&received, Direction::In, Trust::Verified)
+        .unwrap();
+    let bounce = |id: MessageId, to: &str| mailslot::protocol::Bounce {
+        id,
+        to: AgentName::new(to).unwrap(),
+        expired_at: jiff::Timestamp::now(),
+    };
+    let recorded = store
+        .record_bounces(&[
+            bounce(sent.id, "bob"),
+            bounce(received.id, "me"),
+            bounce(MessageId::new(), "bob"),
+        ])
+        .unwrap();
+    assert_eq!(recorded.len(), 1, "only the sent message: {recorded:?}");
+    assert_eq!((recorded[0].id, recorded[0].to.as_str()), (sent.id, "bob"));
+    assert!(
+        store
+            .record_bounces(&[bounce(sent.id, "bob")])
+            .unwrap()
+            .is_empty()
+    );
+    assert_eq!(
+        store
+            .record_bounces(&[bounce(sent.id, "carol")])
+            .unwrap()
+            .len(),
+        1
+    );
+    let stored = store.message(&sent.id).unwrap().unwrap();
+    let names: Vec<&str> = stored.bounced.iter().map(|a| a.as_str()).collect();
+    assert_eq!(names.len(), 2);
+    assert!(
+        names.contains(&"bob") && names.contains(&"carol"),
+        "{names:?}"
+    );
+    assert!(
+        store
+            .message(&received.id)
+            .unwrap()
+            .unwrap()
+            .bounced
+            .is_empty()
+    );
+}

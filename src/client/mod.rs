@@ -2,6 +2,7 @@
 //! mail into the store, acknowledge only what is committed. Store work goes through
 //! [`crate::store::StoreHandle`].
 
+mod bounces;
 mod connection;
 mod inbound;
 mod outbound;

@@ -9,12 +9,13 @@ use std::time::Duration;
 use tokio::sync::{Notify, broadcast, mpsc, oneshot, watch};
 use tokio::task::JoinHandle;
 
+use super::bounces;
 use super::inbound::{Received, receive};
 use super::outbound::flush;
 use super::{ClientError, Connection, RelayUrl, refusal};
 use crate::crypto::Identity;
 use crate::protocol::{
-    Address, AgentName, ClientFrame, ConsentEvent, MessageId, OwnerKey, ServerFrame,
+    Address, AgentName, Bounce, ClientFrame, ConsentEvent, MessageId, OwnerKey, ServerFrame,
 };
 use crate::store::{StoreHandle, Trust};
 
@@ -70,6 +71,8 @@ pub enum ClientEvent {
     },
     /// Consent news from the relay.
     Consent(ConsentEvent),
+    /// Copies of sent messages expired on the relay undelivered (recorded in the store now).
+    Bounced(Vec<Bounce>),
 }
 
 /// Builds a request frame around the reference the session picks.
@@ -235,6 +238,7 @@ async fn serve(
     });
     let me = Address::local(config.agent.clone());
     send_outbox(&mut conn, config, emit).await?;
+    collect_bounces(&mut conn, config, emit).await?;
     let mut ping = tokio::time::interval(PING_EVERY);
     ping.tick().await;
     loop {
@@ -256,6 +260,9 @@ async fn serve(
                     }
                     conn.committed(seq).await?;
                 }
+                ServerFrame::Event { event: ConsentEvent::Bounced {} } => {
+                    collect_bounces(&mut conn, config, emit).await?;
+                }
                 ServerFrame::Event { event } => emit(ClientEvent::Consent(event)),
                 _ => {}
             },
@@ -273,6 +280,18 @@ async fn serve(
             _ = ping.tick() => conn.send(&ClientFrame::Ping {}).await?,
         }
     }
+}
+
+async fn collect_bounces(
+    conn: &mut Connection,
+    config: &SessionConfig,
+    emit: &impl Fn(ClientEvent),
+) -> Result<(), ClientError> {
+    let recorded = bounces::collect(conn, &config.store).await?;
+    if !recorded.is_empty() {
+        emit(ClientEvent::Bounced(recorded));
+    }
+    Ok(())
 }
 
 async fn send_outbox(

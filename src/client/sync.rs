@@ -3,11 +3,12 @@
 
 use serde::Serialize;
 
+use super::bounces;
 use super::inbound::{Received, receive};
 use super::outbound::{SendFailure, flush};
 use super::{ClientError, Connection, RelayUrl, refusal};
 use crate::crypto::Identity;
-use crate::protocol::{Address, AgentName, ConsentEvent, MessageId, OwnerKey, ServerFrame};
+use crate::protocol::{Address, AgentName, Bounce, ConsentEvent, MessageId, OwnerKey, ServerFrame};
 use crate::store::StoreHandle;
 
 /// What one sync did.
@@ -25,6 +26,8 @@ pub struct SyncReport {
     pub unreadable: Vec<(Address, MessageId, String)>,
     /// Consent news that arrived during the sync.
     pub events: Vec<ConsentEvent>,
+    /// Copies of sent messages that expired on the relay undelivered, recorded now.
+    pub bounced: Vec<Bounce>,
 }
 
 /// Connects as `agent`, sends the outbox, receives until caught up, acks, closes.
@@ -69,6 +72,7 @@ pub async fn sync(
         }
     }
     conn.ack_committed().await?;
+    report.bounced = bounces::collect(&mut conn, store).await?;
     conn.close().await;
     Ok(report)
 }

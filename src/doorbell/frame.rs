@@ -223,6 +223,7 @@ mod tests {
             trust: Trust::Verified,
             stored_at: jiff::Timestamp::now(),
             read_at: None,
+            bounced: Vec::new(),
         }
     }
 

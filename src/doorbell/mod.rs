@@ -14,7 +14,7 @@ use std::collections::BTreeMap;
 use tokio::sync::broadcast;
 
 use crate::mailbox::{Mailbox, MailboxEvent};
-use crate::protocol::{AgentName, ConsentEvent, MessageId};
+use crate::protocol::{AgentName, Bounce, ConsentEvent, MessageId};
 use crate::store::{StoreError, Trust};
 use frame::{SenderFacts, fence_line, frame_message, mcp_reply_hint};
 
@@ -79,7 +79,11 @@ async fn run(
                     continue;
                 }
             },
-            MailboxEvent::Consent(event) => consent_ring(mailbox.name(), &event),
+            MailboxEvent::Consent(event) => match consent_ring(mailbox.name(), &event) {
+                Some(ring) => ring,
+                None => continue,
+            },
+            MailboxEvent::Bounced(bounces) => bounce_ring(&bounces),
         };
         let _ = rings.send(ring);
     }
@@ -115,8 +119,37 @@ async fn mail_ring(
     }))
 }
 
+/// The most bounced copies one ring lists (the rest are counted).
+const BOUNCES_LISTED: usize = 10;
+
+fn bounce_ring(bounces: &[Bounce]) -> Ring {
+    let mut content = String::from(
+        "[mailslot] Mail you sent expired on the relay before its recipient took it (bounced); it is marked bounced in your sent mail:",
+    );
+    for b in bounces.iter().take(BOUNCES_LISTED) {
+        content.push_str(&format!(
+            "\n- message {} to {} (expired {})",
+            b.id, b.to, b.expired_at
+        ));
+    }
+    if bounces.len() > BOUNCES_LISTED {
+        content.push_str(&format!("\n- and {} more", bounces.len() - BOUNCES_LISTED));
+    }
+    content.push_str("\nThe recipient was not reached: tell the user, or send again later.");
+    Ring {
+        message: None,
+        content,
+        meta: BTreeMap::from([
+            ("kind".to_owned(), "bounced".to_owned()),
+            ("count".to_owned(), bounces.len().to_string()),
+        ]),
+    }
+}
+
+/// The ring for consent news; `None` for the `bounced` nudge, which the client session turns
+/// into [`MailboxEvent::Bounced`] after recording the bounces.
 /// `me` is the agent the ring is for: the command it names must act as that agent.
-fn consent_ring(me: &AgentName, event: &ConsentEvent) -> Ring {
+fn consent_ring(me: &AgentName, event: &ConsentEvent) -> Option<Ring> {
     let (kind, agent, content) = match event {
         ConsentEvent::RequestReceived { from, note, .. } => (
             "contact_request",
@@ -138,13 +171,14 @@ fn consent_ring(me: &AgentName, event: &ConsentEvent) -> Ring {
             by,
             format!("[mailslot] {by}'s owner denied your contact request."),
         ),
+        ConsentEvent::Bounced {} => return None,
     };
-    Ring {
+    Some(Ring {
         message: None,
         content,
         meta: BTreeMap::from([
             ("kind".to_owned(), kind.to_owned()),
             ("agent".to_owned(), agent.to_string()),
         ]),
-    }
+    })
 }

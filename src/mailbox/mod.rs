@@ -32,7 +32,7 @@ use crate::client::{
 };
 use crate::crypto::Identity;
 use crate::protocol::{
-    Address, AgentName, ConsentEvent, MessageId, OwnerKey, ServerFrame, ValidationError,
+    Address, AgentName, Bounce, ConsentEvent, MessageId, OwnerKey, ServerFrame, ValidationError,
 };
 use crate::store::{Contact, StoreError, StoreHandle, StoredMessage, Trust};
 
@@ -51,6 +51,9 @@ pub enum MailboxEvent {
     },
     /// Consent news from the relay (only the process holding the connection hears it).
     Consent(ConsentEvent),
+    /// Copies of sent messages expired on the relay undelivered; the store has them now
+    /// (only the process holding the connection hears it).
+    Bounced(Vec<Bounce>),
 }
 
 /// Where the relay connection stands, for people and for tool results.
@@ -354,6 +357,13 @@ async fn forward(mailbox: Mailbox, mut events: broadcast::Receiver<ClientEvent>)
             }
             ClientEvent::Consent(event) => {
                 let _ = mailbox.0.events.send(MailboxEvent::Consent(event));
+            }
+            ClientEvent::Bounced(bounces) => {
+                tracing::warn!(
+                    count = bounces.len(),
+                    "sent mail expired on the relay undelivered; marked bounced"
+                );
+                let _ = mailbox.0.events.send(MailboxEvent::Bounced(bounces));
             }
             ClientEvent::Sent(_) | ClientEvent::NotSent { .. } => {}
         }

@@ -37,7 +37,7 @@ impl Mailbox {
                     _ = tokio::time::sleep_until(deadline) => return Ok(Vec::new()),
                     event = events.recv() => match event {
                         Ok(MailboxEvent::Mail { .. }) | Err(RecvError::Lagged(_)) => break,
-                        Ok(MailboxEvent::Consent(_)) => {}
+                        Ok(MailboxEvent::Consent(_) | MailboxEvent::Bounced(_)) => {}
                         Err(RecvError::Closed) => return Ok(Vec::new()),
                     },
                 }

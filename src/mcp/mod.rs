@@ -11,6 +11,7 @@ mod push;
 mod resources;
 mod server;
 mod stdio;
+mod strict;
 mod tools;
 mod views;
 

@@ -1,6 +1,7 @@
 //! The MCP handler: server info and capabilities, and the wiring of tools (`tools.rs`),
 //! resources (`resources.rs`), prompts (`prompts.rs`) and pushes (`push.rs`). Every tool
-//! result carries the unread notice (`notice.rs`).
+//! result carries the unread notice (`notice.rs`); a call with an unknown argument is refused
+//! before its tool runs (`strict.rs`).
 
 use std::collections::BTreeMap;
 use std::sync::{Arc, Mutex};
@@ -9,11 +10,11 @@ use rmcp::handler::server::router::prompt::PromptRouter;
 use rmcp::handler::server::router::tool::ToolRouter;
 use rmcp::handler::server::tool::ToolCallContext;
 use rmcp::model::{
-    CallToolRequestParams, CallToolResponse, DiscoverRequestMethod, DiscoverResult, Implementation,
-    JsonObject, ListResourceTemplatesResult, ListResourcesResult, ListToolsResult,
-    PaginatedRequestParams, ReadResourceRequestParams, ReadResourceResponse, ReadResourceResult,
-    ServerCapabilities, ServerConfig, SubscribeRequestParams, SubscriptionFilter, Tool,
-    UnsubscribeRequestParams,
+    CallToolRequestParams, CallToolResponse, CallToolResult, ContentBlock, DiscoverRequestMethod,
+    DiscoverResult, Implementation, JsonObject, ListResourceTemplatesResult, ListResourcesResult,
+    ListToolsResult, PaginatedRequestParams, ReadResourceRequestParams, ReadResourceResponse,
+    ReadResourceResult, ServerCapabilities, ServerConfig, SubscribeRequestParams,
+    SubscriptionFilter, Tool, UnsubscribeRequestParams,
 };
 use rmcp::service::{NotificationContext, RequestContext, SubscriptionContext};
 use rmcp::{ErrorData, RoleServer, ServerHandler, prompt_handler};
@@ -25,6 +26,7 @@ use super::notice;
 use super::prompts::fill;
 use super::push::{self, Subscriptions};
 use super::resources;
+use super::strict;
 use crate::doorbell::footer::footer;
 use crate::doorbell::{Doorbell, Ring};
 use crate::mailbox::Mailbox;
@@ -88,11 +90,13 @@ impl MailslotServer {
         }
     }
 
-    /// The tools, each output schema declaring the unread notice (done once, here).
+    /// The tools, each output schema declaring the unread notice and each input schema
+    /// refusing unknown arguments (done once, here).
     fn tool_router_with_notice() -> ToolRouter<Self> {
         let mut router = Self::tool_router();
         for route in router.map.values_mut() {
             notice::declare(&mut route.attr);
+            strict::forbid_unknown(&mut route.attr);
         }
         router
     }
@@ -180,8 +184,17 @@ impl ServerHandler for MailslotServer {
         request: CallToolRequestParams,
         context: RequestContext<RoleServer>,
     ) -> Result<CallToolResponse, ErrorData> {
-        let call = ToolCallContext::new(self, request, context);
-        let mut response = self.tool_router.call(call).await?;
+        let refusal = self
+            .tool_router
+            .get(&request.name)
+            .and_then(|tool| strict::unknown_arguments(tool, request.arguments.as_ref()));
+        let mut response = match refusal {
+            Some(e) => CallToolResult::error(vec![ContentBlock::text(e)]).into(),
+            None => {
+                let call = ToolCallContext::new(self, request, context);
+                self.tool_router.call(call).await?
+            }
+        };
         if let CallToolResponse::Complete(result) = &mut response
             && let Some(line) = self.footer_line().await
         {

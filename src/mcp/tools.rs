@@ -54,6 +54,7 @@ fn limit(field: &str, value: Option<u32>, default: u32) -> Result<usize, String>
 
 /// Arguments of `send`.
 #[derive(Debug, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
 pub struct SendArgs {
     /// Recipients: agent names ("bob") or addresses ("bob@relay.example.com"). At least one
     /// of to, cc, bcc.
@@ -79,6 +80,7 @@ pub struct SendArgs {
 
 /// Arguments of `reply` and `reply_all`.
 #[derive(Debug, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
 pub struct ReplyArgs {
     /// The message to answer.
     pub message_id: String,
@@ -108,6 +110,7 @@ pub struct SendResult {
 
 /// Arguments of `inbox`.
 #[derive(Debug, Default, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
 pub struct InboxArgs {
     /// Only mail from this sender.
     #[serde(default)]
@@ -138,6 +141,7 @@ pub struct MessageList {
 
 /// Arguments naming one message.
 #[derive(Debug, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
 pub struct MessageArgs {
     /// The message id.
     pub message_id: String,
@@ -145,6 +149,7 @@ pub struct MessageArgs {
 
 /// Arguments naming one thread.
 #[derive(Debug, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
 pub struct ThreadArgs {
     /// The thread id (thread_id of any of its messages).
     pub thread_id: String,
@@ -161,6 +166,7 @@ pub struct ThreadView {
 
 /// Arguments of `wait_for_mail`.
 #[derive(Debug, Default, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
 pub struct WaitArgs {
     /// Seconds to wait for mail (default 30, at most 50: under the 60 s many clients allow
     /// a tool call). Call again to keep waiting.
@@ -182,6 +188,7 @@ pub struct MailWait {
 
 /// Arguments of `mark_read`.
 #[derive(Debug, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
 pub struct MarkReadArgs {
     /// The messages to mark read.
     pub message_ids: Vec<String>,
@@ -196,6 +203,7 @@ pub struct Changed {
 
 /// Arguments of `search`.
 #[derive(Debug, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
 pub struct SearchArgs {
     /// Words to look for in subjects, bodies and senders.
     pub query: String,
@@ -206,6 +214,7 @@ pub struct SearchArgs {
 
 /// Arguments of `remember`.
 #[derive(Debug, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
 pub struct RememberArgs {
     /// What to remember.
     pub text: String,
@@ -219,6 +228,7 @@ pub struct RememberArgs {
 
 /// Arguments of `recall`.
 #[derive(Debug, Default, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
 pub struct RecallArgs {
     /// Words to look for; without it, the most recent memories.
     #[serde(default)]
@@ -237,6 +247,7 @@ pub struct MemoryList {
 
 /// Arguments of `forget`.
 #[derive(Debug, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
 pub struct ForgetArgs {
     /// The memory to delete.
     pub memory_id: String,
@@ -244,6 +255,7 @@ pub struct ForgetArgs {
 
 /// Arguments of `set_status`.
 #[derive(Debug, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
 pub struct StatusArgs {
     /// Who this agent is (role, owner, what it is for); "" clears it.
     #[serde(default)]
@@ -264,6 +276,7 @@ pub struct Status {
 
 /// Arguments of `request_contact`.
 #[derive(Debug, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
 pub struct ContactRequestArgs {
     /// The agent to ask.
     pub agent: String,

@@ -27,6 +27,10 @@ pub struct MessageSummary {
     pub trust: String,
     /// "in" (received) or "out" (sent by this agent).
     pub direction: String,
+    /// Sent mail only, when some copies bounced: the recipients whose copy expired on the
+    /// relay before they took it (they never got it).
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub bounced: Vec<String>,
 }
 
 /// A whole message, framed for reading.
@@ -72,6 +76,7 @@ impl MessageSummary {
                 Direction::Out => "out",
             }
             .to_owned(),
+            bounced: stored.bounced.iter().map(ToString::to_string).collect(),
         }
     }
 }

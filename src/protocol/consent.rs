@@ -203,6 +203,8 @@ pub enum ConsentEvent {
         /// The agent whose owner denied.
         by: AgentName,
     },
+    /// Copies of this agent's mail expired undelivered: ask for them with `bounces`.
+    Bounced {},
 }
 
 /// Checks a request note.

@@ -113,6 +113,15 @@ pub enum ServerFrame {
         /// The agents that opted in, by name.
         entries: Vec<DirectoryEntry>,
     },
+    /// Bounces for this agent's mail, answering `bounces`: oldest first, at most
+    /// [`MAX_BOUNCES`]; fewer means there are no more.
+    BounceList {
+        /// The client's request reference.
+        #[serde(rename = "ref")]
+        reference: String,
+        /// Copies of this agent's messages that expired undelivered.
+        bounces: Vec<Bounce>,
+    },
     /// Consent news.
     Event {
         /// What happened.
@@ -310,6 +319,20 @@ pub enum ClientFrame {
         #[serde(rename = "ref")]
         reference: String,
     },
+    /// Ask for bounces: copies of this agent's messages that expired undelivered.
+    Bounces {
+        /// Echoed in the answer.
+        #[serde(rename = "ref")]
+        reference: String,
+    },
+    /// The client has recorded these bounces: the relay forgets them. Answered with `done`.
+    AckBounces {
+        /// Echoed in the answer.
+        #[serde(rename = "ref")]
+        reference: String,
+        /// At most [`MAX_BOUNCES`] bounces, as `bounce_list` gave them.
+        bounces: Vec<BounceKey>,
+    },
     /// Keepalive.
     Ping {},
 }
@@ -331,7 +354,9 @@ impl ClientFrame {
             | ClientFrame::SetListing { reference, .. }
             | ClientFrame::Directory { reference, .. }
             | ClientFrame::Retire { reference, .. }
-            | ClientFrame::Consent { reference } => Some(reference),
+            | ClientFrame::Consent { reference }
+            | ClientFrame::Bounces { reference }
+            | ClientFrame::AckBounces { reference, .. } => Some(reference),
             ClientFrame::Hello { .. } | ClientFrame::Ack { .. } | ClientFrame::Ping {} => None,
         }
     }
@@ -390,7 +415,8 @@ impl ServerFrame {
             | ServerFrame::Requested { reference, .. }
             | ServerFrame::Done { reference, .. }
             | ServerFrame::ConsentState { reference, .. }
-            | ServerFrame::DirectoryList { reference, .. } => Some(reference),
+            | ServerFrame::DirectoryList { reference, .. }
+            | ServerFrame::BounceList { reference, .. } => Some(reference),
             ServerFrame::Error { reference, .. } => reference.as_deref(),
             _ => None,
         }
@@ -407,6 +433,41 @@ pub struct DirectoryEntry {
     pub fingerprint: super::Fingerprint,
     /// What it says about itself.
     pub description: String,
+}
+
+/// The most bounces one `bounce_list` or `ack_bounces` carries.
+pub const MAX_BOUNCES: usize = 100;
+
+/// Which copy bounced: the message, and the recipient it did not reach.
+#[derive(Debug, Clone, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct BounceKey {
+    /// The message id.
+    pub id: MessageId,
+    /// The recipient whose copy expired.
+    pub to: AgentName,
+}
+
+/// A copy of a message that expired on the relay before its recipient took it.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Bounce {
+    /// The message id.
+    pub id: MessageId,
+    /// The recipient whose copy expired.
+    pub to: AgentName,
+    /// When the relay gave up on it.
+    pub expired_at: Timestamp,
+}
+
+impl Bounce {
+    /// Which copy bounced.
+    pub fn key(&self) -> BounceKey {
+        BounceKey {
+            id: self.id,
+            to: self.to.clone(),
+        }
+    }
 }
 
 /// The longest directory description, in characters.

@@ -21,8 +21,9 @@ pub use envelope::{ENVELOPE_VERSION, EnvelopeHead, KeyWrap, KeyWrapHead, SealedE
 pub use error::ValidationError;
 pub use fingerprint::{FINGERPRINT_BYTES, Fingerprint};
 pub use frames::{
-    ClientFrame, DirectoryEntry, ErrorCode, FRAME_OVERHEAD, MAX_DESCRIPTION_CHARS, MAX_REF_CHARS,
-    PROTOCOL_VERSION, Seq, ServerFrame, hello_payload, register_payload, retire_payload,
+    Bounce, BounceKey, ClientFrame, DirectoryEntry, ErrorCode, FRAME_OVERHEAD, MAX_BOUNCES,
+    MAX_DESCRIPTION_CHARS, MAX_REF_CHARS, PROTOCOL_VERSION, Seq, ServerFrame, hello_payload,
+    register_payload, retire_payload,
 };
 pub use ids::{MemoryId, MessageId, ThreadId};
 pub use invite::InviteToken;

@@ -66,6 +66,8 @@ pub struct RelayConfig {
     pub idle_timeout_secs: u64,
     /// Seconds an undelivered envelope is kept.
     pub ttl_secs: u64,
+    /// Seconds between looks for envelopes past their TTL (each one bounces to its sender).
+    pub expiry_interval_secs: u64,
     /// Messages waiting per recipient.
     pub quota_messages: u64,
     /// Bytes waiting per recipient.
@@ -121,6 +123,7 @@ impl Default for RelayConfig {
             request_timeout_secs: 10,
             idle_timeout_secs: 90,
             ttl_secs: 7 * 24 * 3600,
+            expiry_interval_secs: 60,
             quota_messages: 10_000,
             quota_bytes: 256 * 1024 * 1024,
             send_rate: 100.0,

@@ -3,6 +3,7 @@
 
 mod accept;
 mod auth;
+mod bounce;
 mod config;
 mod consent;
 mod directory;
@@ -32,8 +33,6 @@ pub use registration::make_invites;
 use state::RelayState;
 use storage::{SqliteStorage, Storage, StorageError};
 
-/// How often undelivered envelopes past their TTL are deleted.
-const EXPIRY_INTERVAL: Duration = Duration::from_secs(60);
 /// How long shutdown waits for connections to close.
 const DRAIN: Duration = Duration::from_secs(5);
 
@@ -147,7 +146,9 @@ async fn serve<S: Storage>(
 }
 
 async fn expire_loop<S: Storage>(state: Arc<RelayState<S>>) {
-    let mut tick = tokio::time::interval(EXPIRY_INTERVAL);
+    let mut tick = tokio::time::interval(Duration::from_secs(
+        state.config.expiry_interval_secs.max(1),
+    ));
     loop {
         tick.tick().await;
         match state
@@ -155,11 +156,16 @@ async fn expire_loop<S: Storage>(state: Arc<RelayState<S>>) {
             .expire(jiff::Timestamp::now().as_millisecond())
             .await
         {
-            Ok(0) => {}
-            Ok(n) => {
+            Ok(bounced) if bounced.is_empty() => {}
+            Ok(bounced) => {
+                let n = bounced.len() as u64;
                 state.metrics.expired.inc_by(n);
                 state.metrics.queued.dec_by(n as i64);
-                tracing::info!(expired = n, "deleted envelopes past their TTL");
+                tracing::info!(
+                    expired = n,
+                    "deleted envelopes past their TTL; bounced them to their senders"
+                );
+                bounce::announce(&state, bounced.into_iter().map(|(sender, _)| sender));
             }
             Err(e) => tracing::warn!(error = %e, "expiry failed; will retry"),
         }

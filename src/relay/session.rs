@@ -565,12 +565,15 @@ async fn handle<S: Storage>(
                 Ok(answer) => answer,
                 Err(other) => match super::retire::handle(state, agent, nonce, other).await {
                     Ok(answer) => answer,
-                    Err(unhandled) => error_frame(
-                        None,
-                        ErrorCode::UnexpectedFrame,
-                        format!("unexpected frame {unhandled:?}"),
-                        None,
-                    ),
+                    Err(other) => match super::bounce::handle(state, agent, other).await {
+                        Ok(answer) => answer,
+                        Err(unhandled) => error_frame(
+                            None,
+                            ErrorCode::UnexpectedFrame,
+                            format!("unexpected frame {unhandled:?}"),
+                            None,
+                        ),
+                    },
                 },
             },
         },
@@ -588,7 +591,9 @@ mod tests {
     use super::*;
     use crate::crypto::Identity;
     use crate::crypto::sign::{Domain, signature};
-    use crate::protocol::{MessageId, OwnerKey, Policy, PublicKeys, RequestCode, hello_payload};
+    use crate::protocol::{
+        Bounce, BounceKey, MessageId, OwnerKey, Policy, PublicKeys, RequestCode, hello_payload,
+    };
     use crate::relay::storage::{
         Accepted, CommitListener, ConsentChange, ConsentOutcome, ConsentState, Copy, InviteDigest,
         Pending, Queued, Quota, Registration, SqliteStorage, StorageError, StorageMetrics,
@@ -724,8 +729,22 @@ mod tests {
         async fn total_waiting(&self) -> Result<u64, StorageError> {
             self.inner.total_waiting().await
         }
-        async fn expire(&self, now_ms: i64) -> Result<u64, StorageError> {
+        async fn expire(&self, now_ms: i64) -> Result<Vec<(AgentName, Bounce)>, StorageError> {
             self.inner.expire(now_ms).await
+        }
+        async fn bounces(
+            &self,
+            sender: AgentName,
+            limit: usize,
+        ) -> Result<Vec<Bounce>, StorageError> {
+            self.inner.bounces(sender, limit).await
+        }
+        async fn ack_bounces(
+            &self,
+            sender: AgentName,
+            keys: Vec<BounceKey>,
+        ) -> Result<u64, StorageError> {
+            self.inner.ack_bounces(sender, keys).await
         }
     }
 

@@ -7,7 +7,7 @@ use serde::{Deserialize, Serialize};
 use super::search::{CANDIDATES, blended_score, fts_query};
 use super::time::{from_ms, to_ms};
 use super::{Store, StoreError};
-use crate::protocol::{Address, Message, MessageId, ThreadId, now_millis};
+use crate::protocol::{Address, AgentName, Message, MessageId, ThreadId, now_millis};
 
 /// Whether this agent received or sent a message.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
@@ -82,6 +82,8 @@ pub struct StoredMessage {
     pub stored_at: Timestamp,
     /// When it was read, if it was.
     pub read_at: Option<Timestamp>,
+    /// Recipients whose copy of this sent message expired on the relay undelivered.
+    pub bounced: Vec<AgentName>,
 }
 
 /// Which received messages to list.
@@ -117,24 +119,25 @@ pub struct UnreadSummary {
     pub newest_from: Option<Address>,
 }
 
-pub(super) const COLUMNS: &str = "json, direction, trust, stored_at, read_at";
+pub(super) const COLUMNS: &str = "json, direction, trust, stored_at, read_at,
+    (SELECT group_concat(recipient, ' ') FROM bounces WHERE bounces.message_id = id)";
 
-pub(super) fn from_row(
-    row: &Row<'_>,
-) -> rusqlite::Result<(String, String, String, i64, Option<i64>)> {
+/// A message row: json, direction, trust, stored_at, read_at, bounced recipients.
+pub(super) type RawRow = (String, String, String, i64, Option<i64>, Option<String>);
+
+pub(super) fn from_row(row: &Row<'_>) -> rusqlite::Result<RawRow> {
     Ok((
         row.get(0)?,
         row.get(1)?,
         row.get(2)?,
         row.get(3)?,
         row.get(4)?,
+        row.get(5)?,
     ))
 }
 
-pub(super) fn decode(
-    raw: (String, String, String, i64, Option<i64>),
-) -> Result<StoredMessage, StoreError> {
-    let (json, direction, trust, stored_at, read_at) = raw;
+pub(super) fn decode(raw: RawRow) -> Result<StoredMessage, StoreError> {
+    let (json, direction, trust, stored_at, read_at, bounced) = raw;
     let message: Message = serde_json::from_str(&json).map_err(|e| StoreError::Corrupt {
         what: "message",
         detail: e.to_string(),
@@ -149,6 +152,17 @@ pub(super) fn decode(
         trust: Trust::parse(&trust)?,
         stored_at: from_ms(stored_at)?,
         read_at: read_at.map(from_ms).transpose()?,
+        bounced: bounced
+            .as_deref()
+            .unwrap_or_default()
+            .split_whitespace()
+            .map(|name| {
+                AgentName::new(name).map_err(|e| StoreError::Corrupt {
+                    what: "bounce",
+                    detail: e.to_string(),
+                })
+            })
+            .collect::<Result<_, _>>()?,
     })
 }
 
@@ -299,7 +313,7 @@ impl Store {
         let now = now_millis();
         let mut scored = Vec::new();
         let rows = stmt.query_map(params![fts, CANDIDATES as i64], |row| {
-            Ok((from_row(row)?, row.get::<_, f64>(5)?, row.get::<_, i64>(6)?))
+            Ok((from_row(row)?, row.get::<_, f64>(6)?, row.get::<_, i64>(7)?))
         })?;
         for row in rows {
             let (raw, bm25, sent_at) = row?;

@@ -122,6 +122,15 @@ const MIGRATIONS: &[&str] = &[
     ) STRICT, WITHOUT ROWID;
     CREATE INDEX shown_age ON shown(shown_at);
     "#,
+    // 3: copies of sent messages that expired on the relay before their recipient took them.
+    r#"
+    CREATE TABLE bounces (
+        message_id TEXT NOT NULL REFERENCES messages(id),
+        recipient  TEXT NOT NULL,
+        expired_at INTEGER NOT NULL,
+        PRIMARY KEY (message_id, recipient)
+    ) STRICT, WITHOUT ROWID;
+    "#,
 ];
 
 /// The schema version this build writes.

@@ -6,7 +6,7 @@ use rusqlite::{OptionalExtension, params};
 use super::messages::{Direction, Trust, insert_batch};
 use super::time::to_ms;
 use super::{Store, StoreError};
-use crate::protocol::{Message, MessageId, now_millis};
+use crate::protocol::{Bounce, Message, MessageId, now_millis};
 
 /// A message waiting to go out, or one that failed for good.
 #[derive(Debug, Clone, PartialEq)]
@@ -113,6 +113,29 @@ impl Store {
                 |r| Ok((r.get::<_, bool>(0)?, r.get::<_, Option<String>>(1)?)),
             )
             .optional()?)
+    }
+
+    /// Records bounces the relay reported: a copy of a message this agent sent expired before
+    /// its recipient took it. Returns those recorded now; one already recorded, or about a
+    /// message this agent did not send, changes nothing.
+    pub fn record_bounces(&mut self, bounces: &[Bounce]) -> Result<Vec<Bounce>, StoreError> {
+        let tx = self.write_tx()?;
+        let mut recorded = Vec::new();
+        {
+            let mut insert = tx.prepare_cached(
+                "INSERT INTO bounces (message_id, recipient, expired_at)
+                 SELECT id, ?2, ?3 FROM messages WHERE id = ?1 AND direction = 'out'
+                 ON CONFLICT DO NOTHING",
+            )?;
+            for b in bounces {
+                let at = to_ms(b.expired_at);
+                if insert.execute(params![b.id.to_string(), b.to.as_str(), at])? == 1 {
+                    recorded.push(b.clone());
+                }
+            }
+        }
+        tx.commit()?;
+        Ok(recorded)
     }
 
     /// How many messages wait to be sent (failed ones excluded).

@@ -13,7 +13,8 @@ use prometheus_client::metrics::histogram::{Histogram, exponential_buckets};
 use prometheus_client::registry::Registry;
 
 use crate::protocol::{
-    AgentName, MessageId, OwnerKey, Policy, PublicKeys, RequestCode, RequestView, Seq,
+    AgentName, Bounce, BounceKey, MessageId, OwnerKey, Policy, PublicKeys, RequestCode,
+    RequestView, Seq,
 };
 
 pub use report::{
@@ -424,6 +425,24 @@ pub trait Storage: Send + Sync + 'static {
     /// Messages waiting in all queues.
     fn total_waiting(&self) -> impl Future<Output = Result<u64, StorageError>> + Send;
 
-    /// Deletes envelopes that expired before `now_ms`; returns how many.
-    fn expire(&self, now_ms: i64) -> impl Future<Output = Result<u64, StorageError>> + Send;
+    /// Deletes envelopes that expired before `now_ms` and records a bounce for each, in one
+    /// write; returns the bounces with their senders.
+    fn expire(
+        &self,
+        now_ms: i64,
+    ) -> impl Future<Output = Result<Vec<(AgentName, Bounce)>, StorageError>> + Send;
+
+    /// The bounces waiting for `sender`, oldest first, at most `limit`.
+    fn bounces(
+        &self,
+        sender: AgentName,
+        limit: usize,
+    ) -> impl Future<Output = Result<Vec<Bounce>, StorageError>> + Send;
+
+    /// Forgets the bounces `sender` recorded; returns how many there were.
+    fn ack_bounces(
+        &self,
+        sender: AgentName,
+        keys: Vec<BounceKey>,
+    ) -> impl Future<Output = Result<u64, StorageError>> + Send;
 }

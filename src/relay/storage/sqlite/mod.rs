@@ -28,7 +28,9 @@ use super::{
     Accepted, CheckReport, CommitListener, ConsentChange, ConsentOutcome, ConsentState, Copy,
     InviteDigest, Pending, Queued, Quota, Registration, Storage, StorageError, StorageMetrics,
 };
-use crate::protocol::{AgentName, MessageId, OwnerKey, Policy, PublicKeys, RequestCode, Seq};
+use crate::protocol::{
+    AgentName, Bounce, BounceKey, MessageId, OwnerKey, Policy, PublicKeys, RequestCode, Seq,
+};
 
 const READERS: usize = 4;
 /// Database page size for new relay databases. A batch writes every page it touched to the
@@ -142,7 +144,13 @@ impl SqliteStorage {
         for seg in &scanned.empty {
             spool::remove(&spool_dir, *seg)?;
         }
-        let mut index = QueueIndex::load(&scanned.segments, now_ms());
+        let (mut index, expired) = QueueIndex::load_expiring(&scanned.segments, now_ms());
+        // Copies that expired while the relay was down bounce like the others.
+        if !expired.is_empty() {
+            let tx = writer.transaction_with_behavior(TransactionBehavior::Immediate)?;
+            queue::record_bounces(&tx, expired, now_ms())?;
+            tx.commit()?;
+        }
         let report = check::spool_report(scanned, &index, now_ms());
         if let Some(unclosed) = &report.unclosed {
             spool::close_segment(
@@ -369,8 +377,22 @@ impl Storage for SqliteStorage {
         Ok(queue::lock(&self.index).waiting(&agent))
     }
 
-    async fn expire(&self, now_ms: i64) -> Result<u64, StorageError> {
+    async fn expire(&self, now_ms: i64) -> Result<Vec<(AgentName, Bounce)>, StorageError> {
         self.enqueue(move |b| queue::expire(b, now_ms)).await
+    }
+
+    async fn bounces(&self, sender: AgentName, limit: usize) -> Result<Vec<Bounce>, StorageError> {
+        self.read(move |conn| queue::bounces(conn, &sender, limit))
+            .await
+    }
+
+    async fn ack_bounces(
+        &self,
+        sender: AgentName,
+        keys: Vec<BounceKey>,
+    ) -> Result<u64, StorageError> {
+        self.write(move |tx| queue::ack_bounces(tx, &sender, &keys))
+            .await
     }
 
     async fn retire(&self, name: AgentName, until_ms: i64) -> Result<bool, StorageError> {

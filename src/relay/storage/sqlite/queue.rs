@@ -21,7 +21,9 @@ use super::now_ms;
 use super::scan::ScannedSegment;
 use super::spool::{self, Files, Location, Position, Scanned, Spool, StoredCopy};
 use super::writer::Batch;
-use crate::protocol::{AgentName, MessageId, Policy, Seq};
+use jiff::Timestamp;
+
+use crate::protocol::{AgentName, Bounce, BounceKey, MessageId, Policy, Seq};
 use crate::relay::storage::{Accepted, Committed, Copy, Queued, Quota, StorageError};
 
 /// An acknowledged copy still counts as a duplicate this long after its ack, so that a
@@ -121,7 +123,19 @@ impl QueueIndex {
     /// is, the highest ack per recipient which copies are done, and copies past their expiry
     /// are left out.
     pub(super) fn load(segments: &[ScannedSegment], now_ms: i64) -> Self {
+        Self::load_expiring(segments, now_ms).0
+    }
+
+    /// [`QueueIndex::load`], and the unacknowledged copies it left out as expired: their
+    /// sender, recipient and message id, to bounce. (A copy that expired and bounced before a
+    /// restart is among them while its record is in the spool: its sender's store records a
+    /// bounce once.)
+    pub(super) fn load_expiring(
+        segments: &[ScannedSegment],
+        now_ms: i64,
+    ) -> (Self, Vec<(AgentName, AgentName, MessageId)>) {
         let mut index = Self::empty();
+        let mut expired = Vec::new();
         let mut copies: BTreeMap<Seq, Row> = BTreeMap::new();
         for segment in segments {
             index.segments.insert(segment.seg, SegmentUse::default());
@@ -167,10 +181,16 @@ impl QueueIndex {
         }
         let now = Instant::now();
         for row in copies.into_values() {
+            let acked = row.seq <= index.boxes[row.key.2 as usize].acked_upto;
             if row.expires_at_ms < now_ms {
+                if !acked {
+                    let (id, from, to) = row.key;
+                    let name = |n: NameId| index.boxes[n as usize].name.clone();
+                    expired.push((name(from), name(to), id));
+                }
                 continue;
             }
-            if row.seq <= index.boxes[row.key.2 as usize].acked_upto {
+            if acked {
                 index.stored.insert(row.key);
                 index.acked.push_back((now, row.key));
             } else {
@@ -180,7 +200,7 @@ impl QueueIndex {
         for seg in index.boxes.iter().filter_map(|m| m.ack_seg) {
             index.segments.entry(seg).or_default().acks += 1;
         }
-        index
+        (index, expired)
     }
 
     /// The agent's number, given one now if it has none.
@@ -275,8 +295,8 @@ impl QueueIndex {
     }
 
     /// Takes the unacknowledged copies that expired before `now_ms` out of the index; returns
-    /// how many.
-    fn expire(&mut self, now_ms: i64) -> u64 {
+    /// each one's sender, recipient and message id.
+    fn expire(&mut self, now_ms: i64) -> Vec<(AgentName, AgentName, MessageId)> {
         let mut gone = Vec::new();
         for mailbox in &mut self.boxes {
             let before = gone.len();
@@ -296,7 +316,13 @@ impl QueueIndex {
             self.stored.remove(&row.key);
             self.died(row);
         }
-        gone.len() as u64
+        gone.iter()
+            .map(|r| {
+                let (id, from, to) = r.key;
+                let name = |n: NameId| self.boxes[n as usize].name.clone();
+                (name(from), name(to), id)
+            })
+            .collect()
     }
 
     /// Segments nothing in the index needs: no live copy, no recipient's latest ack.
@@ -483,10 +509,97 @@ pub(super) fn ack(
     Ok(count)
 }
 
-/// Takes the unacknowledged copies past their TTL out of the queue; returns how many. Nothing
-/// is written: a scan leaves expired copies out.
-pub(super) fn expire(b: &mut Batch<'_, '_>, now_ms: i64) -> Result<u64, StorageError> {
-    Ok(b.index.expire(now_ms))
+/// Takes the unacknowledged copies past their TTL out of the queue and records a bounce for
+/// each one's sender, in the batch's transaction; returns the bounces by sender. Nothing is
+/// written to the spool: a scan leaves expired copies out.
+pub(super) fn expire(
+    b: &mut Batch<'_, '_>,
+    now_ms: i64,
+) -> Result<Vec<(AgentName, Bounce)>, StorageError> {
+    let gone = b.index.expire(now_ms);
+    record_bounces(b.tx, gone, now_ms)
+}
+
+/// Records a bounce for each expired copy (sender, recipient, id); returns them by sender.
+pub(super) fn record_bounces(
+    conn: &Connection,
+    expired: Vec<(AgentName, AgentName, MessageId)>,
+    now_ms: i64,
+) -> Result<Vec<(AgentName, Bounce)>, StorageError> {
+    let mut insert = conn.prepare_cached(
+        "INSERT INTO bounces (sender, message_id, recipient, expired_at) VALUES (?1, ?2, ?3, ?4)
+         ON CONFLICT DO NOTHING",
+    )?;
+    let expired_at = Timestamp::from_millisecond(now_ms).unwrap_or(Timestamp::UNIX_EPOCH);
+    let mut bounces = Vec::with_capacity(expired.len());
+    for (sender, recipient, id) in expired {
+        insert.execute(rusqlite::params![
+            sender.as_str(),
+            id.to_string(),
+            recipient.as_str(),
+            now_ms
+        ])?;
+        bounces.push((
+            sender,
+            Bounce {
+                id,
+                to: recipient,
+                expired_at,
+            },
+        ));
+    }
+    Ok(bounces)
+}
+
+/// The bounces waiting for `sender`, oldest first, at most `limit`.
+pub(super) fn bounces(
+    conn: &Connection,
+    sender: &AgentName,
+    limit: usize,
+) -> Result<Vec<Bounce>, StorageError> {
+    let mut stmt = conn.prepare_cached(
+        "SELECT message_id, recipient, expired_at FROM bounces WHERE sender = ?1
+         ORDER BY expired_at, message_id, recipient LIMIT ?2",
+    )?;
+    let rows = stmt.query_map(rusqlite::params![sender.as_str(), limit as i64], |r| {
+        Ok((
+            r.get::<_, String>(0)?,
+            r.get::<_, String>(1)?,
+            r.get::<_, i64>(2)?,
+        ))
+    })?;
+    let mut bounces = Vec::new();
+    for row in rows {
+        let (id, to, at) = row?;
+        let corrupt =
+            |what: &str| StorageError::Database(format!("a bounce row has an invalid {what}"));
+        bounces.push(Bounce {
+            id: MessageId::parse(&id).map_err(|_| corrupt("message_id"))?,
+            to: AgentName::new(&to).map_err(|_| corrupt("recipient"))?,
+            expired_at: Timestamp::from_millisecond(at).map_err(|_| corrupt("expired_at"))?,
+        });
+    }
+    Ok(bounces)
+}
+
+/// Forgets bounces `sender` has recorded; returns how many there were.
+pub(super) fn ack_bounces(
+    tx: &rusqlite::Transaction<'_>,
+    sender: &AgentName,
+    keys: &[BounceKey],
+) -> Result<u64, StorageError> {
+    let mut delete = tx.prepare_cached(
+        "DELETE FROM bounces WHERE sender = ?1 AND message_id = ?2 AND recipient = ?3",
+    )?;
+    let mut gone = 0;
+    for key in keys {
+        gone += delete.execute(rusqlite::params![
+            sender.as_str(),
+            key.id.to_string(),
+            key.to.as_str()
+        ])? as u64;
+    }
+    Ok(gone)
 }
 
 /// Each batch's housekeeping, every [`SWEEP_EVERY`]: forgets old duplicate keys, removes dead
@@ -771,7 +884,7 @@ mod tests {
         let acked_old = row(&mut ix, alice, alice, 10, 1_000);
         let young = row(&mut ix, bob, alice, 10, 5_000);
         ix.ack(alice, acked_old, Instant::now());
-        assert_eq!(ix.expire(2_000), 1);
+        assert_eq!(ix.expire(2_000).len(), 1);
         assert_eq!(ix.after(&name("bob"), 0, Seq::MAX, 10)[0].0, young);
         assert_ne!(old, young);
         assert_eq!(ix.total_waiting(), 1);

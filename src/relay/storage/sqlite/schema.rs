@@ -144,6 +144,17 @@ CREATE TABLE invites (
 -- after it the name is free.
 ALTER TABLE agents ADD COLUMN retired_until INTEGER;
 "#,
+    r#"
+-- Copies that expired undelivered, kept for their sender until it asks for them (`bounces`)
+-- and says it recorded them (`ack_bounces`): written in the batch that expires the copies.
+CREATE TABLE bounces (
+    sender     TEXT NOT NULL,
+    message_id TEXT NOT NULL,
+    recipient  TEXT NOT NULL,
+    expired_at INTEGER NOT NULL,
+    PRIMARY KEY (sender, message_id, recipient)
+) STRICT, WITHOUT ROWID;
+"#,
 ];
 
 /// The last schema with the `queue` table: a database at or below it has its queue moved to
