@@ -8,7 +8,8 @@ use std::sync::Arc;
 use mailslot::crypto::{Identity, Owner};
 use mailslot::protocol::{AgentName, MessageId, Policy, PublicKeys, RequestCode};
 use mailslot::relay::storage::{
-    Accepted, ConsentChange, ConsentOutcome, Copy, Quota, Registration, SqliteStorage, Storage,
+    Accepted, AckOutcome, ConsentChange, ConsentLedger, ConsentOutcome, Copy, Queue, Quota,
+    Registration, Registry, SqliteStorage, Storage,
 };
 
 /// A backend under test: a fresh, empty store, and the same data opened again.
@@ -174,7 +175,11 @@ async fn copies_are_kept_in_order_per_recipient_until_acked<B: Backend>(b: B) {
     assert_eq!(s.total_waiting().await.unwrap(), 8);
 
     // An ack is cumulative and for its recipient only; what is left is read after it.
-    assert_eq!(s.ack(bob.clone(), bobs[2].seq).await.unwrap(), 3);
+    let lease = s.claim(bob.clone()).await.unwrap();
+    assert_eq!(
+        s.ack(bob.clone(), bobs[2].seq, lease).await.unwrap(),
+        AckOutcome::Applied(3)
+    );
     let left = s.pending(bob.clone(), 0, 100).await.unwrap();
     assert_eq!(
         left.iter().map(|q| q.seq).collect::<Vec<_>>(),
@@ -374,6 +379,48 @@ async fn consent_is_checked_inside_the_write<B: Backend>(b: B) {
     assert!(matches!(from_carol, Accepted::Stored(_)));
 }
 
+async fn a_replaced_session_cannot_ack<B: Backend>(b: B) {
+    let s = b.open();
+    let [alice, bob] = agents(&s, &["alice", "bob"]).await.try_into().unwrap();
+    for body in ["one", "two"] {
+        s.accept(
+            alice.clone(),
+            MessageId::new(),
+            copies(&[&bob], body),
+            ROOMY,
+            far_future(),
+            Policy::Open,
+        )
+        .await
+        .unwrap();
+    }
+    let queued = s.pending(bob.clone(), 0, 10).await.unwrap();
+    let first = s.claim(bob.clone()).await.unwrap();
+    let second = s.claim(bob.clone()).await.unwrap();
+    assert!(second > first, "a later claim has a higher epoch");
+    assert_eq!(
+        s.ack(bob.clone(), queued[1].seq, first).await.unwrap(),
+        AckOutcome::Fenced,
+        "the replaced session's ack is refused"
+    );
+    assert_eq!(
+        s.waiting(bob.clone()).await.unwrap(),
+        2,
+        "and changed nothing"
+    );
+    assert_eq!(
+        s.ack(bob.clone(), queued[0].seq, second).await.unwrap(),
+        AckOutcome::Applied(1)
+    );
+    // Another agent's claim is its own.
+    let alices = s.claim(alice.clone()).await.unwrap();
+    assert_eq!(
+        s.ack(bob.clone(), queued[1].seq, second).await.unwrap(),
+        AckOutcome::Applied(1),
+        "alice's claim ({alices}) did not fence bob"
+    );
+}
+
 async fn expired_copies_go<B: Backend>(b: B) {
     let s = b.open();
     let [alice, bob] = agents(&s, &["alice", "bob"]).await.try_into().unwrap();
@@ -474,6 +521,10 @@ macro_rules! contract {
             #[tokio::test]
             async fn consent_is_checked_inside_the_write() {
                 super::consent_is_checked_inside_the_write($make).await;
+            }
+            #[tokio::test]
+            async fn a_replaced_session_cannot_ack() {
+                super::a_replaced_session_cannot_ack($make).await;
             }
             #[tokio::test]
             async fn expired_copies_go() {

@@ -61,7 +61,7 @@ pub fn announce<S: Storage>(state: &RelayState<S>, senders: impl IntoIterator<It
     let mut told = std::collections::HashSet::new();
     for sender in senders {
         if told.insert(sender.clone()) {
-            state.hub.tell(&sender, ConsentEvent::Bounced {});
+            state.presence.tell(&sender, ConsentEvent::Bounced {});
         }
     }
 }

@@ -90,7 +90,7 @@ pub async fn handle<S: Storage>(
             match state.storage.consent(change).await {
                 Ok(ConsentOutcome::Applied(_)) => {
                     state
-                        .hub
+                        .presence
                         .tell(&requester, ConsentEvent::Denied { by: agent.clone() });
                     done(reference, format!("denied {requester}'s request"))
                 }
@@ -325,7 +325,7 @@ async fn request<S: Storage>(
     };
     match state.storage.consent(change).await {
         Ok(ConsentOutcome::Applied(_)) => {
-            state.hub.tell(
+            state.presence.tell(
                 &to,
                 ConsentEvent::RequestReceived {
                     from: agent.clone(),
@@ -430,7 +430,7 @@ async fn approve<S: Storage>(
     {
         Ok(ConsentOutcome::Applied(Some(requester))) => {
             state
-                .hub
+                .presence
                 .tell(&requester, ConsentEvent::Approved { by: agent.clone() });
             done(reference, format!("{requester} is now a contact"))
         }

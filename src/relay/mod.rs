@@ -8,10 +8,10 @@ mod config;
 mod consent;
 mod directory;
 mod http;
-mod hub;
 mod limits;
 mod listener;
 mod metrics;
+mod presence;
 mod registration;
 mod retire;
 mod session;
@@ -92,10 +92,10 @@ impl Relay {
         let waiting = storage.total_waiting().await?;
         let state = Arc::new(RelayState::new(storage, config, shutdown_rx.clone()));
         state.metrics.queued.set(waiting as i64);
-        let hub = state.hub.clone();
+        let presence = state.presence.clone();
         state
             .storage
-            .on_commit(Box::new(move |committed| hub.push(committed)));
+            .on_commit(Box::new(move |committed| presence.announce(committed)));
         let task = tokio::spawn(serve(state, listener, shutdown_rx));
         tracing::info!(%addr, relay = %relay_id, "relay listening");
         Ok(Self {

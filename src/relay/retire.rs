@@ -6,7 +6,7 @@
 use std::time::Duration;
 
 use super::state::RelayState;
-use super::storage::{Storage, StorageError};
+use super::storage::{AckOutcome, Storage, StorageError};
 use super::wire::error_frame;
 use crate::crypto::PublicIdentity;
 use crate::crypto::sign::{self, Domain};
@@ -85,7 +85,7 @@ pub async fn handle<S: Storage>(
         Err(e) => return Ok(internal(e)),
     }
     state.forget_registered(agent);
-    state.hub.retire(agent);
+    state.presence.retire(agent);
     let dropped = match drop_queue(state, agent).await {
         Ok(n) => n,
         Err(e) => return Ok(internal(e)),
@@ -119,5 +119,10 @@ async fn drop_queue<S: Storage>(
     if last == 0 {
         return Ok(0);
     }
-    state.storage.ack(agent.clone(), last).await
+    // A claim of its own: the retired agent's sessions, wherever they are, are over.
+    let epoch = state.storage.claim(agent.clone()).await?;
+    match state.storage.ack(agent.clone(), last, epoch).await? {
+        AckOutcome::Applied(n) => Ok(n),
+        AckOutcome::Fenced => Ok(0),
+    }
 }

@@ -15,9 +15,9 @@ use tokio::time::{Instant, timeout_at};
 
 use super::accept::{self, QueuedSend, SendFrame};
 use super::auth::{authenticate, welcome};
-use super::hub::{Attached, Kick};
+use super::presence::{Attached, Kick};
 use super::state::RelayState;
-use super::storage::{Committed, Storage};
+use super::storage::{AckOutcome, Committed, Epoch, Storage};
 use super::wire::{
     Bounds, Ending, Outgoing, close, deliver_frame, error_frame, is_too_large, refuse,
 };
@@ -99,26 +99,41 @@ pub async fn run<S: Storage>(state: Arc<RelayState<S>>, mut socket: WebSocket, i
     if control {
         return run_control(state, socket, agent, nonce).await;
     }
-    let mut attached = state.hub.attach(&agent);
+    let mut attached = state.presence.attach(&agent);
     // The agent's previous session, if any, ends first (it was just kicked): its acks are
     // then committed, and this session neither counts nor delivers acknowledged mail.
     let turn = match take_turn(&state, &agent, &mut attached).await {
         Ok(turn) => turn,
         Err(ending) => {
-            state.hub.detach(&agent, attached.conn);
+            state.presence.detach(&agent, attached.conn);
             state.metrics.reject(ending.code);
             return refuse(&mut socket, ending).await;
         }
     };
-    if let Err(ending) = welcome(&state, &mut socket, &agent).await {
-        state.hub.detach(&agent, attached.conn);
-        state.metrics.reject(ending.code);
-        return refuse(&mut socket, ending).await;
-    }
+    // The lease fences acks from any session this one replaced, on this node or another.
+    let claimed = match state.storage.claim(agent.clone()).await {
+        Ok(epoch) => welcome(&state, &mut socket, &agent).await.map(|()| epoch),
+        Err(e) => Err(Ending {
+            code: ErrorCode::Internal,
+            message: format!("could not claim the delivery session: {e}; reconnect"),
+            close: close::GOING_AWAY,
+        }),
+    };
+    let epoch = match claimed {
+        Ok(epoch) => {
+            state.presence.claimed(&agent, attached.conn, epoch);
+            epoch
+        }
+        Err(ending) => {
+            state.presence.detach(&agent, attached.conn);
+            state.metrics.reject(ending.code);
+            return refuse(&mut socket, ending).await;
+        }
+    };
     let (sink, mut stream) = socket.split();
     let out = Outgoing::spawn(sink, bounds(&state));
     state.metrics.connections.inc();
-    tracing::debug!(%agent, %ip, conn = attached.conn, "connected");
+    tracing::debug!(%agent, %ip, conn = attached.conn, %epoch, "connected");
     let ending = serve(
         &state,
         &mut stream,
@@ -126,12 +141,12 @@ pub async fn run<S: Storage>(state: Arc<RelayState<S>>, mut socket: WebSocket, i
         &agent,
         &nonce,
         &mut attached,
-        true,
+        Some(epoch),
     )
     .await;
     // Every ack this session read is committed by now (they are applied before the next
     // frame is read); only now may the agent's next session read the queue.
-    state.hub.detach(&agent, attached.conn);
+    state.presence.detach(&agent, attached.conn);
     drop(turn);
     state.metrics.connections.dec();
     if let Some(ending) = &ending {
@@ -153,7 +168,7 @@ async fn run_control<S: Storage>(
     agent: AgentName,
     nonce: Vec<u8>,
 ) {
-    let (mut attached, _quiet) = state.hub.control();
+    let (mut attached, _quiet) = state.presence.control();
     if let Err(ending) = welcome(&state, &mut socket, &agent).await {
         state.metrics.reject(ending.code);
         return refuse(&mut socket, ending).await;
@@ -169,7 +184,7 @@ async fn run_control<S: Storage>(
         &agent,
         &nonce,
         &mut attached,
-        false,
+        None,
     )
     .await;
     state.metrics.connections.dec();
@@ -223,6 +238,10 @@ fn kicked(agent: &AgentName, why: Option<Kick>) -> Ending {
 /// Per-connection delivery progress. Sequence numbers are relay-wide, so the window counts
 /// messages, never differences of sequence numbers.
 struct Delivery {
+    /// The delivery lease; `None` on a control connection, which delivers nothing.
+    lease: Option<Epoch>,
+    /// A later claim replaced this session: its acks are refused, so it must end.
+    fenced: bool,
     last_sent: Seq,
     last_acked: Seq,
     in_flight: u64,
@@ -239,14 +258,16 @@ async fn serve<S: Storage>(
     agent: &AgentName,
     nonce: &[u8],
     attached: &mut Attached,
-    deliveries: bool,
+    lease: Option<Epoch>,
 ) -> Option<Ending> {
     let mut shutdown = state.shutdown.clone();
     let mut d = Delivery {
+        lease,
+        fenced: false,
         last_sent: 0,
         last_acked: 0,
         in_flight: 0,
-        need_fetch: deliveries,
+        need_fetch: lease.is_some(),
         caught_up: false,
         largest: FIRST_GUESS,
     };
@@ -255,6 +276,9 @@ async fn serve<S: Storage>(
     let idle = state.config.idle_timeout();
     let mut deadline = Instant::now() + idle;
     loop {
+        if d.fenced {
+            return Some(kicked(agent, Some(Kick::Replaced)));
+        }
         // Pushed mail was dropped: forget what is queued and read from the database instead.
         if attached.missed.take() {
             attached.pushes.clear();
@@ -448,8 +472,13 @@ async fn ack<S: Storage>(
     if seq <= d.last_acked {
         return None;
     }
-    match state.storage.ack(agent.clone(), seq).await {
-        Ok(n) => {
+    let epoch = d.lease?;
+    match state.storage.ack(agent.clone(), seq, epoch).await {
+        Ok(AckOutcome::Fenced) => {
+            d.fenced = true;
+            None
+        }
+        Ok(AckOutcome::Applied(n)) => {
             d.last_acked = seq;
             d.in_flight = d.in_flight.saturating_sub(n);
             state.metrics.acked.inc_by(n);
@@ -595,8 +624,9 @@ mod tests {
         Bounce, BounceKey, MessageId, OwnerKey, Policy, PublicKeys, RequestCode, hello_payload,
     };
     use crate::relay::storage::{
-        Accepted, CommitListener, ConsentChange, ConsentOutcome, ConsentState, Copy, InviteDigest,
-        Pending, Queued, Quota, Registration, SqliteStorage, StorageError, StorageMetrics,
+        Accepted, CommitListener, ConsentChange, ConsentLedger, ConsentOutcome, ConsentState, Copy,
+        InviteDigest, Pending, Queue, Queued, Quota, Registration, Registry, SqliteStorage,
+        StorageError, StorageMetrics,
     };
     use crate::relay::{Relay, RelayConfig};
 
@@ -620,16 +650,7 @@ mod tests {
         release: Notify,
     }
 
-    impl Storage for SlowAcks {
-        fn relay_id(&self) -> &str {
-            self.inner.relay_id()
-        }
-        fn on_commit(&self, listener: CommitListener) {
-            self.inner.on_commit(listener)
-        }
-        fn metrics(&self) -> &StorageMetrics {
-            self.inner.metrics()
-        }
+    impl Registry for SlowAcks {
         async fn register(
             &self,
             name: AgentName,
@@ -638,15 +659,19 @@ mod tests {
         ) -> Result<Registration, StorageError> {
             self.inner.register(name, keys, invite).await
         }
+
         async fn keys(&self, name: AgentName) -> Result<Option<PublicKeys>, StorageError> {
             self.inner.keys(name).await
         }
+
         async fn owner(&self, name: AgentName) -> Result<Option<OwnerKey>, StorageError> {
             self.inner.owner(name).await
         }
+
         async fn retire(&self, name: AgentName, until_ms: i64) -> Result<bool, StorageError> {
             self.inner.retire(name, until_ms).await
         }
+
         async fn set_owner(
             &self,
             name: AgentName,
@@ -655,6 +680,54 @@ mod tests {
         ) -> Result<bool, StorageError> {
             self.inner.set_owner(name, key, current).await
         }
+
+        async fn set_listing(
+            &self,
+            agent: AgentName,
+            description: Option<String>,
+        ) -> Result<(), StorageError> {
+            self.inner.set_listing(agent, description).await
+        }
+
+        async fn directory(
+            &self,
+            limit: usize,
+        ) -> Result<Vec<(AgentName, PublicKeys, String)>, StorageError> {
+            self.inner.directory(limit).await
+        }
+    }
+
+    impl ConsentLedger for SlowAcks {
+        async fn consent(&self, change: ConsentChange) -> Result<ConsentOutcome, StorageError> {
+            self.inner.consent(change).await
+        }
+
+        async fn has_request(
+            &self,
+            target: AgentName,
+            requester: AgentName,
+            code: RequestCode,
+            now_ms: i64,
+        ) -> Result<bool, StorageError> {
+            self.inner
+                .has_request(target, requester, code, now_ms)
+                .await
+        }
+
+        async fn consent_state(
+            &self,
+            agent: AgentName,
+            now_ms: i64,
+        ) -> Result<ConsentState, StorageError> {
+            self.inner.consent_state(agent, now_ms).await
+        }
+    }
+
+    impl Queue for SlowAcks {
+        fn on_commit(&self, listener: CommitListener) {
+            self.inner.on_commit(listener)
+        }
+
         fn accept(
             &self,
             sender: AgentName,
@@ -667,6 +740,7 @@ mod tests {
             self.inner
                 .accept(sender, id, copies, quota, expires_at_ms, default)
         }
+
         async fn pending(
             &self,
             agent: AgentName,
@@ -681,57 +755,37 @@ mod tests {
             }
             read
         }
-        async fn ack(&self, agent: AgentName, upto: Seq) -> Result<u64, StorageError> {
+
+        async fn claim(&self, agent: AgentName) -> Result<Epoch, StorageError> {
+            self.inner.claim(agent).await
+        }
+
+        async fn ack(
+            &self,
+            agent: AgentName,
+            upto: Seq,
+            epoch: Epoch,
+        ) -> Result<AckOutcome, StorageError> {
             self.gate.holding.store(true, Ordering::SeqCst);
             self.gate.arrived.notify_one();
             let _ = tokio::time::timeout(HOLD, self.gate.release.notified()).await;
-            let done = self.inner.ack(agent, upto).await;
+            let done = self.inner.ack(agent, upto, epoch).await;
             self.gate.holding.store(false, Ordering::SeqCst);
             done
         }
+
         async fn waiting(&self, agent: AgentName) -> Result<u64, StorageError> {
             self.inner.waiting(agent).await
         }
-        async fn consent(&self, change: ConsentChange) -> Result<ConsentOutcome, StorageError> {
-            self.inner.consent(change).await
-        }
-        async fn has_request(
-            &self,
-            target: AgentName,
-            requester: AgentName,
-            code: RequestCode,
-            now_ms: i64,
-        ) -> Result<bool, StorageError> {
-            self.inner
-                .has_request(target, requester, code, now_ms)
-                .await
-        }
-        async fn consent_state(
-            &self,
-            agent: AgentName,
-            now_ms: i64,
-        ) -> Result<ConsentState, StorageError> {
-            self.inner.consent_state(agent, now_ms).await
-        }
-        async fn set_listing(
-            &self,
-            agent: AgentName,
-            description: Option<String>,
-        ) -> Result<(), StorageError> {
-            self.inner.set_listing(agent, description).await
-        }
-        async fn directory(
-            &self,
-            limit: usize,
-        ) -> Result<Vec<(AgentName, PublicKeys, String)>, StorageError> {
-            self.inner.directory(limit).await
-        }
+
         async fn total_waiting(&self) -> Result<u64, StorageError> {
             self.inner.total_waiting().await
         }
+
         async fn expire(&self, now_ms: i64) -> Result<Vec<(AgentName, Bounce)>, StorageError> {
             self.inner.expire(now_ms).await
         }
+
         async fn bounces(
             &self,
             sender: AgentName,
@@ -739,12 +793,23 @@ mod tests {
         ) -> Result<Vec<Bounce>, StorageError> {
             self.inner.bounces(sender, limit).await
         }
+
         async fn ack_bounces(
             &self,
             sender: AgentName,
             keys: Vec<BounceKey>,
         ) -> Result<u64, StorageError> {
             self.inner.ack_bounces(sender, keys).await
+        }
+    }
+
+    impl Storage for SlowAcks {
+        fn relay_id(&self) -> &str {
+            self.inner.relay_id()
+        }
+
+        fn metrics(&self) -> &StorageMetrics {
+            self.inner.metrics()
         }
     }
 

@@ -7,9 +7,9 @@ use std::sync::{Arc, Mutex};
 use tokio::sync::watch;
 
 use super::RelayConfig;
-use super::hub::Hub;
 use super::limits::{ConnectionLimiter, RateLimiter};
 use super::metrics::Metrics;
+use super::presence::{Hub, Presence};
 use super::storage::{Storage, StorageError};
 use crate::protocol::{Address, AgentName};
 
@@ -19,8 +19,8 @@ pub struct RelayState<S> {
     pub storage: S,
     /// Settings.
     pub config: RelayConfig,
-    /// Live sessions.
-    pub hub: Arc<Hub>,
+    /// Where delivery sessions are, and how news reaches them.
+    pub presence: Arc<dyn Presence>,
     /// Counters for `/metrics`.
     pub metrics: Metrics,
     /// Per-agent send limits.
@@ -61,7 +61,7 @@ impl<S: Storage> RelayState<S> {
             connections: Arc::new(ConnectionLimiter::new(per_ip, total)),
             storage,
             config,
-            hub: Arc::default(),
+            presence: Arc::new(Hub::default()),
             metrics,
             shutdown,
             known: Mutex::new(HashSet::new()),

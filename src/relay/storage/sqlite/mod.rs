@@ -25,9 +25,22 @@ use self::queue::{AcceptOp, QueueIndex};
 use self::sync::Syncing;
 use self::writer::{Batch, Op, WriteQueue};
 use super::{
-    Accepted, CheckReport, CommitListener, ConsentChange, ConsentOutcome, ConsentState, Copy,
-    InviteDigest, Pending, Queued, Quota, Registration, Storage, StorageError, StorageMetrics,
+    Accepted, AckOutcome, CheckReport, CommitListener, ConsentChange, ConsentLedger,
+    ConsentOutcome, ConsentState, Copy, Epoch, InviteDigest, Pending, Queue, Queued, Quota,
+    Registration, Registry, Storage, StorageError, StorageMetrics,
 };
+
+/// SQLite's busy and locked answers pass if tried again; every other failure is kept as is.
+impl From<rusqlite::Error> for StorageError {
+    fn from(e: rusqlite::Error) -> Self {
+        match e.sqlite_error_code() {
+            Some(rusqlite::ErrorCode::DatabaseBusy | rusqlite::ErrorCode::DatabaseLocked) => {
+                StorageError::Unavailable(e.to_string())
+            }
+            _ => StorageError::Database(e.to_string()),
+        }
+    }
+}
 use crate::protocol::{
     AgentName, Bounce, BounceKey, MessageId, OwnerKey, Policy, PublicKeys, RequestCode, Seq,
 };
@@ -290,19 +303,7 @@ impl Drop for SqliteStorage {
     }
 }
 
-impl Storage for SqliteStorage {
-    fn relay_id(&self) -> &str {
-        &self.relay_id
-    }
-
-    fn on_commit(&self, listener: CommitListener) {
-        let _ = self.listener.set(listener);
-    }
-
-    fn metrics(&self) -> &StorageMetrics {
-        &self.metrics
-    }
-
+impl Registry for SqliteStorage {
     async fn register(
         &self,
         name: AgentName,
@@ -332,67 +333,6 @@ impl Storage for SqliteStorage {
             .transpose()
         })
         .await
-    }
-
-    fn accept(
-        &self,
-        sender: AgentName,
-        id: MessageId,
-        copies: Vec<Copy>,
-        quota: Quota,
-        expires_at_ms: i64,
-        default: Policy,
-    ) -> Pending<Accepted> {
-        let op = AcceptOp {
-            sender,
-            id,
-            copies,
-            quota,
-            expires_at_ms,
-            default,
-        };
-        self.enqueue(move |b| queue::accept(b, &op))
-    }
-
-    async fn pending(
-        &self,
-        agent: AgentName,
-        after: Seq,
-        limit: usize,
-    ) -> Result<Vec<Queued>, StorageError> {
-        let (index, files, durable) =
-            (self.index.clone(), self.files.clone(), self.durable.clone());
-        tokio::task::spawn_blocking(move || {
-            queue::pending(&index, &files, &durable, &agent, after, limit)
-        })
-        .await
-        .map_err(|_| StorageError::Closed)?
-    }
-
-    async fn ack(&self, agent: AgentName, upto: Seq) -> Result<u64, StorageError> {
-        self.enqueue(move |b| queue::ack(b, &agent, upto)).await
-    }
-
-    async fn waiting(&self, agent: AgentName) -> Result<u64, StorageError> {
-        Ok(queue::lock(&self.index).waiting(&agent))
-    }
-
-    async fn expire(&self, now_ms: i64) -> Result<Vec<(AgentName, Bounce)>, StorageError> {
-        self.enqueue(move |b| queue::expire(b, now_ms)).await
-    }
-
-    async fn bounces(&self, sender: AgentName, limit: usize) -> Result<Vec<Bounce>, StorageError> {
-        self.read(move |conn| queue::bounces(conn, &sender, limit))
-            .await
-    }
-
-    async fn ack_bounces(
-        &self,
-        sender: AgentName,
-        keys: Vec<BounceKey>,
-    ) -> Result<u64, StorageError> {
-        self.write(move |tx| queue::ack_bounces(tx, &sender, &keys))
-            .await
     }
 
     async fn retire(&self, name: AgentName, until_ms: i64) -> Result<bool, StorageError> {
@@ -426,6 +366,46 @@ impl Storage for SqliteStorage {
         .await
     }
 
+    async fn set_listing(
+        &self,
+        agent: AgentName,
+        description: Option<String>,
+    ) -> Result<(), StorageError> {
+        self.write(move |tx| {
+            tx.execute(
+                "UPDATE agents SET listing = ?2 WHERE name = ?1",
+                params![agent.as_str(), description],
+            )?;
+            Ok(())
+        })
+        .await
+    }
+
+    async fn directory(
+        &self,
+        limit: usize,
+    ) -> Result<Vec<(AgentName, PublicKeys, String)>, StorageError> {
+        self.read(move |conn| {
+            let mut stmt = conn.prepare_cached("SELECT name, signing, sealing, listing FROM agents WHERE listing IS NOT NULL ORDER BY name LIMIT ?1")?;
+            let rows = stmt.query_map([limit as i64], |r| {
+                Ok((r.get::<_, String>(0)?, r.get::<_, Vec<u8>>(1)?, r.get::<_, Vec<u8>>(2)?, r.get::<_, String>(3)?))
+            })?;
+            rows.map(|row| {
+                let (name, signing, sealing, listing) = row?;
+                let bad = |what: &str| StorageError::Database(format!("stored {what} of {name} is invalid"));
+                let keys = PublicKeys {
+                    signing: signing.try_into().map_err(|_| bad("signing key"))?,
+                    sealing: sealing.try_into().map_err(|_| bad("sealing key"))?,
+                };
+                Ok((AgentName::new(&name).map_err(|_| bad("name"))?, keys, listing))
+            })
+            .collect()
+        })
+        .await
+    }
+}
+
+impl ConsentLedger for SqliteStorage {
     async fn consent(&self, change: ConsentChange) -> Result<ConsentOutcome, StorageError> {
         self.enqueue(move |b| {
             b.index.forget_rules();
@@ -484,47 +464,96 @@ impl Storage for SqliteStorage {
         })
         .await
     }
+}
 
-    async fn set_listing(
-        &self,
-        agent: AgentName,
-        description: Option<String>,
-    ) -> Result<(), StorageError> {
-        self.write(move |tx| {
-            tx.execute(
-                "UPDATE agents SET listing = ?2 WHERE name = ?1",
-                params![agent.as_str(), description],
-            )?;
-            Ok(())
-        })
-        .await
+impl Queue for SqliteStorage {
+    fn on_commit(&self, listener: CommitListener) {
+        let _ = self.listener.set(listener);
     }
 
-    async fn directory(
+    fn accept(
         &self,
+        sender: AgentName,
+        id: MessageId,
+        copies: Vec<Copy>,
+        quota: Quota,
+        expires_at_ms: i64,
+        default: Policy,
+    ) -> Pending<Accepted> {
+        let op = AcceptOp {
+            sender,
+            id,
+            copies,
+            quota,
+            expires_at_ms,
+            default,
+        };
+        self.enqueue(move |b| queue::accept(b, &op))
+    }
+
+    async fn pending(
+        &self,
+        agent: AgentName,
+        after: Seq,
         limit: usize,
-    ) -> Result<Vec<(AgentName, PublicKeys, String)>, StorageError> {
-        self.read(move |conn| {
-            let mut stmt = conn.prepare_cached("SELECT name, signing, sealing, listing FROM agents WHERE listing IS NOT NULL ORDER BY name LIMIT ?1")?;
-            let rows = stmt.query_map([limit as i64], |r| {
-                Ok((r.get::<_, String>(0)?, r.get::<_, Vec<u8>>(1)?, r.get::<_, Vec<u8>>(2)?, r.get::<_, String>(3)?))
-            })?;
-            rows.map(|row| {
-                let (name, signing, sealing, listing) = row?;
-                let bad = |what: &str| StorageError::Database(format!("stored {what} of {name} is invalid"));
-                let keys = PublicKeys {
-                    signing: signing.try_into().map_err(|_| bad("signing key"))?,
-                    sealing: sealing.try_into().map_err(|_| bad("sealing key"))?,
-                };
-                Ok((AgentName::new(&name).map_err(|_| bad("name"))?, keys, listing))
-            })
-            .collect()
+    ) -> Result<Vec<Queued>, StorageError> {
+        let (index, files, durable) =
+            (self.index.clone(), self.files.clone(), self.durable.clone());
+        tokio::task::spawn_blocking(move || {
+            queue::pending(&index, &files, &durable, &agent, after, limit)
         })
         .await
+        .map_err(|_| StorageError::Closed)?
+    }
+
+    async fn claim(&self, agent: AgentName) -> Result<Epoch, StorageError> {
+        Ok(queue::lock(&self.index).claim(&agent))
+    }
+
+    async fn ack(
+        &self,
+        agent: AgentName,
+        upto: Seq,
+        epoch: Epoch,
+    ) -> Result<AckOutcome, StorageError> {
+        self.enqueue(move |b| queue::ack(b, &agent, upto, epoch))
+            .await
+    }
+
+    async fn waiting(&self, agent: AgentName) -> Result<u64, StorageError> {
+        Ok(queue::lock(&self.index).waiting(&agent))
+    }
+
+    async fn expire(&self, now_ms: i64) -> Result<Vec<(AgentName, Bounce)>, StorageError> {
+        self.enqueue(move |b| queue::expire(b, now_ms)).await
+    }
+
+    async fn bounces(&self, sender: AgentName, limit: usize) -> Result<Vec<Bounce>, StorageError> {
+        self.read(move |conn| queue::bounces(conn, &sender, limit))
+            .await
+    }
+
+    async fn ack_bounces(
+        &self,
+        sender: AgentName,
+        keys: Vec<BounceKey>,
+    ) -> Result<u64, StorageError> {
+        self.write(move |tx| queue::ack_bounces(tx, &sender, &keys))
+            .await
     }
 
     async fn total_waiting(&self) -> Result<u64, StorageError> {
         Ok(queue::lock(&self.index).total_waiting())
+    }
+}
+
+impl Storage for SqliteStorage {
+    fn relay_id(&self) -> &str {
+        &self.relay_id
+    }
+
+    fn metrics(&self) -> &StorageMetrics {
+        &self.metrics
     }
 }
 

@@ -24,7 +24,9 @@ use super::writer::Batch;
 use jiff::Timestamp;
 
 use crate::protocol::{AgentName, Bounce, BounceKey, MessageId, Policy, Seq};
-use crate::relay::storage::{Accepted, Committed, Copy, Queued, Quota, StorageError};
+use crate::relay::storage::{
+    Accepted, AckOutcome, Committed, Copy, Epoch, Queued, Quota, StorageError,
+};
 
 /// An acknowledged copy still counts as a duplicate this long after its ack, so that a
 /// sender's retry racing the recipient's ack is not stored twice.
@@ -94,6 +96,9 @@ pub(super) struct QueueIndex {
     /// them (see [`QueueIndex::forget_rules`]); reading them was the writer's one query per
     /// copy.
     rules: HashMap<(NameId, NameId), Rule>,
+    /// Each agent's latest delivery claim. Not durable: after a restart no session is left
+    /// to fence.
+    leases: HashMap<AgentName, u64>,
 }
 
 /// Consent rules kept at most; beyond that they are forgotten and read again.
@@ -116,7 +121,20 @@ impl QueueIndex {
             segments: BTreeMap::new(),
             last_sweep: None,
             rules: HashMap::new(),
+            leases: HashMap::new(),
         }
+    }
+
+    /// A new claim of `agent`'s delivery session, later than every earlier one.
+    pub(super) fn claim(&mut self, agent: &AgentName) -> Epoch {
+        let epoch = self.leases.entry(agent.clone()).or_insert(0);
+        *epoch += 1;
+        Epoch::new(*epoch)
+    }
+
+    /// Carries the claims over to a rebuilt index.
+    pub(super) fn keep_leases(&mut self, from: &mut QueueIndex) {
+        self.leases = std::mem::take(&mut from.leases);
     }
 
     /// Builds the index from the spool's records: the last record of a copy says where it
@@ -495,9 +513,19 @@ pub(super) fn ack(
     b: &mut Batch<'_, '_>,
     agent: &AgentName,
     upto: Seq,
-) -> Result<u64, StorageError> {
+    epoch: Epoch,
+) -> Result<AckOutcome, StorageError> {
+    // Claims take the index lock, which the writer holds through the commit: an ack is
+    // either committed before a later claim or checked against it.
+    if b.index
+        .leases
+        .get(agent)
+        .is_some_and(|&latest| latest > epoch.get())
+    {
+        return Ok(AckOutcome::Fenced);
+    }
     let Some(&recipient) = b.index.ids.get(agent) else {
-        return Ok(0);
+        return Ok(AckOutcome::Applied(0));
     };
     let (count, last) = b.index.ack(recipient, upto, Instant::now());
     if count > 0 {
@@ -506,7 +534,7 @@ pub(super) fn ack(
         let at = b.spool.acked(agent, last)?;
         b.index.note_ack(recipient, last, at.seg);
     }
-    Ok(count)
+    Ok(AckOutcome::Applied(count))
 }
 
 /// Takes the unacknowledged copies past their TTL out of the queue and records a bounce for
@@ -1043,11 +1071,11 @@ mod tests {
             (2..=41).collect::<Vec<Seq>>(),
             "runs of records read across segments"
         );
-        rig.batch(|b| ack(b, &name("bob"), Seq::MAX).unwrap());
+        rig.batch(|b| ack(b, &name("bob"), Seq::MAX, Epoch::new(0)).unwrap());
         // Enough batches for the head to move on and each step of the sweep to run.
         for _ in 0..10 {
             rig.send("dave");
-            rig.batch(|b| ack(b, &name("dave"), Seq::MAX).unwrap());
+            rig.batch(|b| ack(b, &name("dave"), Seq::MAX, Epoch::new(0)).unwrap());
         }
         let after = rig.on_disk();
         let carol = rig.index.boxes[rig.index.ids[&name("carol")] as usize].rows[0];

@@ -203,7 +203,9 @@ impl Writer {
         let mut index = queue::lock(&self.index);
         let result = (|| -> Result<(), StorageError> {
             if self.stale {
-                *index = reload(&self.spool)?;
+                let mut fresh = reload(&self.spool)?;
+                fresh.keep_leases(&mut index);
+                *index = fresh;
                 self.stale = false;
             }
             let tx = self

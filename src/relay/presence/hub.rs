@@ -1,4 +1,4 @@
-//! Who is online: one live session per agent. A new connection for an agent replaces the old
+//! Who is online on this node: one live session per agent. A new connection for an agent replaces the old
 //! one, and the old one's cleanup can never remove the new one (cleanup is by connection id).
 //!
 //! Stored copies are pushed to online recipients straight from the commit, in commit order, so
@@ -17,8 +17,9 @@ use std::sync::{Arc, Mutex};
 
 use tokio::sync::{Mutex as AsyncMutex, Notify, OwnedMutexGuard, mpsc, oneshot};
 
-use super::storage::Committed;
+use super::Presence;
 use crate::protocol::{AgentName, ConsentEvent};
+use crate::relay::storage::{Committed, Epoch};
 
 /// Consent events queued for one session at most; more are dropped (the state stays
 /// queryable with `consent`).
@@ -31,6 +32,8 @@ const PUSH_BYTES: usize = 4 * 1024 * 1024;
 
 struct Entry {
     conn: u64,
+    /// The lease its session claimed, once it has.
+    epoch: Option<Epoch>,
     turn: Turn,
     missed: Arc<Missed>,
     kick: oneshot::Sender<Kick>,
@@ -172,10 +175,10 @@ pub struct Quiet {
     _pushes: PushSender,
 }
 
-impl Hub {
+impl Presence for Hub {
     /// An attachment for a control connection: never registered, so it receives no pushes or
     /// events, is never kicked, and kicks nobody. Keep the [`Quiet`] for as long as it lives.
-    pub fn control(&self) -> (Attached, Quiet) {
+    fn control(&self) -> (Attached, Quiet) {
         let conn = self.next_conn.fetch_add(1, Ordering::Relaxed);
         let (kick, kicked) = oneshot::channel();
         let (events_tx, events) = mpsc::channel(1);
@@ -198,7 +201,7 @@ impl Hub {
 
     /// Makes this connection the agent's live session, kicking any older one. The new session
     /// shares the older one's [`Turn`], so it can wait for it to end.
-    pub fn attach(&self, agent: &AgentName) -> Attached {
+    fn attach(&self, agent: &AgentName) -> Attached {
         let conn = self.next_conn.fetch_add(1, Ordering::Relaxed);
         let missed = Arc::new(Missed::default());
         let (kick, kicked) = oneshot::channel();
@@ -211,6 +214,7 @@ impl Hub {
             .unwrap_or_default();
         let entry = Entry {
             conn,
+            epoch: None,
             turn: turn.clone(),
             missed: missed.clone(),
             kick,
@@ -231,7 +235,7 @@ impl Hub {
     }
 
     /// Removes the agent's session if it is still this connection.
-    pub fn detach(&self, agent: &AgentName, conn: u64) {
+    fn detach(&self, agent: &AgentName, conn: u64) {
         let mut sessions = self.lock();
         if sessions.get(agent).is_some_and(|e| e.conn == conn) {
             sessions.remove(agent);
@@ -239,14 +243,14 @@ impl Hub {
     }
 
     /// Ends the agent's live session, if any, because it retired its name.
-    pub fn retire(&self, agent: &AgentName) {
+    fn retire(&self, agent: &AgentName) {
         if let Some(entry) = self.lock().remove(agent) {
             let _ = entry.kick.send(Kick::Retired);
         }
     }
 
     /// Hands freshly committed copies to their recipients' sessions, in commit order.
-    pub fn push(&self, committed: Vec<Committed>) {
+    fn announce(&self, committed: Vec<Committed>) {
         let sessions = self.lock();
         for copy in committed {
             if let Some(e) = sessions.get(&copy.recipient)
@@ -258,7 +262,7 @@ impl Hub {
     }
 
     /// Pushes a consent event to the agent's live session, if any.
-    pub fn tell(&self, agent: &AgentName, event: ConsentEvent) {
+    fn tell(&self, agent: &AgentName, event: ConsentEvent) {
         if let Some(e) = self.lock().get(agent)
             && e.events.try_send(event).is_err()
         {
@@ -266,6 +270,16 @@ impl Hub {
         }
     }
 
+    fn claimed(&self, agent: &AgentName, conn: u64, epoch: Epoch) {
+        if let Some(e) = self.lock().get_mut(agent)
+            && e.conn == conn
+        {
+            e.epoch = Some(epoch);
+        }
+    }
+}
+
+impl Hub {
     fn lock(&self) -> std::sync::MutexGuard<'_, HashMap<AgentName, Entry>> {
         self.sessions.lock().unwrap_or_else(|e| e.into_inner())
     }
@@ -341,7 +355,7 @@ mod tests {
         let hub = Hub::default();
         let bob = AgentName::new("bob").unwrap();
         let mut attached = hub.attach(&bob);
-        hub.push(
+        hub.announce(
             (1..=PUSH_BACKLOG as u64 + 1)
                 .map(|s| copy(&bob, s))
                 .collect(),
@@ -363,13 +377,13 @@ mod tests {
             envelope: Arc::from(vec![b'x'; PUSH_BYTES / 4]),
             ..copy(&bob, seq)
         };
-        hub.push((1..=5).map(big).collect());
+        hub.announce((1..=5).map(big).collect());
         assert!(attached.missed.take(), "the fifth is over the byte bound");
         assert_eq!(attached.pushes.try_recv().map(|c| c.seq), Some(1));
-        hub.push(vec![big(6)]);
+        hub.announce(vec![big(6)]);
         assert!(!attached.missed.take(), "taking one made room for one");
         attached.pushes.clear();
-        hub.push((7..=10).map(big).collect());
+        hub.announce((7..=10).map(big).collect());
         assert!(!attached.missed.take(), "clearing freed every byte");
     }
 }

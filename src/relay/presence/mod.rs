@@ -1,0 +1,42 @@
+//! Presence: where each agent's delivery session lives, and how news reaches it.
+//!
+//! A node's sessions attach here. What one node alone knows — which session serves an agent,
+//! that mail was committed for it, that a consent event is for it — goes through
+//! [`Presence`], so that several nodes over one database can each reach their own sessions
+//! when another node has the news. [`Hub`] is the one-node implementation; the fencing of a
+//! replaced session's acks is the storage's (`Queue::claim`), so it holds across nodes too.
+
+mod hub;
+
+pub use hub::{Attached, Hub, Kick, Quiet};
+
+use super::storage::{Committed, Epoch};
+use crate::protocol::{AgentName, ConsentEvent};
+
+/// Where delivery sessions are, and how mail and events reach them.
+pub trait Presence: Send + Sync + 'static {
+    /// Makes a new connection the agent's delivery session on this node, ending any older
+    /// one.
+    fn attach(&self, agent: &AgentName) -> Attached;
+
+    /// Records the lease the session `conn` claimed, so news of a later claim elsewhere ends
+    /// it and news of an earlier one does not.
+    fn claimed(&self, agent: &AgentName, conn: u64, epoch: Epoch);
+
+    /// Removes the agent's session if it is still `conn`.
+    fn detach(&self, agent: &AgentName, conn: u64);
+
+    /// An attachment for a control connection: no pushes, no events, never replaced. Keep
+    /// the [`Quiet`] for as long as it lives.
+    fn control(&self) -> (Attached, Quiet);
+
+    /// Hands copies just made durable (by this node) to their recipients' sessions, in commit
+    /// order. Must not block: it runs on the storage's writer.
+    fn announce(&self, committed: Vec<Committed>);
+
+    /// Tells the agent's delivery session about a consent event, wherever it is.
+    fn tell(&self, agent: &AgentName, event: ConsentEvent);
+
+    /// Ends the agent's delivery session, wherever it is, because it retired its name.
+    fn retire(&self, agent: &AgentName);
+}

@@ -1,0 +1,130 @@
+//! The consent role: requests, contacts, blocks and policies, which every send is checked
+//! against inside its write.
+
+use std::future::Future;
+
+use super::StorageError;
+use crate::protocol::{AgentName, Policy, RequestCode, RequestView};
+
+/// A consent change, applied durably like every write.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum ConsentChange {
+    /// `from` asks `to`; refused beyond `max_pending` open requests by `from`.
+    Request {
+        /// The requester.
+        from: AgentName,
+        /// The target.
+        to: AgentName,
+        /// The requester's note.
+        note: String,
+        /// The fresh code.
+        code: RequestCode,
+        /// When it lapses (Unix ms).
+        expires_at_ms: i64,
+        /// Open requests a requester may have.
+        max_pending: u32,
+    },
+    /// `target` approves `requester`'s request, which must carry `code`: both become contacts.
+    Approve {
+        /// The approving agent.
+        target: AgentName,
+        /// The requester.
+        requester: AgentName,
+        /// The code.
+        code: RequestCode,
+    },
+    /// `target` denies `requester`'s request.
+    Deny {
+        /// The denying agent.
+        target: AgentName,
+        /// The requester.
+        requester: AgentName,
+    },
+    /// `owner` blocks `peer` (ending any contact and pending requests between them).
+    Block {
+        /// The blocking agent.
+        owner: AgentName,
+        /// The blocked agent.
+        peer: AgentName,
+    },
+    /// `owner` lifts a block on `peer`.
+    Unblock {
+        /// The agent.
+        owner: AgentName,
+        /// The unblocked agent.
+        peer: AgentName,
+    },
+    /// `owner` ends its contact with `peer`, both ways.
+    Remove {
+        /// The agent.
+        owner: AgentName,
+        /// The former contact.
+        peer: AgentName,
+    },
+    /// `owner` sets its policy.
+    SetPolicy {
+        /// The agent.
+        owner: AgentName,
+        /// The policy.
+        policy: Policy,
+    },
+}
+
+/// The outcome of a [`ConsentChange`].
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum ConsentOutcome {
+    /// Applied. For approvals and denials: the requester, to be told.
+    Applied(Option<AgentName>),
+    /// A request to an agent that is already a contact.
+    AlreadyContacts,
+    /// The requester has too many open requests.
+    TooManyPending,
+    /// The target blocks the requester or is closed.
+    NotAllowed,
+    /// No open request with that code, or none from that agent.
+    NoSuchRequest,
+    /// The note carries the code of an open request to the same target, which its model
+    /// must never be handed.
+    NoteHasCode,
+}
+
+/// An agent's consent state.
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub struct ConsentState {
+    /// Its own policy, if it set one.
+    pub policy: Option<Policy>,
+    /// Requests to it.
+    pub incoming: Vec<RequestView>,
+    /// Requests by it.
+    pub outgoing: Vec<RequestView>,
+    /// Its contacts.
+    pub contacts: Vec<AgentName>,
+    /// Whom it blocks.
+    pub blocked: Vec<AgentName>,
+}
+
+/// Consent between agents. Every write is durable before its future resolves.
+pub trait ConsentLedger: Send + Sync + 'static {
+    /// Applies a consent change.
+    fn consent(
+        &self,
+        change: ConsentChange,
+    ) -> impl Future<Output = Result<ConsentOutcome, StorageError>> + Send;
+
+    /// Whether `requester` has an open request to `target` with `code` (a dry run of
+    /// [`ConsentChange::Approve`]).
+    fn has_request(
+        &self,
+        target: AgentName,
+        requester: AgentName,
+        code: RequestCode,
+        now_ms: i64,
+    ) -> impl Future<Output = Result<bool, StorageError>> + Send;
+
+    /// An agent's consent state, open requests only.
+    fn consent_state(
+        &self,
+        agent: AgentName,
+        now_ms: i64,
+    ) -> impl Future<Output = Result<ConsentState, StorageError>> + Send;
+}

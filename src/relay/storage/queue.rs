@@ -1,0 +1,172 @@
+//! The queue role: per-recipient queues of sealed envelopes, in order, until acknowledged.
+
+use std::future::Future;
+use std::pin::Pin;
+use std::sync::Arc;
+
+use super::StorageError;
+use crate::protocol::{AgentName, Bounce, BounceKey, MessageId, Policy, Seq};
+
+/// One recipient's copy of an envelope, serialized.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Copy {
+    /// Who gets it.
+    pub recipient: AgentName,
+    /// The canonical envelope bytes, with only this recipient's key.
+    pub envelope: Arc<[u8]>,
+}
+
+/// A copy just made durable, announced to the commit listener in commit order.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Committed {
+    /// Who gets it.
+    pub recipient: AgentName,
+    /// Its sequence number.
+    pub seq: Seq,
+    /// The canonical envelope bytes.
+    pub envelope: Arc<[u8]>,
+    /// When the relay accepted it, in Unix milliseconds.
+    pub accepted_at_ms: i64,
+}
+
+/// Called after every commit, on the storage's writer, with the copies it made durable in
+/// commit order. It must not block.
+pub type CommitListener = Box<dyn Fn(Vec<Committed>) + Send + Sync>;
+
+/// Per-recipient queue limits, checked atomically with the insert.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Quota {
+    /// Messages waiting.
+    pub count: u64,
+    /// Bytes waiting.
+    pub bytes: u64,
+}
+
+/// The outcome of [`Storage::accept`].
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Accepted {
+    /// Stored; these recipients have new mail.
+    Stored(Vec<AgentName>),
+    /// Every copy was stored before (a re-send); nothing changed.
+    Duplicate,
+    /// A recipient's queue is full; nothing was stored.
+    QuotaFull(AgentName),
+    /// A recipient does not accept mail from the sender (policy or block); nothing was stored.
+    NotAllowed(AgentName),
+}
+
+/// A write already queued: resolves once it is durable (or failed).
+pub type Pending<T> = Pin<Box<dyn Future<Output = Result<T, StorageError>> + Send + 'static>>;
+
+/// A queued envelope.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Queued {
+    /// Its sequence number.
+    pub seq: Seq,
+    /// The canonical envelope bytes.
+    pub envelope: Vec<u8>,
+    /// When the relay accepted it, in Unix milliseconds.
+    pub accepted_at_ms: i64,
+}
+
+/// The number of one claim of an agent's delivery session (its lease): later claims have
+/// higher numbers.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub struct Epoch(u64);
+
+impl Epoch {
+    /// The epoch numbered `n`.
+    pub const fn new(n: u64) -> Self {
+        Self(n)
+    }
+
+    /// Its number.
+    pub const fn get(self) -> u64 {
+        self.0
+    }
+}
+
+impl std::fmt::Display for Epoch {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        self.0.fmt(f)
+    }
+}
+
+/// The outcome of [`Queue::ack`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum AckOutcome {
+    /// Applied: this many copies were acknowledged.
+    Applied(u64),
+    /// Refused: a later claim replaced the session that sent it; nothing changed.
+    Fenced,
+}
+
+/// Queued mail. Every write is durable before its future resolves.
+pub trait Queue: Send + Sync + 'static {
+    /// Sets the listener told about every stored copy after its commit (once; later calls are
+    /// ignored). The relay pushes them straight to online recipients.
+    fn on_commit(&self, listener: CommitListener);
+
+    /// Stores copies of message `id` from `sender`, all or none: refused when a recipient does
+    /// not accept the sender (under `default` for those without a policy) or its queue is full.
+    /// Copies already stored (same sender, id and recipient) are skipped. The write is queued
+    /// when this is called, so writes are applied in call order.
+    fn accept(
+        &self,
+        sender: AgentName,
+        id: MessageId,
+        copies: Vec<Copy>,
+        quota: Quota,
+        expires_at_ms: i64,
+        default: Policy,
+    ) -> Pending<Accepted>;
+
+    /// Up to `limit` queued envelopes for `agent` after `after`, in order.
+    fn pending(
+        &self,
+        agent: AgentName,
+        after: Seq,
+        limit: usize,
+    ) -> impl Future<Output = Result<Vec<Queued>, StorageError>> + Send;
+
+    /// Claims `agent`'s delivery session: returns an epoch higher than every earlier claim's.
+    /// Acks under an older epoch are refused from then on, so a replaced session (on this node
+    /// or another) cannot acknowledge mail its successor is already delivering.
+    fn claim(&self, agent: AgentName) -> impl Future<Output = Result<Epoch, StorageError>> + Send;
+
+    /// Deletes everything for `agent` up to and including `upto`, if `epoch` is still the
+    /// agent's latest claim.
+    fn ack(
+        &self,
+        agent: AgentName,
+        upto: Seq,
+        epoch: Epoch,
+    ) -> impl Future<Output = Result<AckOutcome, StorageError>> + Send;
+
+    /// How many messages wait for `agent`.
+    fn waiting(&self, agent: AgentName) -> impl Future<Output = Result<u64, StorageError>> + Send;
+
+    /// Messages waiting in all queues.
+    fn total_waiting(&self) -> impl Future<Output = Result<u64, StorageError>> + Send;
+
+    /// Deletes envelopes that expired before `now_ms` and records a bounce for each, in one
+    /// write; returns the bounces with their senders.
+    fn expire(
+        &self,
+        now_ms: i64,
+    ) -> impl Future<Output = Result<Vec<(AgentName, Bounce)>, StorageError>> + Send;
+
+    /// The bounces waiting for `sender`, oldest first, at most `limit`.
+    fn bounces(
+        &self,
+        sender: AgentName,
+        limit: usize,
+    ) -> impl Future<Output = Result<Vec<Bounce>, StorageError>> + Send;
+
+    /// Forgets the bounces `sender` recorded; returns how many there were.
+    fn ack_bounces(
+        &self,
+        sender: AgentName,
+        keys: Vec<BounceKey>,
+    ) -> impl Future<Output = Result<u64, StorageError>> + Send;
+}
