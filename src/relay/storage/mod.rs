@@ -1,6 +1,8 @@
 //! Durable relay storage behind one trait: registrations and per-recipient queues of sealed
-//! envelopes. SQLite now (one node); the trait is shaped for PostgreSQL later (many nodes).
+//! envelopes. SQLite for one node (the embedded default); PostgreSQL for several nodes sharing
+//! one database.
 
+mod postgres;
 mod report;
 mod sqlite;
 
@@ -16,6 +18,7 @@ use crate::protocol::{
     AgentName, MessageId, OwnerKey, Policy, PublicKeys, RequestCode, RequestView, Seq,
 };
 
+pub use postgres::{PostgresStorage, is_postgres_url, redact_url};
 pub use report::{
     CheckReport, DamagedRecord, DatabaseReport, Loss, RecordKind, SpoolReport, Unclosed,
 };
