@@ -1,21 +1,27 @@
 //! The relay storage contract: what every backend of `relay::storage::Storage` must do, written
-//! once against the trait and run for each backend (SQLite today; PostgreSQL joins with
-//! issue 15). Each case opens a fresh store through a [`Backend`], which can also reopen the
-//! same data, so durability is part of the contract.
+//! once against the trait and run for each backend: SQLite always, PostgreSQL on a private test
+//! cluster whenever its binaries are installed (always in CI: `MAILSLOT_REQUIRE_POSTGRES=1`).
+//! Each case opens a fresh store through a [`Backend`], which can also reopen the same data, so
+//! durability is part of the contract. PostgreSQL's own cases (the delivery lease, two nodes on
+//! one database) follow the shared ones.
 
+#[path = "common/postgres.rs"]
+mod pg;
+
+use std::collections::HashMap;
 use std::sync::Arc;
 
 use mailslot::crypto::{Identity, Owner};
-use mailslot::protocol::{AgentName, MessageId, Policy, PublicKeys, RequestCode};
+use mailslot::protocol::{AgentName, MessageId, Policy, PublicKeys, RequestCode, Seq};
 use mailslot::relay::storage::{
-    Accepted, AckOutcome, ConsentChange, ConsentLedger, ConsentOutcome, Copy, Queue, Quota,
-    Registration, Registry, SqliteStorage, Storage,
+    Accepted, AckOutcome, ConsentChange, ConsentLedger, ConsentOutcome, Copy, Epoch,
+    PostgresStorage, Queue, Quota, Registration, Registry, SqliteStorage, Storage,
 };
 
 /// A backend under test: a fresh, empty store, and the same data opened again.
 trait Backend {
     type S: Storage;
-    fn open(&self) -> Self::S;
+    async fn open(&self) -> Self::S;
 }
 
 struct Sqlite(tempfile::TempDir);
@@ -24,12 +30,40 @@ impl Sqlite {
     fn new() -> Self {
         Self(tempfile::tempdir().unwrap())
     }
+
+    /// Always there.
+    async fn for_test(_test: &str) -> Option<Self> {
+        Some(Self::new())
+    }
 }
 
 impl Backend for Sqlite {
     type S = SqliteStorage;
-    fn open(&self) -> SqliteStorage {
+    async fn open(&self) -> SqliteStorage {
         SqliteStorage::open(&self.0.path().join("relay.db")).unwrap()
+    }
+}
+
+/// A fresh database on the test binary's PostgreSQL cluster; every `open` is another node's
+/// connection to it.
+struct Postgres {
+    url: String,
+}
+
+impl Postgres {
+    /// `None` (the test skips, or fails in CI) without PostgreSQL.
+    async fn new(test: &str) -> Option<Self> {
+        let cluster = pg::PgCluster::shared()?;
+        Some(Self {
+            url: cluster.create_database(test).await,
+        })
+    }
+}
+
+impl Backend for Postgres {
+    type S = PostgresStorage;
+    async fn open(&self) -> PostgresStorage {
+        PostgresStorage::connect(&self.url).await.unwrap()
     }
 }
 
@@ -73,7 +107,7 @@ async fn agents<S: Storage>(s: &S, names: &[&str]) -> Vec<AgentName> {
 }
 
 async fn registration_is_first_come<B: Backend>(b: B) {
-    let s = b.open();
+    let s = b.open().await;
     let alice = keys();
     assert_eq!(
         s.register(name("alice"), alice.clone(), None)
@@ -94,14 +128,14 @@ async fn registration_is_first_come<B: Backend>(b: B) {
     assert_eq!(s.keys(name("alice")).await.unwrap(), Some(alice.clone()));
     assert_eq!(s.keys(name("bob")).await.unwrap(), None);
     drop(s);
-    let s = b.open();
+    let s = b.open().await;
     assert_eq!(s.keys(name("alice")).await.unwrap(), Some(alice), "durable");
 }
 
-async fn an_invite_registers_one_name<B: Backend>(b: B, add: impl Fn(&[[u8; 32]])) {
+async fn an_invite_registers_one_name<B: Backend>(b: B, add: impl AsyncFn(&[[u8; 32]])) {
     let digest = mailslot::crypto::digest(b"msi_token");
-    add(&[digest]);
-    let s = b.open();
+    add(&[digest]).await;
+    let s = b.open().await;
     assert_eq!(
         s.register(name("alice"), keys(), Some(digest))
             .await
@@ -116,7 +150,7 @@ async fn an_invite_registers_one_name<B: Backend>(b: B, add: impl Fn(&[[u8; 32]]
 }
 
 async fn the_owner_key_is_compare_and_set<B: Backend>(b: B) {
-    let s = b.open();
+    let s = b.open().await;
     let [alice] = agents(&s, &["alice"]).await.try_into().unwrap();
     let (first, second) = (Owner::generate().public(), Owner::generate().public());
     assert!(s.set_owner(alice.clone(), first, None).await.unwrap());
@@ -138,7 +172,7 @@ async fn the_owner_key_is_compare_and_set<B: Backend>(b: B) {
 }
 
 async fn copies_are_kept_in_order_per_recipient_until_acked<B: Backend>(b: B) {
-    let s = b.open();
+    let s = b.open().await;
     let [alice, bob, carol] = agents(&s, &["alice", "bob", "carol"])
         .await
         .try_into()
@@ -198,7 +232,7 @@ async fn copies_are_kept_in_order_per_recipient_until_acked<B: Backend>(b: B) {
         1
     );
     drop(s);
-    let s = b.open();
+    let s = b.open().await;
     assert_eq!(s.waiting(bob.clone()).await.unwrap(), 2, "acks are durable");
     let again = s.pending(bob, 0, 100).await.unwrap();
     assert_eq!(
@@ -208,7 +242,7 @@ async fn copies_are_kept_in_order_per_recipient_until_acked<B: Backend>(b: B) {
 }
 
 async fn a_resend_is_stored_once_per_recipient<B: Backend>(b: B) {
-    let s = b.open();
+    let s = b.open().await;
     let [alice, bob, carol] = agents(&s, &["alice", "bob", "carol"])
         .await
         .try_into()
@@ -239,7 +273,7 @@ async fn a_resend_is_stored_once_per_recipient<B: Backend>(b: B) {
 }
 
 async fn a_full_queue_refuses_the_whole_send<B: Backend>(b: B) {
-    let s = b.open();
+    let s = b.open().await;
     let [alice, bob, carol] = agents(&s, &["alice", "bob", "carol"])
         .await
         .try_into()
@@ -271,7 +305,7 @@ async fn a_full_queue_refuses_the_whole_send<B: Backend>(b: B) {
 }
 
 async fn consent_is_checked_inside_the_write<B: Backend>(b: B) {
-    let s = b.open();
+    let s = b.open().await;
     let [alice, bob, carol] = agents(&s, &["alice", "bob", "carol"])
         .await
         .try_into()
@@ -380,7 +414,7 @@ async fn consent_is_checked_inside_the_write<B: Backend>(b: B) {
 }
 
 async fn a_replaced_session_cannot_ack<B: Backend>(b: B) {
-    let s = b.open();
+    let s = b.open().await;
     let [alice, bob] = agents(&s, &["alice", "bob"]).await.try_into().unwrap();
     for body in ["one", "two"] {
         s.accept(
@@ -422,7 +456,7 @@ async fn a_replaced_session_cannot_ack<B: Backend>(b: B) {
 }
 
 async fn expired_copies_go<B: Backend>(b: B) {
-    let s = b.open();
+    let s = b.open().await;
     let [alice, bob] = agents(&s, &["alice", "bob"]).await.try_into().unwrap();
     let now = jiff::Timestamp::now().as_millisecond();
     let soon = MessageId::new();
@@ -452,7 +486,7 @@ async fn expired_copies_go<B: Backend>(b: B) {
 
     // The bounce waits for its sender, durably, until the sender acknowledges it.
     drop(s);
-    let s = b.open();
+    let s = b.open().await;
     let waiting = s.bounces(alice.clone(), 10).await.unwrap();
     assert_eq!(waiting, vec![bounced[0].1.clone()]);
     assert!(s.bounces(bob.clone(), 10).await.unwrap().is_empty());
@@ -466,7 +500,7 @@ async fn expired_copies_go<B: Backend>(b: B) {
 }
 
 async fn a_retired_name_is_held_then_free<B: Backend>(b: B) {
-    let s = b.open();
+    let s = b.open().await;
     let [alice, bob] = agents(&s, &["alice", "bob"]).await.try_into().unwrap();
     s.consent(ConsentChange::Block {
         owner: bob.clone(),
@@ -493,60 +527,357 @@ async fn a_retired_name_is_held_then_free<B: Backend>(b: B) {
     assert!(state.blocked.is_empty(), "a retired agent's blocks went");
 }
 
+/// The contract's cases for one backend; `$make(test_name)` gives `Option<B>` (`None`: the
+/// backend is not available here and the case is skipped).
 macro_rules! contract {
-    ($backend:ident, $make:expr) => {
+    ($backend:ident, $make:path) => {
         mod $backend {
             use super::*;
 
             #[tokio::test]
             async fn registration_is_first_come() {
-                super::registration_is_first_come($make).await;
+                let Some(b) = $make(stringify!(registration_is_first_come)).await else {
+                    return;
+                };
+                super::registration_is_first_come(b).await;
             }
             #[tokio::test]
             async fn the_owner_key_is_compare_and_set() {
-                super::the_owner_key_is_compare_and_set($make).await;
+                let Some(b) = $make(stringify!(the_owner_key_is_compare_and_set)).await else {
+                    return;
+                };
+                super::the_owner_key_is_compare_and_set(b).await;
             }
             #[tokio::test]
             async fn copies_are_kept_in_order_per_recipient_until_acked() {
-                super::copies_are_kept_in_order_per_recipient_until_acked($make).await;
+                let Some(b) = $make(stringify!(
+                    copies_are_kept_in_order_per_recipient_until_acked
+                ))
+                .await
+                else {
+                    return;
+                };
+                super::copies_are_kept_in_order_per_recipient_until_acked(b).await;
             }
             #[tokio::test]
             async fn a_resend_is_stored_once_per_recipient() {
-                super::a_resend_is_stored_once_per_recipient($make).await;
+                let Some(b) = $make(stringify!(a_resend_is_stored_once_per_recipient)).await else {
+                    return;
+                };
+                super::a_resend_is_stored_once_per_recipient(b).await;
             }
             #[tokio::test]
             async fn a_full_queue_refuses_the_whole_send() {
-                super::a_full_queue_refuses_the_whole_send($make).await;
+                let Some(b) = $make(stringify!(a_full_queue_refuses_the_whole_send)).await else {
+                    return;
+                };
+                super::a_full_queue_refuses_the_whole_send(b).await;
             }
             #[tokio::test]
             async fn consent_is_checked_inside_the_write() {
-                super::consent_is_checked_inside_the_write($make).await;
+                let Some(b) = $make(stringify!(consent_is_checked_inside_the_write)).await else {
+                    return;
+                };
+                super::consent_is_checked_inside_the_write(b).await;
             }
             #[tokio::test]
             async fn a_replaced_session_cannot_ack() {
-                super::a_replaced_session_cannot_ack($make).await;
+                let Some(b) = $make(stringify!(a_replaced_session_cannot_ack)).await else {
+                    return;
+                };
+                super::a_replaced_session_cannot_ack(b).await;
             }
             #[tokio::test]
             async fn expired_copies_go() {
-                super::expired_copies_go($make).await;
+                let Some(b) = $make(stringify!(expired_copies_go)).await else {
+                    return;
+                };
+                super::expired_copies_go(b).await;
             }
             #[tokio::test]
             async fn a_retired_name_is_held_then_free() {
-                super::a_retired_name_is_held_then_free($make).await;
+                let Some(b) = $make(stringify!(a_retired_name_is_held_then_free)).await else {
+                    return;
+                };
+                super::a_retired_name_is_held_then_free(b).await;
             }
         }
     };
 }
 
-contract!(sqlite, Sqlite::new());
+contract!(sqlite, Sqlite::for_test);
+contract!(postgres, Postgres::new);
 
 #[tokio::test]
 async fn sqlite_an_invite_registers_one_name() {
     let backend = Sqlite::new();
-    drop(backend.open()); // the schema exists before the operator makes invites
+    drop(backend.open().await); // the schema exists before the operator makes invites
     let db = backend.0.path().join("relay.db");
-    an_invite_registers_one_name(backend, |digests| {
+    an_invite_registers_one_name(backend, async |digests| {
         SqliteStorage::add_invites(&db, digests).unwrap()
     })
     .await;
+}
+
+#[tokio::test]
+async fn postgres_an_invite_registers_one_name() {
+    let Some(backend) = Postgres::new("invite").await else {
+        return;
+    };
+    // Another node's connection, as an operator's command would have.
+    let operator = backend.open().await;
+    an_invite_registers_one_name(backend, async |digests| {
+        operator.add_invites(digests).await.unwrap()
+    })
+    .await;
+}
+
+// PostgreSQL's own cases: several nodes on one database.
+
+/// Two nodes (two connections to one database) of a fresh PostgreSQL backend.
+async fn two_nodes(test: &str) -> Option<(Postgres, PostgresStorage, PostgresStorage)> {
+    let backend = Postgres::new(test).await?;
+    let (a, b) = (backend.open().await, backend.open().await);
+    assert_ne!(a.node_id(), b.node_id(), "each node has its own id");
+    assert_eq!(a.relay_id(), b.relay_id(), "the relay id is shared");
+    Some((backend, a, b))
+}
+
+#[tokio::test]
+async fn postgres_a_replaced_lease_fences_the_old_sessions_acks() {
+    let Some((_db, a, b)) = two_nodes("lease").await else {
+        return;
+    };
+    let [alice, bob, carol] = agents(&a, &["alice", "bob", "carol"])
+        .await
+        .try_into()
+        .unwrap();
+    for body in ["one", "two"] {
+        let sent = a
+            .accept(
+                alice.clone(),
+                MessageId::new(),
+                copies(&[&bob], body),
+                ROOMY,
+                far_future(),
+                Policy::Open,
+            )
+            .await
+            .unwrap();
+        assert!(matches!(sent, Accepted::Stored(_)), "{sent:?}");
+    }
+    let queued = a.pending(bob.clone(), 0, 10).await.unwrap();
+    let first = a.claim(bob.clone()).await.unwrap();
+    // bob's session moves to the other node.
+    let second = b.claim(bob.clone()).await.unwrap();
+    assert!(second > first, "{first} then {second}");
+    assert_eq!(
+        a.ack(bob.clone(), queued[0].seq, first).await.unwrap(),
+        AckOutcome::Fenced,
+        "the replaced session's ack is refused"
+    );
+    assert_eq!(
+        a.waiting(bob.clone()).await.unwrap(),
+        2,
+        "and deleted nothing"
+    );
+    assert_eq!(
+        b.ack(bob.clone(), queued[0].seq, second).await.unwrap(),
+        AckOutcome::Applied(1)
+    );
+    assert_eq!(a.waiting(bob.clone()).await.unwrap(), 1);
+    assert_eq!(
+        b.ack(carol, 1, Epoch::new(1)).await.unwrap(),
+        AckOutcome::Fenced,
+        "no lease, no ack"
+    );
+}
+
+/// A test envelope's body, `<tag><n>`: the tag and the number.
+fn tagged(envelope: &[u8]) -> (char, u64) {
+    let text = String::from_utf8_lossy(envelope);
+    let start = text.find("\"body\":\"").expect("a body") + 8;
+    let body = text[start..].split('"').next().expect("a closed body");
+    let mut chars = body.chars();
+    let tag = chars.next().expect("a tag");
+    (tag, chars.as_str().parse().expect("a number after the tag"))
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn postgres_two_nodes_sending_to_one_recipient_keep_its_numbers_in_order() {
+    const PER_NODE: u64 = 150;
+    let Some((db, a, b)) = two_nodes("two_nodes_order").await else {
+        return;
+    };
+    let names = agents(&a, &["alice", "carol", "bob", "dave"]).await;
+    let (bob, dave) = (names[2].clone(), names[3].clone());
+    // Each node sends from its own agent, every message to bob and every other one to dave
+    // too, all queued at once so that they commit in batches that overlap the other node's.
+    let send_all = |node: Arc<PostgresStorage>, sender: AgentName, tag: char| {
+        let (bob, dave) = (bob.clone(), dave.clone());
+        tokio::spawn(async move {
+            let pending: Vec<_> = (0..PER_NODE)
+                .map(|i| {
+                    let to = if i % 2 == 0 {
+                        vec![&bob, &dave]
+                    } else {
+                        vec![&bob]
+                    };
+                    node.accept(
+                        sender.clone(),
+                        MessageId::new(),
+                        copies(&to, &format!("{tag}{i}")),
+                        ROOMY,
+                        far_future(),
+                        Policy::Open,
+                    )
+                })
+                .collect();
+            for p in pending {
+                let sent = p.await.unwrap();
+                assert!(matches!(sent, Accepted::Stored(_)), "{sent:?}");
+            }
+        })
+    };
+    let writers = [
+        send_all(Arc::new(a), names[0].clone(), 'a'),
+        send_all(Arc::new(b), names[1].clone(), 'c'),
+    ];
+    // A third node reads bob's queue while the writes commit: every number it sees is the
+    // next one, never one past a number still to commit; and each node's sends come in the
+    // order they were made.
+    let reader = db.open().await;
+    let mut last: Seq = 0;
+    let mut next_of: HashMap<char, u64> = HashMap::new();
+    let read_all = async {
+        while last < 2 * PER_NODE {
+            for q in reader.pending(bob.clone(), last, 64).await.unwrap() {
+                assert_eq!(q.seq, last + 1, "bob's numbers skipped one after {last}");
+                last = q.seq;
+                let (tag, n) = tagged(&q.envelope);
+                let expected = next_of.entry(tag).or_insert(0);
+                assert_eq!(n, *expected, "{tag}'s sends out of call order");
+                *expected += 1;
+            }
+            tokio::task::yield_now().await;
+        }
+    };
+    tokio::time::timeout(std::time::Duration::from_secs(60), read_all)
+        .await
+        .expect("bob's mail was read in time");
+    for w in writers {
+        w.await.unwrap();
+    }
+    assert_eq!(reader.waiting(bob).await.unwrap(), 2 * PER_NODE);
+    let dave_seqs: Vec<Seq> = reader
+        .pending(dave, 0, 1000)
+        .await
+        .unwrap()
+        .iter()
+        .map(|q| q.seq)
+        .collect();
+    assert_eq!(
+        dave_seqs,
+        (1..=PER_NODE).collect::<Vec<_>>(),
+        "dave's numbers rise without gaps too"
+    );
+}
+
+#[tokio::test]
+async fn postgres_commits_notify_other_nodes() {
+    use futures_util::StreamExt;
+    let Some((db, a, _b)) = two_nodes("notify").await else {
+        return;
+    };
+    let [alice, bob] = agents(&a, &["alice", "bob"]).await.try_into().unwrap();
+    let (client, mut connection) = tokio_postgres::connect(&db.url, tokio_postgres::NoTls)
+        .await
+        .unwrap();
+    let (heard, mut notes) = tokio::sync::mpsc::unbounded_channel();
+    tokio::spawn(async move {
+        let mut messages = futures_util::stream::poll_fn(move |cx| connection.poll_message(cx));
+        while let Some(Ok(message)) = messages.next().await {
+            if let tokio_postgres::AsyncMessage::Notification(n) = message {
+                let _ = heard.send((n.channel().to_owned(), n.payload().to_owned()));
+            }
+        }
+    });
+    client
+        .batch_execute("LISTEN mailslot_wake; LISTEN mailslot_lease")
+        .await
+        .unwrap();
+    let mut next = async || {
+        let (channel, payload) =
+            tokio::time::timeout(std::time::Duration::from_secs(20), notes.recv())
+                .await
+                .expect("a notification in time")
+                .expect("the listener runs");
+        (
+            channel,
+            serde_json::from_str::<serde_json::Value>(&payload).unwrap(),
+        )
+    };
+    a.accept(
+        alice,
+        MessageId::new(),
+        copies(&[&bob], "x"),
+        ROOMY,
+        far_future(),
+        Policy::Open,
+    )
+    .await
+    .unwrap();
+    let seq = a.pending(bob.clone(), 0, 1).await.unwrap()[0].seq;
+    let (channel, wake) = next().await;
+    assert_eq!(channel, "mailslot_wake");
+    assert_eq!(wake["recipient"], "bob");
+    assert_eq!(wake["seq"], seq);
+    assert_eq!(wake["node"], a.node_id());
+    let epoch = a.claim(bob).await.unwrap();
+    let (channel, lease) = next().await;
+    assert_eq!(channel, "mailslot_lease");
+    assert_eq!(lease["agent"], "bob");
+    assert_eq!(lease["epoch"], epoch.get());
+    assert_eq!(lease["node"], a.node_id());
+}
+
+#[tokio::test]
+async fn postgres_expiry_runs_on_one_node_at_a_time() {
+    let Some((db, a, b)) = two_nodes("expiry").await else {
+        return;
+    };
+    let [alice, bob] = agents(&a, &["alice", "bob"]).await.try_into().unwrap();
+    let now = jiff::Timestamp::now().as_millisecond();
+    for _ in 0..3 {
+        a.accept(
+            alice.clone(),
+            MessageId::new(),
+            copies(&[&bob], "soon"),
+            ROOMY,
+            now + 1_000,
+            Policy::Open,
+        )
+        .await
+        .unwrap();
+    }
+    // Another node holds the expiry lock (as in the middle of its own expiry): this one
+    // leaves the work to it.
+    let (mut client, connection) = tokio_postgres::connect(&db.url, tokio_postgres::NoTls)
+        .await
+        .unwrap();
+    tokio::spawn(connection);
+    let other = client.transaction().await.unwrap();
+    let key: i64 = 0x6578_7069_7279;
+    other
+        .execute("SELECT pg_advisory_xact_lock($1)", &[&key])
+        .await
+        .unwrap();
+    assert!(b.expire(now + 2_000).await.unwrap().is_empty());
+    assert_eq!(b.waiting(bob.clone()).await.unwrap(), 3);
+    other.commit().await.unwrap();
+    // Both at once: the copies go once, counted once.
+    let (x, y) = tokio::join!(a.expire(now + 2_000), b.expire(now + 2_000));
+    assert_eq!(x.unwrap().len() + y.unwrap().len(), 3, "each copy bounces once");
+    assert_eq!(a.waiting(bob.clone()).await.unwrap(), 0);
+    assert!(a.pending(bob, 0, 10).await.unwrap().is_empty());
 }

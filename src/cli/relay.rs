@@ -13,8 +13,8 @@ use serde::Serialize;
 use super::Ctx;
 use super::local_relay::{self, RelayFiles};
 use super::output::{self, outln};
-use crate::relay::storage::{CheckReport, SqliteStorage};
-use crate::relay::{Relay, RelayConfig, make_invites};
+use crate::relay::storage::{CheckReport, SqliteStorage, is_postgres_url, redact_url};
+use crate::relay::{Relay, RelayConfig, make_invites, make_postgres_invites};
 
 /// The exit code of `relay check` when it found damage.
 const DAMAGED: u8 = 3;
@@ -31,8 +31,9 @@ pub struct RelayArgs {
     /// Address to listen on [default: 127.0.0.1:7878]
     #[arg(long, value_name = "ADDR")]
     pub listen: Option<SocketAddr>,
-    /// Database file [default: <home>/relay/relay.db]
-    #[arg(long, value_name = "PATH")]
+    /// Database file, or postgres://USER@HOST:PORT/DB (add ?sslmode=require for TLS) to share
+    /// one PostgreSQL database among several relay nodes [default: <home>/relay/relay.db]
+    #[arg(long, value_name = "PATH|URL")]
     pub db: Option<PathBuf>,
     /// Relay config file (TOML: limits, quotas, rates, TTL, policy)
     #[arg(long = "relay-config", value_name = "FILE")]
@@ -52,8 +53,8 @@ pub enum RelayAction {
     /// Make single-use invites for a relay with `registration = "closed"` (prints them once;
     /// the relay keeps only their digests). Works beside a running relay.
     Invite {
-        /// The relay's database [default: <home>/relay/relay.db]
-        #[arg(long, value_name = "PATH")]
+        /// The relay's database: a file, or a postgres:// URL [default: <home>/relay/relay.db]
+        #[arg(long, value_name = "PATH|URL")]
         db: Option<PathBuf>,
         /// How many
         #[arg(long, default_value_t = 1, value_parser = clap::value_parser!(u32).range(1..=1000))]
@@ -135,6 +136,11 @@ struct Checked<'a> {
 
 /// `relay check`: holds the relay's lock while it reads, so no relay starts on the files.
 fn check(ctx: &Ctx, db: &Path) -> anyhow::Result<ExitCode> {
+    if postgres_url(db).is_some() {
+        anyhow::bail!(
+            "relay check reads a SQLite relay's files; check a PostgreSQL database with PostgreSQL's own tools (amcheck, pg_dump)"
+        );
+    }
     let _lock = if db.is_file() {
         let lock = RelayFiles::for_db(db)
             .lock()
@@ -190,10 +196,29 @@ struct Invites {
     invites: Vec<String>,
 }
 
+/// The PostgreSQL URL `db` is, if it is one.
+fn postgres_url(db: &Path) -> Option<&str> {
+    db.to_str().filter(|d| is_postgres_url(d))
+}
+
+/// `db` as shown: a URL without its password, or the file's path.
+fn shown(db: &Path) -> String {
+    match postgres_url(db) {
+        Some(url) => redact_url(url),
+        None => db.display().to_string(),
+    }
+}
+
 fn invite(ctx: &Ctx, db: &Path, count: u32) -> anyhow::Result<()> {
-    let tokens = make_invites(db, count)?;
+    let tokens = match postgres_url(db) {
+        Some(url) => tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()?
+            .block_on(make_postgres_invites(url, count))?,
+        None => make_invites(db, count)?,
+    };
     let report = Invites {
-        db: db.display().to_string(),
+        db: shown(db),
         invites: tokens.iter().map(|t| t.expose().to_owned()).collect(),
     };
     output::emit(ctx.json, &report, |r| {
@@ -214,30 +239,41 @@ fn serve(args: RelayArgs, db: PathBuf) -> anyhow::Result<()> {
     }
     let db = args.db.or(config.db.take()).unwrap_or(db);
     config.db = Some(db.clone());
-    if let Some(dir) = db.parent() {
-        std::fs::create_dir_all(dir)?;
-    }
-    let files = RelayFiles::for_db(&db);
-    let _lock = files.lock()?;
+    // A SQLite relay owns its files: one relay per database, found by `relay status` and
+    // `relay stop`. Nodes on PostgreSQL share their database and keep no files.
+    let files = match postgres_url(&db) {
+        Some(_) => None,
+        None => {
+            if let Some(dir) = db.parent() {
+                std::fs::create_dir_all(dir)?;
+            }
+            Some(RelayFiles::for_db(&db))
+        }
+    };
+    let _lock = files.as_ref().map(RelayFiles::lock).transpose()?;
     let runtime = tokio::runtime::Builder::new_multi_thread()
         .enable_all()
         .build()?;
     runtime.block_on(async {
         let relay = Relay::start(config).await?;
-        std::fs::write(
-            &files.pid,
-            format!("{} {}\n", std::process::id(), relay.url()),
-        )?;
+        if let Some(files) = &files {
+            std::fs::write(
+                &files.pid,
+                format!("{} {}\n", std::process::id(), relay.url()),
+            )?;
+        }
         eprintln!(
             "mailslot relay {} listening on {} (database {})",
             relay.relay_id(),
             relay.url(),
-            db.display()
+            shown(&db)
         );
         wait_for_signal().await?;
         eprintln!("mailslot relay: shutting down");
         relay.shutdown().await;
-        local_relay::remove_pid(&files);
+        if let Some(files) = &files {
+            local_relay::remove_pid(files);
+        }
         anyhow::Ok(())
     })
 }

@@ -51,7 +51,8 @@ pub enum RegistrationMode {
 pub struct RelayConfig {
     /// Where to listen.
     pub listen: SocketAddr,
-    /// The database file.
+    /// The database: a SQLite file, or a `postgres://USER@HOST:PORT/DB` URL (PostgreSQL,
+    /// shared by several relay nodes).
     pub db: Option<PathBuf>,
     /// The host name in agents' addresses (`name@host`); `None` accepts bare names only.
     pub host: Option<String>,

@@ -29,9 +29,9 @@ use tokio::sync::watch;
 use tokio::task::JoinHandle;
 
 pub use config::{RegistrationMode, RelayConfig, RelayConfigError};
-pub use registration::make_invites;
+pub use registration::{make_invites, make_postgres_invites};
 use state::RelayState;
-use storage::{SqliteStorage, Storage, StorageError};
+use storage::{PostgresStorage, SqliteStorage, Storage, StorageError, is_postgres_url};
 
 /// How long shutdown waits for connections to close.
 const DRAIN: Duration = Duration::from_secs(5);
@@ -40,7 +40,9 @@ const DRAIN: Duration = Duration::from_secs(5);
 #[derive(Debug, thiserror::Error)]
 pub enum RelayError {
     /// No database path was given.
-    #[error("the relay needs a database: pass --db PATH or set db in the relay config")]
+    #[error(
+        "the relay needs a database: pass --db PATH (SQLite) or --db postgres://USER@HOST:PORT/DB, or set db in the relay config"
+    )]
     NoDatabase,
     /// Storage failed to open.
     #[error(transparent)]
@@ -64,11 +66,21 @@ pub struct Relay {
 }
 
 impl Relay {
-    /// Opens storage, binds the listener and starts serving.
+    /// Opens storage, binds the listener and starts serving. A `db` that is a
+    /// `postgres://` (or `postgresql://`) URL selects PostgreSQL, shared with the relay's
+    /// other nodes; anything else is a SQLite file.
     pub async fn start(config: RelayConfig) -> Result<Self, RelayError> {
         let db: PathBuf = config.db.clone().ok_or(RelayError::NoDatabase)?;
-        let storage = SqliteStorage::open(&db)?;
-        Self::start_with(storage, config).await
+        match db.to_str().filter(|d| is_postgres_url(d)) {
+            Some(url) => {
+                let storage = PostgresStorage::connect(url).await?;
+                Self::start_with(storage, config).await
+            }
+            None => {
+                let storage = SqliteStorage::open(&db)?;
+                Self::start_with(storage, config).await
+            }
+        }
     }
 
     /// Binds the listener and starts serving from `storage` (`config.db` is not used).

@@ -9,7 +9,7 @@ use std::time::Duration;
 
 use super::config::RegistrationMode;
 use super::state::RelayState;
-use super::storage::{InviteDigest, SqliteStorage, Storage, StorageError};
+use super::storage::{InviteDigest, PostgresStorage, SqliteStorage, Storage, StorageError};
 use crate::crypto;
 use crate::protocol::{AgentName, ErrorCode, InviteToken};
 
@@ -77,6 +77,27 @@ pub fn admit<S: Storage>(
 /// Makes `count` single-use invites for the relay database at `db` (beside a running relay or
 /// without one): the tokens, to show once; the database keeps only their digests.
 pub fn make_invites(db: &Path, count: u32) -> Result<Vec<InviteToken>, StorageError> {
+    let (tokens, digests) = new_invites(count)?;
+    SqliteStorage::add_invites(db, &digests)?;
+    Ok(tokens)
+}
+
+/// Makes `count` single-use invites in the PostgreSQL relay database at `url`, which every
+/// node of the relay shares: the tokens, to show once.
+pub async fn make_postgres_invites(
+    url: &str,
+    count: u32,
+) -> Result<Vec<InviteToken>, StorageError> {
+    let (tokens, digests) = new_invites(count)?;
+    PostgresStorage::connect(url)
+        .await?
+        .add_invites(&digests)
+        .await?;
+    Ok(tokens)
+}
+
+/// `count` fresh tokens and their digests.
+fn new_invites(count: u32) -> Result<(Vec<InviteToken>, Vec<InviteDigest>), StorageError> {
     let tokens: Vec<InviteToken> = (0..count)
         .map(|_| {
             let mut raw = [0u8; 20];
@@ -84,10 +105,9 @@ pub fn make_invites(db: &Path, count: u32) -> Result<Vec<InviteToken>, StorageEr
         })
         .collect::<Result<_, _>>()
         .map_err(|e| StorageError::Database(format!("no randomness: {e}")))?;
-    let digests: Vec<InviteDigest> = tokens
+    let digests = tokens
         .iter()
         .map(|t| crypto::digest(t.expose().as_bytes()))
         .collect();
-    SqliteStorage::add_invites(db, &digests)?;
-    Ok(tokens)
+    Ok((tokens, digests))
 }

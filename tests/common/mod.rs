@@ -4,6 +4,7 @@
 
 pub mod mcp;
 pub mod model_api;
+pub mod postgres;
 pub mod relay_process;
 
 use std::sync::Arc;

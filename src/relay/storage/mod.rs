@@ -8,6 +8,7 @@
 mod consent;
 mod error;
 mod metrics;
+pub(crate) mod postgres;
 mod queue;
 mod registry;
 mod report;
@@ -16,6 +17,7 @@ mod sqlite;
 pub use consent::{ConsentChange, ConsentLedger, ConsentOutcome, ConsentState};
 pub use error::StorageError;
 pub use metrics::StorageMetrics;
+pub use postgres::{PostgresStorage, is_postgres_url, redact_url};
 pub use queue::{
     Accepted, AckOutcome, CommitListener, Committed, Copy, Epoch, Pending, Queue, Queued, Quota,
 };

@@ -1,0 +1,432 @@
+//! Group commit: one writer task per node takes the sends queued while its last batch
+//! committed and applies them in one transaction (`synchronous_commit = on`), answering each
+//! only after the commit. A batch reads everything it decides on in a few statements (the
+//! recipients' mailboxes, locked in name order; which copies are already stored; the consent
+//! rules), decides every send in memory in call order, and writes the stored copies in one
+//! statement, so a send refused for quota or consent never fails the others.
+
+use std::collections::{HashMap, HashSet};
+use std::sync::{Arc, OnceLock};
+use std::time::Instant;
+
+use deadpool_postgres::{Pool, Transaction};
+use tokio::sync::{mpsc, oneshot};
+
+use super::consent::Rule;
+use super::{describe, now_ms, retryable, seq_to_db, unsigned};
+use crate::protocol::{AgentName, MessageId, Policy, Seq};
+use crate::relay::storage::{
+    Accepted, CommitListener, Committed, Copy, Quota, StorageError, StorageMetrics,
+};
+
+/// Sends taken into one transaction at most.
+const MAX_BATCH: usize = 256;
+/// Times a batch is run again after it met another transaction (deadlock, serialization).
+const RETRIES: usize = 3;
+
+/// A send waiting for the writer, and where its answer goes.
+pub(super) struct AcceptOp {
+    pub(super) sender: AgentName,
+    pub(super) id: MessageId,
+    pub(super) copies: Vec<Copy>,
+    pub(super) quota: Quota,
+    pub(super) expires_at_ms: i64,
+    pub(super) default: Policy,
+    pub(super) reply: oneshot::Sender<Result<Accepted, StorageError>>,
+}
+
+/// What the writer task needs.
+pub(super) struct Writer {
+    pub(super) pool: Pool,
+    pub(super) listener: Arc<OnceLock<CommitListener>>,
+    pub(super) metrics: StorageMetrics,
+    pub(super) node_id: String,
+}
+
+/// Runs batches until every sender of `queue` is gone (the storage was dropped).
+pub(super) async fn run(writer: Writer, mut queue: mpsc::UnboundedReceiver<AcceptOp>) {
+    while let Some(first) = queue.recv().await {
+        let mut batch = vec![first];
+        while batch.len() < MAX_BATCH {
+            match queue.try_recv() {
+                Ok(op) => batch.push(op),
+                Err(_) => break,
+            }
+        }
+        writer.commit(batch).await;
+    }
+}
+
+/// One recipient's mailbox as the batch changes it.
+struct Mailbox {
+    next_seq: i64,
+    waiting: i64,
+    bytes: i64,
+    changed: bool,
+}
+
+/// A copy's duplicate key: message id, sender, recipient.
+type Key = (String, String, String);
+
+/// The rows a batch inserts, column by column (the shape `unnest` takes).
+#[derive(Default)]
+struct Rows<'a> {
+    recipient: Vec<&'a str>,
+    seq: Vec<i64>,
+    sender: Vec<&'a str>,
+    message_id: Vec<String>,
+    envelope: Vec<&'a [u8]>,
+    size: Vec<i64>,
+    expires_at: Vec<i64>,
+}
+
+impl Writer {
+    async fn commit(&self, batch: Vec<AcceptOp>) {
+        let started = Instant::now();
+        self.metrics.batch_writes.observe(batch.len() as f64);
+        let mut attempt = 0;
+        let result = loop {
+            match self.apply(&batch).await {
+                Err(Failure::Database(e)) if retryable(&e) && attempt < RETRIES => {
+                    attempt += 1;
+                    tracing::debug!(error = %describe(&e), attempt, "relay write batch met another transaction; running it again");
+                }
+                other => break other,
+            }
+        };
+        self.metrics
+            .commit_seconds
+            .observe(started.elapsed().as_secs_f64());
+        match result {
+            Ok((outcomes, log)) => {
+                if !log.is_empty()
+                    && let Some(listener) = self.listener.get()
+                {
+                    listener(log);
+                }
+                for (op, outcome) in batch.into_iter().zip(outcomes) {
+                    let _ = op.reply.send(Ok(outcome));
+                }
+            }
+            Err(failure) => {
+                let why = failure.to_string();
+                tracing::error!(error = %why, writes = batch.len(), "relay write batch failed; its writes were refused");
+                for op in batch {
+                    let _ = op.reply.send(Err(StorageError::Database(why.clone())));
+                }
+            }
+        }
+    }
+
+    /// Applies and commits `batch`; its outcomes in order, and the copies it stored in
+    /// commit order.
+    async fn apply(&self, batch: &[AcceptOp]) -> Result<(Vec<Accepted>, Vec<Committed>), Failure> {
+        let mut client = self.pool.get().await?;
+        let tx = client.transaction().await?;
+        // The database's default may be off; a send is answered only once it is durable.
+        tx.batch_execute("SET LOCAL synchronous_commit = on")
+            .await?;
+        let mut names: Vec<&str> = batch
+            .iter()
+            .flat_map(|op| op.copies.iter().map(|c| c.recipient.as_str()))
+            .collect();
+        names.sort_unstable();
+        names.dedup();
+        if names.is_empty() {
+            return Ok((
+                batch.iter().map(|_| Accepted::Duplicate).collect(),
+                Vec::new(),
+            ));
+        }
+        let mut boxes = lock_mailboxes(&tx, &names).await?;
+        let stored = already_stored(&tx, batch).await?;
+        let rules = rules(&tx, batch).await?;
+
+        let now = now_ms();
+        let mut outcomes = Vec::with_capacity(batch.len());
+        let mut log = Vec::new();
+        let mut rows = Rows::default();
+        let mut fresh_keys: HashSet<Key> = HashSet::new();
+        for op in batch {
+            let id = op.id.to_string();
+            let mut fresh: Vec<(&Copy, Key)> = Vec::with_capacity(op.copies.len());
+            let mut refused = None;
+            for copy in &op.copies {
+                let key = (
+                    id.clone(),
+                    op.sender.as_str().to_owned(),
+                    copy.recipient.as_str().to_owned(),
+                );
+                if stored.contains(&key) || fresh_keys.contains(&key) {
+                    continue;
+                }
+                let allowed = copy.recipient == op.sender
+                    || rules
+                        .get(&(op.sender.as_str(), copy.recipient.as_str()))
+                        .is_some_and(|rule| rule.allows(op.default));
+                if !allowed {
+                    refused = Some(Accepted::NotAllowed(copy.recipient.clone()));
+                    break;
+                }
+                let mailbox = mailbox(&boxes, copy.recipient.as_str())?;
+                let size = size_of(copy);
+                if mailbox.waiting.unsigned_abs() + 1 > op.quota.count
+                    || (mailbox.bytes + size).unsigned_abs() > op.quota.bytes
+                {
+                    refused = Some(Accepted::QuotaFull(copy.recipient.clone()));
+                    break;
+                }
+                fresh.push((copy, key));
+            }
+            if let Some(refusal) = refused {
+                outcomes.push(refusal);
+                continue;
+            }
+            if fresh.is_empty() {
+                outcomes.push(Accepted::Duplicate);
+                continue;
+            }
+            let mut recipients = Vec::with_capacity(fresh.len());
+            for (copy, key) in fresh {
+                let mailbox = boxes
+                    .get_mut(copy.recipient.as_str())
+                    .ok_or_else(|| missing(copy.recipient.as_str()))?;
+                let seq = mailbox.next_seq;
+                let size = size_of(copy);
+                mailbox.next_seq += 1;
+                mailbox.waiting += 1;
+                mailbox.bytes += size;
+                mailbox.changed = true;
+                rows.recipient.push(copy.recipient.as_str());
+                rows.seq.push(seq);
+                rows.sender.push(op.sender.as_str());
+                rows.message_id.push(id.clone());
+                rows.envelope.push(&copy.envelope);
+                rows.size.push(size);
+                rows.expires_at.push(op.expires_at_ms);
+                fresh_keys.insert(key);
+                recipients.push(copy.recipient.clone());
+                log.push(Committed {
+                    recipient: copy.recipient.clone(),
+                    seq: unsigned(seq, "sequence number")?,
+                    envelope: copy.envelope.clone(),
+                    accepted_at_ms: now,
+                });
+            }
+            outcomes.push(Accepted::Stored(recipients));
+        }
+        if !rows.seq.is_empty() {
+            write(&tx, &rows, now, &boxes).await?;
+            wake(&tx, &log, &self.node_id).await?;
+        }
+        tx.commit().await?;
+        Ok((outcomes, log))
+    }
+}
+
+/// Why a batch failed.
+#[derive(Debug, thiserror::Error)]
+enum Failure {
+    #[error("{}", describe(.0))]
+    Database(#[from] tokio_postgres::Error),
+    #[error(transparent)]
+    Storage(#[from] StorageError),
+}
+
+impl From<deadpool_postgres::PoolError> for Failure {
+    fn from(e: deadpool_postgres::PoolError) -> Self {
+        Failure::Storage(e.into())
+    }
+}
+
+fn missing(name: &str) -> StorageError {
+    StorageError::Database(format!("the mailbox of {name} was not locked by its batch"))
+}
+
+fn mailbox<'a>(
+    boxes: &'a HashMap<String, Mailbox>,
+    name: &str,
+) -> Result<&'a Mailbox, StorageError> {
+    boxes.get(name).ok_or_else(|| missing(name))
+}
+
+fn size_of(copy: &Copy) -> i64 {
+    i64::try_from(copy.envelope.len()).unwrap_or(i64::MAX)
+}
+
+/// Makes sure every recipient has a mailbox row, then locks them all in name order until the
+/// commit: the batch's sequence numbers for them commit before any later batch's (on any
+/// node), and batches that share recipients never wait for each other in a circle.
+async fn lock_mailboxes(
+    tx: &Transaction<'_>,
+    names: &[&str],
+) -> Result<HashMap<String, Mailbox>, Failure> {
+    let create = tx
+        .prepare_cached(
+            "INSERT INTO mailboxes (recipient)
+             SELECT r FROM unnest($1::text[]) WITH ORDINALITY AS n(r, i) ORDER BY i
+             ON CONFLICT (recipient) DO NOTHING",
+        )
+        .await?;
+    tx.execute(&create, &[&names]).await?;
+    let lock = tx
+        .prepare_cached(
+            "SELECT recipient, next_seq, waiting, bytes FROM mailboxes
+             WHERE recipient = ANY($1) ORDER BY recipient FOR UPDATE",
+        )
+        .await?;
+    let mut boxes = HashMap::with_capacity(names.len());
+    for row in tx.query(&lock, &[&names]).await? {
+        boxes.insert(
+            row.try_get(0)?,
+            Mailbox {
+                next_seq: row.try_get(1)?,
+                waiting: row.try_get(2)?,
+                bytes: row.try_get(3)?,
+                changed: false,
+            },
+        );
+    }
+    Ok(boxes)
+}
+
+/// The keys of the batch's copies that are stored already, or were acknowledged a moment ago.
+async fn already_stored(tx: &Transaction<'_>, batch: &[AcceptOp]) -> Result<HashSet<Key>, Failure> {
+    let (mut ids, mut senders, mut recipients) = (Vec::new(), Vec::new(), Vec::new());
+    for op in batch {
+        let id = op.id.to_string();
+        for copy in &op.copies {
+            ids.push(id.clone());
+            senders.push(op.sender.as_str());
+            recipients.push(copy.recipient.as_str());
+        }
+    }
+    let stmt = tx
+        .prepare_cached(
+            "SELECT k.id, k.sender, k.recipient
+             FROM unnest($1::text[], $2::text[], $3::text[]) AS k(id, sender, recipient)
+             WHERE EXISTS (SELECT 1 FROM queue q
+                           WHERE q.message_id = k.id AND q.sender = k.sender AND q.recipient = k.recipient)
+                OR EXISTS (SELECT 1 FROM acked_copies a
+                           WHERE a.message_id = k.id AND a.sender = k.sender AND a.recipient = k.recipient
+                             AND a.until_ms >= $4)",
+        )
+        .await?;
+    tx.query(&stmt, &[&ids, &senders, &recipients, &now_ms()])
+        .await?
+        .into_iter()
+        .map(|row| Ok((row.try_get(0)?, row.try_get(1)?, row.try_get(2)?)))
+        .collect()
+}
+
+/// The consent rule of every (sender, recipient) pair in the batch, read in its transaction.
+async fn rules<'a>(
+    tx: &Transaction<'_>,
+    batch: &'a [AcceptOp],
+) -> Result<HashMap<(&'a str, &'a str), Rule>, Failure> {
+    let mut pairs: Vec<(&str, &str)> = batch
+        .iter()
+        .flat_map(|op| {
+            op.copies
+                .iter()
+                .filter(|c| c.recipient != op.sender)
+                .map(|c| (op.sender.as_str(), c.recipient.as_str()))
+        })
+        .collect();
+    pairs.sort_unstable();
+    pairs.dedup();
+    let (senders, recipients): (Vec<&str>, Vec<&str>) = pairs.iter().copied().unzip();
+    let stmt = tx
+        .prepare_cached(
+            "SELECT a.policy, r.kind
+             FROM unnest($1::text[], $2::text[]) WITH ORDINALITY AS k(sender, recipient, i)
+             LEFT JOIN agents a ON a.name = k.recipient
+             LEFT JOIN relations r ON r.owner = k.recipient AND r.peer = k.sender
+             ORDER BY k.i",
+        )
+        .await?;
+    let rows = tx.query(&stmt, &[&senders, &recipients]).await?;
+    let mut rules = HashMap::with_capacity(pairs.len());
+    for (pair, row) in pairs.into_iter().zip(rows) {
+        let policy: Option<String> = row.try_get(0)?;
+        rules.insert(
+            pair,
+            Rule {
+                policy: policy.and_then(|p| p.parse().ok()),
+                relation: row.try_get(1)?,
+            },
+        );
+    }
+    Ok(rules)
+}
+
+/// Inserts the stored copies and the mailboxes' new counters.
+async fn write(
+    tx: &Transaction<'_>,
+    rows: &Rows<'_>,
+    now: i64,
+    boxes: &HashMap<String, Mailbox>,
+) -> Result<(), Failure> {
+    let insert = tx
+        .prepare_cached(
+            "INSERT INTO queue (recipient, seq, sender, message_id, envelope, size, accepted_at, expires_at)
+             SELECT r, s, f, m, e, z, $7, x
+             FROM unnest($1::text[], $2::bigint[], $3::text[], $4::text[], $5::bytea[], $6::bigint[], $8::bigint[])
+                 AS c(r, s, f, m, e, z, x)",
+        )
+        .await?;
+    tx.execute(
+        &insert,
+        &[
+            &rows.recipient,
+            &rows.seq,
+            &rows.sender,
+            &rows.message_id,
+            &rows.envelope,
+            &rows.size,
+            &now,
+            &rows.expires_at,
+        ],
+    )
+    .await?;
+    let (mut names, mut next, mut waiting, mut bytes) =
+        (Vec::new(), Vec::new(), Vec::new(), Vec::new());
+    for (name, mailbox) in boxes.iter().filter(|(_, m)| m.changed) {
+        names.push(name.as_str());
+        next.push(mailbox.next_seq);
+        waiting.push(mailbox.waiting);
+        bytes.push(mailbox.bytes);
+    }
+    let update = tx
+        .prepare_cached(
+            "UPDATE mailboxes m SET next_seq = v.n, waiting = v.w, bytes = v.b
+             FROM unnest($1::text[], $2::bigint[], $3::bigint[], $4::bigint[]) AS v(r, n, w, b)
+             WHERE m.recipient = v.r",
+        )
+        .await?;
+    tx.execute(&update, &[&names, &next, &waiting, &bytes])
+        .await?;
+    Ok(())
+}
+
+/// Queues one `mailslot_wake` notification per recipient (its highest new sequence number
+/// and this node), sent by PostgreSQL at the commit, so that other nodes fetch at once.
+async fn wake(tx: &Transaction<'_>, log: &[Committed], node: &str) -> Result<(), Failure> {
+    let mut highest: HashMap<&str, Seq> = HashMap::new();
+    for c in log {
+        let seq = highest.entry(c.recipient.as_str()).or_default();
+        *seq = (*seq).max(c.seq);
+    }
+    let payloads: Vec<String> = highest
+        .into_iter()
+        .map(|(recipient, seq)| {
+            serde_json::json!({ "recipient": recipient, "seq": seq_to_db(seq), "node": node })
+                .to_string()
+        })
+        .collect();
+    let stmt = tx
+        .prepare_cached("SELECT pg_notify('mailslot_wake', p) FROM unnest($1::text[]) AS p")
+        .await?;
+    tx.execute(&stmt, &[&payloads]).await?;
+    Ok(())
+}

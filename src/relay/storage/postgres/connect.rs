@@ -1,0 +1,137 @@
+//! Reaching the database: the `postgres://` URL (shown only with its password redacted), TLS
+//! when the URL asks for it, and the connection pool.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use deadpool_postgres::{Manager, ManagerConfig, Pool, RecyclingMethod};
+use rustls::{ClientConfig, RootCertStore};
+use tokio_postgres::config::SslMode;
+use tokio_postgres_rustls::MakeRustlsConnect;
+
+use crate::relay::storage::StorageError;
+
+/// Connections one node keeps at most: the writer's, and reads and small writes beside it.
+const POOL_SIZE: usize = 16;
+/// How long a new connection may take when the URL does not say (`connect_timeout`).
+const CONNECT_TIMEOUT: Duration = Duration::from_secs(10);
+
+/// Whether `db` names a PostgreSQL database (`postgres://…` or `postgresql://…`) rather than
+/// a SQLite file.
+pub fn is_postgres_url(db: &str) -> bool {
+    db.starts_with("postgres://") || db.starts_with("postgresql://")
+}
+
+/// `url` with the password (if any) replaced by `***`, for logs and messages.
+pub fn redact_url(url: &str) -> String {
+    let Some((scheme, rest)) = url.split_once("://") else {
+        return url.to_owned();
+    };
+    // The user info ends at the last '@' before the path: a password may itself hold '@'.
+    let authority_end = rest.find('/').unwrap_or(rest.len());
+    let Some(at) = rest[..authority_end].rfind('@') else {
+        return url.to_owned();
+    };
+    match rest[..at].split_once(':') {
+        Some((user, _)) => format!("{scheme}://{user}:***{}", &rest[at..]),
+        None => url.to_owned(),
+    }
+}
+
+/// The pool for `url`. Parsing errors name the URL without its password.
+pub(super) fn pool(url: &str) -> Result<Pool, StorageError> {
+    let shown = redact_url(url);
+    // libpq's verify-ca and verify-full are what every TLS connection here does anyway (the
+    // certificate is always verified); tokio-postgres only knows `require` for them.
+    let normalized = url
+        .replace("sslmode=verify-full", "sslmode=require")
+        .replace("sslmode=verify-ca", "sslmode=require");
+    let mut config: tokio_postgres::Config = normalized.parse().map_err(|e| {
+        StorageError::Database(format!(
+            "{shown} is not a valid PostgreSQL URL ({e}); write postgres://USER@HOST:PORT/DB, \
+             optionally with ?sslmode=require"
+        ))
+    })?;
+    if config.get_connect_timeout().is_none() {
+        config.connect_timeout(CONNECT_TIMEOUT);
+    }
+    let manager_config = ManagerConfig {
+        recycling_method: RecyclingMethod::Fast,
+    };
+    // `prefer` (the default) is taken as plain: a TLS attempt that could not be verified would
+    // fail where libpq falls back, so encryption is asked for explicitly with `require`.
+    let manager = match config.get_ssl_mode() {
+        SslMode::Require => {
+            let tls = MakeRustlsConnect::new(tls_config().map_err(|why| {
+                StorageError::Database(format!("cannot set up TLS for {shown}: {why}"))
+            })?);
+            Manager::from_config(config, tls, manager_config)
+        }
+        _ => Manager::from_config(config, tokio_postgres::NoTls, manager_config),
+    };
+    Pool::builder(manager)
+        .max_size(POOL_SIZE)
+        .build()
+        .map_err(|e| StorageError::Database(format!("cannot build the pool for {shown}: {e}")))
+}
+
+/// rustls with `ring`, trusting the platform's roots, or those of `SSL_CERT_FILE` /
+/// `SSL_CERT_DIR` when set (as the relay client does for `wss://`).
+fn tls_config() -> Result<ClientConfig, String> {
+    let found = rustls_native_certs::load_native_certs();
+    let mut roots = RootCertStore::empty();
+    let (added, _) = roots.add_parsable_certificates(found.certs);
+    if added == 0 {
+        let why = found
+            .errors
+            .first()
+            .map(|e| format!(" ({e})"))
+            .unwrap_or_default();
+        return Err(format!(
+            "no trusted certificates found{why}; install the ca-certificates package, or set \
+             SSL_CERT_FILE to the CA bundle (PEM) that signed the database's certificate"
+        ));
+    }
+    // The provider is chosen here, not taken from the process default, so that no feature
+    // combination in the dependency tree can leave rustls without one.
+    let provider = Arc::new(rustls::crypto::ring::default_provider());
+    Ok(ClientConfig::builder_with_provider(provider)
+        .with_safe_default_protocol_versions()
+        .map_err(|e| e.to_string())?
+        .with_root_certificates(roots)
+        .with_no_client_auth())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_password_never_shows() {
+        assert_eq!(
+            redact_url("postgres://relay:s3cr@t@db.example:5432/mail?sslmode=require"),
+            "postgres://relay:***@db.example:5432/mail?sslmode=require"
+        );
+        assert_eq!(
+            redact_url("postgresql://relay@db:5432/mail"),
+            "postgresql://relay@db:5432/mail"
+        );
+        assert_eq!(redact_url("postgres://db/mail"), "postgres://db/mail");
+    }
+
+    #[test]
+    fn a_url_selects_postgres_and_a_path_does_not() {
+        assert!(is_postgres_url("postgres://u@h:5432/db"));
+        assert!(is_postgres_url("postgresql://u@h/db"));
+        assert!(!is_postgres_url("/var/lib/mailslot/relay.db"));
+        assert!(!is_postgres_url("relay.db"));
+    }
+
+    #[test]
+    fn a_bad_url_is_refused_without_its_password() {
+        let e = pool("postgres://u:hunter2@h:notaport/db").unwrap_err();
+        let text = e.to_string();
+        assert!(!text.contains("hunter2"), "{text}");
+        assert!(text.contains("postgres://USER@HOST:PORT/DB"), "{text}");
+    }
+}

@@ -1,0 +1,325 @@
+//! The PostgreSQL backend: several relay nodes share one database. Sends are batched by each
+//! node's writer task into one transaction (`batch`); everything else runs on the pool in a
+//! transaction of its own. Per-recipient sequence numbers come from the recipient's mailbox
+//! row, locked until the commit, so they commit in order (see `schema`).
+//!
+//! Files by role: `registry` (registrations, keys, owners, listings, invites), `consent`,
+//! `queue` (reads, acks, the delivery lease, expiry), `batch` (the group-committing writer),
+//! `schema` (migrations), `connect` (URL, TLS, pool).
+
+mod batch;
+mod connect;
+mod consent;
+mod queue;
+mod registry;
+mod schema;
+
+use std::sync::{Arc, OnceLock};
+use std::time::Instant;
+
+use deadpool_postgres::{Object, Pool};
+use tokio::sync::{mpsc, oneshot};
+
+pub use connect::{is_postgres_url, redact_url};
+
+use super::{
+    Accepted, AckOutcome, CommitListener, ConsentChange, ConsentLedger, ConsentOutcome,
+    ConsentState, Copy, Epoch, InviteDigest, Pending, Queue, Queued, Quota, Registration, Registry,
+    Storage, StorageError, StorageMetrics,
+};
+use crate::protocol::{
+    AgentName, Bounce, BounceKey, MessageId, OwnerKey, Policy, PublicKeys, RequestCode, Seq,
+};
+
+/// PostgreSQL-backed relay storage: one per relay node.
+pub struct PostgresStorage {
+    relay_id: String,
+    node_id: String,
+    pool: Pool,
+    /// Sends, to the writer task, in call order. Dropping it ends the task.
+    writes: mpsc::UnboundedSender<batch::AcceptOp>,
+    listener: Arc<OnceLock<CommitListener>>,
+    metrics: StorageMetrics,
+}
+
+impl From<tokio_postgres::Error> for StorageError {
+    fn from(e: tokio_postgres::Error) -> Self {
+        StorageError::Database(describe(&e))
+    }
+}
+
+impl From<deadpool_postgres::PoolError> for StorageError {
+    fn from(e: deadpool_postgres::PoolError) -> Self {
+        StorageError::Database(format!("no connection to the relay database: {e}"))
+    }
+}
+
+/// The server's own words for a database error (with its SQLSTATE), else the client's.
+fn describe(e: &tokio_postgres::Error) -> String {
+    match e.as_db_error() {
+        Some(db) => format!(
+            "PostgreSQL {} {}: {}",
+            db.severity(),
+            db.code().code(),
+            db.message()
+        ),
+        None => match std::error::Error::source(e) {
+            Some(cause) => format!("PostgreSQL connection: {e}: {cause}"),
+            None => format!("PostgreSQL connection: {e}"),
+        },
+    }
+}
+
+/// A transaction that failed only because it met another one (deadlock, serialization) and
+/// changed nothing: running it again can succeed.
+fn retryable(e: &tokio_postgres::Error) -> bool {
+    use tokio_postgres::error::SqlState;
+    e.code().is_some_and(|c| {
+        *c == SqlState::T_R_DEADLOCK_DETECTED || *c == SqlState::T_R_SERIALIZATION_FAILURE
+    })
+}
+
+fn now_ms() -> i64 {
+    jiff::Timestamp::now().as_millisecond()
+}
+
+/// `n` random bytes as lowercase hex.
+fn random_hex(n: usize) -> Result<String, StorageError> {
+    let mut raw = vec![0u8; n];
+    getrandom::fill(&mut raw).map_err(|e| StorageError::Database(format!("no randomness: {e}")))?;
+    Ok(raw.iter().map(|b| format!("{b:02x}")).collect())
+}
+
+/// A count, sequence number or epoch as stored (`BIGINT`), which is never negative.
+fn unsigned(value: i64, what: &str) -> Result<u64, StorageError> {
+    u64::try_from(value)
+        .map_err(|_| StorageError::Database(format!("a stored {what} is negative: {value}")))
+}
+
+/// A sequence number for a query; one past `i64::MAX` means "all of them".
+fn seq_to_db(seq: Seq) -> i64 {
+    i64::try_from(seq).unwrap_or(i64::MAX)
+}
+
+impl PostgresStorage {
+    /// Connects to the database at `url` (`postgres://USER@HOST:PORT/DB`, with
+    /// `?sslmode=require` for TLS, verified against the platform's roots or `SSL_CERT_FILE`),
+    /// brings its schema up to date under an advisory lock, and starts this node's writer.
+    pub async fn connect(url: &str) -> Result<Self, StorageError> {
+        let shown = redact_url(url);
+        let pool = connect::pool(url)?;
+        let mut client = pool.get().await.map_err(|e| {
+            StorageError::Database(format!("cannot connect to the relay database {shown}: {e}"))
+        })?;
+        let relay_id = schema::migrate(&mut client).await?;
+        drop(client);
+        let node_id = format!("node-{}", random_hex(6)?);
+        let listener: Arc<OnceLock<CommitListener>> = Arc::new(OnceLock::new());
+        let metrics = StorageMetrics::new();
+        let (writes, queue) = mpsc::unbounded_channel();
+        tokio::spawn(batch::run(
+            batch::Writer {
+                pool: pool.clone(),
+                listener: listener.clone(),
+                metrics: metrics.clone(),
+                node_id: node_id.clone(),
+            },
+            queue,
+        ));
+        tracing::info!(database = %shown, node = %node_id, relay = %relay_id, "relay storage on PostgreSQL");
+        Ok(Self {
+            relay_id,
+            node_id,
+            pool,
+            writes,
+            listener,
+            metrics,
+        })
+    }
+
+    /// This node's id, made at connect: it tags the `mailslot_wake` and `mailslot_lease`
+    /// notifications this node sends, so a node can tell its own from the others'.
+    pub fn node_id(&self) -> &str {
+        &self.node_id
+    }
+
+    /// Adds invites (their digests) for a relay that registers by invite only.
+    pub async fn add_invites(&self, digests: &[InviteDigest]) -> Result<(), StorageError> {
+        registry::add_invites(&mut self.client().await?, digests).await
+    }
+
+    async fn client(&self) -> Result<Object, StorageError> {
+        Ok(self.pool.get().await?)
+    }
+}
+
+impl Registry for PostgresStorage {
+    async fn register(
+        &self,
+        name: AgentName,
+        keys: PublicKeys,
+        invite: Option<InviteDigest>,
+    ) -> Result<Registration, StorageError> {
+        registry::register(&mut self.client().await?, &name, &keys, invite.as_ref()).await
+    }
+
+    async fn keys(&self, name: AgentName) -> Result<Option<PublicKeys>, StorageError> {
+        registry::keys(&self.client().await?, &name).await
+    }
+
+    async fn retire(&self, name: AgentName, until_ms: i64) -> Result<bool, StorageError> {
+        registry::retire(&mut self.client().await?, &name, until_ms).await
+    }
+
+    async fn owner(&self, name: AgentName) -> Result<Option<OwnerKey>, StorageError> {
+        registry::owner(&self.client().await?, &name).await
+    }
+
+    async fn set_owner(
+        &self,
+        name: AgentName,
+        key: OwnerKey,
+        current: Option<OwnerKey>,
+    ) -> Result<bool, StorageError> {
+        registry::set_owner(&mut self.client().await?, &name, key, current).await
+    }
+
+    async fn set_listing(
+        &self,
+        agent: AgentName,
+        description: Option<String>,
+    ) -> Result<(), StorageError> {
+        registry::set_listing(&self.client().await?, &agent, description).await
+    }
+
+    async fn directory(
+        &self,
+        limit: usize,
+    ) -> Result<Vec<(AgentName, PublicKeys, String)>, StorageError> {
+        registry::directory(&self.client().await?, limit).await
+    }
+}
+
+impl ConsentLedger for PostgresStorage {
+    async fn consent(&self, change: ConsentChange) -> Result<ConsentOutcome, StorageError> {
+        consent::consent(&mut self.client().await?, &change).await
+    }
+
+    async fn has_request(
+        &self,
+        target: AgentName,
+        requester: AgentName,
+        code: RequestCode,
+        now_ms: i64,
+    ) -> Result<bool, StorageError> {
+        consent::has_request(&self.client().await?, &target, &requester, &code, now_ms).await
+    }
+
+    async fn consent_state(
+        &self,
+        agent: AgentName,
+        now_ms: i64,
+    ) -> Result<ConsentState, StorageError> {
+        consent::state(&self.client().await?, &agent, now_ms).await
+    }
+}
+
+impl Queue for PostgresStorage {
+    fn on_commit(&self, listener: CommitListener) {
+        let _ = self.listener.set(listener);
+    }
+
+    fn accept(
+        &self,
+        sender: AgentName,
+        id: MessageId,
+        copies: Vec<Copy>,
+        quota: Quota,
+        expires_at_ms: i64,
+        default: Policy,
+    ) -> Pending<Accepted> {
+        let (reply, answer) = oneshot::channel();
+        let arrived = Instant::now();
+        let queued = self.writes.send(batch::AcceptOp {
+            sender,
+            id,
+            copies,
+            quota,
+            expires_at_ms,
+            default,
+            reply,
+        });
+        let latency = self.metrics.write_seconds.clone();
+        Box::pin(async move {
+            queued.map_err(|_| StorageError::Closed)?;
+            let answer = answer.await.map_err(|_| StorageError::Closed)?;
+            latency.observe(arrived.elapsed().as_secs_f64());
+            answer
+        })
+    }
+
+    async fn pending(
+        &self,
+        agent: AgentName,
+        after: Seq,
+        limit: usize,
+    ) -> Result<Vec<Queued>, StorageError> {
+        queue::pending(&self.client().await?, &agent, after, limit).await
+    }
+
+    /// The agent's epoch goes up by one; a `mailslot_lease` notification tells the other
+    /// nodes at the commit.
+    async fn claim(&self, agent: AgentName) -> Result<Epoch, StorageError> {
+        queue::claim(&mut self.client().await?, &agent, &self.node_id)
+            .await
+            .map(Epoch::new)
+    }
+
+    async fn ack(
+        &self,
+        agent: AgentName,
+        upto: Seq,
+        epoch: Epoch,
+    ) -> Result<AckOutcome, StorageError> {
+        Ok(
+            match queue::ack_fenced(&mut self.client().await?, &agent, upto, epoch.get()).await? {
+                Some(n) => AckOutcome::Applied(n),
+                None => AckOutcome::Fenced,
+            },
+        )
+    }
+
+    async fn waiting(&self, agent: AgentName) -> Result<u64, StorageError> {
+        queue::waiting(&self.client().await?, &agent).await
+    }
+
+    async fn total_waiting(&self) -> Result<u64, StorageError> {
+        queue::total_waiting(&self.client().await?).await
+    }
+
+    async fn expire(&self, now_ms: i64) -> Result<Vec<(AgentName, Bounce)>, StorageError> {
+        queue::expire(&mut self.client().await?, now_ms).await
+    }
+
+    async fn bounces(&self, sender: AgentName, limit: usize) -> Result<Vec<Bounce>, StorageError> {
+        queue::bounces(&self.client().await?, &sender, limit).await
+    }
+
+    async fn ack_bounces(
+        &self,
+        sender: AgentName,
+        keys: Vec<BounceKey>,
+    ) -> Result<u64, StorageError> {
+        queue::ack_bounces(&self.client().await?, &sender, &keys).await
+    }
+}
+
+impl Storage for PostgresStorage {
+    fn relay_id(&self) -> &str {
+        &self.relay_id
+    }
+
+    fn metrics(&self) -> &StorageMetrics {
+        &self.metrics
+    }
+}

@@ -1,0 +1,284 @@
+//! The queue outside of sends (those are `batch`'s): reading a recipient's copies, acks (plain
+//! and fenced by the delivery lease), the lease itself, the totals, and expiry.
+//!
+//! Lock order, the same everywhere so that nothing waits in a circle: a lease row (acks
+//! fenced by it), then mailbox rows in name order, then queue rows.
+
+use deadpool_postgres::{Client, GenericClient, Transaction};
+
+use super::{now_ms, seq_to_db, unsigned};
+use jiff::Timestamp;
+
+use crate::protocol::{AgentName, Bounce, BounceKey, MessageId, Seq};
+use crate::relay::storage::{Queued, StorageError};
+
+/// An acknowledged copy still counts as a duplicate this long after its ack, so that a
+/// sender's retry racing the recipient's ack is not stored twice (as in the SQLite backend).
+const DUPLICATE_LAG_MS: i64 = 2_000;
+/// The advisory lock key of expiry ("expiry" in ASCII): one node expires at a time.
+const EXPIRY_LOCK: i64 = 0x6578_7069_7279;
+
+pub(super) async fn pending(
+    client: &Client,
+    agent: &AgentName,
+    after: Seq,
+    limit: usize,
+) -> Result<Vec<Queued>, StorageError> {
+    let stmt = client
+        .prepare_cached(
+            "SELECT seq, envelope, accepted_at FROM queue WHERE recipient = $1 AND seq > $2 ORDER BY seq LIMIT $3",
+        )
+        .await?;
+    let limit = i64::try_from(limit).unwrap_or(i64::MAX);
+    client
+        .query(&stmt, &[&agent.as_str(), &seq_to_db(after), &limit])
+        .await?
+        .into_iter()
+        .map(|row| {
+            Ok(Queued {
+                seq: unsigned(row.try_get(0)?, "sequence number")?,
+                envelope: row.try_get(1)?,
+                accepted_at_ms: row.try_get(2)?,
+            })
+        })
+        .collect()
+}
+
+/// Deletes `agent`'s copies up to `upto` in `tx`, keeping their keys for the duplicate check
+/// a moment longer; returns how many.
+async fn ack_in(tx: &Transaction<'_>, agent: &AgentName, upto: Seq) -> Result<u64, StorageError> {
+    // The mailbox first, as a send locks it: a send and an ack of one recipient take turns.
+    let lock = tx
+        .prepare_cached("SELECT 1 FROM mailboxes WHERE recipient = $1 FOR UPDATE")
+        .await?;
+    if tx.query_opt(&lock, &[&agent.as_str()]).await?.is_none() {
+        return Ok(0);
+    }
+    let delete = tx
+        .prepare_cached(
+            "WITH gone AS (
+                 DELETE FROM queue WHERE recipient = $1 AND seq <= $2 RETURNING message_id, sender, size
+             ), kept AS (
+                 INSERT INTO acked_copies (message_id, sender, recipient, until_ms)
+                 SELECT message_id, sender, $1, $3 FROM gone
+                 ON CONFLICT (message_id, sender, recipient) DO UPDATE SET until_ms = excluded.until_ms
+             )
+             UPDATE mailboxes SET waiting = waiting - t.n, bytes = bytes - t.b
+             FROM (SELECT count(*) AS n, coalesce(sum(size), 0)::bigint AS b FROM gone) t
+             WHERE recipient = $1
+             RETURNING t.n",
+        )
+        .await?;
+    let row = tx
+        .query_one(
+            &delete,
+            &[
+                &agent.as_str(),
+                &seq_to_db(upto),
+                &(now_ms() + DUPLICATE_LAG_MS),
+            ],
+        )
+        .await?;
+    unsigned(row.try_get(0)?, "count")
+}
+
+/// Acks for the session holding lease `epoch`; `None` when the lease has moved on.
+pub(super) async fn ack_fenced(
+    client: &mut Client,
+    agent: &AgentName,
+    upto: Seq,
+    epoch: u64,
+) -> Result<Option<u64>, StorageError> {
+    let tx = client.transaction().await?;
+    // Shared, held to the commit: a claim (which updates the row) waits for this ack, so once
+    // a claim has returned, no ack of an older epoch can still commit.
+    let current = tx
+        .query_opt(
+            "SELECT epoch FROM leases WHERE agent = $1 FOR SHARE",
+            &[&agent.as_str()],
+        )
+        .await?
+        .map(|row| row.try_get::<_, i64>(0))
+        .transpose()?;
+    if current != Some(seq_to_db(epoch)) {
+        return Ok(None);
+    }
+    let count = ack_in(&tx, agent, upto).await?;
+    tx.commit().await?;
+    Ok(Some(count))
+}
+
+/// Takes `agent`'s lease for `node`; returns the new epoch.
+pub(super) async fn claim(
+    client: &mut Client,
+    agent: &AgentName,
+    node: &str,
+) -> Result<u64, StorageError> {
+    let tx = client.transaction().await?;
+    let epoch: i64 = tx
+        .query_one(
+            "INSERT INTO leases (agent, epoch, node, claimed_at) VALUES ($1, 1, $2, $3)
+             ON CONFLICT (agent) DO UPDATE
+                 SET epoch = leases.epoch + 1, node = excluded.node, claimed_at = excluded.claimed_at
+             RETURNING epoch",
+            &[&agent.as_str(), &node, &now_ms()],
+        )
+        .await?
+        .try_get(0)?;
+    let payload = serde_json::json!({ "agent": agent.as_str(), "epoch": epoch, "node": node });
+    // Sent at the commit: the other nodes learn of the claim only once it holds.
+    tx.execute(
+        "SELECT pg_notify('mailslot_lease', $1)",
+        &[&payload.to_string()],
+    )
+    .await?;
+    tx.commit().await?;
+    unsigned(epoch, "lease epoch")
+}
+
+pub(super) async fn waiting(client: &Client, agent: &AgentName) -> Result<u64, StorageError> {
+    let row = client
+        .query_opt(
+            "SELECT waiting FROM mailboxes WHERE recipient = $1",
+            &[&agent.as_str()],
+        )
+        .await?;
+    match row {
+        Some(row) => unsigned(row.try_get(0)?, "waiting count"),
+        None => Ok(0),
+    }
+}
+
+pub(super) async fn total_waiting(client: &Client) -> Result<u64, StorageError> {
+    let row = client
+        .query_one(
+            "SELECT coalesce(sum(waiting), 0)::bigint FROM mailboxes",
+            &[],
+        )
+        .await?;
+    unsigned(row.try_get(0)?, "waiting count")
+}
+
+/// Deletes the copies that expired before `now_ms` and records a bounce for each for its
+/// sender, and forgets the duplicate keys past their lag; returns the bounces. Several nodes
+/// may call it at once: one does the work, the others return nothing at once.
+pub(super) async fn expire(
+    client: &mut Client,
+    now_ms: i64,
+) -> Result<Vec<(AgentName, Bounce)>, StorageError> {
+    let tx = client.transaction().await?;
+    let mine: bool = tx
+        .query_one("SELECT pg_try_advisory_xact_lock($1)", &[&EXPIRY_LOCK])
+        .await?
+        .try_get(0)?;
+    if !mine {
+        return Ok(Vec::new());
+    }
+    // The mailboxes first, in name order, as sends lock them.
+    let locked: Vec<String> = tx
+        .query(
+            "SELECT recipient FROM mailboxes
+             WHERE recipient IN (SELECT DISTINCT recipient FROM queue WHERE expires_at < $1)
+             ORDER BY recipient FOR UPDATE",
+            &[&now_ms],
+        )
+        .await?
+        .into_iter()
+        .map(|row| row.try_get(0))
+        .collect::<Result<_, _>>()?;
+    let mut bounces = Vec::new();
+    if !locked.is_empty() {
+        // Every data-changing part runs once, whether the final SELECT reads it or not.
+        let gone = tx
+            .query(
+                "WITH gone AS (
+                     DELETE FROM queue WHERE expires_at < $1 AND recipient = ANY($2)
+                     RETURNING recipient, size, sender, message_id
+                 ), totals AS (
+                     SELECT recipient, count(*) AS n, sum(size)::bigint AS b FROM gone GROUP BY recipient
+                 ), updated AS (
+                     UPDATE mailboxes m SET waiting = m.waiting - t.n, bytes = m.bytes - t.b
+                     FROM totals t WHERE m.recipient = t.recipient
+                 ), bounced AS (
+                     INSERT INTO bounces (sender, message_id, recipient, expired_at)
+                     SELECT sender, message_id, recipient, $1 FROM gone
+                     ON CONFLICT DO NOTHING
+                 )
+                 SELECT sender, message_id, recipient FROM gone ORDER BY recipient, message_id",
+                &[&now_ms, &locked],
+            )
+            .await?;
+        let expired_at = Timestamp::from_millisecond(now_ms).unwrap_or(Timestamp::UNIX_EPOCH);
+        for row in gone {
+            let (sender, id, to) = bounce_row(row.try_get(0)?, row.try_get(1)?, row.try_get(2)?)?;
+            bounces.push((sender, Bounce { id, to, expired_at }));
+        }
+    }
+    tx.execute("DELETE FROM acked_copies WHERE until_ms < $1", &[&now_ms])
+        .await?;
+    tx.commit().await?;
+    Ok(bounces)
+}
+
+/// The bounces waiting for `sender`, oldest first, at most `limit`.
+pub(super) async fn bounces(
+    client: &Client,
+    sender: &AgentName,
+    limit: usize,
+) -> Result<Vec<Bounce>, StorageError> {
+    let limit = i64::try_from(limit).unwrap_or(i64::MAX);
+    let rows = client
+        .query(
+            "SELECT message_id, recipient, expired_at FROM bounces WHERE sender = $1
+             ORDER BY expired_at, message_id, recipient LIMIT $2",
+            &[&sender.as_str(), &limit],
+        )
+        .await?;
+    let mut bounces = Vec::with_capacity(rows.len());
+    for row in rows {
+        let (_, id, to) = bounce_row(sender.to_string(), row.try_get(0)?, row.try_get(1)?)?;
+        let at: i64 = row.try_get(2)?;
+        bounces.push(Bounce {
+            id,
+            to,
+            expired_at: Timestamp::from_millisecond(at)
+                .map_err(|_| corrupt("bounce", "expired_at"))?,
+        });
+    }
+    Ok(bounces)
+}
+
+/// Forgets bounces `sender` has recorded; returns how many there were.
+pub(super) async fn ack_bounces(
+    client: &Client,
+    sender: &AgentName,
+    keys: &[BounceKey],
+) -> Result<u64, StorageError> {
+    let ids: Vec<String> = keys.iter().map(|k| k.id.to_string()).collect();
+    let recipients: Vec<&str> = keys.iter().map(|k| k.to.as_str()).collect();
+    let gone = client
+        .execute(
+            "DELETE FROM bounces b USING unnest($2::text[], $3::text[]) AS k(message_id, recipient)
+             WHERE b.sender = $1 AND b.message_id = k.message_id AND b.recipient = k.recipient",
+            &[&sender.as_str(), &ids, &recipients],
+        )
+        .await?;
+    Ok(gone)
+}
+
+/// A bounce's names and id as stored, checked.
+fn bounce_row(
+    sender: String,
+    id: String,
+    to: String,
+) -> Result<(AgentName, MessageId, AgentName), StorageError> {
+    Ok((
+        AgentName::new(&sender).map_err(|_| corrupt("bounce", "sender"))?,
+        MessageId::parse(&id).map_err(|_| corrupt("bounce", "message_id"))?,
+        AgentName::new(&to).map_err(|_| corrupt("bounce", "recipient"))?,
+    ))
+}
+
+fn corrupt(row: &str, what: &str) -> StorageError {
+    StorageError::Database(format!("a {row} row has an invalid {what}"))
+}
