@@ -877,7 +877,11 @@ async fn postgres_expiry_runs_on_one_node_at_a_time() {
     other.commit().await.unwrap();
     // Both at once: the copies go once, counted once.
     let (x, y) = tokio::join!(a.expire(now + 2_000), b.expire(now + 2_000));
-    assert_eq!(x.unwrap().len() + y.unwrap().len(), 3, "each copy bounces once");
+    assert_eq!(
+        x.unwrap().len() + y.unwrap().len(),
+        3,
+        "each copy bounces once"
+    );
     assert_eq!(a.waiting(bob.clone()).await.unwrap(), 0);
     assert!(a.pending(bob, 0, 10).await.unwrap().is_empty());
 }

@@ -29,6 +29,7 @@ use tokio::sync::watch;
 use tokio::task::JoinHandle;
 
 pub use config::{RegistrationMode, RelayConfig, RelayConfigError};
+use presence::{Cluster, Hub, Presence};
 pub use registration::{make_invites, make_postgres_invites};
 use state::RelayState;
 use storage::{PostgresStorage, SqliteStorage, Storage, StorageError, is_postgres_url};
@@ -74,7 +75,12 @@ impl Relay {
         match db.to_str().filter(|d| is_postgres_url(d)) {
             Some(url) => {
                 let storage = PostgresStorage::connect(url).await?;
-                Self::start_with(storage, config).await
+                let node = storage.node_id().to_owned();
+                let (target, notifier) = (storage.target().clone(), storage.notifier());
+                Self::serve_with(storage, config, move |shutdown| {
+                    Cluster::start(node, target, notifier, shutdown)
+                })
+                .await
             }
             None => {
                 let storage = SqliteStorage::open(&db)?;
@@ -87,6 +93,15 @@ impl Relay {
     pub async fn start_with<S: Storage>(
         storage: S,
         config: RelayConfig,
+    ) -> Result<Self, RelayError> {
+        Self::serve_with(storage, config, |_| Arc::new(Hub::default())).await
+    }
+
+    /// Serves from `storage`, with the presence `presence` makes (given the shutdown signal).
+    async fn serve_with<S: Storage, P: Presence>(
+        storage: S,
+        config: RelayConfig,
+        presence: impl FnOnce(watch::Receiver<bool>) -> Arc<P>,
     ) -> Result<Self, RelayError> {
         let listener =
             TcpListener::bind(config.listen)
@@ -102,7 +117,13 @@ impl Relay {
         let relay_id = storage.relay_id().to_owned();
         let (shutdown, shutdown_rx) = watch::channel(false);
         let waiting = storage.total_waiting().await?;
-        let state = Arc::new(RelayState::new(storage, config, shutdown_rx.clone()));
+        let presence = presence(shutdown_rx.clone());
+        let state = Arc::new(RelayState::new(
+            storage,
+            presence,
+            config,
+            shutdown_rx.clone(),
+        ));
         state.metrics.queued.set(waiting as i64);
         let presence = state.presence.clone();
         state

@@ -9,7 +9,7 @@ use tokio::sync::watch;
 use super::RelayConfig;
 use super::limits::{ConnectionLimiter, RateLimiter};
 use super::metrics::Metrics;
-use super::presence::{Hub, Presence};
+use super::presence::Presence;
 use super::storage::{Storage, StorageError};
 use crate::protocol::{Address, AgentName};
 
@@ -41,7 +41,12 @@ pub struct RelayState<S> {
 
 impl<S: Storage> RelayState<S> {
     /// Builds the state.
-    pub fn new(storage: S, config: RelayConfig, shutdown: watch::Receiver<bool>) -> Self {
+    pub fn new(
+        storage: S,
+        presence: Arc<dyn Presence>,
+        config: RelayConfig,
+        shutdown: watch::Receiver<bool>,
+    ) -> Self {
         let metrics = Metrics::new(storage.metrics());
         let (total, per_ip) = config.connection_limits();
         Self {
@@ -61,7 +66,7 @@ impl<S: Storage> RelayState<S> {
             connections: Arc::new(ConnectionLimiter::new(per_ip, total)),
             storage,
             config,
-            presence: Arc::new(Hub::default()),
+            presence,
             metrics,
             shutdown,
             known: Mutex::new(HashSet::new()),

@@ -280,6 +280,34 @@ impl Presence for Hub {
 }
 
 impl Hub {
+    /// Has the agent's session read the queue: another node committed mail for it.
+    pub fn wake(&self, agent: &AgentName) {
+        if let Some(e) = self.lock().get(agent) {
+            e.missed.set();
+        }
+    }
+
+    /// Has every session read the queue: news from other nodes may have been missed.
+    pub fn wake_all(&self) {
+        for e in self.lock().values() {
+            e.missed.set();
+        }
+    }
+
+    /// Ends the agent's session here if it holds a lease older than `epoch`, which another
+    /// node claimed. A session that has not claimed yet will claim after it (or find its
+    /// acks fenced), so it stays.
+    pub fn replaced_elsewhere(&self, agent: &AgentName, epoch: Epoch) {
+        let mut sessions = self.lock();
+        if sessions
+            .get(agent)
+            .is_some_and(|e| e.epoch.is_some_and(|held| held < epoch))
+            && let Some(old) = sessions.remove(agent)
+        {
+            let _ = old.kick.send(Kick::Replaced);
+        }
+    }
+
     fn lock(&self) -> std::sync::MutexGuard<'_, HashMap<AgentName, Entry>> {
         self.sessions.lock().unwrap_or_else(|e| e.into_inner())
     }

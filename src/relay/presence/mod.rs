@@ -3,11 +3,13 @@
 //! A node's sessions attach here. What one node alone knows — which session serves an agent,
 //! that mail was committed for it, that a consent event is for it — goes through
 //! [`Presence`], so that several nodes over one database can each reach their own sessions
-//! when another node has the news. [`Hub`] is the one-node implementation; the fencing of a
+//! when another node has the news. [`Hub`] is the one-node implementation, [`Cluster`] the one for nodes sharing PostgreSQL; the fencing of a
 //! replaced session's acks is the storage's (`Queue::claim`), so it holds across nodes too.
 
+mod cluster;
 mod hub;
 
+pub use cluster::Cluster;
 pub use hub::{Attached, Hub, Kick, Quiet};
 
 use super::storage::{Committed, Epoch};

@@ -5,8 +5,12 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use deadpool_postgres::{Manager, ManagerConfig, Pool, RecyclingMethod};
+use futures_util::StreamExt;
 use rustls::{ClientConfig, RootCertStore};
+use tokio::io::{AsyncRead, AsyncWrite};
+use tokio::sync::mpsc;
 use tokio_postgres::config::SslMode;
+use tokio_postgres::{AsyncMessage, NoTls};
 use tokio_postgres_rustls::MakeRustlsConnect;
 
 use crate::relay::storage::StorageError;
@@ -38,41 +42,154 @@ pub fn redact_url(url: &str) -> String {
     }
 }
 
-/// The pool for `url`. Parsing errors name the URL without its password.
-pub(super) fn pool(url: &str) -> Result<Pool, StorageError> {
-    let shown = redact_url(url);
-    // libpq's verify-ca and verify-full are what every TLS connection here does anyway (the
-    // certificate is always verified); tokio-postgres only knows `require` for them.
-    let normalized = url
-        .replace("sslmode=verify-full", "sslmode=require")
-        .replace("sslmode=verify-ca", "sslmode=require");
-    let mut config: tokio_postgres::Config = normalized.parse().map_err(|e| {
-        StorageError::Database(format!(
-            "{shown} is not a valid PostgreSQL URL ({e}); write postgres://USER@HOST:PORT/DB, \
-             optionally with ?sslmode=require"
-        ))
-    })?;
-    if config.get_connect_timeout().is_none() {
-        config.connect_timeout(CONNECT_TIMEOUT);
-    }
-    let manager_config = ManagerConfig {
-        recycling_method: RecyclingMethod::Fast,
-    };
-    // `prefer` (the default) is taken as plain: a TLS attempt that could not be verified would
-    // fail where libpq falls back, so encryption is asked for explicitly with `require`.
-    let manager = match config.get_ssl_mode() {
-        SslMode::Require => {
-            let tls = MakeRustlsConnect::new(tls_config().map_err(|why| {
-                StorageError::Database(format!("cannot set up TLS for {shown}: {why}"))
-            })?);
-            Manager::from_config(config, tls, manager_config)
+/// Where and how to connect: the parsed URL, and TLS when it asks for it.
+#[derive(Clone)]
+pub struct Target {
+    config: tokio_postgres::Config,
+    tls: Option<MakeRustlsConnect>,
+    shown: String,
+}
+
+impl Target {
+    /// Parses `url`. Errors name the URL without its password.
+    pub(super) fn parse(url: &str) -> Result<Self, StorageError> {
+        let shown = redact_url(url);
+        // libpq's verify-ca and verify-full are what every TLS connection here does anyway
+        // (the certificate is always verified); tokio-postgres only knows `require` for them.
+        let normalized = url
+            .replace("sslmode=verify-full", "sslmode=require")
+            .replace("sslmode=verify-ca", "sslmode=require");
+        let mut config: tokio_postgres::Config = normalized.parse().map_err(|e| {
+            StorageError::Database(format!(
+                "{shown} is not a valid PostgreSQL URL ({e}); write postgres://USER@HOST:PORT/DB, \
+                 optionally with ?sslmode=require"
+            ))
+        })?;
+        if config.get_connect_timeout().is_none() {
+            config.connect_timeout(CONNECT_TIMEOUT);
         }
-        _ => Manager::from_config(config, tokio_postgres::NoTls, manager_config),
-    };
-    Pool::builder(manager)
-        .max_size(POOL_SIZE)
-        .build()
-        .map_err(|e| StorageError::Database(format!("cannot build the pool for {shown}: {e}")))
+        // `prefer` (the default) is taken as plain: a TLS attempt that could not be verified
+        // would fail where libpq falls back, so encryption is asked for with `require`.
+        let tls = match config.get_ssl_mode() {
+            SslMode::Require => Some(MakeRustlsConnect::new(tls_config().map_err(|why| {
+                StorageError::Database(format!("cannot set up TLS for {shown}: {why}"))
+            })?)),
+            _ => None,
+        };
+        Ok(Self { config, tls, shown })
+    }
+
+    /// The URL without its password, for logs and messages.
+    pub(super) fn shown(&self) -> &str {
+        &self.shown
+    }
+
+    /// The pool of connections one node uses for its reads and writes.
+    pub(super) fn pool(&self) -> Result<Pool, StorageError> {
+        let manager_config = ManagerConfig {
+            recycling_method: RecyclingMethod::Fast,
+        };
+        let manager = match &self.tls {
+            Some(tls) => Manager::from_config(self.config.clone(), tls.clone(), manager_config),
+            None => Manager::from_config(self.config.clone(), NoTls, manager_config),
+        };
+        Pool::builder(manager)
+            .max_size(POOL_SIZE)
+            .build()
+            .map_err(|e| {
+                StorageError::Database(format!("cannot build the pool for {}: {e}", self.shown))
+            })
+    }
+
+    /// Opens a connection of its own (outside the pool, whose connections drop
+    /// notifications), `LISTEN`s on `channels`, and returns what it hears until it drops.
+    pub async fn listen(&self, channels: &[&str]) -> Result<Subscription, StorageError> {
+        let unavailable = |e: tokio_postgres::Error| {
+            StorageError::Unavailable(format!("cannot listen on {}: {e}", self.shown))
+        };
+        let (client, heard) = match &self.tls {
+            Some(tls) => {
+                let (client, conn) = self
+                    .config
+                    .connect(tls.clone())
+                    .await
+                    .map_err(unavailable)?;
+                (client, forward(conn))
+            }
+            None => {
+                let (client, conn) = self.config.connect(NoTls).await.map_err(unavailable)?;
+                (client, forward(conn))
+            }
+        };
+        let listen: String = channels.iter().map(|c| format!("LISTEN {c};")).collect();
+        client.batch_execute(&listen).await.map_err(unavailable)?;
+        Ok(Subscription {
+            heard,
+            _client: client,
+        })
+    }
+}
+
+/// Notifications heard waiting at most; a listener that falls this far behind is treated as
+/// disconnected (its owner then assumes it missed some).
+const HEARD_BACKLOG: usize = 65_536;
+
+/// Drives `conn` on a task of its own, passing on its notifications (channel, payload).
+fn forward<S, T>(mut conn: tokio_postgres::Connection<S, T>) -> mpsc::Receiver<(String, String)>
+where
+    S: AsyncRead + AsyncWrite + Unpin + Send + 'static,
+    T: AsyncRead + AsyncWrite + Unpin + Send + 'static,
+{
+    let (tx, rx) = mpsc::channel(HEARD_BACKLOG);
+    tokio::spawn(async move {
+        let mut messages = futures_util::stream::poll_fn(move |cx| conn.poll_message(cx));
+        while let Some(message) = messages.next().await {
+            match message {
+                Ok(AsyncMessage::Notification(n)) => {
+                    let heard = (n.channel().to_owned(), n.payload().to_owned());
+                    if tx.try_send(heard).is_err() {
+                        tracing::warn!("the listener fell behind its notifications; reconnecting");
+                        break;
+                    }
+                }
+                Ok(_) => {}
+                Err(e) => {
+                    tracing::warn!(error = %e, "the listening database connection failed");
+                    break;
+                }
+            }
+        }
+    });
+    rx
+}
+
+/// What a `LISTEN` connection hears, until the connection drops.
+pub struct Subscription {
+    heard: mpsc::Receiver<(String, String)>,
+    /// Keeps the connection open.
+    _client: tokio_postgres::Client,
+}
+
+impl Subscription {
+    /// The next notification (channel, payload); `None` once the connection dropped.
+    pub async fn recv(&mut self) -> Option<(String, String)> {
+        self.heard.recv().await
+    }
+}
+
+/// Sends notifications to every node listening, over the pool.
+#[derive(Clone)]
+pub struct Notifier(pub(super) Pool);
+
+impl Notifier {
+    /// `NOTIFY channel, payload`, at once (outside any transaction).
+    pub async fn notify(&self, channel: &str, payload: &str) -> Result<(), StorageError> {
+        let client = self.0.get().await?;
+        client
+            .execute("SELECT pg_notify($1, $2)", &[&channel, &payload])
+            .await?;
+        Ok(())
+    }
 }
 
 /// rustls with `ring`, trusting the platform's roots, or those of `SSL_CERT_FILE` /
@@ -129,7 +246,9 @@ mod tests {
 
     #[test]
     fn a_bad_url_is_refused_without_its_password() {
-        let e = pool("postgres://u:hunter2@h:notaport/db").unwrap_err();
+        let e = Target::parse("postgres://u:hunter2@h:notaport/db")
+            .err()
+            .unwrap();
         let text = e.to_string();
         assert!(!text.contains("hunter2"), "{text}");
         assert!(text.contains("postgres://USER@HOST:PORT/DB"), "{text}");

@@ -20,7 +20,7 @@ use std::time::Instant;
 use deadpool_postgres::{Object, Pool};
 use tokio::sync::{mpsc, oneshot};
 
-pub use connect::{is_postgres_url, redact_url};
+pub use connect::{Notifier, Target, is_postgres_url, redact_url};
 
 use super::{
     Accepted, AckOutcome, CommitListener, ConsentChange, ConsentLedger, ConsentOutcome,
@@ -33,6 +33,7 @@ use crate::protocol::{
 
 /// PostgreSQL-backed relay storage: one per relay node.
 pub struct PostgresStorage {
+    target: Target,
     relay_id: String,
     node_id: String,
     pool: Pool,
@@ -106,8 +107,9 @@ impl PostgresStorage {
     /// `?sslmode=require` for TLS, verified against the platform's roots or `SSL_CERT_FILE`),
     /// brings its schema up to date under an advisory lock, and starts this node's writer.
     pub async fn connect(url: &str) -> Result<Self, StorageError> {
-        let shown = redact_url(url);
-        let pool = connect::pool(url)?;
+        let target = Target::parse(url)?;
+        let shown = target.shown().to_owned();
+        let pool = target.pool()?;
         let mut client = pool.get().await.map_err(|e| {
             StorageError::Database(format!("cannot connect to the relay database {shown}: {e}"))
         })?;
@@ -128,6 +130,7 @@ impl PostgresStorage {
         ));
         tracing::info!(database = %shown, node = %node_id, relay = %relay_id, "relay storage on PostgreSQL");
         Ok(Self {
+            target,
             relay_id,
             node_id,
             pool,
@@ -141,6 +144,16 @@ impl PostgresStorage {
     /// notifications this node sends, so a node can tell its own from the others'.
     pub fn node_id(&self) -> &str {
         &self.node_id
+    }
+
+    /// Where the database is, to open a `LISTEN` connection of its own.
+    pub fn target(&self) -> &Target {
+        &self.target
+    }
+
+    /// Sends notifications to the other nodes over this node's pool.
+    pub fn notifier(&self) -> Notifier {
+        Notifier(self.pool.clone())
     }
 
     /// Adds invites (their digests) for a relay that registers by invite only.

@@ -1,0 +1,229 @@
+//! Presence across relay nodes that share one PostgreSQL database.
+//!
+//! Each node keeps its own sessions in a [`Hub`] and hears the others through `LISTEN`:
+//!
+//! | channel           | sent by                                   | this node then           |
+//! |-------------------|-------------------------------------------|--------------------------|
+//! | `mailslot_wake`   | the storage, in the commit of new mail    | the recipient's session reads the queue |
+//! | `mailslot_lease`  | the storage, in the commit of a claim     | ends an older session of the agent |
+//! | `mailslot_event`  | [`Cluster::tell`]                         | tells its session        |
+//! | `mailslot_retire` | [`Cluster::retire`]                       | ends its session         |
+//!
+//! Notifications from this node itself are ignored: it has already acted on them. A wake only
+//! makes a session read the queue after what it has delivered, so a late or repeated one
+//! costs a read, never a duplicate. When the listening connection drops, notifications sent
+//! meanwhile are lost: after reconnecting, every session here reads its queue once, which
+//! covers any wake it missed; a missed lease notice is covered by fencing (the replaced
+//! session's next ack is refused, which ends it).
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use serde::{Deserialize, Serialize};
+use tokio::sync::watch;
+
+use super::{Attached, Hub, Presence, Quiet};
+use crate::protocol::{AgentName, ConsentEvent};
+use crate::relay::storage::postgres::{Notifier, Target};
+use crate::relay::storage::{Committed, Epoch};
+
+/// The channels a node listens on.
+const CHANNELS: [&str; 4] = [
+    "mailslot_wake",
+    "mailslot_lease",
+    "mailslot_event",
+    "mailslot_retire",
+];
+/// The longest wait between attempts to reconnect the listening connection.
+const MAX_BACKOFF: Duration = Duration::from_secs(5);
+
+/// New mail for `recipient`, committed by `node`.
+#[derive(Deserialize)]
+struct Wake {
+    recipient: AgentName,
+    node: String,
+}
+
+/// `node` claimed `agent`'s delivery session with `epoch`.
+#[derive(Deserialize)]
+struct Lease {
+    agent: AgentName,
+    epoch: u64,
+    node: String,
+}
+
+/// A consent event for `agent`, from `node`.
+#[derive(Serialize, Deserialize)]
+struct Event {
+    agent: AgentName,
+    event: ConsentEvent,
+    node: String,
+}
+
+/// `agent` retired its name on `node`.
+#[derive(Serialize, Deserialize)]
+struct Retire {
+    agent: AgentName,
+    node: String,
+}
+
+/// Presence for one node of several: its own sessions, and the others' news by `LISTEN`.
+pub struct Cluster {
+    hub: Hub,
+    node: String,
+    notifier: Notifier,
+}
+
+impl Cluster {
+    /// Presence for the node `node`, told the others' news by listening on `target`
+    /// (reconnected with backoff until `shutdown`), telling them its own through `notifier`.
+    pub fn start(
+        node: String,
+        target: Target,
+        notifier: Notifier,
+        shutdown: watch::Receiver<bool>,
+    ) -> Arc<Self> {
+        let cluster = Arc::new(Self {
+            hub: Hub::default(),
+            node,
+            notifier,
+        });
+        tokio::spawn(listen(cluster.clone(), target, shutdown));
+        cluster
+    }
+
+    /// Acts on one notification from the database.
+    fn heard(&self, channel: &str, payload: &str) {
+        let ours = |node: &str| node == self.node;
+        let parsed = match channel {
+            "mailslot_wake" => serde_json::from_str::<Wake>(payload).map(|w| {
+                if !ours(&w.node) {
+                    self.hub.wake(&w.recipient);
+                }
+            }),
+            "mailslot_lease" => serde_json::from_str::<Lease>(payload).map(|l| {
+                if !ours(&l.node) {
+                    self.hub.replaced_elsewhere(&l.agent, Epoch::new(l.epoch));
+                }
+            }),
+            "mailslot_event" => serde_json::from_str::<Event>(payload).map(|e| {
+                if !ours(&e.node) {
+                    self.hub.tell(&e.agent, e.event);
+                }
+            }),
+            "mailslot_retire" => serde_json::from_str::<Retire>(payload).map(|r| {
+                if !ours(&r.node) {
+                    self.hub.retire(&r.agent);
+                }
+            }),
+            _ => return,
+        };
+        if let Err(e) = parsed {
+            tracing::warn!(channel, error = %e, "ignored a notification this node cannot read");
+        }
+    }
+
+    /// Sends `payload` on `channel` to the other nodes, without waiting.
+    fn broadcast(&self, channel: &'static str, payload: impl Serialize) {
+        let payload = match serde_json::to_string(&payload) {
+            Ok(p) => p,
+            Err(e) => {
+                tracing::warn!(channel, error = %e, "could not encode a notification");
+                return;
+            }
+        };
+        let notifier = self.notifier.clone();
+        tokio::spawn(async move {
+            if let Err(e) = notifier.notify(channel, &payload).await {
+                tracing::warn!(channel, error = %e, "could not tell the other relay nodes");
+            }
+        });
+    }
+}
+
+impl Presence for Cluster {
+    fn attach(&self, agent: &AgentName) -> Attached {
+        self.hub.attach(agent)
+    }
+
+    fn claimed(&self, agent: &AgentName, conn: u64, epoch: Epoch) {
+        self.hub.claimed(agent, conn, epoch)
+    }
+
+    fn detach(&self, agent: &AgentName, conn: u64) {
+        self.hub.detach(agent, conn)
+    }
+
+    fn control(&self) -> (Attached, Quiet) {
+        self.hub.control()
+    }
+
+    fn announce(&self, committed: Vec<Committed>) {
+        // The other nodes hear of it from the commit itself (`mailslot_wake`).
+        self.hub.announce(committed)
+    }
+
+    fn tell(&self, agent: &AgentName, event: ConsentEvent) {
+        self.hub.tell(agent, event.clone());
+        self.broadcast(
+            "mailslot_event",
+            Event {
+                agent: agent.clone(),
+                event,
+                node: self.node.clone(),
+            },
+        );
+    }
+
+    fn retire(&self, agent: &AgentName) {
+        self.hub.retire(agent);
+        self.broadcast(
+            "mailslot_retire",
+            Retire {
+                agent: agent.clone(),
+                node: self.node.clone(),
+            },
+        );
+    }
+}
+
+/// Keeps a `LISTEN` connection open and hands what it hears to the cluster.
+async fn listen(cluster: Arc<Cluster>, target: Target, mut shutdown: watch::Receiver<bool>) {
+    let mut backoff = Duration::from_millis(100);
+    let mut first = true;
+    loop {
+        let connected = tokio::select! {
+            _ = shutdown.wait_for(|s| *s) => return,
+            c = target.listen(&CHANNELS) => c,
+        };
+        let mut heard = match connected {
+            Ok(heard) => heard,
+            Err(e) => {
+                tracing::warn!(error = %e, retry_in_ms = backoff.as_millis() as u64, "cannot listen to the other relay nodes");
+                tokio::select! {
+                    _ = shutdown.wait_for(|s| *s) => return,
+                    _ = tokio::time::sleep(backoff) => {}
+                }
+                backoff = (backoff * 2).min(MAX_BACKOFF);
+                continue;
+            }
+        };
+        backoff = Duration::from_millis(100);
+        if !first {
+            // Whatever was sent while nobody listened is lost: every session reads its queue.
+            tracing::info!("listening to the other relay nodes again");
+            cluster.hub.wake_all();
+        }
+        first = false;
+        loop {
+            tokio::select! {
+                _ = shutdown.wait_for(|s| *s) => return,
+                n = heard.recv() => match n {
+                    Some((channel, payload)) => cluster.heard(&channel, &payload),
+                    None => break,
+                },
+            }
+        }
+        tracing::warn!("lost the connection that listens to the other relay nodes; reconnecting");
+    }
+}

@@ -1,0 +1,186 @@
+//! Several relay nodes on one PostgreSQL database behave to clients like one relay: mail and
+//! consent events reach an agent on another node at once (not at its next connection), and an
+//! agent that moves between nodes gets its mail exactly once, in order.
+//!
+//! Each test runs two real relays (`Relay::start` with `--db postgres://…`) on a fresh database
+//! of the test binary's private cluster, and real clients over real sockets.
+
+mod common;
+
+use common::postgres::PgCluster;
+use common::*;
+use mailslot::client::{ClientEvent, RelayUrl, SessionConfig, SessionHandle, spawn_session};
+use mailslot::protocol::{ClientFrame, ConsentEvent, ErrorCode, MessageId, ServerFrame};
+use tokio::sync::broadcast;
+
+/// Two relay nodes on one fresh database, or `None` when PostgreSQL is not installed.
+async fn two_nodes(test: &str) -> Option<(TestRelay, TestRelay)> {
+    let url = PgCluster::shared()?.create_database(test).await;
+    let node = |url: String| TestRelay::start(move |c| c.db = Some(url.into()));
+    let first = node(url.clone()).await;
+    let second = node(url).await;
+    assert_eq!(
+        first.relay.relay_id(),
+        second.relay.relay_id(),
+        "nodes of one relay share its id"
+    );
+    Some((first, second))
+}
+
+fn session(agent: &TestAgent, url: &RelayUrl) -> (SessionHandle, broadcast::Receiver<ClientEvent>) {
+    spawn_session(SessionConfig {
+        url: url.clone(),
+        agent: agent.name.clone(),
+        identity: agent.identity.clone(),
+        owner: Some(agent.owner.public()),
+        store: agent.store.clone(),
+    })
+}
+
+/// The events up to the first that `pick` takes; fails after the usual timeout.
+async fn until<T>(
+    events: &mut broadcast::Receiver<ClientEvent>,
+    mut pick: impl FnMut(&ClientEvent) -> Option<T>,
+) -> (T, Vec<ClientEvent>) {
+    tokio::time::timeout(EVENT_TIMEOUT, async {
+        let mut before = Vec::new();
+        loop {
+            let event = events.recv().await.expect("the session is running");
+            if let Some(found) = pick(&event) {
+                return (found, before);
+            }
+            before.push(event);
+        }
+    })
+    .await
+    .expect("the event did not come")
+}
+
+fn no_reconnect(before: &[ClientEvent]) {
+    assert!(
+        !before.iter().any(|e| matches!(
+            e,
+            ClientEvent::Connected { .. } | ClientEvent::Disconnected { .. }
+        )),
+        "it came over the same connection, not at a reconnect: {before:?}"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn mail_and_consent_events_reach_an_agent_on_the_other_node_at_once() {
+    let Some((one, two)) = two_nodes("cross").await else {
+        return;
+    };
+    let (alice, bob) = (TestAgent::new("alice"), TestAgent::new("bob"));
+    alice.sync(&one).await;
+    let (handle, mut events) = session(&bob, &two.url);
+    until(&mut events, |e| {
+        matches!(e, ClientEvent::Connected { .. }).then_some(())
+    })
+    .await;
+
+    // Mail alice sends through node 1 reaches bob's open session on node 2.
+    for subject in ["first", "second"] {
+        let m = alice.message(&[&bob], subject, "across the nodes");
+        let id = m.id;
+        assert_eq!(alice.send(&one, m).await.sent, vec![id]);
+        let (got, before) = until(&mut events, |e| match e {
+            ClientEvent::NewMail { id, .. } => Some(*id),
+            _ => None,
+        })
+        .await;
+        assert_eq!(got, id);
+        no_reconnect(&before);
+    }
+
+    // A contact request made on node 1 is an event on bob's session on node 2.
+    let mut conn = alice.connect(&one).await;
+    let answer = conn
+        .call(|r| ClientFrame::Connect {
+            reference: r,
+            to: bob.name.clone(),
+            note: "we work on the relay together".into(),
+        })
+        .await
+        .unwrap();
+    assert!(
+        matches!(answer, ServerFrame::Requested { .. }),
+        "{answer:?}"
+    );
+    let (from, before) = until(&mut events, |e| match e {
+        ClientEvent::Consent(ConsentEvent::RequestReceived { from, .. }) => Some(from.clone()),
+        _ => None,
+    })
+    .await;
+    assert_eq!(from, alice.name);
+    no_reconnect(&before);
+    conn.close().await;
+    handle.stop().await;
+    let after = bob.sync(&one).await;
+    assert!(
+        after.received.is_empty() && after.duplicates == 0,
+        "node 2's session acknowledged what it delivered, as node 1 sees it: {after:?}"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_connection_on_another_node_replaces_the_first() {
+    let Some((one, two)) = two_nodes("replace").await else {
+        return;
+    };
+    let bob = TestAgent::new("bob");
+    bob.sync(&one).await;
+    let mut first = raw_login(&two, &bob).await;
+    let _second = raw_login(&one, &bob).await;
+    let ended = next_error(&mut first).await;
+    assert_eq!(
+        ended.map(|(code, ..)| code),
+        Some(ErrorCode::Replaced),
+        "node 2 let its session go when node 1 took the lease"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_agent_that_moves_between_nodes_while_mail_flows_gets_it_once_in_order() {
+    let Some((one, two)) = two_nodes("moves").await else {
+        return;
+    };
+    let (alice, bob) = (TestAgent::new("alice"), TestAgent::new("bob"));
+    bob.sync(&one).await;
+    const TOTAL: usize = 60;
+    let messages: Vec<_> = (0..TOTAL)
+        .map(|i| alice.message(&[&bob], &format!("m{i}"), "flowing"))
+        .collect();
+    let sent: Vec<MessageId> = messages.iter().map(|m| m.id).collect();
+    let sender = {
+        let (alice, url) = (alice, one.url.clone());
+        tokio::spawn(async move {
+            for m in messages {
+                alice.send_url(&url, m).await;
+                tokio::task::yield_now().await;
+            }
+        })
+    };
+
+    // Bob hops node 2 → node 1 → node 2 while alice sends, taking a few messages each time.
+    let mut received = Vec::new();
+    for url in [&two.url, &one.url, &two.url, &one.url] {
+        let (handle, mut events) = session(&bob, url);
+        let want = (received.len() + TOTAL / 4).min(TOTAL);
+        while received.len() < want {
+            let (id, _) = until(&mut events, |e| match e {
+                ClientEvent::NewMail { id, .. } => Some(*id),
+                _ => None,
+            })
+            .await;
+            received.push(id);
+        }
+        handle.stop().await;
+    }
+    sender.await.unwrap();
+    let rest = bob.sync(&two).await;
+    received.extend(rest.received);
+    assert_eq!(received, sent, "every message once, in the order sent");
+    let stored = bob.store.call(|s| s.message_count()).await.unwrap();
+    assert_eq!(stored as usize, TOTAL);
+}
