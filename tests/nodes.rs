@@ -184,3 +184,106 @@ async fn an_agent_that_moves_between_nodes_while_mail_flows_gets_it_once_in_orde
     let stored = bob.store.call(|s| s.message_count()).await.unwrap();
     assert_eq!(stored as usize, TOTAL);
 }
+
+/// Frames from `ws` until `caught_up`; the sequence numbers delivered before it.
+async fn delivered_until_caught_up(ws: &mut RawSocket) -> Vec<u64> {
+    let mut seqs = Vec::new();
+    loop {
+        match raw_recv(ws).await.expect("the node answers") {
+            ServerFrame::Deliver { seq, .. } => seqs.push(seq),
+            ServerFrame::CaughtUp {} => return seqs,
+            _ => {}
+        }
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_move_waits_for_the_ack_the_first_node_is_still_applying() {
+    let Some((one, two)) = two_nodes("handover").await else {
+        return;
+    };
+    let (alice, bob) = (TestAgent::new("alice"), TestAgent::new("bob"));
+    bob.sync(&two).await;
+    let m = alice.message(&[&bob], "once", "only once");
+    assert_eq!(alice.send(&one, m.clone()).await.sent, vec![m.id]);
+    let mut first = raw_login(&two, &bob).await;
+    let seqs = delivered_until_caught_up(&mut first).await;
+    assert_eq!(seqs.len(), 1);
+
+    // Hold node 2's session on a request it must answer before it reads the ack behind it:
+    // a lock on the consent tables, as a slow database would.
+    let db = two.db().to_string_lossy().into_owned();
+    let (mut holder, conn) = tokio_postgres::connect(&db, tokio_postgres::NoTls)
+        .await
+        .unwrap();
+    tokio::spawn(conn);
+    let hold = holder.transaction().await.unwrap();
+    hold.batch_execute("LOCK TABLE relations IN ACCESS EXCLUSIVE MODE")
+        .await
+        .unwrap();
+    let (listener, mut heard) = listen(&db, "mailslot_handover").await;
+    raw_send(
+        &mut first,
+        &ClientFrame::Consent {
+            reference: "slow".into(),
+        },
+    )
+    .await;
+    raw_send(&mut first, &ClientFrame::Ack { seq: seqs[0] }).await;
+
+    // Bob connects to node 1 meanwhile. Node 1 asks node 2 to let go and waits for it; only
+    // then does the lock go, so node 2 answers, applies the ack, and lets go.
+    let mut moved = tokio::spawn(async move {
+        let mut ws = raw_login(&one, &bob).await;
+        let seqs = delivered_until_caught_up(&mut ws).await;
+        (seqs, one, bob)
+    });
+    let asked = tokio::time::timeout(EVENT_TIMEOUT, heard.recv()).await;
+    assert!(
+        matches!(asked, Ok(Some(_))),
+        "node 1 asked node 2 to hand bob over"
+    );
+    assert!(
+        tokio::time::timeout(std::time::Duration::ZERO, &mut moved)
+            .await
+            .is_err(),
+        "node 1 waits for node 2 before it delivers"
+    );
+    hold.commit().await.unwrap();
+    let (again, _one, _bob) = moved.await.unwrap();
+    assert!(
+        again.is_empty(),
+        "the ack node 2 applied counts on node 1: nothing delivered twice ({again:?})"
+    );
+    drop(listener);
+}
+
+/// A connection of the test's own that `LISTEN`s on `channel`; keep the client while it is
+/// heard.
+async fn listen(
+    db: &str,
+    channel: &str,
+) -> (
+    tokio_postgres::Client,
+    tokio::sync::mpsc::UnboundedReceiver<String>,
+) {
+    let (client, mut connection) = tokio_postgres::connect(db, tokio_postgres::NoTls)
+        .await
+        .unwrap();
+    let (tx, rx) = tokio::sync::mpsc::unbounded_channel();
+    tokio::spawn(async move {
+        let mut messages = futures_util::stream::poll_fn(move |cx| connection.poll_message(cx));
+        while let Some(Ok(message)) = futures_util::StreamExt::next(&mut messages).await {
+            if let tokio_postgres::AsyncMessage::Notification(n) = message
+                && tx.send(n.payload().to_owned()).is_err()
+            {
+                return;
+            }
+        }
+    });
+    client
+        .batch_execute(&format!("LISTEN {channel}"))
+        .await
+        .unwrap();
+    (client, rx)
+}

@@ -193,7 +193,6 @@ async fn expire_loop<S: Storage>(state: Arc<RelayState<S>>) {
             Ok(bounced) => {
                 let n = bounced.len() as u64;
                 state.metrics.expired.inc_by(n);
-                state.metrics.queued.dec_by(n as i64);
                 tracing::info!(
                     expired = n,
                     "deleted envelopes past their TTL; bounced them to their senders"
@@ -201,6 +200,11 @@ async fn expire_loop<S: Storage>(state: Arc<RelayState<S>>) {
                 bounce::announce(&state, bounced.into_iter().map(|(sender, _)| sender));
             }
             Err(e) => tracing::warn!(error = %e, "expiry failed; will retry"),
+        }
+        // Other nodes on the same database change the queues too: the gauge is set from the
+        // storage's count each round, and moved by this node's own traffic in between.
+        if let Ok(waiting) = state.storage.total_waiting().await {
+            state.metrics.queued.set(waiting as i64);
         }
     }
 }

@@ -7,8 +7,8 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use axum::extract::ws::{Message, WebSocket};
+use futures_util::StreamExt;
 use futures_util::stream::{FuturesUnordered, SplitStream};
-use futures_util::{FutureExt, StreamExt};
 
 use tokio::sync::OwnedMutexGuard;
 use tokio::time::{Instant, timeout_at};
@@ -33,6 +33,10 @@ const PIPELINED: usize = 256;
 const QUEUE: usize = WINDOW as usize + PIPELINED + 64;
 /// Frames an ending session reads, at most, looking for acks already sent.
 const SETTLE_FRAMES: usize = 64;
+/// How long an ending session looks for acks its client already sent. Frames in the socket's
+/// buffer are not always readable at the first poll (the runtime may not have seen the socket
+/// become readable yet), so it waits this long at most, and no longer once the client closed.
+const SETTLE_WAIT: Duration = Duration::from_millis(50);
 /// The size assumed for a delivery before any was made, in bytes.
 const FIRST_GUESS: usize = 4096;
 
@@ -110,7 +114,9 @@ pub async fn run<S: Storage>(state: Arc<RelayState<S>>, mut socket: WebSocket, i
             return refuse(&mut socket, ending).await;
         }
     };
-    // The lease fences acks from any session this one replaced, on this node or another.
+    // A session of the agent on another node ends first, likewise (within a bound: a node
+    // that died answers nothing); the lease then fences acks from any session it replaced.
+    state.presence.take_over(&agent).await;
     let claimed = match state.storage.claim(agent.clone()).await {
         Ok(epoch) => welcome(&state, &mut socket, &agent).await.map(|()| epoch),
         Err(e) => Err(Ending {
@@ -145,7 +151,10 @@ pub async fn run<S: Storage>(state: Arc<RelayState<S>>, mut socket: WebSocket, i
     )
     .await;
     // Every ack this session read is committed by now (they are applied before the next
-    // frame is read); only now may the agent's next session read the queue.
+    // frame is read); only now may the agent's next session read the queue, here or elsewhere.
+    if let Err(e) = state.storage.release(agent.clone(), epoch).await {
+        tracing::warn!(%agent, error = %e, "could not release the delivery lease; a session elsewhere waits for its bound");
+    }
     state.presence.detach(&agent, attached.conn);
     drop(turn);
     state.metrics.connections.dec();
@@ -496,15 +505,16 @@ async fn ack<S: Storage>(
 
 /// A session that is ending (replaced or shut down) still applies the acks its client sent
 /// before that, already received but not read yet: a client that acks and at once reconnects
-/// must not get that mail again. Reads only what is already there; never waits for the client.
+/// must not get that mail again. Reads what is already there, waiting [`SETTLE_WAIT`] at most.
 async fn settle_acks<S: Storage>(
     state: &RelayState<S>,
     agent: &AgentName,
     d: &mut Delivery,
     stream: &mut SplitStream<WebSocket>,
 ) {
+    let deadline = Instant::now() + SETTLE_WAIT;
     for _ in 0..SETTLE_FRAMES {
-        let Some(Some(Ok(message))) = stream.next().now_or_never() else {
+        let Ok(Some(Ok(message))) = timeout_at(deadline, stream.next()).await else {
             return;
         };
         match message {
@@ -758,6 +768,10 @@ mod tests {
 
         async fn claim(&self, agent: AgentName) -> Result<Epoch, StorageError> {
             self.inner.claim(agent).await
+        }
+
+        async fn release(&self, agent: AgentName, epoch: Epoch) -> Result<(), StorageError> {
+            self.inner.release(agent, epoch).await
         }
 
         async fn ack(

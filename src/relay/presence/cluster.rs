@@ -8,6 +8,8 @@
 //! | `mailslot_lease`  | the storage, in the commit of a claim     | ends an older session of the agent |
 //! | `mailslot_event`  | [`Cluster::tell`]                         | tells its session        |
 //! | `mailslot_retire` | [`Cluster::retire`]                       | ends its session         |
+//! | `mailslot_handover` | [`Cluster::take_over`]                  | ends its session         |
+//! | `mailslot_release` | the storage, when a session ended        | the node taking over goes on |
 //!
 //! Notifications from this node itself are ignored: it has already acted on them. A wake only
 //! makes a session read the queue after what it has delivered, so a late or repeated one
@@ -15,12 +17,20 @@
 //! meanwhile are lost: after reconnecting, every session here reads its queue once, which
 //! covers any wake it missed; a missed lease notice is covered by fencing (the replaced
 //! session's next ack is refused, which ends it).
+//!
+//! Sessions of one agent take turns across nodes as they do on one: a node taking over asks
+//! the holder to end its session (`mailslot_handover`) and waits for its release, which comes
+//! after every ack that session received is committed — so mail acknowledged just before a
+//! move is not delivered again. The wait is bounded ([`HANDOVER_BOUND`]) for a node that died.
 
-use std::sync::Arc;
+use std::collections::HashMap;
+use std::future::Future;
+use std::pin::Pin;
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use serde::{Deserialize, Serialize};
-use tokio::sync::watch;
+use tokio::sync::{Notify, watch};
 
 use super::{Attached, Hub, Presence, Quiet};
 use crate::protocol::{AgentName, ConsentEvent};
@@ -28,12 +38,16 @@ use crate::relay::storage::postgres::{Notifier, Target};
 use crate::relay::storage::{Committed, Epoch};
 
 /// The channels a node listens on.
-const CHANNELS: [&str; 4] = [
+const CHANNELS: [&str; 6] = [
     "mailslot_wake",
     "mailslot_lease",
     "mailslot_event",
     "mailslot_retire",
+    "mailslot_handover",
+    "mailslot_release",
 ];
+/// How long a node taking over an agent waits for the node holding it to let go.
+const HANDOVER_BOUND: Duration = Duration::from_secs(2);
 /// The longest wait between attempts to reconnect the listening connection.
 const MAX_BACKOFF: Duration = Duration::from_secs(5);
 
@@ -60,6 +74,14 @@ struct Event {
     node: String,
 }
 
+/// `node` takes over `agent`'s delivery session, or (`mailslot_release`) `node`'s session of
+/// `agent` ended.
+#[derive(Serialize, Deserialize)]
+struct Handover {
+    agent: AgentName,
+    node: String,
+}
+
 /// `agent` retired its name on `node`.
 #[derive(Serialize, Deserialize)]
 struct Retire {
@@ -72,6 +94,8 @@ pub struct Cluster {
     hub: Hub,
     node: String,
     notifier: Notifier,
+    /// Sessions here waiting for another node to release an agent.
+    releases: Mutex<HashMap<AgentName, Arc<Notify>>>,
 }
 
 impl Cluster {
@@ -87,6 +111,7 @@ impl Cluster {
             hub: Hub::default(),
             node,
             notifier,
+            releases: Mutex::default(),
         });
         tokio::spawn(listen(cluster.clone(), target, shutdown));
         cluster
@@ -116,11 +141,56 @@ impl Cluster {
                     self.hub.retire(&r.agent);
                 }
             }),
+            "mailslot_handover" => serde_json::from_str::<Handover>(payload).map(|h| {
+                if !ours(&h.node) {
+                    self.hub.hand_over(&h.agent);
+                }
+            }),
+            "mailslot_release" => serde_json::from_str::<Handover>(payload).map(|r| {
+                if let Some(waiting) = self.waiters().get(&r.agent) {
+                    waiting.notify_waiters();
+                }
+            }),
             _ => return,
         };
         if let Err(e) = parsed {
             tracing::warn!(channel, error = %e, "ignored a notification this node cannot read");
         }
+    }
+
+    fn waiters(&self) -> std::sync::MutexGuard<'_, HashMap<AgentName, Arc<Notify>>> {
+        self.releases.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// Asks the node holding `agent` to let go, and waits for it (bounded).
+    async fn hand_over_to_me(&self, agent: &AgentName) {
+        let released = self.waiters().entry(agent.clone()).or_default().clone();
+        // Listening before the holder is looked up: a release right after is not missed.
+        let notified = released.notified();
+        tokio::pin!(notified);
+        notified.as_mut().enable();
+        match self.notifier.lease_holder(agent.as_str()).await {
+            Ok(Some(holder)) if holder != self.node => {
+                self.broadcast(
+                    "mailslot_handover",
+                    Handover {
+                        agent: agent.clone(),
+                        node: self.node.clone(),
+                    },
+                );
+                if tokio::time::timeout(HANDOVER_BOUND, notified)
+                    .await
+                    .is_err()
+                {
+                    tracing::info!(%agent, %holder, "the node holding the agent did not let go in time; taking over (its acks are refused from now on)");
+                }
+            }
+            Ok(_) => {}
+            Err(e) => {
+                tracing::warn!(%agent, error = %e, "could not look up who holds the agent; taking over")
+            }
+        }
+        self.waiters().remove(agent);
     }
 
     /// Sends `payload` on `channel` to the other nodes, without waiting.
@@ -144,6 +214,13 @@ impl Cluster {
 impl Presence for Cluster {
     fn attach(&self, agent: &AgentName) -> Attached {
         self.hub.attach(agent)
+    }
+
+    fn take_over<'a>(
+        &'a self,
+        agent: &'a AgentName,
+    ) -> Pin<Box<dyn Future<Output = ()> + Send + 'a>> {
+        Box::pin(self.hand_over_to_me(agent))
     }
 
     fn claimed(&self, agent: &AgentName, conn: u64, epoch: Epoch) {

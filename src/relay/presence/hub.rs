@@ -12,6 +12,8 @@
 //! when the client reconnects lets the new session read the acked mail and deliver it again.
 
 use std::collections::HashMap;
+use std::future::Future;
+use std::pin::Pin;
 use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 
@@ -270,6 +272,13 @@ impl Presence for Hub {
         }
     }
 
+    fn take_over<'a>(
+        &'a self,
+        _agent: &'a AgentName,
+    ) -> Pin<Box<dyn Future<Output = ()> + Send + 'a>> {
+        Box::pin(std::future::ready(()))
+    }
+
     fn claimed(&self, agent: &AgentName, conn: u64, epoch: Epoch) {
         if let Some(e) = self.lock().get_mut(agent)
             && e.conn == conn
@@ -291,6 +300,17 @@ impl Hub {
     pub fn wake_all(&self) {
         for e in self.lock().values() {
             e.missed.set();
+        }
+    }
+
+    /// Ends the agent's session here, if it is serving (has claimed its lease): a node where
+    /// the agent connected since asks for it.
+    pub fn hand_over(&self, agent: &AgentName) {
+        let mut sessions = self.lock();
+        if sessions.get(agent).is_some_and(|e| e.epoch.is_some())
+            && let Some(old) = sessions.remove(agent)
+        {
+            let _ = old.kick.send(Kick::Replaced);
         }
     }
 

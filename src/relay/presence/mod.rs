@@ -12,6 +12,9 @@ mod hub;
 pub use cluster::Cluster;
 pub use hub::{Attached, Hub, Kick, Quiet};
 
+use std::future::Future;
+use std::pin::Pin;
+
 use super::storage::{Committed, Epoch};
 use crate::protocol::{AgentName, ConsentEvent};
 
@@ -20,6 +23,15 @@ pub trait Presence: Send + Sync + 'static {
     /// Makes a new connection the agent's delivery session on this node, ending any older
     /// one.
     fn attach(&self, agent: &AgentName) -> Attached;
+
+    /// Waits until a session of the agent on another node has ended with its acks committed,
+    /// asking it to end — for a bounded time, since a node that died answers nothing (its
+    /// acks are fenced by the claim that follows). Returns at once on one node, whose hub
+    /// already makes sessions of an agent take turns.
+    fn take_over<'a>(
+        &'a self,
+        agent: &'a AgentName,
+    ) -> Pin<Box<dyn Future<Output = ()> + Send + 'a>>;
 
     /// Records the lease the session `conn` claimed, so news of a later claim elsewhere ends
     /// it and news of an earlier one does not.

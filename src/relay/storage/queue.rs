@@ -134,6 +134,14 @@ pub trait Queue: Send + Sync + 'static {
     /// or another) cannot acknowledge mail its successor is already delivering.
     fn claim(&self, agent: AgentName) -> impl Future<Output = Result<Epoch, StorageError>> + Send;
 
+    /// Says the session that claimed `epoch` has ended with every ack it received committed,
+    /// so a claim on another node need not wait for it. Nothing changes if a later claim came.
+    fn release(
+        &self,
+        agent: AgentName,
+        epoch: Epoch,
+    ) -> impl Future<Output = Result<(), StorageError>> + Send;
+
     /// Deletes everything for `agent` up to and including `upto`, if `epoch` is still the
     /// agent's latest claim.
     fn ack(

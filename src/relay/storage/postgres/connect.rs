@@ -190,6 +190,18 @@ impl Notifier {
             .await?;
         Ok(())
     }
+
+    /// The node whose session holds `agent`'s lease now, if one does.
+    pub async fn lease_holder(&self, agent: &str) -> Result<Option<String>, StorageError> {
+        let client = self.0.get().await?;
+        let row = client
+            .query_opt("SELECT node FROM leases WHERE agent = $1", &[&agent])
+            .await?;
+        Ok(match row {
+            Some(row) => row.try_get(0)?,
+            None => None,
+        })
+    }
 }
 
 /// rustls with `ring`, trusting the platform's roots, or those of `SSL_CERT_FILE` /

@@ -288,6 +288,12 @@ impl Queue for PostgresStorage {
             .map(Epoch::new)
     }
 
+    /// The lease row forgets its node, and a `mailslot_release` notification tells the node
+    /// that may be waiting to claim.
+    async fn release(&self, agent: AgentName, epoch: Epoch) -> Result<(), StorageError> {
+        queue::release(&self.client().await?, &agent, epoch.get(), &self.node_id).await
+    }
+
     async fn ack(
         &self,
         agent: AgentName,

@@ -108,6 +108,34 @@ pub(super) async fn ack_fenced(
     Ok(Some(count))
 }
 
+/// Ends the lease `epoch` of `agent` held by `node` (its session ended, its acks committed),
+/// unless a later claim came; tells the other nodes at the commit.
+pub(super) async fn release(
+    client: &Client,
+    agent: &AgentName,
+    epoch: u64,
+    node: &str,
+) -> Result<(), StorageError> {
+    let payload = serde_json::json!({ "agent": agent.as_str(), "epoch": epoch, "node": node });
+    // One statement, so the notification goes exactly when the row changes.
+    client
+        .execute(
+            "WITH released AS (
+                 UPDATE leases SET node = NULL WHERE agent = $1 AND epoch = $2 AND node = $3
+                 RETURNING agent
+             )
+             SELECT pg_notify('mailslot_release', $4) FROM released",
+            &[
+                &agent.as_str(),
+                &seq_to_db(epoch),
+                &node,
+                &payload.to_string(),
+            ],
+        )
+        .await?;
+    Ok(())
+}
+
 /// Takes `agent`'s lease for `node`; returns the new epoch.
 pub(super) async fn claim(
     client: &mut Client,

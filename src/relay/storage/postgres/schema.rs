@@ -100,6 +100,10 @@ CREATE TABLE bounces (
     PRIMARY KEY (sender, message_id, recipient)
 );
 "#,
+    r#"
+-- A lease whose session ended (released) has no node: a claim need not wait for anyone.
+ALTER TABLE leases ALTER COLUMN node DROP NOT NULL;
+"#,
 ];
 
 /// The advisory lock key under which migrations run ("mailslot" in ASCII, as a number).

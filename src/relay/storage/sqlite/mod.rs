@@ -510,6 +510,11 @@ impl Queue for SqliteStorage {
         Ok(queue::lock(&self.index).claim(&agent))
     }
 
+    /// Sessions on one node already follow each other (the hub's turn): nothing to record.
+    async fn release(&self, _agent: AgentName, _epoch: Epoch) -> Result<(), StorageError> {
+        Ok(())
+    }
+
     async fn ack(
         &self,
         agent: AgentName,
