@@ -5,6 +5,8 @@
 //! backend's edge, so nothing outside a backend sees its database's types. Every backend
 //! passes one contract suite (`tests/storage_contract.rs`).
 
+use std::future::Future;
+
 mod consent;
 mod error;
 mod metrics;
@@ -34,4 +36,8 @@ pub trait Storage: Registry + ConsentLedger + Queue {
 
     /// The series this storage records its writes in.
     fn metrics(&self) -> &StorageMetrics;
+
+    /// A cheap liveness probe of the database, for `/healthz`: `Ok` when writes can be made.
+    /// It may wait as long as the database does; the caller bounds the wait.
+    fn check_health(&self) -> impl Future<Output = Result<(), StorageError>> + Send;
 }

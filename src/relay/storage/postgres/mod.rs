@@ -335,4 +335,19 @@ impl Storage for PostgresStorage {
     fn metrics(&self) -> &StorageMetrics {
         &self.metrics
     }
+
+    /// `SELECT 1` on a connection from the pool (a new one when the pooled ones broke).
+    async fn check_health(&self) -> Result<(), StorageError> {
+        let client = self.pool.get().await.map_err(|e| {
+            StorageError::Unavailable(match e {
+                deadpool_postgres::PoolError::Backend(e) => describe(&e),
+                other => format!("no connection to the relay database: {other}"),
+            })
+        })?;
+        client
+            .query_one("SELECT 1", &[])
+            .await
+            .map_err(|e| StorageError::Unavailable(describe(&e)))?;
+        Ok(())
+    }
 }

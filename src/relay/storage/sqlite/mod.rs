@@ -555,6 +555,17 @@ impl Storage for SqliteStorage {
     fn metrics(&self) -> &StorageMetrics {
         &self.metrics
     }
+
+    /// An empty write through the writer: it answers once a batch has passed the writer and
+    /// the syncer, and fails once they stopped or a flush failed (every write is refused then).
+    async fn check_health(&self) -> Result<(), StorageError> {
+        let (reply, answer) = oneshot::channel();
+        let probe = |_: &mut Batch<'_, '_>| Ok(());
+        self.writes
+            .send(Box::new(Op::new(probe, reply)))
+            .map_err(|_| StorageError::Closed)?;
+        answer.await.map_err(|_| StorageError::Closed)?
+    }
 }
 
 #[cfg(test)]
