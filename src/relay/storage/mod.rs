@@ -14,6 +14,7 @@ pub(crate) mod postgres;
 mod queue;
 mod registry;
 mod report;
+mod snapshot;
 mod sqlite;
 
 pub use consent::{ConsentChange, ConsentLedger, ConsentOutcome, ConsentState};
@@ -26,6 +27,10 @@ pub use queue::{
 pub use registry::{InviteDigest, Registration, Registry};
 pub use report::{
     CheckReport, DamagedRecord, DatabaseReport, Loss, RecordKind, SpoolReport, Unclosed,
+};
+pub use snapshot::{
+    AgentRecord, InviteRecord, MigrateError, Moved, RelationKind, RelationRecord, RequestRecord,
+    Snapshot, WaitingCopies, WaitingCopy,
 };
 pub use sqlite::SqliteStorage;
 

@@ -6,6 +6,7 @@
 
 mod check;
 mod consent;
+mod export;
 mod queue;
 mod scan;
 mod schema;
@@ -27,7 +28,7 @@ use self::writer::{Batch, Op, WriteQueue};
 use super::{
     Accepted, AckOutcome, CheckReport, CommitListener, ConsentChange, ConsentLedger,
     ConsentOutcome, ConsentState, Copy, Epoch, InviteDigest, Pending, Queue, Queued, Quota,
-    Registration, Registry, Storage, StorageError, StorageMetrics,
+    Registration, Registry, Snapshot, Storage, StorageError, StorageMetrics,
 };
 
 /// SQLite's busy and locked answers pass if tried again; every other failure is kept as is.
@@ -135,6 +136,16 @@ impl SqliteStorage {
     /// not be running on them): what is damaged, and what is lost with it.
     pub fn check(path: &Path) -> Result<CheckReport, StorageError> {
         check::check(path)
+    }
+
+    /// Reads the stopped relay's database at `path` and its spool, changing neither, for a
+    /// move to another backend (`mailslot relay migrate`): the tables whole, the waiting copies
+    /// recipient by recipient in sequence order, read from the spool in chunks of at most
+    /// 4 MiB. Copies past their expiry become bounces, as the relay's next start would make
+    /// them; damaged spool records are skipped and counted. The relay must not be running on
+    /// the files.
+    pub fn export(path: &Path) -> Result<Snapshot, StorageError> {
+        export::export(path)
     }
 
     /// Opens (creating or migrating) the database and its spool, loads the queue index and
