@@ -12,8 +12,11 @@ use common::postgres::PgCluster;
 use common::relay_process::RelayProcess;
 use common::*;
 use mailslot::client::{ClientError, Connection};
+use mailslot::protocol::{AgentName, MessageId};
 use mailslot::protocol::{ClientFrame, ErrorCode, OwnerAct, Policy, RequestCode, ServerFrame};
-use mailslot::relay::storage::{PostgresStorage, Queue, Registry, Storage};
+use mailslot::relay::storage::{
+    AgentRecord, PostgresStorage, Queue, Registry, Snapshot, Storage, StorageError, WaitingCopy,
+};
 
 /// Runs `mailslot [--json] relay migrate --from FROM --to TO` in an empty home.
 fn migrate(from: &Path, to: &str, json: bool) -> Output {
@@ -244,4 +247,72 @@ fn a_running_relay_is_not_migrated() {
         "{said}"
     );
     assert!(!said.contains("hunter2"), "{said}");
+}
+
+#[tokio::test]
+async fn a_failed_migration_leaves_the_database_as_it_was() {
+    let Some(cluster) = PgCluster::shared() else {
+        return;
+    };
+    let url = cluster.create_database("failed_migrate").await;
+    let (alice, bob) = (TestAgent::new("alice"), TestAgent::new("bob"));
+    let snapshot = |fail: bool| {
+        let agents = [&alice, &bob]
+            .map(|a| AgentRecord {
+                name: a.name.clone(),
+                keys: a.identity.public().to_keys(),
+                registered_at_ms: 0,
+                policy: Some(Policy::Open),
+                listing: None,
+                owner: Some(a.owner.public()),
+                retired_until_ms: None,
+            })
+            .to_vec();
+        let copy = WaitingCopy {
+            recipient: bob.name.clone(),
+            sender: alice.name.clone(),
+            id: MessageId::new(),
+            envelope: b"{}".to_vec(),
+            accepted_at_ms: 0,
+            expires_at_ms: i64::MAX,
+        };
+        // The second chunk fails to read, after the first was written.
+        let mut chunks = vec![Ok(vec![copy])];
+        if fail {
+            chunks.push(Err(StorageError::Database("the spool broke".into())));
+        }
+        Snapshot {
+            relay_id: "relay-0123456789abcdef".into(),
+            agents,
+            invites: Vec::new(),
+            relations: Vec::new(),
+            requests: Vec::new(),
+            bounces: Vec::new(),
+            damaged_records: 0,
+            copies: Box::new(chunks.into_iter()),
+        }
+    };
+    let failed = PostgresStorage::import(&url, snapshot(true)).await;
+    assert!(
+        failed
+            .as_ref()
+            .is_err_and(|e| e.to_string().contains("the spool broke")),
+        "{:?}",
+        failed.map(|_| ())
+    );
+    let storage = PostgresStorage::connect(&url).await.unwrap();
+    let name = |n: &str| AgentName::new(n).unwrap();
+    assert_eq!(storage.keys(name("alice")).await.unwrap(), None);
+    assert_eq!(storage.total_waiting().await.unwrap(), 0);
+    assert_ne!(storage.relay_id(), "relay-0123456789abcdef");
+    drop(storage);
+
+    // Still empty, so the move can be made again.
+    let moved = PostgresStorage::import(&url, snapshot(false))
+        .await
+        .unwrap();
+    assert_eq!((moved.agents, moved.copies), (2, 1));
+    let storage = PostgresStorage::connect(&url).await.unwrap();
+    assert_eq!(storage.relay_id(), "relay-0123456789abcdef");
+    assert_eq!(storage.waiting(bob.name.clone()).await.unwrap(), 1);
 }

@@ -144,7 +144,8 @@ impl PostgresStorage {
 
     /// Moves `snapshot` (another relay's data, see [`Snapshot`]) into the database at `url`,
     /// bringing its schema up to date first: in one transaction, refused unless the database
-    /// holds no agents and no mail, so a failure or a refusal leaves it as it was. The relay id
+    /// holds no agents and no mail, so a failure or a refusal leaves none of the relay in it
+    /// (the schema stays, as any node would make it). The relay id
     /// carries over; start the nodes after it returns (a node reads the id when it starts).
     pub async fn import(url: &str, snapshot: Snapshot) -> Result<Moved, MigrateError> {
         let target = Target::parse(url)?;
