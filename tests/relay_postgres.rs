@@ -85,3 +85,56 @@ async fn the_relay_logs_its_database_url_without_the_password() {
         "a PostgreSQL node keeps no lock or pid files in the home"
     );
 }
+
+/// `GET path` on the relay at `addr`: the status and the body.
+async fn get(addr: std::net::SocketAddr, path: &str) -> (u16, String) {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let mut stream = tokio::net::TcpStream::connect(addr).await.unwrap();
+    let request = format!("GET {path} HTTP/1.1\r\nHost: {addr}\r\nConnection: close\r\n\r\n");
+    stream.write_all(request.as_bytes()).await.unwrap();
+    let mut response = Vec::new();
+    tokio::time::timeout(EVENT_TIMEOUT, stream.read_to_end(&mut response))
+        .await
+        .expect("an answer in time")
+        .unwrap();
+    let text = String::from_utf8_lossy(&response).into_owned();
+    let (head, body) = text.split_once("\r\n\r\n").unwrap();
+    let status = head.split(' ').nth(1).unwrap().parse().unwrap();
+    (status, body.to_owned())
+}
+
+#[tokio::test]
+async fn healthz_answers_503_while_the_database_is_down() {
+    // A cluster of its own: this test stops it.
+    let Some(cluster) = PgCluster::start() else {
+        return;
+    };
+    let url = cluster.create_database("health").await;
+    let relay = TestRelay::start(move |c| c.db = Some(url.into())).await;
+    let addr = relay.relay.addr();
+    assert_eq!(get(addr, "/healthz").await, (200, "ok\n".to_owned()));
+
+    cluster.kill9();
+    // The server's backends outlive its main process for a moment (they exit once they notice
+    // it is gone), and one of them may still answer a pooled connection's `SELECT 1`.
+    let body = wait_until(EVENT_TIMEOUT, "/healthz answers 503", async || {
+        let (status, body) = get(addr, "/healthz").await;
+        (status == 503).then_some(body)
+    })
+    .await;
+    let said: serde_json::Value = serde_json::from_str(&body).unwrap();
+    assert_eq!(said["status"], "unavailable", "{said}");
+    assert_eq!(said["failed"], "database", "{said}");
+    assert!(
+        said["message"].as_str().is_some_and(|m| !m.is_empty()),
+        "{said}"
+    );
+
+    cluster.start_again();
+    // The server accepts connections now; a pooled connection that broke is replaced.
+    wait_until(EVENT_TIMEOUT, "/healthz answers ok again", async || {
+        (get(addr, "/healthz").await == (200, "ok\n".to_owned())).then_some(())
+    })
+    .await;
+    relay.relay.shutdown().await;
+}

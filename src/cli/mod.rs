@@ -407,8 +407,11 @@ impl Ctx {
 /// Runs a parsed command line; exit code 0 on success, 1 on failure (clap exits 2 on usage).
 pub fn run(cli: Cli) -> ExitCode {
     match &cli.command {
-        // A relay is a service: its operator wants to see what it does.
-        Command::Relay(args) => init_logging("info", args.log_format == relay::LogFormat::Json),
+        // A relay is a service: its operator wants to see what it does. Its one-off
+        // subcommands (migrate, invite, check) say only what went wrong.
+        Command::Relay(args) if args.action.is_none() => {
+            init_logging("info", args.log_format == relay::LogFormat::Json)
+        }
         _ => init_logging("warn", false),
     }
     match dispatch(cli) {

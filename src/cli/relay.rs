@@ -1,7 +1,7 @@
 //! `mailslot relay`: run a relay in the foreground until SIGINT or SIGTERM; `relay status`
 //! and `relay stop` for the one this home runs in the background; `relay check` to verify a
 //! stopped relay's database and spool; `relay invite` for a relay that registers by invite
-//! only.
+//! only; `relay migrate` to move a stopped SQLite relay into PostgreSQL.
 
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
@@ -13,7 +13,7 @@ use serde::Serialize;
 use super::Ctx;
 use super::local_relay::{self, RelayFiles};
 use super::output::{self, outln};
-use crate::relay::storage::{CheckReport, SqliteStorage, is_postgres_url, redact_url};
+use crate::relay::storage::{CheckReport, Moved, SqliteStorage, is_postgres_url, redact_url};
 use crate::relay::{Relay, RelayConfig, make_invites, make_postgres_invites};
 
 /// The exit code of `relay check` when it found damage.
@@ -65,6 +65,17 @@ pub enum RelayAction {
         /// Database file [default: <home>/relay/relay.db]
         #[arg(long, value_name = "PATH")]
         db: Option<PathBuf>,
+    },
+    /// Move a stopped SQLite relay (registrations, consent, waiting mail, its relay id) into an
+    /// empty PostgreSQL database, in one transaction; the SQLite files are only read
+    Migrate {
+        /// The SQLite relay's database file [default: <home>/relay/relay.db]
+        #[arg(long, value_name = "PATH")]
+        from: Option<PathBuf>,
+        /// The empty PostgreSQL database: postgres://USER@HOST:PORT/DB (add ?sslmode=require
+        /// for TLS); its schema is created if missing
+        #[arg(long, value_name = "URL")]
+        to: String,
     },
 }
 
@@ -121,6 +132,7 @@ pub(super) fn run(ctx: &Ctx, args: RelayArgs) -> anyhow::Result<ExitCode> {
         Some(RelayAction::Invite { db: chosen, count }) => {
             invite(ctx, &chosen.unwrap_or(db), count)
         }
+        Some(RelayAction::Migrate { from, to }) => migrate(ctx, &from.unwrap_or(db), &to),
         None => serve(args, db),
     }
     .map(|()| ExitCode::SUCCESS)
@@ -226,6 +238,75 @@ fn invite(ctx: &Ctx, db: &Path, count: u32) -> anyhow::Result<()> {
             "{}\nEach invite registers one new agent, once: `mailslot --agent NAME register --invite TOKEN` (they are shown only now).",
             r.invites.join("\n")
         )
+    })
+}
+
+#[derive(Serialize)]
+struct Migrated {
+    from: String,
+    to: String,
+    #[serde(flatten)]
+    moved: Moved,
+}
+
+/// `relay migrate`: holds the SQLite relay's lock while it reads, so none starts on the files.
+fn migrate(ctx: &Ctx, from: &Path, to: &str) -> anyhow::Result<()> {
+    if !is_postgres_url(to) {
+        anyhow::bail!(
+            "--to takes the PostgreSQL database's URL, postgres://USER@HOST:PORT/DB, not {}",
+            redact_url(to)
+        );
+    }
+    if postgres_url(from).is_some() {
+        anyhow::bail!(
+            "--from takes the SQLite relay's database file; a PostgreSQL relay needs no migration"
+        );
+    }
+    let _lock = if from.is_file() {
+        let lock = RelayFiles::for_db(from)
+            .lock()
+            .context("relay migrate reads the SQLite relay only while it is stopped")?;
+        Some(lock)
+    } else {
+        None
+    };
+    let moved = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()?
+        .block_on(crate::relay::migrate(from, to))?;
+    let report = Migrated {
+        from: from.display().to_string(),
+        to: redact_url(to),
+        moved,
+    };
+    output::emit(ctx.json, &report, |r| {
+        let m = &r.moved;
+        let mut lines = vec![
+            format!("moved relay {} from {} to {}:", m.relay_id, r.from, r.to),
+            format!(
+                "  {} agents ({} retired, their names held), {} unused invites",
+                m.agents, m.retired, m.invites
+            ),
+            format!(
+                "  {} contacts, {} blocks, {} open contact requests",
+                m.contacts, m.blocks, m.requests
+            ),
+            format!(
+                "  {} waiting copies ({} bytes) for {} recipients, {} bounces not fetched yet",
+                m.copies, m.bytes, m.recipients, m.bounces
+            ),
+        ];
+        if m.damaged_records > 0 {
+            lines.push(format!(
+                "  {} damaged spool records were skipped; `mailslot relay check --db {}` lists them",
+                m.damaged_records, r.from
+            ));
+        }
+        lines.push(
+            "Now start the relay nodes with --db on this database; keep the SQLite files until they serve."
+                .into(),
+        );
+        lines.join("\n")
     })
 }
 

@@ -3,6 +3,7 @@
 
 use std::net::SocketAddr;
 use std::sync::Arc;
+use std::time::Duration;
 
 use axum::Json;
 use axum::Router;
@@ -27,11 +28,13 @@ const SOCKET_BUFFER: usize = 4 * 1024;
 /// Bytes of queued frames written in one system call. The buffer only grows while frames
 /// queue up, so idle connections do not pay for it.
 const WRITE_BUFFER: usize = 64 * 1024;
+/// How long `/healthz` waits for the database's answer.
+const HEALTH_TIMEOUT: Duration = Duration::from_secs(2);
 
 /// Every route.
 pub fn router<S: Storage>(state: Arc<RelayState<S>>) -> Router {
     Router::new()
-        .route("/healthz", get(|| async { "ok\n" }))
+        .route("/healthz", get(healthz::<S>))
         .route("/metrics", get(metrics::<S>))
         .route("/v1/ws", get(websocket::<S>))
         .route("/v1/agents", post(register::<S>))
@@ -52,6 +55,40 @@ fn error(status: StatusCode, code: ErrorCode, message: impl Into<String>) -> Res
         Json(ErrorBody {
             code,
             message: message.into(),
+        }),
+    )
+        .into_response()
+}
+
+/// What `/healthz` says when the relay cannot serve.
+#[derive(Serialize)]
+struct Unhealthy {
+    /// Always `unavailable`.
+    status: &'static str,
+    /// What failed: `database`.
+    failed: &'static str,
+    /// Why, in the storage's words.
+    message: String,
+}
+
+/// `ok` (200) when the database answers a cheap probe within [`HEALTH_TIMEOUT`], else 503
+/// with an [`Unhealthy`] body.
+async fn healthz<S: Storage>(State(state): State<Arc<RelayState<S>>>) -> Response {
+    let message = match tokio::time::timeout(HEALTH_TIMEOUT, state.storage.check_health()).await {
+        Ok(Ok(())) => return "ok\n".into_response(),
+        Ok(Err(e)) => e.to_string(),
+        Err(_) => format!(
+            "the relay database did not answer within {} s",
+            HEALTH_TIMEOUT.as_secs()
+        ),
+    };
+    tracing::warn!(error = %message, "health check failed");
+    (
+        StatusCode::SERVICE_UNAVAILABLE,
+        Json(Unhealthy {
+            status: "unavailable",
+            failed: "database",
+            message,
         }),
     )
         .into_response()

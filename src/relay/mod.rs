@@ -11,6 +11,7 @@ mod http;
 mod limits;
 mod listener;
 mod metrics;
+mod migrate;
 mod presence;
 mod registration;
 mod retire;
@@ -29,6 +30,7 @@ use tokio::sync::watch;
 use tokio::task::JoinHandle;
 
 pub use config::{RegistrationMode, RelayConfig, RelayConfigError};
+pub use migrate::migrate;
 use presence::{Cluster, Hub, Presence};
 pub use registration::{make_invites, make_postgres_invites};
 use state::RelayState;

@@ -825,6 +825,10 @@ mod tests {
         fn metrics(&self) -> &StorageMetrics {
             self.inner.metrics()
         }
+
+        async fn check_health(&self) -> Result<(), StorageError> {
+            self.inner.check_health().await
+        }
     }
 
     type Socket = tokio_tungstenite::WebSocketStream<

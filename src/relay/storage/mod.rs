@@ -5,6 +5,8 @@
 //! backend's edge, so nothing outside a backend sees its database's types. Every backend
 //! passes one contract suite (`tests/storage_contract.rs`).
 
+use std::future::Future;
+
 mod consent;
 mod error;
 mod metrics;
@@ -12,6 +14,7 @@ pub(crate) mod postgres;
 mod queue;
 mod registry;
 mod report;
+mod snapshot;
 mod sqlite;
 
 pub use consent::{ConsentChange, ConsentLedger, ConsentOutcome, ConsentState};
@@ -25,6 +28,10 @@ pub use registry::{InviteDigest, Registration, Registry};
 pub use report::{
     CheckReport, DamagedRecord, DatabaseReport, Loss, RecordKind, SpoolReport, Unclosed,
 };
+pub use snapshot::{
+    AgentRecord, InviteRecord, MigrateError, Moved, RelationKind, RelationRecord, RequestRecord,
+    Snapshot, WaitingCopies, WaitingCopy,
+};
 pub use sqlite::SqliteStorage;
 
 /// A whole backend: every role, over one database, with the relay's id and its metrics.
@@ -34,4 +41,8 @@ pub trait Storage: Registry + ConsentLedger + Queue {
 
     /// The series this storage records its writes in.
     fn metrics(&self) -> &StorageMetrics;
+
+    /// A cheap liveness probe of the database, for `/healthz`: `Ok` when writes can be made.
+    /// It may wait as long as the database does; the caller bounds the wait.
+    fn check_health(&self) -> impl Future<Output = Result<(), StorageError>> + Send;
 }

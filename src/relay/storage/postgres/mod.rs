@@ -5,11 +5,13 @@
 //!
 //! Files by role: `registry` (registrations, keys, owners, listings, invites), `consent`,
 //! `queue` (reads, acks, the delivery lease, expiry), `batch` (the group-committing writer),
-//! `schema` (migrations), `connect` (URL, TLS, pool).
+//! `schema` (migrations), `connect` (URL, TLS, pool), `import` (a relay moved in from another
+//! backend).
 
 mod batch;
 mod connect;
 mod consent;
+mod import;
 mod queue;
 mod registry;
 mod schema;
@@ -24,8 +26,8 @@ pub use connect::{Notifier, Target, is_postgres_url, redact_url};
 
 use super::{
     Accepted, AckOutcome, CommitListener, ConsentChange, ConsentLedger, ConsentOutcome,
-    ConsentState, Copy, Epoch, InviteDigest, Pending, Queue, Queued, Quota, Registration, Registry,
-    Storage, StorageError, StorageMetrics,
+    ConsentState, Copy, Epoch, InviteDigest, MigrateError, Moved, Pending, Queue, Queued, Quota,
+    Registration, Registry, Snapshot, Storage, StorageError, StorageMetrics,
 };
 use crate::protocol::{
     AgentName, Bounce, BounceKey, MessageId, OwnerKey, Policy, PublicKeys, RequestCode, Seq,
@@ -138,6 +140,24 @@ impl PostgresStorage {
             listener,
             metrics,
         })
+    }
+
+    /// Moves `snapshot` (another relay's data, see [`Snapshot`]) into the database at `url`,
+    /// bringing its schema up to date first: in one transaction, refused unless the database
+    /// holds no agents and no mail, so a failure or a refusal leaves none of the relay in it
+    /// (the schema stays, as any node would make it). The relay id
+    /// carries over; start the nodes after it returns (a node reads the id when it starts).
+    pub async fn import(url: &str, snapshot: Snapshot) -> Result<Moved, MigrateError> {
+        let target = Target::parse(url)?;
+        let pool = target.pool()?;
+        let mut client = pool.get().await.map_err(|e| {
+            StorageError::Database(format!(
+                "cannot connect to the relay database {}: {e}",
+                target.shown()
+            ))
+        })?;
+        schema::migrate(&mut client).await?;
+        import::import(&mut client, target.shown(), snapshot).await
     }
 
     /// This node's id, made at connect: it tags the `mailslot_wake` and `mailslot_lease`
@@ -340,5 +360,20 @@ impl Storage for PostgresStorage {
 
     fn metrics(&self) -> &StorageMetrics {
         &self.metrics
+    }
+
+    /// `SELECT 1` on a connection from the pool (a new one when the pooled ones broke).
+    async fn check_health(&self) -> Result<(), StorageError> {
+        let client = self.pool.get().await.map_err(|e| {
+            StorageError::Unavailable(match e {
+                deadpool_postgres::PoolError::Backend(e) => describe(&e),
+                other => format!("no connection to the relay database: {other}"),
+            })
+        })?;
+        client
+            .query_one("SELECT 1", &[])
+            .await
+            .map_err(|e| StorageError::Unavailable(describe(&e)))?;
+        Ok(())
     }
 }

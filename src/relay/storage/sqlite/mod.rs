@@ -6,6 +6,7 @@
 
 mod check;
 mod consent;
+mod export;
 mod queue;
 mod scan;
 mod schema;
@@ -27,7 +28,7 @@ use self::writer::{Batch, Op, WriteQueue};
 use super::{
     Accepted, AckOutcome, CheckReport, CommitListener, ConsentChange, ConsentLedger,
     ConsentOutcome, ConsentState, Copy, Epoch, InviteDigest, Pending, Queue, Queued, Quota,
-    Registration, Registry, Storage, StorageError, StorageMetrics,
+    Registration, Registry, Snapshot, Storage, StorageError, StorageMetrics,
 };
 
 /// SQLite's busy and locked answers pass if tried again; every other failure is kept as is.
@@ -135,6 +136,16 @@ impl SqliteStorage {
     /// not be running on them): what is damaged, and what is lost with it.
     pub fn check(path: &Path) -> Result<CheckReport, StorageError> {
         check::check(path)
+    }
+
+    /// Reads the stopped relay's database at `path` and its spool, changing neither, for a
+    /// move to another backend (`mailslot relay migrate`): the tables whole, the waiting copies
+    /// recipient by recipient in sequence order, read from the spool in chunks of at most
+    /// 4 MiB. Copies past their expiry become bounces, as the relay's next start would make
+    /// them; damaged spool records are skipped and counted. The relay must not be running on
+    /// the files.
+    pub fn export(path: &Path) -> Result<Snapshot, StorageError> {
+        export::export(path)
     }
 
     /// Opens (creating or migrating) the database and its spool, loads the queue index and
@@ -559,6 +570,17 @@ impl Storage for SqliteStorage {
 
     fn metrics(&self) -> &StorageMetrics {
         &self.metrics
+    }
+
+    /// An empty write through the writer: it answers once a batch has passed the writer and
+    /// the syncer, and fails once they stopped or a flush failed (every write is refused then).
+    async fn check_health(&self) -> Result<(), StorageError> {
+        let (reply, answer) = oneshot::channel();
+        let probe = |_: &mut Batch<'_, '_>| Ok(());
+        self.writes
+            .send(Box::new(Op::new(probe, reply)))
+            .map_err(|_| StorageError::Closed)?;
+        answer.await.map_err(|_| StorageError::Closed)?
     }
 }
 

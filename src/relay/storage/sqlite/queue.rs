@@ -415,6 +415,39 @@ impl QueueIndex {
     pub(super) fn total_waiting(&self) -> u64 {
         self.boxes.iter().map(|m| m.rows.len() as u64).sum()
     }
+
+    /// Every unacknowledged copy and where it is: recipient by recipient in name order, each
+    /// recipient's in sequence order.
+    pub(super) fn waiting_rows(&self) -> Vec<WaitingRow> {
+        let mut boxes: Vec<&Mailbox> = self.boxes.iter().filter(|m| !m.rows.is_empty()).collect();
+        boxes.sort_unstable_by(|a, b| a.name.cmp(&b.name));
+        boxes
+            .into_iter()
+            .flat_map(|mailbox| {
+                mailbox.rows.iter().map(|row| WaitingRow {
+                    recipient: mailbox.name.clone(),
+                    sender: self.boxes[row.key.1 as usize].name.clone(),
+                    id: row.key.0,
+                    seq: row.seq,
+                    expires_at_ms: row.expires_at_ms,
+                    size: row.size,
+                    at: row.at,
+                })
+            })
+            .collect()
+    }
+}
+
+/// An unacknowledged copy as the index knows it: enough to read it back from the spool.
+pub(super) struct WaitingRow {
+    pub(super) recipient: AgentName,
+    pub(super) sender: AgentName,
+    pub(super) id: MessageId,
+    pub(super) seq: Seq,
+    pub(super) expires_at_ms: i64,
+    /// The envelope's bytes.
+    pub(super) size: u32,
+    pub(super) at: Location,
 }
 
 /// A send, as the writer applies it.
