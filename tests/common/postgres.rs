@@ -129,6 +129,32 @@ impl PgCluster {
         self.url(&db)
     }
 
+    /// Turns TLS on with this certificate chain and key (PEM), and from then on accepts only
+    /// TLS connections (`hostssl`); restarts the server.
+    pub fn require_tls(&self, cert_pem: &str, key_pem: &str) {
+        let data = self.data();
+        let own = |path: &Path| {
+            if let Some((uid, gid)) = self.user {
+                std::os::unix::fs::chown(path, Some(uid), Some(gid)).unwrap();
+            }
+        };
+        for (name, pem) in [("server.crt", cert_pem), ("server.key", key_pem)] {
+            let path = data.join(name);
+            std::fs::write(&path, pem).unwrap();
+            std::fs::set_permissions(&path, std::os::unix::fs::PermissionsExt::from_mode(0o600))
+                .unwrap();
+            own(&path);
+        }
+        let conf = data.join("postgresql.conf");
+        let mut text = std::fs::read_to_string(&conf).unwrap();
+        text.push_str("\nssl = on\n");
+        std::fs::write(&conf, text).unwrap();
+        let hba = data.join("pg_hba.conf");
+        std::fs::write(&hba, "hostssl all all 127.0.0.1/32 trust\n").unwrap();
+        own(&hba);
+        self.restart();
+    }
+
     /// Stops the server cleanly (fast shutdown) and starts it again on the same data and port.
     pub fn restart(&self) {
         self.stop(Signal::SIGINT);

@@ -204,6 +204,30 @@ impl Notifier {
     }
 }
 
+/// Why the database at `shown` could not be reached: the whole chain of causes (a TLS
+/// failure's reason is only in its source), with the fix for a refused certificate.
+pub(super) fn unreachable(shown: &str, e: &(dyn std::error::Error + 'static)) -> StorageError {
+    let mut why = e.to_string();
+    let mut cause = e.source();
+    while let Some(c) = cause {
+        let said = c.to_string();
+        if !why.contains(&said) {
+            why.push_str(": ");
+            why.push_str(&said);
+        }
+        cause = c.source();
+    }
+    let hint = if why.contains("certificate") || why.contains("TLS") {
+        "; the database's certificate must be signed by a CA among the system's roots or in \
+         SSL_CERT_FILE / SSL_CERT_DIR, and name the URL's host"
+    } else {
+        ""
+    };
+    StorageError::Unavailable(format!(
+        "cannot connect to the relay database {shown}: {why}{hint}"
+    ))
+}
+
 /// rustls with `ring`, trusting the platform's roots, or those of `SSL_CERT_FILE` /
 /// `SSL_CERT_DIR` when set (as the relay client does for `wss://`).
 fn tls_config() -> Result<ClientConfig, String> {

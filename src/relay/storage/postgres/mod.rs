@@ -112,9 +112,10 @@ impl PostgresStorage {
         let target = Target::parse(url)?;
         let shown = target.shown().to_owned();
         let pool = target.pool()?;
-        let mut client = pool.get().await.map_err(|e| {
-            StorageError::Database(format!("cannot connect to the relay database {shown}: {e}"))
-        })?;
+        let mut client = pool
+            .get()
+            .await
+            .map_err(|e| connect::unreachable(&shown, &e))?;
         let relay_id = schema::migrate(&mut client).await?;
         drop(client);
         let node_id = format!("node-{}", random_hex(6)?);
@@ -150,12 +151,10 @@ impl PostgresStorage {
     pub async fn import(url: &str, snapshot: Snapshot) -> Result<Moved, MigrateError> {
         let target = Target::parse(url)?;
         let pool = target.pool()?;
-        let mut client = pool.get().await.map_err(|e| {
-            StorageError::Database(format!(
-                "cannot connect to the relay database {}: {e}",
-                target.shown()
-            ))
-        })?;
+        let mut client = pool
+            .get()
+            .await
+            .map_err(|e| connect::unreachable(target.shown(), &e))?;
         schema::migrate(&mut client).await?;
         import::import(&mut client, target.shown(), snapshot).await
     }
