@@ -4,6 +4,8 @@ mod claude_code;
 mod corpus;
 mod crypto;
 mod mcp;
+mod postgres;
+mod proc;
 mod relay;
 mod stats;
 mod store;
@@ -75,10 +77,25 @@ pub struct RelayBenchArgs {
     /// Also fill one offline recipient's queue with this many messages, then drain it
     #[arg(long, default_value_t = 0)]
     pub backlog: u32,
-    /// Target this running relay instead of starting one (its rate limits and quotas must
-    /// allow the load); relay CPU and memory are then not reported
+    /// Target this running relay instead of starting one; give it once per node to spread the
+    /// agents over several in turn (their rate limits and quotas must allow the load). Relay
+    /// CPU and memory are then not reported
+    #[arg(long, value_name = "URL", conflicts_with_all = ["nodes", "db", "postgres"])]
+    pub url: Vec<crate::client::RelayUrl>,
+    /// Relay nodes to start, the agents spread over them in turn (so in the ring every message
+    /// crosses to another node); more than one runs on PostgreSQL
+    #[arg(long, default_value_t = 1, value_parser = clap::value_parser!(u32).range(1..=16))]
+    pub nodes: u32,
+    /// The nodes' shared database, postgres://USER@HOST:PORT/DB (its tables stay; each run
+    /// registers new agents) [default: one node on SQLite; several on a throwaway PostgreSQL
+    /// cluster]
     #[arg(long, value_name = "URL")]
-    pub url: Option<crate::client::RelayUrl>,
+    pub db: Option<String>,
+    /// Run the nodes on a throwaway PostgreSQL cluster, even one node: `initdb` in a temp
+    /// folder (PostgreSQL's binaries on PATH or under /usr/lib/postgresql), a free loopback
+    /// port, fsync and synchronous_commit on; removed at the end
+    #[arg(long, conflicts_with = "db")]
+    pub postgres: bool,
     /// Also hold this many idle authenticated connections and report relay memory
     #[arg(long, default_value_t = 0, value_parser = clap::value_parser!(u32).range(0..=19_000))]
     pub idle: u32,

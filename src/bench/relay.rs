@@ -1,6 +1,9 @@
-//! `bench relay`: a load generator against a real relay process on loopback. Messages are
-//! signed and sealed before the timed phase; receivers acknowledge without opening them, so
-//! the figures are the relay's. Every message must arrive exactly once.
+//! `bench relay`: a load generator against real relay processes on loopback: one node on
+//! SQLite, several nodes sharing one PostgreSQL database (the agents spread over them, so
+//! mail crosses nodes), or relays given by URL. Messages are signed and sealed before the
+//! timed phase; receivers acknowledge without opening them, so the figures are the relays'.
+//! Every message must arrive exactly once. CPU time is read from `/proc`: the relay nodes'
+//! and, when it runs here, the PostgreSQL server's.
 
 use std::collections::HashMap;
 use std::io::{BufRead, BufReader};
@@ -14,6 +17,8 @@ use futures_util::{SinkExt, StreamExt};
 use tokio_tungstenite::tungstenite::Message as WsMessage;
 
 use super::RelayBenchArgs;
+use super::postgres::{Cluster, ServerCpu};
+use super::proc;
 use super::stats::Summary;
 use crate::client::RelayUrl;
 use crate::crypto::sign::{Domain, signature};
@@ -21,33 +26,104 @@ use crate::crypto::{Identity, seal};
 use crate::protocol::{
     Address, AgentName, ClientFrame, Limits, Message, MessageId, ServerFrame, hello_payload,
 };
+use crate::relay::storage::is_postgres_url;
 
 /// Sends in flight per connection before waiting for answers.
 const WINDOW: usize = 64;
 /// Acknowledge after this many deliveries.
 const ACK_EVERY: usize = 64;
 
-/// The relay under test: a child process started here, or one already running elsewhere.
-struct RelayProcess {
-    child: Option<Child>,
-    url: RelayUrl,
-    dir: Option<tempfile::TempDir>,
+/// What the relay nodes started here store their data in.
+#[derive(Debug, Clone)]
+pub(super) enum Backend {
+    /// A SQLite database of each node's own, in a temp folder.
+    Sqlite,
+    /// One PostgreSQL database that every node shares.
+    Postgres(String),
 }
 
-impl RelayProcess {
-    /// The relay given with `--url`, or a fresh child process.
-    fn for_args(args: &RelayBenchArgs) -> anyhow::Result<Self> {
-        match &args.url {
-            Some(url) => Ok(Self {
-                child: None,
-                url: url.clone(),
-                dir: None,
-            }),
-            None => Self::start(),
+/// A relay process started here.
+struct Node {
+    child: Child,
+    /// The SQLite database, its spool and the node's home.
+    dir: tempfile::TempDir,
+}
+
+/// The relays under test: child processes started here, or relays already running elsewhere.
+/// Agents are spread over them in turn.
+struct Relays {
+    nodes: Vec<Node>,
+    urls: Vec<RelayUrl>,
+    /// Who the relays are, for the report: "1 node on SQLite", "2 nodes on PostgreSQL".
+    what: String,
+}
+
+impl Relays {
+    /// The relays given with `--url`, or `--nodes` fresh child processes on `backend`.
+    fn for_args(args: &RelayBenchArgs, backend: &Backend) -> anyhow::Result<Self> {
+        if !args.url.is_empty() {
+            return Ok(Self {
+                nodes: Vec::new(),
+                urls: args.url.clone(),
+                what: match args.url.len() {
+                    1 => "the relay at --url".to_owned(),
+                    n => format!("{n} relays given with --url"),
+                },
+            });
         }
+        let count = args.nodes as usize;
+        let mut nodes = Vec::with_capacity(count);
+        let mut urls = Vec::with_capacity(count);
+        for _ in 0..count {
+            let (node, url) = Node::start(backend)?;
+            nodes.push(node);
+            urls.push(url);
+        }
+        let plural = if count == 1 { "" } else { "s" };
+        let on = match backend {
+            Backend::Sqlite => "SQLite",
+            Backend::Postgres(_) => "PostgreSQL",
+        };
+        Ok(Self {
+            nodes,
+            urls,
+            what: format!("{count} node{plural} on {on}"),
+        })
     }
 
-    fn start() -> anyhow::Result<Self> {
+    /// The relay agent number `i` connects to: agents are spread over the relays in turn, so
+    /// in a ring every message crosses from one node to the next.
+    fn url(&self, i: usize) -> &RelayUrl {
+        &self.urls[i % self.urls.len()]
+    }
+
+    /// CPU seconds (user + system) so far, summed over the nodes started here, and of their
+    /// SQLite storage writer threads (the one part that cannot spread over cores; 0 on
+    /// PostgreSQL, whose writer is a task).
+    fn cpu_seconds(&self) -> (f64, f64) {
+        self.nodes
+            .iter()
+            .map(Node::cpu_seconds)
+            .fold((0.0, 0.0), |a, b| (a.0 + b.0, a.1 + b.1))
+    }
+
+    /// The nodes' SQLite write-ahead logs on disk now, in MiB; 0 on PostgreSQL.
+    fn wal_mib(&self) -> f64 {
+        self.nodes.iter().map(Node::wal_mib).sum()
+    }
+
+    /// Resident memory now and at peak, in MiB, summed over the nodes started here.
+    fn rss_mib(&self) -> (f64, f64) {
+        self.nodes
+            .iter()
+            .map(Node::rss_mib)
+            .fold((0.0, 0.0), |a, b| (a.0 + b.0, a.1 + b.1))
+    }
+}
+
+impl Node {
+    /// Starts a relay on `backend`, with limits no benchmark trips, and returns its URL.
+    fn start(backend: &Backend) -> anyhow::Result<(Self, RelayUrl)> {
         let dir = tempfile::tempdir()?;
         let config = dir.path().join("relay.toml");
         // Benchmarks must not trip the abuse limits.
@@ -55,9 +131,13 @@ impl RelayProcess {
             &config,
             "send_rate = 1e9\nsend_burst = 1e9\nquota_messages = 100000000\nquota_bytes = 100000000000\nregistration_burst = 1e9\nmax_connections_per_ip = 1000000\n",
         )?;
+        let db = match backend {
+            Backend::Sqlite => dir.path().join("relay.db").into_os_string(),
+            Backend::Postgres(url) => url.into(),
+        };
         let mut child = Command::new(std::env::current_exe()?)
             .args(["relay", "--listen", "127.0.0.1:0", "--db"])
-            .arg(dir.path().join("relay.db"))
+            .arg(db)
             .arg("--relay-config")
             .arg(&config)
             .arg("--home")
@@ -80,6 +160,7 @@ impl RelayProcess {
                     .parse()
                     .map_err(anyhow::Error::msg)?;
             }
+            eprintln!("relay: {line}");
         };
         std::thread::spawn(move || {
             lines.for_each(|l| {
@@ -88,20 +169,12 @@ impl RelayProcess {
                 }
             })
         });
-        Ok(Self {
-            child: Some(child),
-            url,
-            dir: Some(dir),
-        })
+        Ok((Self { child, dir }, url))
     }
 
-    /// CPU seconds (user + system) so far, of the whole relay and of its storage writer
-    /// thread (the one part that cannot spread over cores); 0 for a relay not started here.
+    /// CPU seconds of the whole relay and of its SQLite writer thread.
     fn cpu_seconds(&self) -> (f64, f64) {
-        let Some(child) = &self.child else {
-            return (0.0, 0.0);
-        };
-        let proc = format!("/proc/{}", child.id());
+        let proc = format!("/proc/{}", self.child.id());
         let writer = std::fs::read_dir(format!("{proc}/task"))
             .into_iter()
             .flatten()
@@ -110,25 +183,23 @@ impl RelayProcess {
                 std::fs::read_to_string(t.path().join("comm"))
                     .is_ok_and(|c| c.trim() == "relay-writer")
             })
-            .map_or(0.0, |t| stat_cpu_seconds(&t.path().join("stat")));
-        (stat_cpu_seconds(Path::new(&format!("{proc}/stat"))), writer)
+            .map_or(0.0, |t| proc::cpu_seconds(&t.path().join("stat")));
+        (
+            proc::cpu_seconds(Path::new(&format!("{proc}/stat"))),
+            writer,
+        )
     }
 
-    /// The relay's write-ahead log on disk now, in MiB; 0 for a relay not started here.
+    /// The SQLite write-ahead log on disk now, in MiB (0 when there is none).
     fn wal_mib(&self) -> f64 {
-        self.dir.as_ref().map_or(0.0, |d| {
-            std::fs::metadata(d.path().join("relay.db-wal")).map_or(0.0, |m| m.len() as f64)
-                / (1024.0 * 1024.0)
-        })
+        std::fs::metadata(self.dir.path().join("relay.db-wal")).map_or(0.0, |m| m.len() as f64)
+            / (1024.0 * 1024.0)
     }
 
-    /// Resident memory now and at peak, in MiB; 0 for a relay not started here.
+    /// Resident memory now and at peak, in MiB.
     fn rss_mib(&self) -> (f64, f64) {
-        let Some(child) = &self.child else {
-            return (0.0, 0.0);
-        };
-        let status =
-            std::fs::read_to_string(format!("/proc/{}/status", child.id())).unwrap_or_default();
+        let status = std::fs::read_to_string(format!("/proc/{}/status", self.child.id()))
+            .unwrap_or_default();
         let kib = |key: &str| {
             status
                 .lines()
@@ -141,30 +212,10 @@ impl RelayProcess {
     }
 }
 
-/// User + system CPU seconds in a `/proc` stat file; 0 when it cannot be read.
-fn stat_cpu_seconds(path: &Path) -> f64 {
-    let stat = std::fs::read_to_string(path).unwrap_or_default();
-    let fields: Vec<&str> = stat
-        .rsplit_once(") ")
-        .map(|(_, r)| r.split(' ').collect())
-        .unwrap_or_default();
-    let ticks = |i: usize| {
-        fields
-            .get(i)
-            .and_then(|v| v.parse::<f64>().ok())
-            .unwrap_or(0.0)
-    };
-    // utime and stime are fields 14 and 15 of the whole line: 11 and 12 after the name, in
-    // clock ticks, which Linux reports at USER_HZ = 100 a second.
-    (ticks(11) + ticks(12)) / 100.0
-}
-
-impl Drop for RelayProcess {
+impl Drop for Node {
     fn drop(&mut self) {
-        if let Some(child) = &mut self.child {
-            let _ = child.kill();
-            let _ = child.wait();
-        }
+        let _ = self.child.kill();
+        let _ = self.child.wait();
     }
 }
 
@@ -363,197 +414,290 @@ async fn drive(
 
 pub(super) fn run(args: &RelayBenchArgs) -> anyhow::Result<Vec<Summary>> {
     raise_fd_limit();
+    if let Some(db) = &args.db
+        && !is_postgres_url(db)
+    {
+        bail!(
+            "--db takes a PostgreSQL URL (postgres://USER@HOST:PORT/DB); one node on SQLite is the default"
+        );
+    }
+    // Started on this thread, which lasts as long as the benchmark (see `Cluster::start`);
+    // dropped after everything that uses it. Each node takes up to 17 connections, and
+    // `--idle` starts a second set of nodes beside the first.
+    let cluster = if args.url.is_empty() && args.db.is_none() && (args.postgres || args.nodes > 1) {
+        Some(Cluster::start(args.nodes * 2 * 20 + 10)?)
+    } else {
+        None
+    };
+    let backend = match (&args.db, &cluster) {
+        (Some(url), _) => Backend::Postgres(url.clone()),
+        (None, Some(cluster)) => Backend::Postgres(cluster.url()),
+        (None, None) => Backend::Sqlite,
+    };
     let runtime = tokio::runtime::Builder::new_multi_thread()
         .enable_all()
         .build()?;
     runtime.block_on(async {
+        let postgres = match (&backend, args.url.is_empty()) {
+            (Backend::Postgres(url), true) => ServerCpu::find(url).await,
+            _ => None,
+        };
+        let run = Run {
+            args,
+            backend,
+            postgres,
+            tag: run_tag()?,
+        };
         let mut rows = Vec::new();
-        let relay = RelayProcess::for_args(args)?;
-        rows.extend(flow(&relay, args, args.rate, "flat out").await?);
+        let relays = Relays::for_args(args, &run.backend)?;
+        rows.extend(run.flow(&relays, args.rate, "flat out").await?);
         if let Some(rate) = args.paced_rate {
-            rows.extend(flow(&relay, args, Some(rate), &format!("paced at {rate}/s")).await?);
+            rows.extend(
+                run.flow(&relays, Some(rate), &format!("paced at {rate}/s"))
+                    .await?,
+            );
         }
         if args.backlog > 0 {
-            rows.extend(backlog(&relay, args).await?);
+            rows.extend(run.backlog(&relays).await?);
         }
         if args.idle > 0 {
-            rows.push(idle(args, args.idle as usize).await?);
+            rows.push(run.idle(args.idle as usize).await?);
         }
         Ok(rows)
     })
 }
 
-/// Each agent sends to the next one in a ring; all run at once.
-async fn flow(
-    relay: &RelayProcess,
-    args: &RelayBenchArgs,
-    rate: Option<u32>,
-    label: &str,
-) -> anyhow::Result<Vec<Summary>> {
-    let n = args.agents as usize;
-    let per_agent = (args.messages as usize).div_ceil(n);
-    let ring = agents(n, &format!("ring{}-", label.len()))?;
-    eprintln!("sealing {} messages of {} bytes…", per_agent * n, args.size);
-    let mut outgoing = Vec::with_capacity(n);
-    for (i, a) in ring.iter().enumerate() {
-        outgoing.push(envelopes(
-            a,
-            &ring[(i + 1) % n],
-            per_agent,
-            args.size as usize,
-        )?);
-    }
-    let mut sockets = Vec::with_capacity(n);
-    for a in &ring {
-        sockets.push(login(&relay.url, &a.name, &a.identity).await?);
-    }
-    let pace = rate.map(|r| Duration::from_secs_f64(n as f64 / f64::from(r.max(1))));
-    let tally = Arc::new(Mutex::new(Tally::default()));
-    let cpu_before = relay.cpu_seconds();
-    let started = Instant::now();
-    let tasks: Vec<_> = sockets
-        .into_iter()
-        .zip(outgoing)
-        .enumerate()
-        .map(|(i, (ws, out))| {
-            let pace = pace.map(|every| (every, every.mul_f64(i as f64 / n as f64)));
-            tokio::spawn(drive(ws, out, per_agent, pace, tally.clone()))
-        })
-        .collect();
-    for t in tasks {
-        t.await??;
-    }
-    let elapsed = started.elapsed();
-    let cpu_after = relay.cpu_seconds();
-    let (cpu, writer_cpu) = (cpu_after.0 - cpu_before.0, cpu_after.1 - cpu_before.1);
-    let tally = Arc::try_unwrap(tally)
-        .map_err(|_| anyhow::anyhow!("tasks still hold results"))?
-        .into_inner()
-        .map_err(|_| anyhow::anyhow!("poisoned"))?;
-    let total = per_agent * n;
-    let duplicates = tally.received.values().filter(|c| **c > 1).count();
-    if tally.received.len() != total || duplicates > 0 {
-        bail!(
-            "exactly-once violated: {} of {total} arrived, {duplicates} more than once",
-            tally.received.len()
+/// A few random hex digits, new for each run, in every agent's name: a database kept from an
+/// earlier run (`--db`, `--url`) holds that run's names, registered with other keys.
+fn run_tag() -> anyhow::Result<String> {
+    let mut raw = [0u8; 3];
+    getrandom::fill(&mut raw).map_err(|e| anyhow::anyhow!("no randomness: {e}"))?;
+    Ok(raw.iter().map(|b| format!("{b:02x}")).collect())
+}
+
+/// A row that carries one figure (not a rate) in its ops/s column, for the figures the
+/// table has no column for.
+fn figure(case: String, value: f64) -> Summary {
+    let mut row = Summary::new(case, Vec::new(), Duration::ZERO);
+    row.ops_per_sec = value;
+    row
+}
+
+/// What every phase of a run needs.
+struct Run<'a> {
+    args: &'a RelayBenchArgs,
+    backend: Backend,
+    /// The PostgreSQL server's CPU time, when the nodes started here use a server on this
+    /// machine.
+    postgres: Option<ServerCpu>,
+    /// See [`run_tag`].
+    tag: String,
+}
+
+impl Run<'_> {
+    /// Each agent sends to the next one in a ring; all run at once.
+    async fn flow(
+        &self,
+        relays: &Relays,
+        rate: Option<u32>,
+        label: &str,
+    ) -> anyhow::Result<Vec<Summary>> {
+        let args = self.args;
+        let n = args.agents as usize;
+        let per_agent = (args.messages as usize).div_ceil(n);
+        let ring = agents(n, &format!("ring{}-{}-", label.len(), self.tag))?;
+        eprintln!("sealing {} messages of {} bytes…", per_agent * n, args.size);
+        let mut outgoing = Vec::with_capacity(n);
+        for (i, a) in ring.iter().enumerate() {
+            outgoing.push(envelopes(
+                a,
+                &ring[(i + 1) % n],
+                per_agent,
+                args.size as usize,
+            )?);
+        }
+        let mut sockets = Vec::with_capacity(n);
+        for (i, a) in ring.iter().enumerate() {
+            sockets.push(login(relays.url(i), &a.name, &a.identity).await?);
+        }
+        let pace = rate.map(|r| Duration::from_secs_f64(n as f64 / f64::from(r.max(1))));
+        let tally = Arc::new(Mutex::new(Tally::default()));
+        let cpu_before = relays.cpu_seconds();
+        let postgres_before = self.postgres.as_ref().map(ServerCpu::seconds);
+        let started = Instant::now();
+        let tasks: Vec<_> = sockets
+            .into_iter()
+            .zip(outgoing)
+            .enumerate()
+            .map(|(i, (ws, out))| {
+                let pace = pace.map(|every| (every, every.mul_f64(i as f64 / n as f64)));
+                tokio::spawn(drive(ws, out, per_agent, pace, tally.clone()))
+            })
+            .collect();
+        for t in tasks {
+            t.await??;
+        }
+        let elapsed = started.elapsed();
+        let cpu_after = relays.cpu_seconds();
+        let postgres_cpu = self
+            .postgres
+            .as_ref()
+            .zip(postgres_before)
+            .map(|(server, before)| server.seconds() - before);
+        let (cpu, writer_cpu) = (cpu_after.0 - cpu_before.0, cpu_after.1 - cpu_before.1);
+        let tally = Arc::try_unwrap(tally)
+            .map_err(|_| anyhow::anyhow!("tasks still hold results"))?
+            .into_inner()
+            .map_err(|_| anyhow::anyhow!("poisoned"))?;
+        let total = per_agent * n;
+        let duplicates = tally.received.values().filter(|c| **c > 1).count();
+        if tally.received.len() != total || duplicates > 0 {
+            bail!(
+                "exactly-once violated: {} of {total} arrived, {duplicates} more than once",
+                tally.received.len()
+            );
+        }
+        let per_message = |seconds: f64| seconds * 1e6 / total as f64;
+        let (_, peak) = relays.rss_mib();
+        let writer = match self.backend {
+            Backend::Sqlite => format!("; writer threads {writer_cpu:.2} s"),
+            Backend::Postgres(_) => String::new(),
+        };
+        let postgres = postgres_cpu.map_or(String::new(), |s| {
+            format!(
+                ", PostgreSQL CPU {s:.2} s ({:.1} µs/message)",
+                per_message(s)
+            )
+        });
+        let wal = match relays.wal_mib() {
+            0.0 => String::new(),
+            mib => format!(", WAL {mib:.0} MiB"),
+        };
+        eprintln!(
+            "{label}: {n} agents on {}, {total} × {} B: {:.0} accepted/s, {:.0} delivered+acked/s, relay CPU {cpu:.2} s ({:.1} µs/message{writer}){postgres}, relay peak RSS {peak:.0} MiB{wal}, all delivered exactly once",
+            relays.what,
+            args.size,
+            tally.accepted as f64 / elapsed.as_secs_f64(),
+            total as f64 / elapsed.as_secs_f64(),
+            per_message(cpu),
         );
+        let mut rows = vec![Summary::new(
+            format!(
+                "send→delivered, {label} ({n} agents, {}, ops/s = delivered+acked)",
+                relays.what
+            ),
+            tally.latencies,
+            elapsed,
+        )];
+        if !relays.nodes.is_empty() {
+            rows.push(figure(
+                format!("{label}: relay CPU µs/message, all nodes (in ops/s)"),
+                per_message(cpu),
+            ));
+        }
+        if let Some(seconds) = postgres_cpu {
+            rows.push(figure(
+                format!("{label}: PostgreSQL CPU µs/message (in ops/s)"),
+                per_message(seconds),
+            ));
+        }
+        Ok(rows)
     }
-    let (_, peak) = relay.rss_mib();
-    eprintln!(
-        "{label}: {n} agents, {total} × {} B: {:.0} accepted/s, {:.0} delivered+acked/s, relay CPU {cpu:.2} s ({:.1} µs/message; writer thread {writer_cpu:.2} s), relay peak RSS {peak:.0} MiB, WAL {:.0} MiB, all delivered exactly once",
-        args.size,
-        tally.accepted as f64 / elapsed.as_secs_f64(),
-        total as f64 / elapsed.as_secs_f64(),
-        cpu * 1e6 / total as f64,
-        relay.wal_mib(),
-    );
-    Ok(vec![Summary::new(
-        format!("send→delivered, {label} ({n} agents, ops/s = delivered+acked)"),
-        tally.latencies,
-        elapsed,
-    )])
-}
 
-/// One recipient offline with a deep queue: accept rate at the start and the end of filling
-/// it, then the drain rate.
-async fn backlog(relay: &RelayProcess, args: &RelayBenchArgs) -> anyhow::Result<Vec<Summary>> {
-    let total = args.backlog as usize;
-    let senders = agents(10, "backlog-sender-")?;
-    let sink = agents(1, "backlog-sink-")?.remove(0);
-    drop(login(&relay.url, &sink.name, &sink.identity).await?);
-    let per = total / senders.len();
-    eprintln!("sealing {total} messages for the backlog…");
-    let mut sockets = Vec::new();
-    let mut outgoing = Vec::new();
-    for s in &senders {
-        outgoing.push(envelopes(s, &sink, per, args.size as usize)?);
-        sockets.push(login(&relay.url, &s.name, &s.identity).await?);
+    /// One recipient offline with a deep queue: accept rate at the start and the end of
+    /// filling it, then the drain rate. The senders are spread over the relays; the recipient
+    /// is on the first.
+    async fn backlog(&self, relays: &Relays) -> anyhow::Result<Vec<Summary>> {
+        let args = self.args;
+        let total = args.backlog as usize;
+        let senders = agents(10, &format!("backlog-sender-{}-", self.tag))?;
+        let sink = agents(1, &format!("backlog-sink-{}-", self.tag))?.remove(0);
+        drop(login(relays.url(0), &sink.name, &sink.identity).await?);
+        let per = total / senders.len();
+        eprintln!("sealing {total} messages for the backlog…");
+        let mut sockets = Vec::new();
+        let mut outgoing = Vec::new();
+        for (i, s) in senders.iter().enumerate() {
+            outgoing.push(envelopes(s, &sink, per, args.size as usize)?);
+            sockets.push(login(relays.url(i), &s.name, &s.identity).await?);
+        }
+        let tally = Arc::new(Mutex::new(Tally::default()));
+        let started = Instant::now();
+        let tasks: Vec<_> = sockets
+            .into_iter()
+            .zip(outgoing)
+            .map(|(ws, out)| tokio::spawn(drive(ws, out, 0, None, tally.clone())))
+            .collect();
+        for t in tasks {
+            t.await??;
+        }
+        let fill = started.elapsed();
+        let mut sent_at: Vec<Instant> = with(&tally, |t| t.sent_at.values().copied().collect())?;
+        sent_at.sort();
+        // Accept rate over the first and the last tenth of the fill.
+        let tenth = sent_at.len() / 10;
+        let rate = |a: Instant, b: Instant| tenth as f64 / (b - a).as_secs_f64().max(1e-9);
+        let first = rate(sent_at[0], sent_at[tenth]);
+        let last = rate(
+            sent_at[sent_at.len() - 1 - tenth],
+            sent_at[sent_at.len() - 1],
+        );
+        eprintln!(
+            "backlog of {total}: accepted {first:.0}/s in the first tenth, {last:.0}/s in the last (filled in {:.1} s)",
+            fill.as_secs_f64()
+        );
+        let ws = login(relays.url(0), &sink.name, &sink.identity).await?;
+        let drain_tally = Arc::new(Mutex::new(Tally::default()));
+        let started = Instant::now();
+        drive(
+            ws,
+            Vec::new(),
+            per * senders.len(),
+            None,
+            drain_tally.clone(),
+        )
+        .await?;
+        let drained = started.elapsed();
+        let received = with(&drain_tally, |t| t.received.len())?;
+        eprintln!(
+            "drained {received} in {:.1} s: {:.0} delivered+acked/s",
+            drained.as_secs_f64(),
+            received as f64 / drained.as_secs_f64()
+        );
+        Ok(vec![
+            figure(format!("fill a {total} backlog (first tenth ops/s)"), first),
+            figure(format!("fill a {total} backlog (last tenth ops/s)"), last),
+            figure(
+                format!("drain a {total} backlog"),
+                received as f64 / drained.as_secs_f64(),
+            ),
+        ])
     }
-    let tally = Arc::new(Mutex::new(Tally::default()));
-    let started = Instant::now();
-    let tasks: Vec<_> = sockets
-        .into_iter()
-        .zip(outgoing)
-        .map(|(ws, out)| tokio::spawn(drive(ws, out, 0, None, tally.clone())))
-        .collect();
-    for t in tasks {
-        t.await??;
-    }
-    let fill = started.elapsed();
-    let mut sent_at: Vec<Instant> = with(&tally, |t| t.sent_at.values().copied().collect())?;
-    sent_at.sort();
-    // Accept rate over the first and the last tenth of the fill.
-    let tenth = sent_at.len() / 10;
-    let rate = |a: Instant, b: Instant| tenth as f64 / (b - a).as_secs_f64().max(1e-9);
-    let first = rate(sent_at[0], sent_at[tenth]);
-    let last = rate(
-        sent_at[sent_at.len() - 1 - tenth],
-        sent_at[sent_at.len() - 1],
-    );
-    eprintln!(
-        "backlog of {total}: accepted {first:.0}/s in the first tenth, {last:.0}/s in the last (filled in {:.1} s)",
-        fill.as_secs_f64()
-    );
-    let ws = login(&relay.url, &sink.name, &sink.identity).await?;
-    let drain_tally = Arc::new(Mutex::new(Tally::default()));
-    let started = Instant::now();
-    drive(
-        ws,
-        Vec::new(),
-        per * senders.len(),
-        None,
-        drain_tally.clone(),
-    )
-    .await?;
-    let drained = started.elapsed();
-    let received = with(&drain_tally, |t| t.received.len())?;
-    eprintln!(
-        "drained {received} in {:.1} s: {:.0} delivered+acked/s",
-        drained.as_secs_f64(),
-        received as f64 / drained.as_secs_f64()
-    );
-    let mut fill_row = Summary::new(
-        format!("fill a {total} backlog (first tenth ops/s)"),
-        Vec::new(),
-        Duration::ZERO,
-    );
-    fill_row.ops_per_sec = first;
-    let mut last_row = Summary::new(
-        format!("fill a {total} backlog (last tenth ops/s)"),
-        Vec::new(),
-        Duration::ZERO,
-    );
-    last_row.ops_per_sec = last;
-    let mut drain_row = Summary::new(
-        format!("drain a {total} backlog"),
-        Vec::new(),
-        Duration::ZERO,
-    );
-    drain_row.ops_per_sec = received as f64 / drained.as_secs_f64();
-    Ok(vec![fill_row, last_row, drain_row])
-}
 
-/// Holds `count` authenticated idle connections and reports the relay's memory.
-async fn idle(args: &RelayBenchArgs, count: usize) -> anyhow::Result<Summary> {
-    let relay = RelayProcess::for_args(args)?;
-    let (before, _) = relay.rss_mib();
-    let crowd = agents(count, "idle-")?;
-    let mut sockets = Vec::with_capacity(count);
-    for a in &crowd {
-        sockets.push(login(&relay.url, &a.name, &a.identity).await?);
+    /// Holds `count` authenticated idle connections, spread over fresh relays, and reports
+    /// their memory (summed over the nodes).
+    async fn idle(&self, count: usize) -> anyhow::Result<Summary> {
+        let relays = Relays::for_args(self.args, &self.backend)?;
+        let (before, _) = relays.rss_mib();
+        let crowd = agents(count, &format!("idle-{}-", self.tag))?;
+        let mut sockets = Vec::with_capacity(count);
+        for (i, a) in crowd.iter().enumerate() {
+            sockets.push(login(relays.url(i), &a.name, &a.identity).await?);
+        }
+        let (rss, peak) = relays.rss_mib();
+        eprintln!(
+            "{count} idle connections on {}: relay RSS {rss:.0} MiB (peak {peak:.0} MiB; {before:.0} MiB with none)",
+            relays.what
+        );
+        drop(sockets);
+        Ok(figure(
+            format!(
+                "{count} idle connections: relay RSS MiB in ops/s column ({})",
+                relays.what
+            ),
+            rss,
+        ))
     }
-    let (rss, peak) = relay.rss_mib();
-    eprintln!(
-        "{count} idle connections: relay RSS {rss:.0} MiB (peak {peak:.0} MiB; {before:.0} MiB with none)"
-    );
-    let mut row = Summary::new(
-        format!("{count} idle connections: relay RSS MiB in ops/s column"),
-        Vec::new(),
-        Duration::ZERO,
-    );
-    row.ops_per_sec = rss;
-    drop(sockets);
-    Ok(row)
 }
 
 fn raise_fd_limit() {
