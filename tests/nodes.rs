@@ -9,7 +9,7 @@ mod common;
 
 use common::postgres::PgCluster;
 use common::*;
-use mailslot::client::{ClientEvent, RelayUrl, SessionConfig, SessionHandle, spawn_session};
+use mailslot::client::ClientEvent;
 use mailslot::protocol::{ClientFrame, ConsentEvent, ErrorCode, MessageId, ServerFrame};
 use tokio::sync::broadcast;
 
@@ -25,16 +25,6 @@ async fn two_nodes(test: &str) -> Option<(TestRelay, TestRelay)> {
         "nodes of one relay share its id"
     );
     Some((first, second))
-}
-
-fn session(agent: &TestAgent, url: &RelayUrl) -> (SessionHandle, broadcast::Receiver<ClientEvent>) {
-    spawn_session(SessionConfig {
-        url: url.clone(),
-        agent: agent.name.clone(),
-        identity: agent.identity.clone(),
-        owner: Some(agent.owner.public()),
-        store: agent.store.clone(),
-    })
 }
 
 /// The events up to the first that `pick` takes; fails after the usual timeout.

@@ -4,8 +4,6 @@
 
 mod common;
 
-use std::io::{BufRead, BufReader};
-use std::process::{Child, Command, Stdio};
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 
@@ -15,29 +13,6 @@ use mailslot::client::{Connection, RelayUrl};
 use mailslot::crypto::{PublicIdentity, seal};
 use mailslot::protocol::{Address, Limits, Message, MessageId, SealedEnvelope};
 use tokio::sync::Notify;
-
-/// Starts `mailslot relay` on `db` (a PostgreSQL URL) and returns it with the URL it printed.
-fn spawn_node(db: &str) -> (Child, RelayUrl) {
-    let mut child = Command::new(env!("CARGO_BIN_EXE_mailslot"))
-        .args(["relay", "--listen", "127.0.0.1:0", "--db", db])
-        .env_clear()
-        .stderr(Stdio::piped())
-        .spawn()
-        .unwrap();
-    let mut lines = BufReader::new(child.stderr.take().unwrap()).lines();
-    let url = loop {
-        let line = lines
-            .next()
-            .expect("the relay node exited before listening")
-            .unwrap();
-        if let Some(rest) = line.split_once(" listening on ").map(|(_, r)| r) {
-            break rest.split(' ').next().unwrap().parse().unwrap();
-        }
-    };
-    // Keep draining stderr so the node never blocks on a full pipe.
-    std::thread::spawn(move || for _ in lines {});
-    (child, url)
-}
 
 /// What the senders saw: every id answered `sent`, and how many so far.
 #[derive(Default)]
@@ -110,8 +85,8 @@ async fn a_node_killed_under_load_loses_nothing_that_was_sent() {
         return;
     };
     let db = cluster.create_database("node_killed").await;
-    let (mut doomed, doomed_url) = spawn_node(&db);
-    let (mut survivor, survivor_url) = spawn_node(&db);
+    let (mut doomed, doomed_url) = spawn_relay(&db);
+    let (mut survivor, survivor_url) = spawn_relay(&db);
     let bob = TestAgent::new("bob");
     Connection::connect(&survivor_url, &bob.name, &bob.identity, None)
         .await

@@ -3,46 +3,20 @@
 
 mod common;
 
-use std::io::{BufRead, BufReader};
-use std::process::{Child, Command, Stdio};
 use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
 
 use common::*;
-use mailslot::client::{Connection, RelayUrl};
+use mailslot::client::Connection;
 use mailslot::crypto::seal;
 use mailslot::protocol::{Limits, MessageId};
 use tokio::sync::Notify;
-
-/// Starts `mailslot relay` and returns it with the URL it printed.
-fn spawn_relay(db: &std::path::Path, listen: &str) -> (Child, RelayUrl) {
-    let mut child = Command::new(env!("CARGO_BIN_EXE_mailslot"))
-        .args(["relay", "--listen", listen, "--db"])
-        .arg(db)
-        .env_clear()
-        .stderr(Stdio::piped())
-        .spawn()
-        .unwrap();
-    let mut lines = BufReader::new(child.stderr.take().unwrap()).lines();
-    let url = loop {
-        let line = lines
-            .next()
-            .expect("the relay exited before listening")
-            .unwrap();
-        if let Some(rest) = line.split_once(" listening on ").map(|(_, r)| r) {
-            break rest.split(' ').next().unwrap().parse().unwrap();
-        }
-    };
-    // Keep draining stderr so the relay never blocks on a full pipe.
-    std::thread::spawn(move || for _ in lines {});
-    (child, url)
-}
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn kill_9_loses_nothing_that_was_acknowledged() {
     let dir = tempfile::tempdir().unwrap();
     let db = dir.path().join("relay.db");
-    let (mut relay, url) = spawn_relay(&db, "127.0.0.1:0");
+    let (mut relay, url) = spawn_relay(&db);
     let bob = TestAgent::new("bob");
     let bob_keys = vec![(bob.address(), bob.identity.public().clone())];
     Connection::connect(&url, &bob.name, &bob.identity, None)
@@ -102,7 +76,7 @@ async fn kill_9_loses_nothing_that_was_acknowledged() {
     let acked = acked.lock().unwrap().clone();
     assert!(acked.len() >= 400);
 
-    let (mut relay, url) = spawn_relay(&db, "127.0.0.1:0");
+    let (mut relay, url) = spawn_relay(&db);
     let report = tokio::time::timeout(
         EVENT_TIMEOUT,
         mailslot::client::sync(&url, &bob.name, &bob.identity, None, &bob.store),

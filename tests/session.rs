@@ -6,7 +6,7 @@ mod common;
 use std::time::Duration;
 
 use common::*;
-use mailslot::client::{ClientEvent, SessionConfig, spawn_session};
+use mailslot::client::ClientEvent;
 use mailslot::relay::{Relay, RelayConfig};
 use tokio::sync::broadcast;
 
@@ -25,22 +25,6 @@ async fn wait_for<T>(
     })
     .await
     .expect("the event did not come")
-}
-
-fn session(
-    agent: &TestAgent,
-    url: &mailslot::client::RelayUrl,
-) -> (
-    mailslot::client::SessionHandle,
-    broadcast::Receiver<ClientEvent>,
-) {
-    spawn_session(SessionConfig {
-        url: url.clone(),
-        agent: agent.name.clone(),
-        identity: agent.identity.clone(),
-        owner: Some(agent.owner.public()),
-        store: agent.store.clone(),
-    })
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -444,3 +444,46 @@ pub fn outside_fences(text: &str) -> String {
     out.push_str(rest);
     out
 }
+
+/// Starts `mailslot relay` on `db` (a SQLite path or a PostgreSQL URL), listening on a free
+/// loopback port, and returns it with the URL it printed. Kill it to stop it.
+pub fn spawn_relay(db: impl AsRef<std::ffi::OsStr>) -> (std::process::Child, RelayUrl) {
+    use std::io::{BufRead, BufReader};
+    let mut child = std::process::Command::new(env!("CARGO_BIN_EXE_mailslot"))
+        .args(["relay", "--listen", "127.0.0.1:0", "--db"])
+        .arg(db)
+        .env_clear()
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut lines = BufReader::new(child.stderr.take().unwrap()).lines();
+    let url = loop {
+        let line = lines
+            .next()
+            .expect("the relay exited before listening")
+            .unwrap();
+        if let Some(rest) = line.split_once(" listening on ").map(|(_, r)| r) {
+            break rest.split(' ').next().unwrap().parse().unwrap();
+        }
+    };
+    // Keep draining stderr so the relay never blocks on a full pipe.
+    std::thread::spawn(move || for _ in lines {});
+    (child, url)
+}
+
+/// A long-running client session for `agent` on `url`, and its events.
+pub fn session(
+    agent: &TestAgent,
+    url: &RelayUrl,
+) -> (
+    mailslot::client::SessionHandle,
+    tokio::sync::broadcast::Receiver<mailslot::client::ClientEvent>,
+) {
+    mailslot::client::spawn_session(mailslot::client::SessionConfig {
+        url: url.clone(),
+        agent: agent.name.clone(),
+        identity: agent.identity.clone(),
+        owner: Some(agent.owner.public()),
+        store: agent.store.clone(),
+    })
+}
