@@ -124,11 +124,8 @@ impl Writer {
         let mut client = self.pool.get().await?;
         let tx = client.transaction().await?;
         // The database's default may be off; a send is answered only once it is durable.
-        // Every statement of a batch is a lookup by key, so its plan must use the indexes even
-        // when the statistics say a table is empty: `queue` empties whenever its mail is
-        // acknowledged, and a plan cached then scans the whole (bloated) table at every
-        // batch. Both in one round trip.
-        tx.batch_execute("SET LOCAL synchronous_commit = on; SET LOCAL enable_seqscan = off")
+        // (Plans without sequential scans come from the pool's connections, see `connect`.)
+        tx.batch_execute("SET LOCAL synchronous_commit = on")
             .await?;
         let mut names: Vec<&str> = batch
             .iter()
