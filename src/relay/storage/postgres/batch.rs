@@ -11,6 +11,8 @@ use std::time::Instant;
 
 use deadpool_postgres::{Pool, Transaction};
 use tokio::sync::{mpsc, oneshot};
+use tokio_postgres::types::ToSql;
+use tokio_postgres::{Row, Statement};
 
 use super::consent::Rule;
 use super::{describe, now_ms, retryable, seq_to_db, unsigned};
@@ -64,6 +66,9 @@ struct Mailbox {
     bytes: i64,
     changed: bool,
 }
+
+/// A statement parameter.
+type Param<'a> = dyn ToSql + Sync + 'a;
 
 /// A copy's duplicate key: message id, sender, recipient.
 type Key = (String, String, String);
@@ -121,15 +126,6 @@ impl Writer {
     /// Applies and commits `batch`; its outcomes in order, and the copies it stored in
     /// commit order.
     async fn apply(&self, batch: &[AcceptOp]) -> Result<(Vec<Accepted>, Vec<Committed>), Failure> {
-        let mut client = self.pool.get().await?;
-        let tx = client.transaction().await?;
-        // The database's default may be off; a send is answered only once it is durable.
-        // Every statement of a batch is a lookup by key, so its plan must use the indexes even
-        // when the statistics say a table is empty: `queue` empties whenever its mail is
-        // acknowledged, and a plan cached then scans the whole (bloated) table at every
-        // batch. Both in one round trip.
-        tx.batch_execute("SET LOCAL synchronous_commit = on; SET LOCAL enable_seqscan = off")
-            .await?;
         let mut names: Vec<&str> = batch
             .iter()
             .flat_map(|op| op.copies.iter().map(|c| c.recipient.as_str()))
@@ -142,11 +138,36 @@ impl Writer {
                 Vec::new(),
             ));
         }
-        let mut boxes = lock_mailboxes(&tx, &names).await?;
-        let stored = already_stored(&tx, batch).await?;
-        let rules = rules(&tx, batch).await?;
-
+        let mut client = self.pool.get().await?;
+        let tx = client.transaction().await?;
+        let statements = Statements::prepare(&tx).await?;
+        let keys = KeyParams::of(batch);
+        let pairs = PairParams::of(batch);
+        // Pipelined: sent together, run by the server one after the other in this order (a
+        // request goes out at its future's first poll, and `join!` polls in order), so the
+        // mailboxes exist before they are locked and the lookups run after the lock, as if
+        // each waited for the one before; only the round trips are saved. After a failure
+        // the later statements fail too ("transaction aborted"), so errors are taken in
+        // order and the first is the cause (a deadlock stays retryable).
         let now = now_ms();
+        let by_name: [&Param<'_>; 1] = [&names];
+        let by_key: [&Param<'_>; 4] = [&keys.ids, &keys.senders, &keys.recipients, &now];
+        let by_pair: [&Param<'_>; 2] = [&pairs.senders, &pairs.recipients];
+        let (durable, created, locked, stored, rules) = futures_util::join!(
+            // The database's default may be off; a send is answered only once it is
+            // durable. (Plans without sequential scans come from the pool's connections.)
+            tx.batch_execute("SET LOCAL synchronous_commit = on"),
+            tx.execute(&statements.create, &by_name),
+            tx.query(&statements.lock, &by_name),
+            tx.query(&statements.stored, &by_key),
+            tx.query(&statements.rules, &by_pair),
+        );
+        durable?;
+        created?;
+        let mut boxes = mailboxes(locked?)?;
+        let stored = stored_keys(stored?)?;
+        let rules = rules_of(pairs.pairs, rules?)?;
+
         let mut outcomes = Vec::with_capacity(batch.len());
         let mut log = Vec::new();
         let mut rows = Rows::default();
@@ -220,8 +241,34 @@ impl Writer {
             outcomes.push(Accepted::Stored(recipients));
         }
         if !rows.seq.is_empty() {
-            write(&tx, &rows, now, &boxes).await?;
-            wake(&tx, &log, &self.node_id).await?;
+            let changed = Changed::of(&boxes);
+            let payloads = wake_payloads(&log, &self.node_id);
+            // Pipelined likewise: one round trip for the three writes.
+            let copies: [&Param<'_>; 8] = [
+                &rows.recipient,
+                &rows.seq,
+                &rows.sender,
+                &rows.message_id,
+                &rows.envelope,
+                &rows.size,
+                &now,
+                &rows.expires_at,
+            ];
+            let counters: [&Param<'_>; 4] = [
+                &changed.names,
+                &changed.next,
+                &changed.waiting,
+                &changed.bytes,
+            ];
+            let wakes: [&Param<'_>; 1] = [&payloads];
+            let (inserted, updated, woken) = futures_util::join!(
+                tx.execute(&statements.insert, &copies),
+                tx.execute(&statements.update, &counters),
+                tx.execute(&statements.wake, &wakes),
+            );
+            inserted?;
+            updated?;
+            woken?;
         }
         tx.commit().await?;
         Ok((outcomes, log))
@@ -258,29 +305,83 @@ fn size_of(copy: &Copy) -> i64 {
     i64::try_from(copy.envelope.len()).unwrap_or(i64::MAX)
 }
 
-/// Makes sure every recipient has a mailbox row, then locks them all in name order until the
-/// commit: the batch's sequence numbers for them commit before any later batch's (on any
-/// node), and batches that share recipients never wait for each other in a circle.
-async fn lock_mailboxes(
-    tx: &Transaction<'_>,
-    names: &[&str],
-) -> Result<HashMap<String, Mailbox>, Failure> {
-    let create = tx
-        .prepare_cached(
-            "INSERT INTO mailboxes (recipient)
-             SELECT r FROM unnest($1::text[]) WITH ORDINALITY AS n(r, i) ORDER BY i
-             ON CONFLICT (recipient) DO NOTHING",
-        )
-        .await?;
-    tx.execute(&create, &[&names]).await?;
-    let lock = tx
-        .prepare_cached(
-            "SELECT recipient, next_seq, waiting, bytes FROM mailboxes
-             WHERE recipient = ANY($1) ORDER BY recipient FOR UPDATE",
-        )
-        .await?;
-    let mut boxes = HashMap::with_capacity(names.len());
-    for row in tx.query(&lock, &[&names]).await? {
+/// The batch's statements, prepared once per pooled connection (`prepare_cached`).
+struct Statements {
+    create: Statement,
+    lock: Statement,
+    stored: Statement,
+    rules: Statement,
+    insert: Statement,
+    update: Statement,
+    wake: Statement,
+}
+
+impl Statements {
+    async fn prepare(tx: &Transaction<'_>) -> Result<Self, Failure> {
+        let (create, lock, stored, rules, insert, update, wake) = futures_util::join!(
+            // Every recipient gets a mailbox row, so that the lock below finds them all.
+            tx.prepare_cached(
+                "INSERT INTO mailboxes (recipient)
+                 SELECT r FROM unnest($1::text[]) WITH ORDINALITY AS n(r, i) ORDER BY i
+                 ON CONFLICT (recipient) DO NOTHING",
+            ),
+            // Locks the recipients in name order until the commit: the batch's sequence
+            // numbers for them commit before any later batch's (on any node), and batches
+            // that share recipients never wait for each other in a circle.
+            tx.prepare_cached(
+                "SELECT recipient, next_seq, waiting, bytes FROM mailboxes
+                 WHERE recipient = ANY($1) ORDER BY recipient FOR UPDATE",
+            ),
+            // The keys of the batch's copies that are stored already, or were acknowledged
+            // a moment ago.
+            tx.prepare_cached(
+                "SELECT k.id, k.sender, k.recipient
+                 FROM unnest($1::text[], $2::text[], $3::text[]) AS k(id, sender, recipient)
+                 WHERE EXISTS (SELECT 1 FROM queue q
+                               WHERE q.message_id = k.id AND q.sender = k.sender AND q.recipient = k.recipient)
+                    OR EXISTS (SELECT 1 FROM acked_copies a
+                               WHERE a.message_id = k.id AND a.sender = k.sender AND a.recipient = k.recipient
+                                 AND a.until_ms >= $4)",
+            ),
+            // The consent rule of every (sender, recipient) pair, in the pairs' order.
+            tx.prepare_cached(
+                "SELECT a.policy, r.kind
+                 FROM unnest($1::text[], $2::text[]) WITH ORDINALITY AS k(sender, recipient, i)
+                 LEFT JOIN agents a ON a.name = k.recipient
+                 LEFT JOIN relations r ON r.owner = k.recipient AND r.peer = k.sender
+                 ORDER BY k.i",
+            ),
+            tx.prepare_cached(
+                "INSERT INTO queue (recipient, seq, sender, message_id, envelope, size, accepted_at, expires_at)
+                 SELECT r, s, f, m, e, z, $7, x
+                 FROM unnest($1::text[], $2::bigint[], $3::text[], $4::text[], $5::bytea[], $6::bigint[], $8::bigint[])
+                     AS c(r, s, f, m, e, z, x)",
+            ),
+            tx.prepare_cached(
+                "UPDATE mailboxes m SET next_seq = v.n, waiting = v.w, bytes = v.b
+                 FROM unnest($1::text[], $2::bigint[], $3::bigint[], $4::bigint[]) AS v(r, n, w, b)
+                 WHERE m.recipient = v.r",
+            ),
+            // One `mailslot_wake` per recipient, sent by PostgreSQL at the commit, so that
+            // other nodes fetch at once.
+            tx.prepare_cached("SELECT pg_notify('mailslot_wake', p) FROM unnest($1::text[]) AS p"),
+        );
+        Ok(Self {
+            create: create?,
+            lock: lock?,
+            stored: stored?,
+            rules: rules?,
+            insert: insert?,
+            update: update?,
+            wake: wake?,
+        })
+    }
+}
+
+/// The locked mailbox rows, by recipient.
+fn mailboxes(rows: Vec<Row>) -> Result<HashMap<String, Mailbox>, Failure> {
+    let mut boxes = HashMap::with_capacity(rows.len());
+    for row in rows {
         boxes.insert(
             row.try_get(0)?,
             Mailbox {
@@ -294,62 +395,72 @@ async fn lock_mailboxes(
     Ok(boxes)
 }
 
-/// The keys of the batch's copies that are stored already, or were acknowledged a moment ago.
-async fn already_stored(tx: &Transaction<'_>, batch: &[AcceptOp]) -> Result<HashSet<Key>, Failure> {
-    let (mut ids, mut senders, mut recipients) = (Vec::new(), Vec::new(), Vec::new());
-    for op in batch {
-        let id = op.id.to_string();
-        for copy in &op.copies {
-            ids.push(id.clone());
-            senders.push(op.sender.as_str());
-            recipients.push(copy.recipient.as_str());
+/// Every copy's duplicate key, column by column.
+struct KeyParams<'a> {
+    ids: Vec<String>,
+    senders: Vec<&'a str>,
+    recipients: Vec<&'a str>,
+}
+
+impl<'a> KeyParams<'a> {
+    fn of(batch: &'a [AcceptOp]) -> Self {
+        let (mut ids, mut senders, mut recipients) = (Vec::new(), Vec::new(), Vec::new());
+        for op in batch {
+            let id = op.id.to_string();
+            for copy in &op.copies {
+                ids.push(id.clone());
+                senders.push(op.sender.as_str());
+                recipients.push(copy.recipient.as_str());
+            }
+        }
+        Self {
+            ids,
+            senders,
+            recipients,
         }
     }
-    let stmt = tx
-        .prepare_cached(
-            "SELECT k.id, k.sender, k.recipient
-             FROM unnest($1::text[], $2::text[], $3::text[]) AS k(id, sender, recipient)
-             WHERE EXISTS (SELECT 1 FROM queue q
-                           WHERE q.message_id = k.id AND q.sender = k.sender AND q.recipient = k.recipient)
-                OR EXISTS (SELECT 1 FROM acked_copies a
-                           WHERE a.message_id = k.id AND a.sender = k.sender AND a.recipient = k.recipient
-                             AND a.until_ms >= $4)",
-        )
-        .await?;
-    tx.query(&stmt, &[&ids, &senders, &recipients, &now_ms()])
-        .await?
-        .into_iter()
+}
+
+fn stored_keys(rows: Vec<Row>) -> Result<HashSet<Key>, Failure> {
+    rows.into_iter()
         .map(|row| Ok((row.try_get(0)?, row.try_get(1)?, row.try_get(2)?)))
         .collect()
 }
 
-/// The consent rule of every (sender, recipient) pair in the batch, read in its transaction.
-async fn rules<'a>(
-    tx: &Transaction<'_>,
-    batch: &'a [AcceptOp],
+/// The batch's distinct (sender, recipient) pairs, other than a copy to oneself.
+struct PairParams<'a> {
+    pairs: Vec<(&'a str, &'a str)>,
+    senders: Vec<&'a str>,
+    recipients: Vec<&'a str>,
+}
+
+impl<'a> PairParams<'a> {
+    fn of(batch: &'a [AcceptOp]) -> Self {
+        let mut pairs: Vec<(&str, &str)> = batch
+            .iter()
+            .flat_map(|op| {
+                op.copies
+                    .iter()
+                    .filter(|c| c.recipient != op.sender)
+                    .map(|c| (op.sender.as_str(), c.recipient.as_str()))
+            })
+            .collect();
+        pairs.sort_unstable();
+        pairs.dedup();
+        let (senders, recipients) = pairs.iter().copied().unzip();
+        Self {
+            pairs,
+            senders,
+            recipients,
+        }
+    }
+}
+
+/// The consent rule of every pair, from the rows read in the batch's transaction.
+fn rules_of<'a>(
+    pairs: Vec<(&'a str, &'a str)>,
+    rows: Vec<Row>,
 ) -> Result<HashMap<(&'a str, &'a str), Rule>, Failure> {
-    let mut pairs: Vec<(&str, &str)> = batch
-        .iter()
-        .flat_map(|op| {
-            op.copies
-                .iter()
-                .filter(|c| c.recipient != op.sender)
-                .map(|c| (op.sender.as_str(), c.recipient.as_str()))
-        })
-        .collect();
-    pairs.sort_unstable();
-    pairs.dedup();
-    let (senders, recipients): (Vec<&str>, Vec<&str>) = pairs.iter().copied().unzip();
-    let stmt = tx
-        .prepare_cached(
-            "SELECT a.policy, r.kind
-             FROM unnest($1::text[], $2::text[]) WITH ORDINALITY AS k(sender, recipient, i)
-             LEFT JOIN agents a ON a.name = k.recipient
-             LEFT JOIN relations r ON r.owner = k.recipient AND r.peer = k.sender
-             ORDER BY k.i",
-        )
-        .await?;
-    let rows = tx.query(&stmt, &[&senders, &recipients]).await?;
     let mut rules = HashMap::with_capacity(pairs.len());
     for (pair, row) in pairs.into_iter().zip(rows) {
         let policy: Option<String> = row.try_get(0)?;
@@ -364,73 +475,44 @@ async fn rules<'a>(
     Ok(rules)
 }
 
-/// Inserts the stored copies and the mailboxes' new counters.
-async fn write(
-    tx: &Transaction<'_>,
-    rows: &Rows<'_>,
-    now: i64,
-    boxes: &HashMap<String, Mailbox>,
-) -> Result<(), Failure> {
-    let insert = tx
-        .prepare_cached(
-            "INSERT INTO queue (recipient, seq, sender, message_id, envelope, size, accepted_at, expires_at)
-             SELECT r, s, f, m, e, z, $7, x
-             FROM unnest($1::text[], $2::bigint[], $3::text[], $4::text[], $5::bytea[], $6::bigint[], $8::bigint[])
-                 AS c(r, s, f, m, e, z, x)",
-        )
-        .await?;
-    tx.execute(
-        &insert,
-        &[
-            &rows.recipient,
-            &rows.seq,
-            &rows.sender,
-            &rows.message_id,
-            &rows.envelope,
-            &rows.size,
-            &now,
-            &rows.expires_at,
-        ],
-    )
-    .await?;
-    let (mut names, mut next, mut waiting, mut bytes) =
-        (Vec::new(), Vec::new(), Vec::new(), Vec::new());
-    for (name, mailbox) in boxes.iter().filter(|(_, m)| m.changed) {
-        names.push(name.as_str());
-        next.push(mailbox.next_seq);
-        waiting.push(mailbox.waiting);
-        bytes.push(mailbox.bytes);
-    }
-    let update = tx
-        .prepare_cached(
-            "UPDATE mailboxes m SET next_seq = v.n, waiting = v.w, bytes = v.b
-             FROM unnest($1::text[], $2::bigint[], $3::bigint[], $4::bigint[]) AS v(r, n, w, b)
-             WHERE m.recipient = v.r",
-        )
-        .await?;
-    tx.execute(&update, &[&names, &next, &waiting, &bytes])
-        .await?;
-    Ok(())
+/// The new counters of the mailboxes the batch changed, column by column.
+struct Changed<'a> {
+    names: Vec<&'a str>,
+    next: Vec<i64>,
+    waiting: Vec<i64>,
+    bytes: Vec<i64>,
 }
 
-/// Queues one `mailslot_wake` notification per recipient (its highest new sequence number
-/// and this node), sent by PostgreSQL at the commit, so that other nodes fetch at once.
-async fn wake(tx: &Transaction<'_>, log: &[Committed], node: &str) -> Result<(), Failure> {
+impl<'a> Changed<'a> {
+    fn of(boxes: &'a HashMap<String, Mailbox>) -> Self {
+        let mut changed = Self {
+            names: Vec::new(),
+            next: Vec::new(),
+            waiting: Vec::new(),
+            bytes: Vec::new(),
+        };
+        for (name, mailbox) in boxes.iter().filter(|(_, m)| m.changed) {
+            changed.names.push(name.as_str());
+            changed.next.push(mailbox.next_seq);
+            changed.waiting.push(mailbox.waiting);
+            changed.bytes.push(mailbox.bytes);
+        }
+        changed
+    }
+}
+
+/// One `mailslot_wake` payload per recipient: its highest new sequence number, and this node.
+fn wake_payloads(log: &[Committed], node: &str) -> Vec<String> {
     let mut highest: HashMap<&str, Seq> = HashMap::new();
     for c in log {
         let seq = highest.entry(c.recipient.as_str()).or_default();
         *seq = (*seq).max(c.seq);
     }
-    let payloads: Vec<String> = highest
+    highest
         .into_iter()
         .map(|(recipient, seq)| {
             serde_json::json!({ "recipient": recipient, "seq": seq_to_db(seq), "node": node })
                 .to_string()
         })
-        .collect();
-    let stmt = tx
-        .prepare_cached("SELECT pg_notify('mailslot_wake', p) FROM unnest($1::text[]) AS p")
-        .await?;
-    tx.execute(&stmt, &[&payloads]).await?;
-    Ok(())
+        .collect()
 }
