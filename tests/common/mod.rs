@@ -445,9 +445,26 @@ pub fn outside_fences(text: &str) -> String {
     out
 }
 
+/// A `mailslot relay` process, killed (SIGKILL) when dropped, so a failing test leaves none.
+pub struct RelayChild(std::process::Child);
+
+impl RelayChild {
+    /// Kills it with SIGKILL, as a crash would, and reaps it.
+    pub fn kill(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+impl Drop for RelayChild {
+    fn drop(&mut self) {
+        self.kill();
+    }
+}
+
 /// Starts `mailslot relay` on `db` (a SQLite path or a PostgreSQL URL), listening on a free
-/// loopback port, and returns it with the URL it printed. Kill it to stop it.
-pub fn spawn_relay(db: impl AsRef<std::ffi::OsStr>) -> (std::process::Child, RelayUrl) {
+/// loopback port, and returns it with the URL it printed.
+pub fn spawn_relay(db: impl AsRef<std::ffi::OsStr>) -> (RelayChild, RelayUrl) {
     use std::io::{BufRead, BufReader};
     let mut child = std::process::Command::new(env!("CARGO_BIN_EXE_mailslot"))
         .args(["relay", "--listen", "127.0.0.1:0", "--db"])
@@ -468,7 +485,7 @@ pub fn spawn_relay(db: impl AsRef<std::ffi::OsStr>) -> (std::process::Child, Rel
     };
     // Keep draining stderr so the relay never blocks on a full pipe.
     std::thread::spawn(move || for _ in lines {});
-    (child, url)
+    (RelayChild(child), url)
 }
 
 /// A long-running client session for `agent` on `url`, and its events.

@@ -238,8 +238,30 @@ impl PgCluster {
 
     fn stop(&self, signal: Signal) {
         if let Some(mut child) = self.server.lock().unwrap().take() {
-            let _ = kill(Pid::from_raw(child.id() as i32), signal);
+            let postmaster = child.id();
+            // Its backends outlive a killed postmaster for a moment, and a new server refuses
+            // to start while they hold the old shared memory: a crash takes them too.
+            let backends = if signal == Signal::SIGKILL {
+                children_of(postmaster)
+            } else {
+                Vec::new()
+            };
+            let _ = kill(Pid::from_raw(postmaster as i32), signal);
             let _ = child.wait();
+            for pid in &backends {
+                let _ = kill(Pid::from_raw(*pid as i32), Signal::SIGKILL);
+            }
+            let deadline = std::time::Instant::now() + READY_TIMEOUT;
+            while backends
+                .iter()
+                .any(|pid| Path::new(&format!("/proc/{pid}")).exists())
+            {
+                assert!(
+                    std::time::Instant::now() < deadline,
+                    "the killed server's backends did not exit"
+                );
+                std::thread::yield_now();
+            }
         }
     }
 }
@@ -252,6 +274,28 @@ impl Drop for PgCluster {
             eprintln!("postgres log:\n{}", self.log().join("\n"));
         }
     }
+}
+
+/// The processes whose parent is `pid`, from `/proc`.
+fn children_of(pid: u32) -> Vec<u32> {
+    let Ok(entries) = std::fs::read_dir("/proc") else {
+        return Vec::new();
+    };
+    entries
+        .flatten()
+        .filter_map(|e| e.file_name().to_str()?.parse::<u32>().ok())
+        .filter(|child| {
+            std::fs::read_to_string(format!("/proc/{child}/stat"))
+                .ok()
+                // The field after the command (which is in parentheses) is the state, then
+                // the parent's pid.
+                .and_then(|stat| {
+                    let rest = &stat[stat.rfind(')')? + 1..];
+                    rest.split_whitespace().nth(1)?.parse::<u32>().ok()
+                })
+                == Some(pid)
+        })
+        .collect()
 }
 
 /// The folder of `initdb`, `postgres` and `pg_ctl`: on PATH, else the newest under
