@@ -4,7 +4,7 @@ mod claude_code;
 mod corpus;
 mod crypto;
 mod mcp;
-mod postgres;
+pub mod postgres;
 mod proc;
 mod relay;
 mod stats;

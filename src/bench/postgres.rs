@@ -142,14 +142,19 @@ impl Drop for Cluster {
     }
 }
 
-/// The folder of `initdb` and `postgres`: on PATH, else the newest under
-/// `/usr/lib/postgresql/*/bin` (where Debian's packages put them).
-fn binaries() -> anyhow::Result<PathBuf> {
+/// The folder of `initdb` and `postgres`: on PATH (a symlink there, as in `/usr/local/bin`,
+/// stands for the folder it points into), else the newest under `/usr/lib/postgresql/*/bin`
+/// (where Debian's packages put them). The test harness finds its servers the same way.
+pub fn binaries() -> anyhow::Result<PathBuf> {
     let complete = |dir: &Path| ["initdb", "postgres"].iter().all(|b| dir.join(b).is_file());
     let on_path = std::env::var_os("PATH")
         .map(|p| std::env::split_paths(&p).collect::<Vec<_>>())
         .unwrap_or_default()
         .into_iter()
+        .filter_map(|d| {
+            let initdb = std::fs::canonicalize(d.join("initdb")).ok()?;
+            initdb.parent().map(Path::to_path_buf)
+        })
         .find(|d| complete(d));
     if let Some(dir) = on_path {
         return Ok(dir);
@@ -170,9 +175,9 @@ fn binaries() -> anyhow::Result<PathBuf> {
     )
 }
 
-/// The user and group the server runs as: ours, unless we are root, then Debian's
-/// `postgres`, else `nobody`.
-fn unprivileged_user() -> anyhow::Result<Option<(u32, u32)>> {
+/// The user and group a server runs as: ours, unless we are root (which `initdb` refuses),
+/// then Debian's `postgres`, else `nobody`.
+pub fn unprivileged_user() -> anyhow::Result<Option<(u32, u32)>> {
     if !nix::unistd::geteuid().is_root() {
         return Ok(None);
     }

@@ -368,6 +368,22 @@ async fn request<S: Storage>(
 const BAD_CODE: &str =
     "no open request from that agent has that code; check it with the requester's owner";
 
+/// Takes one approval attempt from `agent`'s hourly allowance (approvals and their dry runs
+/// alike); `Some` is the refusal, saying when the next one may be made.
+fn take_attempt<S: Storage>(
+    state: &RelayState<S>,
+    agent: &AgentName,
+    reference: &str,
+) -> Option<ServerFrame> {
+    let wait = state.approve_rate.take(agent).err()?;
+    Some(retry_error(
+        reference.to_owned(),
+        ErrorCode::RateLimited,
+        "too many approval attempts this hour",
+        wait,
+    ))
+}
+
 /// A dry run of `approve`. It takes a token from the approval limit first, so checking is no
 /// faster a way to guess codes than approving; a match gives the token back, so checking and
 /// then approving costs one attempt, as approving alone does.
@@ -378,13 +394,8 @@ async fn check_code<S: Storage>(
     requester: AgentName,
     code: RequestCode,
 ) -> ServerFrame {
-    if let Err(wait) = state.approve_rate.take(agent) {
-        return retry_error(
-            reference,
-            ErrorCode::RateLimited,
-            "too many approval attempts this hour",
-            wait,
-        );
+    if let Some(refused) = take_attempt(state, agent, &reference) {
+        return refused;
     }
     let now = jiff::Timestamp::now().as_millisecond();
     match state
@@ -411,13 +422,8 @@ async fn approve<S: Storage>(
     requester: AgentName,
     code: RequestCode,
 ) -> ServerFrame {
-    if let Err(wait) = state.approve_rate.take(agent) {
-        return retry_error(
-            reference,
-            ErrorCode::RateLimited,
-            "too many approval attempts this hour",
-            wait,
-        );
+    if let Some(refused) = take_attempt(state, agent, &reference) {
+        return refused;
     }
     match state
         .storage

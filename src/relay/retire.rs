@@ -46,15 +46,18 @@ pub async fn handle<S: Storage>(
             Some(Duration::from_secs(1)),
         )
     };
+    let unknown = || {
+        error_frame(
+            Some(reference.clone()),
+            ErrorCode::UnknownAgent,
+            format!("{agent} is not registered here"),
+            None,
+        )
+    };
     let keys = match state.storage.keys(agent.clone()).await {
         Ok(Some(keys)) => keys,
         Ok(None) => {
-            return Ok(error_frame(
-                Some(reference),
-                ErrorCode::UnknownAgent,
-                format!("{agent} is not registered here"),
-                None,
-            ));
+            return Ok(unknown());
         }
         Err(e) => return Ok(internal(e)),
     };
@@ -75,12 +78,7 @@ pub async fn handle<S: Storage>(
     match state.storage.retire(agent.clone(), until).await {
         Ok(true) => {}
         Ok(false) => {
-            return Ok(error_frame(
-                Some(reference),
-                ErrorCode::UnknownAgent,
-                format!("{agent} is not registered here"),
-                None,
-            ));
+            return Ok(unknown());
         }
         Err(e) => return Ok(internal(e)),
     }

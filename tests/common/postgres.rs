@@ -298,41 +298,11 @@ fn children_of(pid: u32) -> Vec<u32> {
         .collect()
 }
 
-/// The folder of `initdb`, `postgres` and `pg_ctl`: on PATH, else the newest under
-/// `/usr/lib/postgresql/*/bin`. Without them: `None` after a note on stderr, or a panic when
-/// `MAILSLOT_REQUIRE_POSTGRES=1`.
+/// The folder of `initdb` and `postgres` (found as `mailslot bench` finds them). Without
+/// them: `None` after a note on stderr, or a panic when `MAILSLOT_REQUIRE_POSTGRES=1`.
 fn binaries() -> Option<PathBuf> {
-    let complete = |dir: &Path| {
-        ["initdb", "postgres", "pg_ctl"]
-            .iter()
-            .all(|b| dir.join(b).is_file())
-    };
-    let on_path = std::env::var_os("PATH")
-        .map(|p| std::env::split_paths(&p).collect::<Vec<_>>())
-        .unwrap_or_default()
-        .into_iter()
-        .find(|d| complete(d))
-        // A symlink on PATH (Debian's wrappers, /usr/local/bin) stands for the real folder.
-        .map(|d| {
-            std::fs::canonicalize(d.join("initdb"))
-                .ok()
-                .and_then(|f| f.parent().map(Path::to_path_buf))
-                .unwrap_or(d)
-        });
-    let found = on_path.filter(|d| complete(d)).or_else(|| {
-        let mut versions: Vec<PathBuf> = std::fs::read_dir("/usr/lib/postgresql")
-            .ok()?
-            .filter_map(|e| e.ok().map(|e| e.path().join("bin")))
-            .filter(|d| complete(d))
-            .collect();
-        versions.sort_by_key(|d| {
-            d.parent()
-                .and_then(|v| v.file_name()?.to_str()?.parse::<u32>().ok())
-                .unwrap_or(0)
-        });
-        versions.pop()
-    });
-    if found.is_none() {
+    let found = mailslot::bench::postgres::binaries();
+    if found.is_err() {
         let required = std::env::var(REQUIRE).is_ok_and(|v| v == "1");
         assert!(
             !required,
@@ -345,19 +315,13 @@ fn binaries() -> Option<PathBuf> {
             "skipped: PostgreSQL is not installed (initdb not found); run `bash .ci/postgres-setup`"
         );
     }
-    found
+    found.ok()
 }
 
-/// The user the server runs as when we are root: Debian's `postgres`, else `nobody`.
+/// The user the server runs as when we are root.
 fn unprivileged_user() -> Option<(u32, u32)> {
-    if !nix::unistd::geteuid().is_root() {
-        return None;
-    }
-    let user = ["postgres", "nobody"]
-        .iter()
-        .find_map(|n| nix::unistd::User::from_name(n).ok().flatten())
-        .expect("a postgres or nobody user to run the test PostgreSQL as");
-    Some((user.uid.as_raw(), user.gid.as_raw()))
+    mailslot::bench::postgres::unprivileged_user()
+        .expect("a postgres or nobody user to run the test PostgreSQL as")
 }
 
 /// A port on 127.0.0.1 that was free a moment ago.

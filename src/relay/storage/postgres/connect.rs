@@ -208,14 +208,7 @@ impl Notifier {
 
     /// The node whose session holds `agent`'s lease now, if one does.
     pub async fn lease_holder(&self, agent: &str) -> Result<Option<String>, StorageError> {
-        let client = self.0.get().await?;
-        let row = client
-            .query_opt("SELECT node FROM leases WHERE agent = $1", &[&agent])
-            .await?;
-        Ok(match row {
-            Some(row) => row.try_get(0)?,
-            None => None,
-        })
+        super::queue::lease_holder(&self.0.get().await?, agent).await
     }
 }
 

@@ -136,6 +136,20 @@ pub(super) async fn release(
     Ok(())
 }
 
+/// The node whose session holds `agent`'s lease now, if one does (none once released).
+pub(super) async fn lease_holder(
+    client: &Client,
+    agent: &str,
+) -> Result<Option<String>, StorageError> {
+    let row = client
+        .query_opt("SELECT node FROM leases WHERE agent = $1", &[&agent])
+        .await?;
+    Ok(match row {
+        Some(row) => row.try_get(0)?,
+        None => None,
+    })
+}
+
 /// Takes `agent`'s lease for `node`; returns the new epoch.
 pub(super) async fn claim(
     client: &mut Client,
