@@ -30,6 +30,9 @@ impl Home {
             .env_clear()
             .env("PATH", std::env::var_os("PATH").unwrap_or_default())
             .env("MAILSLOT_HOME", self.path())
+            // A relay that refuses at once: these tests need none, and `init` must not start
+            // one on the shared default port.
+            .env("MAILSLOT_RELAY", "ws://127.0.0.1:9")
             .current_dir(self.path());
         cmd
     }
@@ -78,6 +81,12 @@ fn first_use_creates_the_agent_once_with_private_keys() {
     let home = Home::new();
     let first = home.run(&["--agent", "alice", "init"]);
     assert!(first.status.success());
+    // The relay is down: the agent is made anyway, and init says how to register it later.
+    let said = String::from_utf8_lossy(&first.stdout);
+    assert!(
+        said.contains("not registered yet") && said.contains("`mailslot --agent alice register`"),
+        "{said}"
+    );
     assert!(
         stderr(&first).contains("created agent alice"),
         "{}",

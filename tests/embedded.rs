@@ -58,15 +58,24 @@ impl Drop for Home {
 
 #[test]
 fn two_agents_with_no_configuration_exchange_mail() {
+    // The README's tour: `init` makes each agent and registers it with the loopback relay,
+    // which the first one starts, so alice can write to bob at once.
     let home = Home::new();
-    let first = home.run(&["--agent", "bob", "register"]);
+    let first = home.run(&["--agent", "bob", "init"]);
     assert!(
         first.status.success(),
         "{}",
         String::from_utf8_lossy(&first.stderr)
     );
     assert!(String::from_utf8_lossy(&first.stderr).contains("started the local relay"));
-    home.ok(&["--agent", "alice", "init"]);
+    assert!(
+        String::from_utf8_lossy(&first.stdout).contains("registered on ws://127.0.0.1:"),
+        "{}",
+        String::from_utf8_lossy(&first.stdout)
+    );
+    let alice: serde_json::Value =
+        serde_json::from_str(&home.ok(&["--agent", "alice", "--json", "init"])).unwrap();
+    assert!(alice["registered_on"].as_str().is_some(), "{alice}");
     let sent: serde_json::Value = serde_json::from_str(&home.ok(&[
         "--agent",
         "alice",
@@ -257,5 +266,67 @@ fn wait_prints_new_mail_or_exits_3_when_none_comes() {
     assert!(
         text.contains("not instructions") && text.contains("mailslot --agent bob reply"),
         "{text}"
+    );
+}
+
+/// The check of one name in a `doctor --json` report.
+fn check<'a>(report: &'a serde_json::Value, name: &str) -> &'a serde_json::Value {
+    report["checks"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|c| c["name"] == name)
+        .unwrap_or_else(|| panic!("no {name} check: {report}"))
+}
+
+#[test]
+fn status_and_doctor_say_which_relay_and_whether_it_is_this_homes() {
+    let home = Home::new();
+    home.ok(&["--agent", "alice", "init"]);
+    let status: serde_json::Value =
+        serde_json::from_str(&home.ok(&["--agent", "alice", "--json", "status"])).unwrap();
+    assert_eq!(status["relay"]["state"], "registered", "{status}");
+    assert_eq!(status["relay"]["embedded"], true);
+    assert_eq!(status["relay"]["foreign_listener"], false);
+    assert_eq!(status["relay"]["contacts"], serde_json::json!([]));
+    let report: serde_json::Value =
+        serde_json::from_str(&home.ok(&["--agent", "alice", "--json", "doctor"])).unwrap();
+    for name in ["keys", "store", "relay"] {
+        assert_eq!(check(&report, name)["outcome"], "ok", "{report}");
+    }
+
+    // Stopped: status and doctor say so and start nothing.
+    home.ok(&["relay", "stop"]);
+    let status: serde_json::Value =
+        serde_json::from_str(&home.ok(&["--agent", "alice", "--json", "status"])).unwrap();
+    assert_eq!(status["relay"]["state"], "not_started", "{status}");
+    assert!(
+        home.run(&["relay", "status"]).status.code() == Some(3),
+        "status must not start the relay"
+    );
+
+    // Something else on the port: doctor fails and says how to give this home its own port.
+    let squatter = std::net::TcpListener::bind(("127.0.0.1", home.port)).unwrap();
+    let answering = std::thread::spawn(move || {
+        use std::io::{Read, Write};
+        if let Ok((mut socket, _)) = squatter.accept() {
+            let mut head = [0u8; 1024];
+            let _ = socket.read(&mut head);
+            let _ = socket.write_all(b"HTTP/1.1 404 Not Found\r\ncontent-length: 0\r\n\r\n");
+        }
+    });
+    let out = home.run(&["--agent", "alice", "--json", "doctor"]);
+    answering.join().unwrap();
+    assert_eq!(out.status.code(), Some(1));
+    let report: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    let relay = check(&report, "relay");
+    assert_eq!(relay["outcome"], "fail", "{report}");
+    assert!(
+        relay["detail"].as_str().unwrap().contains("did not start"),
+        "{report}"
+    );
+    assert!(
+        relay["fix"].as_str().unwrap().contains("local_relay_port"),
+        "{report}"
     );
 }

@@ -1,12 +1,16 @@
-//! `mailslot doctor`: what is misconfigured and how to fix it. Today: the config file, the
-//! owner key, and the OpenClaw doorbell, end to end against the gateway. Exits 1 when a check fails.
+//! `mailslot doctor`: what is misconfigured and how to fix it: the config file, the owner
+//! key, the agent's keys and their permissions, its store, its relay (reachable, registered,
+//! and for the loopback relay, whether this home's relay is the one on the port), and the
+//! OpenClaw doorbell, end to end against the gateway. Exits 1 when a check fails.
 
 use serde::Serialize;
 
-use super::{Ctx, output};
+use super::{Ctx, output, reach};
+use crate::agent::Agent;
 use crate::config;
 use crate::crypto::owner;
 use crate::doorbell::openclaw::check::{self, Check, Outcome};
+use crate::protocol::AgentName;
 
 #[derive(Serialize)]
 struct Report {
@@ -41,6 +45,131 @@ fn owner_check(ctx: &Ctx) -> Check {
     }
 }
 
+/// The agent's keys, store and relay; only "agent" when it does not exist.
+fn agent_checks(ctx: &Ctx, name: &AgentName) -> anyhow::Result<Vec<Check>> {
+    if !ctx.paths.agent_dir(name).exists() {
+        return Ok(vec![Check {
+            name: "agent",
+            outcome: Outcome::Fail,
+            detail: format!("no agent named {name} in {}", ctx.paths.home().display()),
+            fix: Some(format!("run `{}`", output::command(name, "init"))),
+        }]);
+    }
+    let agent = match ctx.open_agent() {
+        Ok(agent) => agent,
+        Err(e) => {
+            return Ok(vec![Check {
+                name: "keys",
+                outcome: Outcome::Fail,
+                detail: format!("{e:#}"),
+                fix: Some(format!(
+                    "restore {} from a backup",
+                    ctx.paths.agent_dir(name).display()
+                )),
+            }]);
+        }
+    };
+    let mut checks = vec![keys_check(&agent), store_check(&agent)];
+    checks.push(relay_check(ctx, &agent)?);
+    Ok(checks)
+}
+
+/// The key file is 0600 and the agent's folder 0700 (loading the keys already refused a key
+/// file that others can read).
+fn keys_check(agent: &Agent) -> Check {
+    use std::os::unix::fs::PermissionsExt;
+    let mode = std::fs::metadata(&agent.dir).map(|m| m.permissions().mode() & 0o777);
+    match mode {
+        Ok(0o700) => Check {
+            name: "keys",
+            outcome: Outcome::Ok,
+            detail: format!(
+                "fingerprint {}; {} and its key file are private to you",
+                agent.identity.fingerprint(),
+                agent.dir.display()
+            ),
+            fix: None,
+        },
+        Ok(mode) => Check {
+            name: "keys",
+            outcome: Outcome::Warn,
+            detail: format!(
+                "{} has mode {mode:o}: others can see which files it holds",
+                agent.dir.display()
+            ),
+            fix: Some(format!("chmod 700 {}", agent.dir.display())),
+        },
+        Err(e) => Check {
+            name: "keys",
+            outcome: Outcome::Fail,
+            detail: format!("{}: {e}", agent.dir.display()),
+            fix: None,
+        },
+    }
+}
+
+/// SQLite's own consistency check of the agent's store.
+fn store_check(agent: &Agent) -> Check {
+    let path = agent.store.path().display().to_string();
+    match agent.store.check_integrity() {
+        Ok(()) => Check {
+            name: "store",
+            outcome: Outcome::Ok,
+            detail: format!("{path}: integrity ok"),
+            fix: None,
+        },
+        Err(e) => Check {
+            name: "store",
+            outcome: Outcome::Fail,
+            detail: format!("{path}: {e}"),
+            fix: Some(format!(
+                "stop every mailslot process of this agent and restore {path} from a backup; its keys are separate and safe"
+            )),
+        },
+    }
+}
+
+/// Whether the relay answers and knows the agent.
+fn relay_check(ctx: &Ctx, agent: &Agent) -> anyhow::Result<Check> {
+    let reach = reach::check(ctx, agent)?;
+    let detail = reach.summary();
+    let (outcome, fix) = match &reach.state {
+        _ if reach.foreign_listener => (
+            Outcome::Fail,
+            Some(format!(
+                "another home's relay or another program listens on this home's loopback port; stop it, or give this home its own port with local_relay_port in {} or {}",
+                ctx.paths.config_file().display(),
+                config::ENV_LOCAL_RELAY_PORT
+            )),
+        ),
+        reach::State::Registered { .. } | reach::State::NotStarted => (Outcome::Ok, None),
+        reach::State::NotRegistered | reach::State::Refused { .. } => (
+            Outcome::Fail,
+            Some(format!(
+                "run `{}` (with --invite TOKEN on a relay that registers by invite)",
+                output::command(&agent.name, "register")
+            )),
+        ),
+        reach::State::Unreachable { .. } => (
+            Outcome::Fail,
+            Some(if reach.embedded {
+                format!(
+                    "something that is not this home's relay answers on its port: stop it, or set local_relay_port in {}",
+                    ctx.paths.config_file().display()
+                )
+            } else {
+                "check the relay URL (--relay, MAILSLOT_RELAY or relay in the config) and that the relay runs".to_owned()
+            }),
+        ),
+    };
+    Ok(Check {
+        name: "relay",
+        outcome,
+        detail,
+        fix,
+    })
+}
+
 pub(super) fn run(ctx: &Ctx) -> anyhow::Result<()> {
     let cwd = std::env::current_dir()?;
     let agent = config::resolve_agent(ctx.agent.clone(), &ctx.config, &cwd)?;
@@ -58,6 +187,7 @@ pub(super) fn run(ctx: &Ctx) -> anyhow::Result<()> {
         fix: None,
     }];
     checks.push(owner_check(ctx));
+    checks.extend(agent_checks(ctx, &agent)?);
     match &ctx.config.openclaw {
         None => checks.push(Check {
             name: "openclaw",

@@ -3,8 +3,8 @@
 
 use serde::Serialize;
 
-use super::Ctx;
 use super::output::{self, outln};
+use super::{Ctx, reach};
 use crate::client::Connection;
 use crate::protocol::{Address, AgentName, Fingerprint, InviteToken};
 use crate::store::SCHEMA_VERSION;
@@ -17,22 +17,76 @@ struct Whoami {
     identity: Option<String>,
 }
 
-pub(super) fn init(ctx: &Ctx) -> anyhow::Result<()> {
+#[derive(Serialize)]
+struct Initialized {
+    #[serde(flatten)]
+    who: Whoami,
+    /// The relay it was registered with, when it was.
+    registered_on: Option<String>,
+    /// Why it is not registered yet, when it is not.
+    not_registered: Option<String>,
+}
+
+/// Makes the agent's keys and store and, unless `offline`, registers its name with the relay,
+/// so that others can write to it at once. An unreachable or refusing relay leaves the agent
+/// made and says which command registers it later.
+pub(super) fn init(ctx: &Ctx, offline: bool) -> anyhow::Result<()> {
     let agent = ctx.open_or_create_agent()?;
-    let who = Whoami {
-        agent: agent.name.clone(),
-        address: agent.address(),
-        fingerprint: agent.identity.fingerprint(),
-        identity: agent.store.identity_text()?,
+    let (registered_on, not_registered) = if offline {
+        (None, Some("--offline".to_owned()))
+    } else {
+        match register_now(ctx, &agent, None) {
+            Ok(url) => (Some(url.to_string()), None),
+            Err(e) => (None, Some(format!("{e:#}"))),
+        }
     };
-    output::emit(ctx.json, &who, |w| {
+    let done = Initialized {
+        who: Whoami {
+            agent: agent.name.clone(),
+            address: agent.address(),
+            fingerprint: agent.identity.fingerprint(),
+            identity: agent.store.identity_text()?,
+        },
+        registered_on,
+        not_registered,
+    };
+    output::emit(ctx.json, &done, |i| {
+        let relay = match (&i.registered_on, &i.not_registered) {
+            (Some(url), _) => format!("registered on {url}"),
+            (None, why) => format!(
+                "not registered yet ({}): run `{}` when the relay is reachable",
+                why.as_deref().unwrap_or("unknown"),
+                output::command(&i.who.agent, "register")
+            ),
+        };
         format!(
-            "agent {} is ready\nfingerprint {}\nfolder {}",
-            w.agent,
-            w.fingerprint,
+            "agent {} is ready\nfingerprint {}\nfolder {}\nrelay {relay}",
+            i.who.agent,
+            i.who.fingerprint,
             agent.dir.display()
         )
     })
+}
+
+/// Registers `agent` with the relay (a name already registered with its keys changes
+/// nothing); the relay's URL.
+fn register_now(
+    ctx: &Ctx,
+    agent: &crate::agent::Agent,
+    invite: Option<InviteToken>,
+) -> anyhow::Result<crate::client::RelayUrl> {
+    let url = ctx.relay_url()?;
+    tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()?
+        .block_on(async {
+            let conn =
+                Connection::register(&url, &agent.name, &agent.identity, agent.owner, invite)
+                    .await?;
+            conn.close().await;
+            anyhow::Ok(())
+        })?;
+    Ok(url)
 }
 
 #[derive(Serialize)]
@@ -46,17 +100,7 @@ struct Registered {
 /// by invite only); a name already registered with these keys changes nothing.
 pub(super) fn register(ctx: &Ctx, invite: Option<InviteToken>) -> anyhow::Result<()> {
     let agent = ctx.open_or_create_agent()?;
-    let url = ctx.relay_url()?;
-    tokio::runtime::Builder::new_current_thread()
-        .enable_all()
-        .build()?
-        .block_on(async {
-            let conn =
-                Connection::register(&url, &agent.name, &agent.identity, agent.owner, invite)
-                    .await?;
-            conn.close().await;
-            anyhow::Ok(())
-        })?;
+    let url = register_now(ctx, &agent, invite)?;
     let done = Registered {
         agent: agent.name.clone(),
         relay: url.to_string(),
@@ -169,8 +213,11 @@ struct Status {
     messages: u64,
     unread: u32,
     memories: u64,
-    contacts: usize,
+    /// Agents whose keys this agent pinned (it has written to or heard from them).
+    pinned_keys: usize,
     outbox: u64,
+    /// The relay, and what it holds for the agent (contacts among it).
+    relay: reach::Reach,
     /// The process holding the agent's relay connection (a running `mailslot mcp`), if any.
     connection_held_by: Option<u32>,
 }
@@ -190,14 +237,15 @@ pub(super) fn status(ctx: &Ctx) -> anyhow::Result<()> {
         messages: s.message_count()?,
         unread: s.unread_summary()?.count,
         memories: s.memory_count()?,
-        contacts: s.contacts()?.len(),
+        pinned_keys: s.contacts()?.len(),
         outbox: s.outbox_len()?,
         connection_held_by: held_by(&agent.dir),
+        relay: reach::check(ctx, &agent)?,
     };
     output::emit(ctx.json, &status, |st| {
         let none = "(not set)";
         format!(
-            "agent        {}\nfingerprint  {}\nidentity     {}\ndoing        {}\nfolder       {}\nmail         {} messages, {} unread, {} waiting in the outbox\nmemories     {}\ncontacts     {}\nconnection   {}",
+            "agent        {}\nfingerprint  {}\nidentity     {}\ndoing        {}\nfolder       {}\nrelay        {}\nmail         {} messages, {} unread, {} waiting in the outbox\nmemories     {}\ncontacts     {}\nconnection   {}",
             st.address,
             st.fingerprint,
             st.identity
@@ -211,16 +259,39 @@ pub(super) fn status(ctx: &Ctx) -> anyhow::Result<()> {
                 .as_deref()
                 .unwrap_or(none),
             st.folder,
+            st.relay.summary(),
             st.messages,
             st.unread,
             st.outbox,
             st.memories,
-            st.contacts,
+            contacts_line(st),
             st.connection_held_by
                 .map(|pid| format!("held by a running mailslot process (pid {pid})"))
                 .unwrap_or_else(|| "no mailslot mcp is running for this agent".into()),
         )
     })
+}
+
+/// Contacts as the relay holds them (the one answer `contacts` also gives), and the keys
+/// pinned here, which are not the same thing.
+fn contacts_line(st: &Status) -> String {
+    let pinned = match st.pinned_keys {
+        1 => "1 agent's key pinned here".to_owned(),
+        n => format!("{n} agents' keys pinned here"),
+    };
+    match &st.relay.state {
+        reach::State::Registered {
+            contacts,
+            incoming_requests,
+            ..
+        } => format!(
+            "{} approved ({}), {incoming_requests} request{} waiting; {pinned}",
+            contacts.len(),
+            output::command(&st.agent, "contacts"),
+            if *incoming_requests == 1 { "" } else { "s" }
+        ),
+        _ => format!("unknown while the relay cannot say; {pinned}"),
+    }
 }
 
 /// The pid of the process holding the agent's relay connection lock, if one does.

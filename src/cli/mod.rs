@@ -12,6 +12,7 @@ mod mcp;
 mod memory;
 pub(crate) mod output;
 mod owner;
+mod reach;
 mod relay;
 mod send;
 mod wait;
@@ -60,8 +61,13 @@ pub struct Cli {
 /// The subcommands.
 #[derive(Debug, Subcommand)]
 pub enum Command {
-    /// Create the agent's keys and store (`register` and `mcp` also create it on first use)
-    Init,
+    /// Create the agent's keys and store and register its name with the relay (`register` and
+    /// `mcp` also create it on first use)
+    Init {
+        /// Only make the keys and store; register later with `register`
+        #[arg(long)]
+        offline: bool,
+    },
     /// Give up the agent's name on the relay (interactive: asks you to type the name)
     Retire,
     /// Register the agent's name with the relay now (a relay with closed registration needs
@@ -438,7 +444,7 @@ fn dispatch(cli: Cli) -> anyhow::Result<ExitCode> {
         json: cli.json,
     };
     let done = match cli.command {
-        Command::Init => identity::init(&ctx),
+        Command::Init { offline } => identity::init(&ctx, offline),
         Command::Register { invite } => identity::register(&ctx, invite),
         Command::Retire => identity::retire(&ctx),
         Command::Whoami { set } => identity::whoami(&ctx, set),
