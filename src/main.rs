@@ -1,3 +1,3 @@
 fn main() -> std::process::ExitCode {
-    mailslot::cli::run(<mailslot::cli::Cli as clap::Parser>::parse())
+    mailslot::cli::run(mailslot::cli::parse())
 }

@@ -602,3 +602,42 @@ fn doctor_warns_until_the_owner_key_exists_and_owner_init_needs_a_terminal() {
     assert!(stderr(&out).contains("terminal"), "{}", stderr(&out));
     assert!(!home.path().join("owner.key").exists());
 }
+
+#[test]
+fn help_is_grouped_and_completions_and_man_pages_are_printed() {
+    let home = Home::new();
+    let help = home.ok(&["--help"]);
+    for family in [
+        "The agent:",
+        "Mail:",
+        "Memory:",
+        "Who may write",
+        "LLM clients:",
+    ] {
+        assert!(help.contains(family), "{help}");
+    }
+    assert!(help.contains("  send "), "{help}");
+    let send = home.ok(&["send", "--help"]);
+    assert!(
+        send.contains("Global options:") && send.contains("Examples:"),
+        "{send}"
+    );
+
+    let bash = home.ok(&["completions", "bash"]);
+    assert!(
+        bash.contains("_mailslot()") && bash.contains("approve"),
+        "{bash}"
+    );
+    let zsh = home.ok(&["completions", "zsh"]);
+    assert!(zsh.starts_with("#compdef mailslot"), "{zsh}");
+    let bad = home.run(&["completions", "tcsh"]);
+    assert_eq!(bad.status.code(), Some(2));
+
+    let page = home.ok(&["man"]);
+    assert!(page.contains(".TH mailslot 1"), "{page}");
+    let dir = home.path().join("man1");
+    home.ok(&["man", "--dir", dir.to_str().unwrap()]);
+    for page in ["mailslot.1", "mailslot-send.1", "mailslot-relay-migrate.1"] {
+        assert!(dir.join(page).is_file(), "{page} missing");
+    }
+}

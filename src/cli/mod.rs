@@ -4,6 +4,7 @@
 mod consent;
 mod directory;
 mod doctor;
+mod help;
 mod hook;
 mod identity;
 mod local_relay;
@@ -29,6 +30,8 @@ use crate::client::RelayUrl;
 use crate::config::{self, Config, Paths};
 use crate::protocol::{Address, AgentName, InviteToken, MemoryId, MessageId, Policy, RequestCode};
 
+pub use help::{command, parse};
+
 /// Mail for AI agents, dropped straight into their sessions.
 #[derive(Debug, Parser)]
 #[command(
@@ -39,19 +42,19 @@ use crate::protocol::{Address, AgentName, InviteToken, MemoryId, MessageId, Poli
 )]
 pub struct Cli {
     /// The agent to act as [default: the config's default_agent, else this folder's name]
-    #[arg(long, global = true, env = config::ENV_AGENT, value_name = "NAME")]
+    #[arg(long, global = true, help_heading = "Global options", env = config::ENV_AGENT, value_name = "NAME")]
     pub agent: Option<AgentName>,
     /// Where agents' keys and stores live [default: the platform data folder]
-    #[arg(long, global = true, env = config::ENV_HOME, value_name = "DIR")]
+    #[arg(long, global = true, help_heading = "Global options", env = config::ENV_HOME, value_name = "DIR")]
     pub home: Option<PathBuf>,
     /// The config file [default: config.toml in --home, else the platform config folder]
-    #[arg(long, global = true, env = config::ENV_CONFIG, value_name = "FILE")]
+    #[arg(long, global = true, help_heading = "Global options", env = config::ENV_CONFIG, value_name = "FILE")]
     pub config: Option<PathBuf>,
     /// The relay, like wss://relay.example.com or ws://10.0.0.5:7878 [default: the config's relay, else ws://127.0.0.1:7878]
-    #[arg(long, global = true, env = config::ENV_RELAY, value_name = "URL")]
+    #[arg(long, global = true, help_heading = "Global options", env = config::ENV_RELAY, value_name = "URL")]
     pub relay: Option<RelayUrl>,
     /// Print JSON instead of text
-    #[arg(long, global = true)]
+    #[arg(long, global = true, help_heading = "Global options")]
     pub json: bool,
     /// What to do
     #[command(subcommand)]
@@ -63,6 +66,9 @@ pub struct Cli {
 pub enum Command {
     /// Create the agent's keys and store and register its name with the relay (`register` and
     /// `mcp` also create it on first use)
+    #[command(
+        after_help = "Examples:\n  mailslot --agent alice init\n  mailslot --agent alice --relay wss://relay.example.com init\n  mailslot --agent scratch init --offline"
+    )]
     Init {
         /// Only make the keys and store; register later with `register`
         #[arg(long)]
@@ -95,6 +101,9 @@ pub enum Command {
         set: Option<String>,
     },
     /// Store a memory (text from the argument, or stdin when it is absent or "-")
+    #[command(
+        after_help = "Examples:\n  mailslot remember --title \"relay port\" --tag ops \"The team relay listens on 7878\"\n  echo \"Standup moved to 09:30\" | mailslot remember"
+    )]
     Remember {
         /// A short title [default: the text's first line]
         #[arg(long, value_name = "TITLE")]
@@ -119,6 +128,9 @@ pub enum Command {
         id: MemoryId,
     },
     /// List received mail, unread first
+    #[command(
+        after_help = "Examples:\n  mailslot inbox\n  mailslot inbox --all --limit 200\n  mailslot --json inbox | jq -r '.[].subject'"
+    )]
     Inbox {
         /// Include mail already read
         #[arg(long)]
@@ -133,6 +145,9 @@ pub enum Command {
         id: MessageId,
     },
     /// Search mail by words in the subject, body or sender
+    #[command(
+        after_help = "Examples:\n  mailslot search \"deploy window\"\n  mailslot search alice --limit 5"
+    )]
     Search {
         /// Words to look for
         query: String,
@@ -145,6 +160,9 @@ pub enum Command {
     /// Check the configuration and the OpenClaw gateway end to end; says how to fix what fails
     Doctor,
     /// Send a message (queued first, so nothing is lost when the relay is down)
+    #[command(
+        after_help = "Examples:\n  mailslot send --to bob --subject \"deploy window\" --body \"Friday 10:00?\"\n  mailslot send --to bob --cc carol --subject \"notes\" --body-file notes.md\n  git log -5 | mailslot send --to bob --subject \"what landed\"\n  mailslot send --to bob@relay.example.com --subject \"hi\" --body \"…\" --data '{\"pr\": 42}'"
+    )]
     Send {
         /// A recipient (repeatable)
         #[arg(long, required = true, value_name = "ADDR")]
@@ -169,6 +187,9 @@ pub enum Command {
         data: Option<String>,
     },
     /// Reply to a message, in its thread
+    #[command(
+        after_help = "Examples:\n  mailslot reply 01a2 --body \"Works for me\"        # an id prefix is enough when unique\n  mailslot reply 01a2 --all --body-file answer.md"
+    )]
     Reply {
         /// The message's id
         id: MessageId,
@@ -185,12 +206,18 @@ pub enum Command {
     /// Send the outbox and fetch new mail from the relay, then exit
     Sync,
     /// Wait for mail: print it (marked read) and exit 0, or exit 3 when none came in time
+    #[command(
+        after_help = "Examples:\n  mailslot wait --timeout 300 && echo \"mail came\"\n  until mailslot wait --timeout 60; do :; done"
+    )]
     Wait {
         /// Seconds to wait
         #[arg(long, value_name = "SECONDS", default_value_t = 60, value_parser = clap::value_parser!(u64).range(1..=86400))]
         timeout: u64,
     },
     /// Ask another agent's owner to accept mail from this agent (prints a code for them)
+    #[command(
+        after_help = "Examples:\n  mailslot --agent alice connect bob --note \"we share the deploy work\""
+    )]
     Connect {
         /// The agent to ask
         #[arg(value_name = "AGENT")]
@@ -202,6 +229,9 @@ pub enum Command {
     /// List open contact requests, to and from this agent
     Requests,
     /// Approve a contact request (interactive: needs a person at a terminal)
+    #[command(
+        after_help = "Examples:\n  mailslot --agent bob requests\n  mailslot --agent bob approve 7KQF-3MZA\n  mailslot --agent bob approve 7KQF-3MZA --from alice"
+    )]
     Approve {
         /// The code the requester's owner gave you
         code: RequestCode,
@@ -253,6 +283,9 @@ pub enum Command {
         policy: Policy,
     },
     /// Serve this agent's mailbox to an LLM client (MCP over stdio)
+    #[command(
+        after_help = "Examples:\n  claude mcp add mailslot -- mailslot --agent reviewer mcp\n  mailslot --agent reviewer mcp --http 127.0.0.1:8787"
+    )]
     Mcp {
         /// Serve Streamable HTTP on this loopback address instead, like 127.0.0.1:8787
         #[arg(long, value_name = "ADDR")]
@@ -271,6 +304,25 @@ pub enum Command {
     /// Measure the store and the crypto on this machine
     #[command(subcommand)]
     Bench(BenchCommand),
+    /// Print a shell's completion script
+    #[command(after_help = "Examples:
+  mailslot completions bash > ~/.local/share/bash-completion/completions/mailslot
+  mailslot completions zsh > ~/.zfunc/_mailslot      # with fpath+=~/.zfunc before compinit
+  mailslot completions fish > ~/.config/fish/completions/mailslot.fish")]
+    Completions {
+        /// bash, zsh, fish, elvish or powershell
+        #[arg(value_enum)]
+        shell: clap_complete::Shell,
+    },
+    /// Print the manual page (roff), or write one page per command into a folder
+    #[command(after_help = "Examples:
+  mailslot man | man -l -
+  mailslot man --dir ~/.local/share/man/man1")]
+    Man {
+        /// Write mailslot.1 and mailslot-COMMAND.1 pages into this folder instead
+        #[arg(long, value_name = "DIR")]
+        dir: Option<PathBuf>,
+    },
 }
 
 /// The owner key's commands.
@@ -508,6 +560,8 @@ fn dispatch(cli: Cli) -> anyhow::Result<ExitCode> {
             .block_on(crate::demo::run()),
         Command::Relay(args) => return relay::run(&ctx, args),
         Command::Bench(cmd) => crate::bench::run(cmd, ctx.json),
+        Command::Completions { shell } => help::completions(shell),
+        Command::Man { dir } => help::man(dir.as_deref()),
     };
     done.map(|()| ExitCode::SUCCESS)
 }
