@@ -330,3 +330,100 @@ fn status_and_doctor_say_which_relay_and_whether_it_is_this_homes() {
         "{report}"
     );
 }
+
+#[test]
+fn sent_mail_shows_states_and_failed_mail_can_be_retried_by_a_short_id() {
+    let home = Home::new();
+    home.ok(&["--agent", "alice", "init"]);
+    let json = |args: &[&str]| -> serde_json::Value {
+        let mut with = vec!["--json"];
+        with.extend_from_slice(args);
+        serde_json::from_str(&home.ok(&with)).unwrap()
+    };
+    // To carol, who does not exist yet: refused for good, kept as failed, and the error
+    // says how to see and retry it.
+    let refused = home.run(&[
+        "--agent",
+        "alice",
+        "send",
+        "--to",
+        "carol",
+        "--subject",
+        "early",
+        "--body",
+        "b",
+    ]);
+    assert_eq!(refused.status.code(), Some(1));
+    let said = String::from_utf8_lossy(&refused.stderr);
+    assert!(
+        said.contains("`mailslot --agent alice sent --state failed`"),
+        "{said}"
+    );
+    let failed = json(&["--agent", "alice", "sent", "--state", "failed"]);
+    let id = failed[0]["id"].as_str().unwrap().to_owned();
+    assert_eq!(failed[0]["state"], "failed", "{failed}");
+    assert!(failed[0]["last_error"].as_str().unwrap().contains("carol"));
+
+    // carol appears; a retry by the id's last 8 characters sends it.
+    home.ok(&["--agent", "carol", "init"]);
+    home.ok(&["--agent", "alice", "retry", &id[id.len() - 8..]]);
+    let sent = json(&["--agent", "alice", "sent"]);
+    assert_eq!(sent[0]["id"], id.as_str());
+    assert_eq!(sent[0]["state"], "sent", "{sent}");
+    let nothing = home.run(&["--agent", "alice", "retry", "--all-failed"]);
+    assert_eq!(nothing.status.code(), Some(1), "nothing left to retry");
+
+    // carol reads it by a prefix, answers, and the thread shows both, oldest first.
+    home.ok(&["--agent", "carol", "sync"]);
+    assert!(
+        home.ok(&["--agent", "carol", "read", &id[..18]])
+            .contains("early")
+    );
+    home.ok(&[
+        "--agent",
+        "carol",
+        "reply",
+        &id[id.len() - 8..],
+        "--body",
+        "got it",
+    ]);
+    let thread = json(&["--agent", "carol", "thread", &id]);
+    assert_eq!(thread.as_array().unwrap().len(), 2, "{thread}");
+    assert_eq!(thread[0]["id"], id.as_str());
+    assert_eq!(thread[1]["direction"], "out");
+
+    // The inbox says how much it left out; mark-read --all empties the unread view.
+    for n in 0..3 {
+        home.ok(&[
+            "--agent",
+            "alice",
+            "send",
+            "--to",
+            "carol",
+            "--subject",
+            &format!("more {n}"),
+            "--body",
+            "b",
+        ]);
+    }
+    home.ok(&["--agent", "carol", "sync"]);
+    let inbox = home.ok(&["--agent", "carol", "inbox", "--limit", "2"]);
+    assert!(
+        inbox.contains("2 of 3 unread shown; `mailslot --agent carol inbox --limit 3` shows more"),
+        "{inbox}"
+    );
+    let marked = json(&["--agent", "carol", "mark-read", "--all"]);
+    assert_eq!(marked["marked_read"], 3);
+    assert!(
+        home.ok(&["--agent", "carol", "inbox"])
+            .contains("no unread mail")
+    );
+    // An id part that names nothing, or too little to be one, is a clear error.
+    let none = home.run(&["--agent", "carol", "read", "ffffffff"]);
+    assert!(
+        String::from_utf8_lossy(&none.stderr)
+            .contains("no message id starts or ends with ffffffff")
+    );
+    let short = home.run(&["--agent", "carol", "read", "ab"]);
+    assert_eq!(short.status.code(), Some(2));
+}

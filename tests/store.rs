@@ -531,3 +531,35 @@ fn a_bounce_marks_only_this_agents_sent_mail_and_only_once() {
             .is_empty()
     );
 }
+
+#[test]
+fn a_message_is_found_by_the_start_or_end_of_its_id_when_only_one_matches() {
+    use mailslot::store::{Direction, IdPart, StoreError, Trust};
+    let (_dir, mut store) = temp_store();
+    let mut a = mail("alice", "a", "x");
+    a.id = "01a21010-c6f3-72af-9b2e-85104b712300".parse().unwrap();
+    let mut b = mail("alice", "b", "x");
+    b.id = "01a21010-c6f3-72af-9b2e-aaaaaaaaaaaa".parse().unwrap();
+    for m in [&a, &b] {
+        store
+            .insert_message(m, Direction::In, Trust::Verified)
+            .unwrap();
+    }
+    let part = |s: &str| s.parse::<IdPart>().unwrap();
+    assert_eq!(store.resolve_message(&part("4b712300")).unwrap(), a.id);
+    assert_eq!(store.resolve_message(&part("AAAA")).unwrap(), b.id);
+    assert_eq!(
+        store.resolve_message(&part(&a.id.to_string())).unwrap(),
+        a.id
+    );
+    match store.resolve_message(&part("01a21010")) {
+        Err(StoreError::AmbiguousId { some, .. }) => assert_eq!(some.len(), 2),
+        other => panic!("expected ambiguous, got {other:?}"),
+    }
+    assert!(matches!(
+        store.resolve_message(&part("ffff")),
+        Err(StoreError::NoSuchMessage { .. })
+    ));
+    assert!("01a".parse::<IdPart>().is_err());
+    assert!("01a2-zz".parse::<IdPart>().is_err());
+}

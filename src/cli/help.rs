@@ -20,7 +20,19 @@ const FAMILIES: &[(&str, &[&str])] = &[
     ),
     (
         "Mail",
-        &["send", "reply", "inbox", "read", "search", "sync", "wait"],
+        &[
+            "send",
+            "reply",
+            "inbox",
+            "read",
+            "thread",
+            "mark-read",
+            "search",
+            "sent",
+            "retry",
+            "sync",
+            "wait",
+        ],
     ),
     ("Memory", &["remember", "recall", "forget"]),
     (

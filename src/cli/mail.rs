@@ -1,12 +1,14 @@
-//! `inbox`, `read`, `search`: the owner's view of the agent's mail.
+//! `inbox`, `read`, `thread`, `mark-read`, `search`, `sent`: the owner's view of the agent's
+//! mail. Messages are named by any unique start or end of their id (`store::IdPart`).
 
 use anyhow::bail;
 use jiff::Timestamp;
 use serde::Serialize;
 
 use super::{Ctx, output};
+use crate::agent::Agent;
 use crate::protocol::{Address, MessageId, ThreadId};
-use crate::store::{InboxQuery, StoredMessage, Trust};
+use crate::store::{Direction, IdPart, InboxQuery, SentItem, SentState, StoredMessage, Trust};
 
 /// One line of a listing; `read` shows the whole message.
 #[derive(Serialize)]
@@ -64,8 +66,22 @@ pub(super) fn inbox(ctx: &Ctx, all: bool, limit: u32) -> anyhow::Result<()> {
         ..InboxQuery::default()
     };
     let items: Vec<Summary> = agent.store.inbox(&q)?.iter().map(Summary::from).collect();
+    let total = agent.store.received_count(!all)?;
     output::emit(ctx.json, &items, |items| {
-        if items.is_empty() {
+        if (items.len() as u64) < total {
+            let what = if all { "messages" } else { "unread" };
+            let more = format!(
+                "inbox{} --limit {}",
+                if all { " --all" } else { "" },
+                total.min(1000)
+            );
+            format!(
+                "{}\n{} of {total} {what} shown; `{}` shows more",
+                listing(items),
+                items.len(),
+                output::command(&agent.name, &more)
+            )
+        } else if items.is_empty() {
             if all {
                 "no mail yet".into()
             } else {
@@ -80,14 +96,26 @@ pub(super) fn inbox(ctx: &Ctx, all: bool, limit: u32) -> anyhow::Result<()> {
     })
 }
 
-pub(super) fn read(ctx: &Ctx, id: MessageId) -> anyhow::Result<()> {
-    let mut agent = ctx.open_agent()?;
-    let Some(mut stored) = agent.store.message(&id)? else {
-        bail!(
-            "no message with id {id}; `{}` lists them",
-            output::command(&agent.name, "inbox --all")
-        );
+/// The message `part` names, with what to run when it names none or several.
+pub(super) fn resolve(agent: &Agent, part: &IdPart) -> anyhow::Result<(MessageId, StoredMessage)> {
+    let id = match agent.store.resolve_message(part) {
+        Ok(id) => id,
+        Err(e @ crate::store::StoreError::NoSuchMessage { .. }) => bail!(
+            "{e}; `{}` and `{}` list them",
+            output::command(&agent.name, "inbox --all"),
+            output::command(&agent.name, "sent")
+        ),
+        Err(e) => return Err(e.into()),
     };
+    let Some(stored) = agent.store.message(&id)? else {
+        bail!("message {id} went away while it was read");
+    };
+    Ok((id, stored))
+}
+
+pub(super) fn read(ctx: &Ctx, part: IdPart) -> anyhow::Result<()> {
+    let mut agent = ctx.open_agent()?;
+    let (id, mut stored) = resolve(&agent, &part)?;
     if stored.read_at.is_none() {
         agent.store.mark_read(&[id])?;
         stored = agent.store.message(&id)?.unwrap_or(stored);
@@ -144,5 +172,152 @@ pub(super) fn search(ctx: &Ctx, query: &str, limit: u32) -> anyhow::Result<()> {
         } else {
             listing(items)
         }
+    })
+}
+
+/// One line per message of a thread, oldest first, with who wrote it.
+#[derive(Serialize)]
+struct ThreadLine {
+    id: MessageId,
+    direction: Direction,
+    from: Address,
+    to: Vec<Address>,
+    subject: String,
+    sent_at: Timestamp,
+    unread: bool,
+}
+
+pub(super) fn thread(ctx: &Ctx, part: IdPart) -> anyhow::Result<()> {
+    let agent = ctx.open_agent()?;
+    let (_, stored) = resolve(&agent, &part)?;
+    let lines: Vec<ThreadLine> = agent
+        .store
+        .thread(&stored.message.thread)?
+        .iter()
+        .map(|s| ThreadLine {
+            id: s.message.id,
+            direction: s.direction,
+            from: s.message.from.clone(),
+            to: s.message.to.iter().chain(&s.message.cc).cloned().collect(),
+            subject: s.message.subject.clone(),
+            sent_at: s.message.sent_at,
+            unread: s.direction == Direction::In && s.read_at.is_none(),
+        })
+        .collect();
+    output::emit(ctx.json, &lines, |lines| {
+        let mut text = format!("thread {}", stored.message.thread);
+        for l in lines {
+            // Sent: to whom; received: from whom.
+            let (arrow, who) = if l.direction == Direction::Out {
+                let to: Vec<String> = l.to.iter().map(ToString::to_string).collect();
+                ("to  ", to.join(", "))
+            } else {
+                ("from", l.from.to_string())
+            };
+            let mark = if l.unread { '*' } else { ' ' };
+            text += &format!(
+                "\n{mark} {}  {arrow} {:<16} {}\n    {}",
+                output::when(l.sent_at),
+                output::one_line(&who, 16),
+                output::one_line(&l.subject, 68),
+                l.id
+            );
+        }
+        text
+    })
+}
+
+#[derive(Serialize)]
+struct Marked {
+    marked_read: usize,
+}
+
+pub(super) fn mark_read(ctx: &Ctx, parts: Vec<IdPart>, all: bool) -> anyhow::Result<()> {
+    let mut agent = ctx.open_agent()?;
+    let marked_read = if all {
+        agent.store.mark_all_read()?
+    } else {
+        let ids = parts
+            .iter()
+            .map(|p| resolve(&agent, p).map(|(id, _)| id))
+            .collect::<anyhow::Result<Vec<_>>>()?;
+        agent.store.mark_read(&ids)?
+    };
+    output::emit(ctx.json, &Marked { marked_read }, |m| {
+        format!("{} message(s) marked read", m.marked_read)
+    })
+}
+
+/// One sent message and where it stands.
+#[derive(Serialize)]
+struct SentLine {
+    id: MessageId,
+    to: Vec<Address>,
+    subject: String,
+    sent_at: Timestamp,
+    state: SentState,
+    attempts: u32,
+    last_error: Option<String>,
+    bounced: Vec<crate::protocol::AgentName>,
+}
+
+impl From<&SentItem> for SentLine {
+    fn from(i: &SentItem) -> Self {
+        let m = &i.stored.message;
+        Self {
+            id: m.id,
+            to: m.to.iter().chain(&m.cc).chain(&m.bcc).cloned().collect(),
+            subject: m.subject.clone(),
+            sent_at: m.sent_at,
+            state: i.state,
+            attempts: i.attempts,
+            last_error: i.last_error.clone(),
+            bounced: i.stored.bounced.clone(),
+        }
+    }
+}
+
+pub(super) fn sent(ctx: &Ctx, state: Option<SentState>, limit: u32) -> anyhow::Result<()> {
+    let agent = ctx.open_agent()?;
+    let items: Vec<SentLine> = agent
+        .store
+        .sent(state, limit as usize)?
+        .iter()
+        .map(SentLine::from)
+        .collect();
+    output::emit(ctx.json, &items, |items| {
+        if items.is_empty() {
+            return "no sent mail".to_owned();
+        }
+        let mut lines = Vec::new();
+        for i in items {
+            let to =
+                i.to.iter()
+                    .map(ToString::to_string)
+                    .collect::<Vec<_>>()
+                    .join(", ");
+            lines.push(format!(
+                "{:<8} {}  to {:<16} {}\n    {}",
+                i.state.as_str(),
+                output::when(i.sent_at),
+                output::one_line(&to, 16),
+                output::one_line(&i.subject, 60),
+                i.id
+            ));
+            if let Some(error) = &i.last_error {
+                lines.push(format!("    {error}"));
+            }
+            if !i.bounced.is_empty() {
+                let who: Vec<String> = i.bounced.iter().map(ToString::to_string).collect();
+                lines.push(format!("    expired undelivered for {}", who.join(", ")));
+            }
+        }
+        if items.iter().any(|i| i.state == SentState::Failed) {
+            lines.push(format!(
+                "`{}` queues the failed ones again",
+                output::command(&agent.name, "retry --all-failed")
+            ));
+        }
+        lines.join("\n")
     })
 }

@@ -28,7 +28,8 @@ use crate::agent::Agent;
 use crate::bench::BenchCommand;
 use crate::client::RelayUrl;
 use crate::config::{self, Config, Paths};
-use crate::protocol::{Address, AgentName, InviteToken, MemoryId, MessageId, Policy, RequestCode};
+use crate::protocol::{Address, AgentName, InviteToken, MemoryId, Policy, RequestCode};
+use crate::store::{IdPart, SentState};
 
 pub use help::{command, parse};
 
@@ -141,8 +142,40 @@ pub enum Command {
     },
     /// Show a message and mark it read
     Read {
-        /// The message's id
-        id: MessageId,
+        /// The message's id, or its first or last characters when they name one message
+        id: IdPart,
+    },
+    /// Show a message's whole thread, sent and received, oldest first
+    Thread {
+        /// A message of the thread: its id, or its first or last characters
+        id: IdPart,
+    },
+    /// Mark messages read without showing them
+    MarkRead {
+        /// The messages: ids, or their first or last characters
+        #[arg(required_unless_present = "all", conflicts_with = "all")]
+        ids: Vec<IdPart>,
+        /// Every unread message
+        #[arg(long)]
+        all: bool,
+    },
+    /// List sent mail, newest first, with where each stands: queued, sent, failed or bounced
+    Sent {
+        /// Only messages in this state: queued, sent, failed or bounced
+        #[arg(long, value_name = "STATE")]
+        state: Option<SentState>,
+        /// At most this many
+        #[arg(long, default_value_t = 50, value_parser = clap::value_parser!(u32).range(1..=1000))]
+        limit: u32,
+    },
+    /// Queue failed messages again and send the outbox
+    Retry {
+        /// The failed messages: ids, or their first or last characters
+        #[arg(required_unless_present = "all_failed", conflicts_with = "all_failed")]
+        ids: Vec<IdPart>,
+        /// Every failed message
+        #[arg(long)]
+        all_failed: bool,
     },
     /// Search mail by words in the subject, body or sender
     #[command(
@@ -191,8 +224,8 @@ pub enum Command {
         after_help = "Examples:\n  mailslot reply 01a2 --body \"Works for me\"        # an id prefix is enough when unique\n  mailslot reply 01a2 --all --body-file answer.md"
     )]
     Reply {
-        /// The message's id
-        id: MessageId,
+        /// The message's id, or its first or last characters when they name one message
+        id: IdPart,
         /// Reply to the sender and every other recipient (never BCC)
         #[arg(long)]
         all: bool,
@@ -508,6 +541,10 @@ fn dispatch(cli: Cli) -> anyhow::Result<ExitCode> {
         Command::Forget { id } => memory::forget(&ctx, id),
         Command::Inbox { all, limit } => mail::inbox(&ctx, all, limit),
         Command::Read { id } => mail::read(&ctx, id),
+        Command::Thread { id } => mail::thread(&ctx, id),
+        Command::MarkRead { ids, all } => mail::mark_read(&ctx, ids, all),
+        Command::Sent { state, limit } => mail::sent(&ctx, state, limit),
+        Command::Retry { ids, all_failed } => send::retry(&ctx, ids, all_failed),
         Command::Search { query, limit } => mail::search(&ctx, &query, limit),
         Command::Send {
             to,

@@ -12,7 +12,7 @@ use crate::agent::Agent;
 use crate::client;
 use crate::mailbox::{ConnectionLock, Mailbox, MailboxError, SendOutcome};
 use crate::protocol::{Address, Limits, Message, MessageId};
-use crate::store::StoreHandle;
+use crate::store::{IdPart, StoreHandle};
 
 /// Where the body comes from.
 pub(super) struct BodySource {
@@ -62,7 +62,8 @@ fn deliver(ctx: &Ctx, agent: Agent, message: Message) -> anyhow::Result<()> {
     message.validate(&Limits::default())?;
     let url = ctx.relay_url_or_default();
     let id = message.id;
-    let retry = output::command(&agent.name, "sync");
+    let name = agent.name.clone();
+    let retry = output::command(&name, "sync");
     let outcome = runtime()?.block_on(async {
         let mailbox = Mailbox::open(agent, url.clone()).await?;
         let outcome = mailbox.send(message).await;
@@ -81,7 +82,11 @@ fn deliver(ctx: &Ctx, agent: Agent, message: Message) -> anyhow::Result<()> {
             detail: format!("{reason}; `{retry}` retries"),
         },
         Err(MailboxError::NotSent(reason)) => {
-            bail!("not sent: {reason}. The message is kept in your sent mail, marked failed")
+            bail!(
+                "not sent: {reason}. The message is kept in your sent mail, marked failed: `{}` lists it, `{}` sends it again",
+                output::command(&name, "sent --state failed"),
+                output::command(&name, format!("retry {id}"))
+            )
         }
         Err(e) => return Err(e.into()),
     };
@@ -114,17 +119,42 @@ pub(super) fn send(
     deliver(ctx, agent, message)
 }
 
-pub(super) fn reply(ctx: &Ctx, id: MessageId, all: bool, body: BodySource) -> anyhow::Result<()> {
+pub(super) fn reply(ctx: &Ctx, part: IdPart, all: bool, body: BodySource) -> anyhow::Result<()> {
     let agent = ctx.open_agent()?;
-    let Some(original) = agent.store.message(&id)? else {
-        bail!(
-            "no message with id {id}; `{}` lists them",
-            output::command(&agent.name, "inbox --all")
-        );
-    };
+    let (_, original) = super::mail::resolve(&agent, &part)?;
     let message =
         crate::mailbox::reply(&original.message, &agent.address(), all, read_body(body)?)?;
     deliver(ctx, agent, message)
+}
+
+/// Queues failed messages again (`parts`, or every failed one), then sends the outbox.
+pub(super) fn retry(ctx: &Ctx, parts: Vec<IdPart>, all_failed: bool) -> anyhow::Result<()> {
+    let mut agent = ctx.open_agent()?;
+    let ids = if all_failed {
+        None
+    } else {
+        Some(
+            parts
+                .iter()
+                .map(|p| super::mail::resolve(&agent, p).map(|(id, _)| id))
+                .collect::<anyhow::Result<Vec<_>>>()?,
+        )
+    };
+    let queued = agent.store.retry_failed(ids.as_deref())?;
+    if queued.is_empty() {
+        bail!(
+            "nothing to retry: {}; `{}` lists the failed ones",
+            if all_failed {
+                "no message has failed"
+            } else {
+                "those messages have not failed"
+            },
+            output::command(&agent.name, "sent --failed")
+        );
+    }
+    eprintln!("mailslot: {} message(s) queued again", queued.len());
+    drop(agent);
+    sync(ctx)
 }
 
 pub(super) fn sync(ctx: &Ctx) -> anyhow::Result<()> {

@@ -39,6 +39,20 @@ pub enum StoreError {
         /// What is wrong with it.
         detail: String,
     },
+    /// No message id starts or ends with the part given.
+    #[error("no message id starts or ends with {part}")]
+    NoSuchMessage {
+        /// What was given.
+        part: String,
+    },
+    /// Several message ids start or end with the part given.
+    #[error("{part} matches several messages ({}, ...): give more of the id", some.join(", "))]
+    AmbiguousId {
+        /// What was given.
+        part: String,
+        /// Some of the matching ids.
+        some: Vec<String>,
+    },
     /// The store's worker thread has stopped.
     #[error("the store's worker thread has stopped")]
     Closed,

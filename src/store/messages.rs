@@ -296,6 +296,23 @@ impl Store {
         Ok(changed)
     }
 
+    /// Marks every received message read; returns how many were unread.
+    pub fn mark_all_read(&mut self) -> Result<usize, StoreError> {
+        Ok(self.conn.execute(
+            "UPDATE messages SET read_at = ?1 WHERE direction = 'in' AND read_at IS NULL",
+            [to_ms(now_millis())],
+        )?)
+    }
+
+    /// How many messages were received: all of them, or only the unread ones.
+    pub fn received_count(&self, unread_only: bool) -> Result<u64, StoreError> {
+        Ok(self.conn.query_row(
+            "SELECT count(*) FROM messages WHERE direction = 'in' AND (?1 = 0 OR read_at IS NULL)",
+            [unread_only],
+            |r| r.get::<_, i64>(0),
+        )? as u64)
+    }
+
     /// Full-text search over subject, body and sender, best first (relevance and recency).
     pub fn search_messages(
         &self,

@@ -7,12 +7,14 @@
 mod contacts;
 mod error;
 mod handle;
+mod lookup;
 mod memories;
 mod messages;
 mod meta;
 mod migrations;
 mod outbox;
 mod search;
+mod sent;
 mod shown;
 mod time;
 
@@ -24,12 +26,14 @@ use rusqlite::{Connection, OpenFlags};
 pub use contacts::{Contact, KeyCheck};
 pub use error::StoreError;
 pub use handle::StoreHandle;
+pub use lookup::{IdPart, MIN_ID_PART};
 pub use memories::{MAX_MEMORY_BYTES, MAX_TAGS, MAX_TITLE_CHARS, Memory, MemoryDraft, Recalled};
 pub use messages::{Direction, InboxQuery, StoredMessage, Trust, UnreadSummary};
 pub use meta::MAX_STATUS_BYTES;
 pub use migrations::SCHEMA_VERSION;
 pub use outbox::OutboxItem;
 pub use search::MAX_QUERY_CHARS;
+pub use sent::{SentItem, SentState};
 pub use shown::{MAX_SESSION_CHARS, SessionKey, Via};
 
 /// How long a writer waits for another process's transaction before failing.
