@@ -412,7 +412,11 @@ fn usage_errors_exit_2_and_name_the_problem() {
     );
     let bad_id = home.run(&["--agent", "a", "read", "not-an-id"]);
     assert_eq!(bad_id.status.code(), Some(2));
-    assert!(stderr(&bad_id).contains("UUIDv7"), "{}", stderr(&bad_id));
+    assert!(
+        stderr(&bad_id).contains("is not part of a message id"),
+        "{}",
+        stderr(&bad_id)
+    );
 }
 
 #[test]
@@ -511,7 +515,9 @@ fn printed_commands_name_the_agent_they_act_as() {
         &mailslot::protocol::MessageId::new().to_string(),
     ]);
     assert!(
-        stderr(&missing).contains("`mailslot --agent bob inbox --all` lists them"),
+        stderr(&missing).contains(
+            "`mailslot --agent bob inbox --all` and `mailslot --agent bob sent` list them"
+        ),
         "{}",
         stderr(&missing)
     );
