@@ -25,6 +25,7 @@ use clap::{Parser, Subcommand};
 use crate::agent::Agent;
 use crate::bench::BenchCommand;
 use crate::client::RelayUrl;
+use crate::client::consent::Change;
 use crate::config::{self, Config, Paths};
 use crate::protocol::{Address, AgentName, InviteToken, MemoryId, MessageId, Policy, RequestCode};
 
@@ -477,10 +478,10 @@ fn dispatch(cli: Cli) -> anyhow::Result<ExitCode> {
         Command::Connect { peer, note } => consent::connect(&ctx, peer, note),
         Command::Requests => consent::requests(&ctx),
         Command::Approve { code, from } => consent::approve(&ctx, code, from),
-        Command::Deny { peer } => consent::change(&ctx, consent::Change::Deny(peer)),
-        Command::Block { peer } => consent::change(&ctx, consent::Change::Block(peer)),
-        Command::Unblock { peer } => consent::change(&ctx, consent::Change::Unblock(peer)),
-        Command::Uncontact { peer } => consent::change(&ctx, consent::Change::Remove(peer)),
+        Command::Deny { peer } => consent::change(&ctx, Change::Deny(peer)),
+        Command::Block { peer } => consent::change(&ctx, Change::Block(peer)),
+        Command::Unblock { peer } => consent::change(&ctx, Change::Unblock(peer)),
+        Command::Uncontact { peer } => consent::change(&ctx, Change::Remove(peer)),
         Command::Contacts => consent::contacts(&ctx),
         Command::Owner(OwnerCommand::Init) => owner::init(&ctx),
         Command::Owner(OwnerCommand::Change) => owner::change(&ctx),
@@ -492,7 +493,7 @@ fn dispatch(cli: Cli) -> anyhow::Result<ExitCode> {
                 (None, false) => directory::Action::List,
             },
         ),
-        Command::Policy { policy } => consent::change(&ctx, consent::Change::Policy(policy)),
+        Command::Policy { policy } => consent::change(&ctx, Change::Policy(policy)),
         Command::Hook { kind } => hook::run(&ctx, kind),
         Command::Mcp { http } => mcp::run(&ctx, http),
         Command::Demo => tokio::runtime::Builder::new_multi_thread()

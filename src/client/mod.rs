@@ -4,6 +4,7 @@
 
 mod bounces;
 mod connection;
+pub mod consent;
 mod inbound;
 mod outbound;
 mod session;
