@@ -28,7 +28,7 @@ pub use memories::{MAX_MEMORY_BYTES, MAX_TAGS, MAX_TITLE_CHARS, Memory, MemoryDr
 pub use messages::{Direction, InboxQuery, StoredMessage, Trust, UnreadSummary};
 pub use meta::MAX_STATUS_BYTES;
 pub use migrations::SCHEMA_VERSION;
-pub use outbox::OutboxItem;
+pub use outbox::{OutboxItem, SentItem, SentState};
 pub use search::MAX_QUERY_CHARS;
 pub use shown::{MAX_SESSION_CHARS, SessionKey, Via};
 

@@ -3,7 +3,9 @@
 
 use rusqlite::{OptionalExtension, params};
 
-use super::messages::{Direction, Trust, insert_batch};
+use super::messages::{
+    COLUMNS, Direction, StoredMessage, Trust, decode as decode_message, insert_batch,
+};
 use super::time::to_ms;
 use super::{Store, StoreError};
 use crate::protocol::{Bounce, Message, MessageId, now_millis};
@@ -19,6 +21,38 @@ pub struct OutboxItem {
     pub last_error: Option<String>,
     /// Whether it failed for good (unknown recipient, refused): no retries.
     pub failed: bool,
+}
+
+/// Where a sent message stands, as far as this store knows: the relay's answer, and the
+/// bounces it reported later. (Delivery to the recipient's store is not reported back.)
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]
+#[serde(rename_all = "snake_case", tag = "state")]
+pub enum SentState {
+    /// Waiting in the outbox for the relay (offline, or not answered yet).
+    Queued {
+        /// Sends tried so far.
+        attempts: u32,
+        /// The last failure, if any.
+        last_error: Option<String>,
+    },
+    /// Refused for good; never retried.
+    Failed {
+        /// The relay's reason.
+        error: Option<String>,
+    },
+    /// Accepted by the relay for every recipient.
+    Sent,
+    /// Accepted, then expired on the relay before these recipients took it.
+    Bounced,
+}
+
+/// A message this agent sent, and where it stands.
+#[derive(Debug, Clone, PartialEq, serde::Serialize)]
+pub struct SentItem {
+    /// The message as stored (its `bounced` lists the recipients it bounced for).
+    pub stored: StoredMessage,
+    /// Where it stands.
+    pub state: SentState,
 }
 
 fn decode(
@@ -136,6 +170,38 @@ impl Store {
         }
         tx.commit()?;
         Ok(recorded)
+    }
+
+    /// Sent mail, newest first, at most `limit`, with where each stands.
+    pub fn sent(&self, limit: usize) -> Result<Vec<SentItem>, StoreError> {
+        let mut stmt = self.conn.prepare_cached(&format!(
+            "SELECT {COLUMNS}, o.failed, o.last_error, o.attempts
+             FROM messages LEFT JOIN outbox o ON o.message_id = messages.id
+             WHERE direction = 'out' ORDER BY seq DESC LIMIT ?1"
+        ))?;
+        let rows = stmt.query_map([limit as i64], |r| {
+            Ok((
+                super::messages::from_row(r)?,
+                r.get::<_, Option<bool>>(6)?,
+                r.get::<_, Option<String>>(7)?,
+                r.get::<_, Option<u32>>(8)?,
+            ))
+        })?;
+        rows.map(|row| {
+            let (raw, failed, last_error, attempts) = row?;
+            let stored = decode_message(raw)?;
+            let state = match (failed, attempts) {
+                (Some(true), _) => SentState::Failed { error: last_error },
+                (Some(false), attempts) => SentState::Queued {
+                    attempts: attempts.unwrap_or(0),
+                    last_error,
+                },
+                (None, _) if !stored.bounced.is_empty() => SentState::Bounced,
+                (None, _) => SentState::Sent,
+            };
+            Ok(SentItem { stored, state })
+        })
+        .collect()
     }
 
     /// How many messages wait to be sent (failed ones excluded).
