@@ -2,6 +2,7 @@
 //! Every command is thin: it opens the agent and calls the library.
 
 mod consent;
+mod dashboard;
 mod directory;
 mod doctor;
 mod hook;
@@ -259,6 +260,16 @@ pub enum Command {
         #[arg(value_enum)]
         kind: hook::HookKind,
     },
+    /// The owner's web UI on loopback: agents, mail, contacts and requests, memories, the
+    /// relay; opened with a secret URL printed here
+    Dashboard {
+        /// Where to listen; anything but loopback is reachable from other machines
+        #[arg(long, value_name = "ADDR", default_value = "127.0.0.1:0")]
+        listen: std::net::SocketAddr,
+        /// Print the URL only; do not start a browser
+        #[arg(long)]
+        no_open: bool,
+    },
     /// See it work: a relay and two MCP servers in a temp folder, a message, its doorbell and a reply
     Demo,
     /// Run a relay in the foreground
@@ -496,6 +507,7 @@ fn dispatch(cli: Cli) -> anyhow::Result<ExitCode> {
         Command::Policy { policy } => consent::change(&ctx, Change::Policy(policy)),
         Command::Hook { kind } => hook::run(&ctx, kind),
         Command::Mcp { http } => mcp::run(&ctx, http),
+        Command::Dashboard { listen, no_open } => dashboard::run(&ctx, listen, !no_open),
         Command::Demo => tokio::runtime::Builder::new_multi_thread()
             .worker_threads(2)
             .enable_all()
