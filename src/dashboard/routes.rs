@@ -2,7 +2,7 @@
 //! relay for consent); the one POST changes consent. Every route sits behind
 //! [`super::auth::check`], and every answer carries headers that keep the page to itself: a
 //! Content-Security-Policy allowing only the dashboard's own script and style, no framing, no
-//! referrer, no caching.
+//! referrer to other sites, no caching.
 
 use std::collections::BTreeMap;
 use std::path::PathBuf;
@@ -94,7 +94,8 @@ async fn security_headers(request: Request, next: Next) -> Response {
         (header::CONTENT_SECURITY_POLICY, CSP),
         (header::X_CONTENT_TYPE_OPTIONS, "nosniff"),
         (header::X_FRAME_OPTIONS, "DENY"),
-        (header::REFERRER_POLICY, "no-referrer"),
+        // Not `no-referrer`: under it Chromium sends `Origin: null` with the page's own forms.
+        (header::REFERRER_POLICY, "same-origin"),
         (header::CACHE_CONTROL, "no-store"),
     ] {
         headers.insert(name, HeaderValue::from_static(value));
