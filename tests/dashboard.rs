@@ -409,6 +409,24 @@ async fn the_dashboard_refuses_requests_without_its_secret() {
         approved.body
     );
     assert_eq!(bob_requests(&world)["incoming"], serde_json::json!([]));
+    // Block goes the same way (the same signing as the CLI's).
+    let block = format!(
+        "csrf={csrf}&action=block&agent=alice&passphrase={}",
+        PASSPHRASE.replace(' ', "+")
+    );
+    let blocked = post(addr, path, Some(&cookie), Some(&origin), &block);
+    assert_eq!(blocked.status, 200, "{}", blocked.body);
+    let consent: serde_json::Value = serde_json::from_str(&mailslot(
+        world.bob_home.path(),
+        &world.relay,
+        &["--agent", "bob", "--json", "contacts"],
+    ))
+    .unwrap();
+    assert_eq!(
+        consent["blocked"],
+        serde_json::json!(["alice"]),
+        "{consent}"
+    );
     let logs = d.logs();
     assert!(
         !logs.contains(PASSPHRASE) && !logs.contains("not the owner") && !logs.contains(secret),
