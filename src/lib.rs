@@ -10,6 +10,7 @@ pub mod cli;
 pub mod client;
 pub mod config;
 pub mod crypto;
+pub mod dashboard;
 pub mod demo;
 pub mod doorbell;
 pub mod mailbox;

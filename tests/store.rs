@@ -9,8 +9,8 @@ use jiff::ToSpan;
 use mailslot::crypto::Identity;
 use mailslot::protocol::{Address, AgentName, Message, MessageId, now_millis};
 use mailslot::store::{
-    Direction, InboxQuery, KeyCheck, MemoryDraft, SCHEMA_VERSION, Store, StoreError, StoreHandle,
-    Trust,
+    Direction, InboxQuery, KeyCheck, MemoryDraft, SCHEMA_VERSION, SentState, Store, StoreError,
+    StoreHandle, Trust,
 };
 
 const CHILD_DB: &str = "MAILSLOT_TEST_CHILD_DB";
@@ -296,6 +296,80 @@ fn outbox_queues_atomically_with_the_sent_copy() {
     store.queue_outgoing(&other).unwrap();
     store.outbox_done(&other.id).unwrap();
     assert_eq!(store.outbox_len().unwrap(), 0);
+}
+
+#[test]
+fn sent_mail_lists_each_message_with_where_it_stands() {
+    let (_dir, mut store) = temp_store();
+    let sent = |subject: &str| Message::new(addr("alice"), vec![addr("bob")], subject, "hi");
+    let (queued, failed, accepted, bounced) = (
+        sent("queued"),
+        sent("failed"),
+        sent("accepted"),
+        sent("bounced"),
+    );
+    for m in [&queued, &failed, &accepted, &bounced] {
+        store.queue_outgoing(m).unwrap();
+    }
+    store
+        .insert_message(
+            &mail("bob", "received", "x"),
+            Direction::In,
+            Trust::Verified,
+        )
+        .unwrap();
+    store
+        .outbox_failed(&queued.id, "relay unreachable", false)
+        .unwrap();
+    store
+        .outbox_failed(&failed.id, "no agent named bob", true)
+        .unwrap();
+    store.outbox_done(&accepted.id).unwrap();
+    store.outbox_done(&bounced.id).unwrap();
+    let bounce = mailslot::protocol::Bounce {
+        id: bounced.id,
+        to: AgentName::new("bob").unwrap(),
+        expired_at: now_millis(),
+    };
+    store.record_bounces(&[bounce]).unwrap();
+
+    let listed = store.sent(None, 10).unwrap();
+    let states: Vec<(&str, SentState, u32, Option<&str>)> = listed
+        .iter()
+        .map(|s| {
+            (
+                s.stored.message.subject.as_str(),
+                s.state,
+                s.attempts,
+                s.last_error.as_deref(),
+            )
+        })
+        .collect();
+    assert_eq!(
+        states,
+        [
+            ("bounced", SentState::Bounced, 0, None),
+            ("accepted", SentState::Sent, 0, None),
+            ("failed", SentState::Failed, 1, Some("no agent named bob")),
+            ("queued", SentState::Queued, 1, Some("relay unreachable")),
+        ],
+        "newest first, received mail left out"
+    );
+    assert_eq!(listed[0].stored.bounced, [AgentName::new("bob").unwrap()]);
+    assert_eq!(store.sent(None, 1).unwrap().len(), 1);
+    let only_failed = store.sent(Some(SentState::Failed), 10).unwrap();
+    assert_eq!(only_failed.len(), 1);
+    assert_eq!(only_failed[0].stored.message.id, failed.id);
+
+    // A retry puts failed mail back in the outbox, and leaves the rest alone.
+    assert!(store.retry_failed(Some(&[queued.id])).unwrap().is_empty());
+    assert_eq!(store.retry_failed(None).unwrap(), [failed.id]);
+    assert_eq!(
+        store.sent(Some(SentState::Queued), 10).unwrap().len(),
+        2,
+        "the retried message waits with the queued one"
+    );
+    assert_eq!(store.outbox_len().unwrap(), 2);
 }
 
 #[test]

@@ -10,10 +10,11 @@ use serde::Serialize;
 use super::output::{self, outln};
 use super::{Ctx, owner};
 use crate::agent::Agent;
+use crate::client::consent::{self as relay_consent, Change, ConsentState};
 use crate::client::{ClientError, Connection};
 use crate::crypto::PublicIdentity;
 use crate::protocol::{
-    AgentName, ClientFrame, Fingerprint, OwnerAct, Policy, RequestCode, RequestView, ServerFrame,
+    AgentName, ClientFrame, Fingerprint, Policy, RequestCode, RequestView, ServerFrame,
 };
 
 /// Opens the agent, connects, runs `work`, closes.
@@ -102,31 +103,14 @@ struct Contacts {
     blocked: Vec<AgentName>,
 }
 
-async fn state(
-    conn: &mut Connection,
-) -> anyhow::Result<(
-    Policy,
-    Vec<RequestView>,
-    Vec<RequestView>,
-    Vec<AgentName>,
-    Vec<AgentName>,
-)> {
-    match conn.call(|r| ClientFrame::Consent { reference: r }).await? {
-        ServerFrame::ConsentState {
-            policy,
-            incoming,
-            outgoing,
-            contacts,
-            blocked,
-            ..
-        } => Ok((policy, incoming, outgoing, contacts, blocked)),
-        other => bail!("unexpected answer {other:?}"),
-    }
-}
-
 pub(super) fn requests(ctx: &Ctx) -> anyhow::Result<()> {
-    let (me, (_, incoming, outgoing, _, _)) = with_relay(ctx, async |conn, agent| {
-        Ok((agent.name.clone(), state(conn).await?))
+    let (
+        me,
+        ConsentState {
+            incoming, outgoing, ..
+        },
+    ) = with_relay(ctx, async |conn, agent| {
+        Ok((agent.name.clone(), relay_consent::state(conn).await?))
     })?;
     output::emit(ctx.json, &Requests { incoming, outgoing }, |r| {
         let mut lines = Vec::new();
@@ -165,7 +149,7 @@ pub(super) fn approve(ctx: &Ctx, code: RequestCode, from: Option<AgentName>) -> 
     }
     let detail = with_relay(ctx, async |conn, agent| {
         owner::check_registered(ctx, conn, agent)?;
-        let (_, incoming, _, _, _) = state(conn).await?;
+        let incoming = relay_consent::state(conn).await?.incoming;
         let request = match (&from, incoming.as_slice()) {
             (_, []) => bail!("no open contact requests to approve"),
             (Some(f), list) => list
@@ -183,19 +167,7 @@ pub(super) fn approve(ctx: &Ctx, code: RequestCode, from: Option<AgentName>) -> 
             }
         };
         // The code first: a typo should not cost the person a confirmation and a passphrase.
-        match conn
-            .call(|r| ClientFrame::Approve {
-                reference: r,
-                from: request.agent.clone(),
-                code: code.clone(),
-                dry_run: true,
-                owner_signature: Vec::new(),
-            })
-            .await?
-        {
-            ServerFrame::Done { .. } => {}
-            other => bail!("unexpected answer {other:?}"),
-        }
+        relay_consent::check_code(conn, &request.agent, &code).await?;
         let fp = fingerprint(conn, &request.agent).await?;
         let mut out = std::io::stderr();
         writeln!(out, "Request from {} (fingerprint {fp})", request.agent)?;
@@ -214,101 +186,33 @@ pub(super) fn approve(ctx: &Ctx, code: RequestCode, from: Option<AgentName>) -> 
             bail!("not approved");
         }
         let owner = owner::unlock(ctx)?;
-        let owner_signature = conn.owner_signature(
-            &owner,
-            &OwnerAct::Approve {
-                from: &request.agent,
-                code: &code,
-            },
-        );
-        match conn
-            .call(|r| ClientFrame::Approve {
-                reference: r,
-                from: request.agent.clone(),
-                code,
-                dry_run: false,
-                owner_signature,
-            })
-            .await?
-        {
-            ServerFrame::Done { detail, .. } => Ok(detail),
-            other => bail!("unexpected answer {other:?}"),
-        }
+        let change = Change::Approve {
+            from: request.agent.clone(),
+            code,
+        };
+        Ok(relay_consent::apply(conn, &owner, change).await?)
     })?;
     outln!("{detail}")?;
     Ok(())
-}
-
-/// One of the simple consent changes that name an agent or a policy.
-pub(super) enum Change {
-    Deny(AgentName),
-    Block(AgentName),
-    Unblock(AgentName),
-    Remove(AgentName),
-    Policy(Policy),
-}
-
-impl Change {
-    fn act(&self) -> OwnerAct<'_> {
-        match self {
-            Change::Deny(a) => OwnerAct::Deny(a),
-            Change::Block(a) => OwnerAct::Block(a),
-            Change::Unblock(a) => OwnerAct::Unblock(a),
-            Change::Remove(a) => OwnerAct::Remove(a),
-            Change::Policy(p) => OwnerAct::SetPolicy(*p),
-        }
-    }
-
-    fn frame(self, reference: String, owner_signature: Vec<u8>) -> ClientFrame {
-        match self {
-            Change::Deny(agent) => ClientFrame::Deny {
-                reference,
-                agent,
-                owner_signature,
-            },
-            Change::Block(agent) => ClientFrame::Block {
-                reference,
-                agent,
-                owner_signature,
-            },
-            Change::Unblock(agent) => ClientFrame::Unblock {
-                reference,
-                agent,
-                owner_signature,
-            },
-            Change::Remove(agent) => ClientFrame::Remove {
-                reference,
-                agent,
-                owner_signature,
-            },
-            Change::Policy(policy) => ClientFrame::SetPolicy {
-                reference,
-                policy,
-                owner_signature,
-            },
-        }
-    }
 }
 
 pub(super) fn change(ctx: &Ctx, change: Change) -> anyhow::Result<()> {
     let detail = with_relay(ctx, async |conn, agent| {
         owner::check_registered(ctx, conn, agent)?;
         let owner = owner::unlock(ctx)?;
-        let signature = conn.owner_signature(&owner, &change.act());
-        let answer = conn
-            .call(|reference| change.frame(reference, signature))
-            .await?;
-        match answer {
-            ServerFrame::Done { detail, .. } => Ok(detail),
-            other => bail!("unexpected answer {other:?}"),
-        }
+        Ok(relay_consent::apply(conn, &owner, change).await?)
     })?;
     outln!("{detail}")?;
     Ok(())
 }
 
 pub(super) fn contacts(ctx: &Ctx) -> anyhow::Result<()> {
-    let (policy, _, _, contacts, blocked) = with_relay(ctx, async |conn, _| state(conn).await)?;
+    let ConsentState {
+        policy,
+        contacts,
+        blocked,
+        ..
+    } = with_relay(ctx, async |conn, _| Ok(relay_consent::state(conn).await?))?;
     output::emit(
         ctx.json,
         &Contacts {

@@ -52,6 +52,7 @@ const FAMILIES: &[(&str, &[&str])] = &[
         ],
     ),
     ("LLM clients", &["mcp", "hook"]),
+    ("The owner's window", &["dashboard"]),
     (
         "Relays and tools",
         &["relay", "demo", "bench", "completions", "man"],

@@ -2,6 +2,7 @@
 //! Every command is thin: it opens the agent and calls the library.
 
 mod consent;
+mod dashboard;
 mod directory;
 mod doctor;
 mod help;
@@ -27,6 +28,7 @@ use clap::{Parser, Subcommand};
 use crate::agent::Agent;
 use crate::bench::BenchCommand;
 use crate::client::RelayUrl;
+use crate::client::consent::Change;
 use crate::config::{self, Config, Paths};
 use crate::protocol::{Address, AgentName, InviteToken, MemoryId, Policy, RequestCode};
 use crate::store::{IdPart, SentState};
@@ -330,6 +332,16 @@ pub enum Command {
         #[arg(value_enum)]
         kind: hook::HookKind,
     },
+    /// The owner's web UI on loopback: agents, mail, contacts and requests, memories, the
+    /// relay; opened with a secret URL printed here
+    Dashboard {
+        /// Where to listen; anything but loopback is reachable from other machines
+        #[arg(long, value_name = "ADDR", default_value = "127.0.0.1:0")]
+        listen: std::net::SocketAddr,
+        /// Print the URL only; do not start a browser
+        #[arg(long)]
+        no_open: bool,
+    },
     /// See it work: a relay and two MCP servers in a temp folder, a message, its doorbell and a reply
     Demo,
     /// Run a relay in the foreground
@@ -572,10 +584,10 @@ fn dispatch(cli: Cli) -> anyhow::Result<ExitCode> {
         Command::Connect { peer, note } => consent::connect(&ctx, peer, note),
         Command::Requests => consent::requests(&ctx),
         Command::Approve { code, from } => consent::approve(&ctx, code, from),
-        Command::Deny { peer } => consent::change(&ctx, consent::Change::Deny(peer)),
-        Command::Block { peer } => consent::change(&ctx, consent::Change::Block(peer)),
-        Command::Unblock { peer } => consent::change(&ctx, consent::Change::Unblock(peer)),
-        Command::Uncontact { peer } => consent::change(&ctx, consent::Change::Remove(peer)),
+        Command::Deny { peer } => consent::change(&ctx, Change::Deny(peer)),
+        Command::Block { peer } => consent::change(&ctx, Change::Block(peer)),
+        Command::Unblock { peer } => consent::change(&ctx, Change::Unblock(peer)),
+        Command::Uncontact { peer } => consent::change(&ctx, Change::Remove(peer)),
         Command::Contacts => consent::contacts(&ctx),
         Command::Owner(OwnerCommand::Init) => owner::init(&ctx),
         Command::Owner(OwnerCommand::Change) => owner::change(&ctx),
@@ -587,9 +599,10 @@ fn dispatch(cli: Cli) -> anyhow::Result<ExitCode> {
                 (None, false) => directory::Action::List,
             },
         ),
-        Command::Policy { policy } => consent::change(&ctx, consent::Change::Policy(policy)),
+        Command::Policy { policy } => consent::change(&ctx, Change::Policy(policy)),
         Command::Hook { kind } => hook::run(&ctx, kind),
         Command::Mcp { http } => mcp::run(&ctx, http),
+        Command::Dashboard { listen, no_open } => dashboard::run(&ctx, listen, !no_open),
         Command::Demo => tokio::runtime::Builder::new_multi_thread()
             .worker_threads(2)
             .enable_all()

@@ -11,6 +11,7 @@ use zeroize::Zeroizing;
 use super::{Ctx, output};
 use crate::agent::Agent;
 use crate::client::Connection;
+use crate::client::consent::{self, OwnerKeyProblem};
 use crate::crypto::{Owner, OwnerKeyError, Passphrase, owner};
 use crate::protocol::{AgentName, ClientFrame, Fingerprint, OwnerAct, OwnerKey};
 
@@ -49,22 +50,10 @@ fn missing(ctx: &Ctx) -> String {
 /// Checks, before the passphrase is asked for, that the relay holds this home's owner key
 /// for the connection's agent.
 pub(super) fn check_registered(ctx: &Ctx, conn: &Connection, agent: &Agent) -> anyhow::Result<()> {
-    let Some(local) = agent.owner else {
-        bail!(missing(ctx));
-    };
-    match conn.owner() {
-        Some(held) if *held == local => Ok(()),
-        Some(held) => bail!(
-            "the relay holds another owner key for {} (fingerprint {}), not yours ({}): someone registered theirs first, so consent for {} is in their hands. If it was not you, create a new agent, or ask the relay's operator",
-            agent.name,
-            owner::fingerprint(held),
-            owner::fingerprint(&local),
-            agent.name
-        ),
-        None => bail!(
-            "the relay did not register your owner key for {}; is it an older relay?",
-            agent.name
-        ),
+    match consent::check_owner(conn, &agent.name, agent.owner) {
+        Ok(()) => Ok(()),
+        Err(OwnerKeyProblem::Missing) => bail!(missing(ctx)),
+        Err(e) => Err(e.into()),
     }
 }
 

@@ -11,7 +11,7 @@ use serde::Serialize;
 use super::{Ctx, local_relay};
 use crate::agent::Agent;
 use crate::client::{ClientError, Connection, RelayUrl};
-use crate::protocol::{AgentName, ClientFrame, ErrorCode, Policy, ServerFrame};
+use crate::protocol::{AgentName, ErrorCode, Policy};
 
 /// How long to wait for a TCP connection to the embedded relay's port.
 const PORT_TIMEOUT: Duration = Duration::from_millis(250);
@@ -123,25 +123,14 @@ async fn ask(url: &RelayUrl, agent: &Agent) -> State {
             Ok(conn) => conn,
             Err(e) => return refusal(e),
         };
-    let answer = conn.call(|r| ClientFrame::Consent { reference: r }).await;
+    let answer = crate::client::consent::state(&mut conn).await;
     conn.close().await;
     match answer {
-        Ok(ServerFrame::ConsentState {
-            policy,
-            incoming,
-            contacts,
-            blocked,
-            ..
-        }) => State::Registered {
-            policy,
-            contacts,
-            blocked,
-            incoming_requests: incoming.len(),
-        },
-        Ok(other) => State::Unreachable {
-            reason: format!(
-                "it is not a mailslot relay this version understands: it answered {other:?}"
-            ),
+        Ok(state) => State::Registered {
+            policy: state.policy,
+            contacts: state.contacts,
+            blocked: state.blocked,
+            incoming_requests: state.incoming.len(),
         },
         Err(e) => refusal(e),
     }

@@ -4,6 +4,7 @@
 
 mod bounces;
 mod connection;
+pub mod consent;
 mod inbound;
 mod outbound;
 mod session;
@@ -16,8 +17,8 @@ pub use inbound::Received;
 pub use outbound::{Flushed, SendFailure, flush as outbound_flush};
 pub use session::{ClientEvent, MakeFrame, SessionConfig, SessionHandle, spawn as spawn_session};
 pub use sync::{SyncReport, sync};
-pub(crate) use tls::client_config;
 pub use tls::{RelaySocket, open_socket};
+pub(crate) use tls::{client_config, http_tls};
 pub use url::RelayUrl;
 
 use crate::protocol::{ErrorCode, ServerFrame};

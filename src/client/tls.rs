@@ -57,6 +57,23 @@ pub(crate) fn client_config() -> Result<Arc<ClientConfig>, String> {
     Ok(CONFIG.get_or_init(|| Arc::new(config)).clone())
 }
 
+/// TLS settings for an HTTP client (reqwest is built without a provider of its own, so it
+/// always gets one): [`client_config`], or when the trusted roots cannot be read and `tls` is
+/// not needed, `ring` with no roots (plain `http://` never uses them).
+pub(crate) fn http_tls(tls: bool) -> Result<ClientConfig, String> {
+    match client_config() {
+        Ok(config) => Ok((*config).clone()),
+        Err(e) if tls => Err(e),
+        Err(_) => Ok(ClientConfig::builder_with_provider(Arc::new(
+            rustls::crypto::ring::default_provider(),
+        ))
+        .with_safe_default_protocol_versions()
+        .map_err(|e| format!("cannot set up TLS: {e}"))?
+        .with_root_certificates(RootCertStore::empty())
+        .with_no_client_auth()),
+    }
+}
+
 /// The platform's trusted roots, or those of `SSL_CERT_FILE` / `SSL_CERT_DIR` when set.
 fn trusted_roots() -> Result<RootCertStore, String> {
     let found = rustls_native_certs::load_native_certs();

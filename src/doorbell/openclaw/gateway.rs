@@ -4,7 +4,7 @@
 //! HTTP 200 is not success: the gateway answers tool errors with 200 too. Success is
 //! `result.details.status == "accepted"`.
 
-use std::sync::{Arc, Mutex};
+use std::sync::Mutex;
 use std::time::Duration;
 
 use serde_json::{Value, json};
@@ -194,19 +194,7 @@ impl Gateway {
         if url.is_loopback() {
             builder = builder.no_proxy();
         }
-        // reqwest is built without a default crypto provider: it always gets this one
-        // (`ring`, as everywhere in mailslot), also for http:// where it stays unused.
-        let tls = match crate::client::client_config() {
-            Ok(config) => (*config).clone(),
-            Err(e) if url.is_tls() => return Err(e),
-            Err(_) => rustls::ClientConfig::builder_with_provider(Arc::new(
-                rustls::crypto::ring::default_provider(),
-            ))
-            .with_safe_default_protocol_versions()
-            .map_err(|e| format!("cannot set up TLS: {e}"))?
-            .with_root_certificates(rustls::RootCertStore::empty())
-            .with_no_client_auth(),
-        };
+        let tls = crate::client::http_tls(url.is_tls())?;
         builder = builder.tls_backend_preconfigured(tls);
         let http = builder
             .build()

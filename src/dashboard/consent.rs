@@ -1,0 +1,230 @@
+//! The owner's consent changes from the page: approve (with the requester's code), deny,
+//! block, unblock, end a contact. Each needs the owner's passphrase, typed into the page and
+//! posted with the form: it unlocks the owner key for this one change and is never stored or
+//! logged (it lives in zeroizing buffers, and the request body is wiped after parsing). The
+//! change is signed and sent by [`crate::client::consent`], exactly as the CLI does it, over a
+//! control connection of the agent's own.
+
+use serde::Deserialize;
+use zeroize::{Zeroize, Zeroizing};
+
+use crate::client::consent::{self as relay_consent, Change, ConsentState, OwnerKeyProblem};
+use crate::client::{ClientError, Connection, RelayUrl};
+use crate::crypto::{KeyFileError, Owner, OwnerKeyError, Passphrase, PublicIdentity, owner};
+use crate::mailbox::Mailbox;
+use crate::protocol::{AgentName, Fingerprint, RequestCode, ValidationError};
+
+/// The largest form accepted (bytes).
+pub const MAX_FORM_BYTES: usize = 8 * 1024;
+
+/// Why a consent change from the page did not happen.
+#[derive(Debug, thiserror::Error)]
+pub enum ActionError {
+    /// The form is missing a field or has a bad one.
+    #[error("the form is not valid: {0}; reload the page and try again")]
+    Form(String),
+    /// The CSRF token is missing or wrong.
+    #[error(
+        "the form's token is missing or from another launch of the dashboard; reload the page and try again"
+    )]
+    Csrf,
+    /// A field's value is invalid.
+    #[error(transparent)]
+    Invalid(#[from] ValidationError),
+    /// The owner key cannot sign for this agent.
+    #[error(transparent)]
+    OwnerKey(#[from] OwnerKeyProblem),
+    /// The owner key file could not be read or unlocked.
+    #[error(transparent)]
+    Unlock(#[from] OwnerKeyError),
+    /// The owner key file could not be read.
+    #[error(transparent)]
+    KeyFile(#[from] KeyFileError),
+    /// No open request from that agent.
+    #[error("no open contact request from {0}; it may have been answered or expired")]
+    NoRequest(AgentName),
+    /// The relay refused or could not be reached.
+    #[error(transparent)]
+    Relay(#[from] ClientError),
+}
+
+/// What the owner asked for.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Action {
+    /// Approve a request with its code.
+    Approve,
+    /// Deny a request.
+    Deny,
+    /// Block an agent.
+    Block,
+    /// Lift a block.
+    Unblock,
+    /// End a contact.
+    Remove,
+}
+
+/// A passphrase field: moved straight into a zeroizing buffer.
+pub struct Secret(Zeroizing<String>);
+
+impl<'de> Deserialize<'de> for Secret {
+    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        String::deserialize(d).map(|s| Secret(Zeroizing::new(s)))
+    }
+}
+
+/// The posted form.
+#[derive(Deserialize)]
+pub struct ConsentForm {
+    /// The page's CSRF token.
+    pub csrf: String,
+    /// What to do.
+    pub action: Action,
+    /// The other agent.
+    pub agent: AgentName,
+    /// The requester's code (approve only).
+    #[serde(default)]
+    pub code: String,
+    /// The owner's passphrase.
+    pub passphrase: Secret,
+}
+
+impl ConsentForm {
+    /// Parses a form body and wipes it, whatever the outcome.
+    pub fn parse(body: &mut [u8]) -> Result<Self, ActionError> {
+        let parsed = serde_urlencoded::from_bytes::<ConsentForm>(body)
+            .map_err(|e| ActionError::Form(e.to_string()));
+        body.zeroize();
+        parsed
+    }
+}
+
+/// An incoming request, with the requester's fingerprint for the owner to compare.
+#[derive(Debug, Clone)]
+pub struct Incoming {
+    /// The requester.
+    pub agent: AgentName,
+    /// Its note (its owner's words, relayed: untrusted text).
+    pub note: String,
+    /// When it lapses.
+    pub expires_at: jiff::Timestamp,
+    /// The requester's fingerprint, if the relay gave its keys.
+    pub fingerprint: Option<Fingerprint>,
+}
+
+/// The agent's consent, for the contacts page.
+#[derive(Debug, Clone)]
+pub struct Consent {
+    /// The relay's state.
+    pub state: ConsentState,
+    /// Incoming requests with fingerprints.
+    pub incoming: Vec<Incoming>,
+}
+
+async fn connect(
+    mailbox: &Mailbox,
+    relay: &RelayUrl,
+    owner_key: &std::path::Path,
+) -> Result<Connection, ActionError> {
+    let offer = owner::read_public(owner_key)?;
+    Ok(Connection::connect_control(relay, mailbox.name(), mailbox.identity(), offer).await?)
+}
+
+/// Reads the agent's consent from the relay.
+pub async fn read(
+    mailbox: &Mailbox,
+    relay: &RelayUrl,
+    owner_key: &std::path::Path,
+) -> Result<Consent, ActionError> {
+    let mut conn = connect(mailbox, relay, owner_key).await?;
+    let result = async {
+        let state = relay_consent::state(&mut conn).await?;
+        let mut incoming = Vec::new();
+        for q in &state.incoming {
+            let fingerprint = conn
+                .lookup(&q.agent)
+                .await
+                .ok()
+                .and_then(|keys| PublicIdentity::try_from(keys).ok())
+                .map(|k| k.fingerprint());
+            incoming.push(Incoming {
+                agent: q.agent.clone(),
+                note: q.note.clone(),
+                expires_at: q.expires_at,
+                fingerprint,
+            });
+        }
+        Ok(Consent { state, incoming })
+    }
+    .await;
+    conn.close().await;
+    result
+}
+
+/// Carries out `form` for `mailbox`'s agent: the relay's sentence on success.
+pub async fn apply(
+    mailbox: &Mailbox,
+    relay: &RelayUrl,
+    owner_key: &std::path::Path,
+    form: ConsentForm,
+) -> Result<String, ActionError> {
+    let ConsentForm {
+        action,
+        agent,
+        code,
+        passphrase,
+        ..
+    } = form;
+    let passphrase = Passphrase::new(passphrase.0.to_string())?;
+    let change = match action {
+        Action::Approve => Change::Approve {
+            from: agent,
+            code: RequestCode::parse(code.trim())?,
+        },
+        Action::Deny => Change::Deny(agent),
+        Action::Block => Change::Block(agent),
+        Action::Unblock => Change::Unblock(agent),
+        Action::Remove => Change::Remove(agent),
+    };
+    let local = owner::read_public(owner_key)?;
+    let mut conn = connect(mailbox, relay, owner_key).await?;
+    let result = async {
+        relay_consent::check_owner(&conn, mailbox.name(), local)?;
+        if let Change::Approve { from, code } = &change {
+            let state = relay_consent::state(&mut conn).await?;
+            if !state.incoming.iter().any(|q| &q.agent == from) {
+                return Err(ActionError::NoRequest(from.clone()));
+            }
+            // The code first, as in the CLI: a typo should not cost an unlock.
+            relay_consent::check_code(&mut conn, from, code).await?;
+        }
+        let path = owner_key.to_owned();
+        // Argon2id takes a while: off the async threads.
+        let owner = tokio::task::spawn_blocking(move || Owner::unlock(&path, &passphrase))
+            .await
+            .expect("unlocking never panics")?;
+        Ok(relay_consent::apply(&mut conn, &owner, change).await?)
+    }
+    .await;
+    conn.close().await;
+    result
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_form_names_a_bad_field() {
+        let e = ConsentForm::parse(&mut b"csrf=x&action=launch&agent=bob&passphrase=p".to_vec())
+            .err()
+            .unwrap();
+        assert!(e.to_string().contains("launch"), "{e}");
+        let mut body =
+            b"csrf=x&action=approve&agent=alice&code=ABCD-EFGH&passphrase=a+b%26c".to_vec();
+        let ok = ConsentForm::parse(&mut body).unwrap();
+        assert!(body.iter().all(|b| *b == 0), "the body is wiped");
+        assert_eq!(ok.action, Action::Approve);
+        assert_eq!(&*ok.passphrase.0, "a b&c");
+    }
+}

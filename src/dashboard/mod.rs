@@ -1,0 +1,180 @@
+//! `mailslot dashboard`: a local web UI for the owner. It runs every agent of this home as a
+//! mailbox (taking its relay connection when no other process holds it, as `mailslot mcp`
+//! does), and serves pages about them on loopback, to whoever holds the secret printed in the
+//! terminal.
+//!
+//! One job per file: `routes.rs` (the router and the handlers, reading through the mailbox and
+//! the store), `auth.rs` (secret, cookie, CSRF, Host and Origin), `pages.rs` (HTML, escaped by
+//! `maud`), `live.rs` (new mail as Server-Sent Events), `consent.rs` (approve, deny, block with
+//! the owner's passphrase), `relay_status.rs` (the relay's health and metrics).
+
+mod auth;
+mod consent;
+mod live;
+mod pages;
+mod relay_status;
+mod routes;
+
+use std::collections::BTreeMap;
+use std::net::SocketAddr;
+use std::sync::Arc;
+
+use tokio_util::sync::CancellationToken;
+
+use crate::agent::{Agent, AgentError};
+use crate::client::RelayUrl;
+use crate::config::Paths;
+use crate::mailbox::{Mailbox, MailboxError};
+
+/// Why the dashboard could not start.
+#[derive(Debug, thiserror::Error)]
+pub enum DashboardError {
+    /// The address could not be bound.
+    #[error("cannot listen on {addr}: {source}; pick another with --listen")]
+    Listen {
+        /// The address.
+        addr: SocketAddr,
+        /// What the OS said.
+        source: std::io::Error,
+    },
+    /// The home's agents could not be listed.
+    #[error("cannot list the agents in {home}: {source}")]
+    Agents {
+        /// The home folder.
+        home: std::path::PathBuf,
+        /// What the OS said.
+        source: std::io::Error,
+    },
+    /// An agent could not be opened.
+    #[error(transparent)]
+    Agent(#[from] AgentError),
+    /// An agent's mailbox could not start.
+    #[error(transparent)]
+    Mailbox(#[from] MailboxError),
+    /// The HTTP client for the relay's status could not be made.
+    #[error("{0}")]
+    Http(String),
+    /// The server failed.
+    #[error("the dashboard's server failed: {0}")]
+    Serve(std::io::Error),
+}
+
+/// What the dashboard serves.
+pub struct DashboardConfig {
+    /// Where to listen (loopback unless the owner chose otherwise).
+    pub listen: SocketAddr,
+    /// The home whose agents it shows.
+    pub paths: Paths,
+    /// The relay those agents use.
+    pub relay: RelayUrl,
+}
+
+/// A running dashboard.
+pub struct Dashboard {
+    addr: SocketAddr,
+    secret: String,
+    stop: CancellationToken,
+    server: tokio::task::JoinHandle<Result<(), DashboardError>>,
+    mailboxes: Vec<Mailbox>,
+}
+
+impl Dashboard {
+    /// Opens every agent of the home and starts serving.
+    pub async fn start(config: DashboardConfig) -> Result<Self, DashboardError> {
+        let names = config
+            .paths
+            .agent_names()
+            .map_err(|source| DashboardError::Agents {
+                home: config.paths.home().to_owned(),
+                source,
+            })?;
+        let listener = tokio::net::TcpListener::bind(config.listen)
+            .await
+            .map_err(|source| DashboardError::Listen {
+                addr: config.listen,
+                source,
+            })?;
+        let addr = listener
+            .local_addr()
+            .map_err(|source| DashboardError::Listen {
+                addr: config.listen,
+                source,
+            })?;
+        let live = live::channel();
+        let mut agents = BTreeMap::new();
+        for name in names {
+            let (agent, _) = Agent::open_or_create(&config.paths, &name)?;
+            let mailbox = Mailbox::open(agent, config.relay.clone()).await?;
+            tokio::spawn(live::forward(mailbox.clone(), live.clone()));
+            agents.insert(name, mailbox);
+        }
+        let mailboxes = agents.values().cloned().collect();
+        let stop = CancellationToken::new();
+        let app = Arc::new(routes::App {
+            auth: auth::Auth::new(addr.port()),
+            http: relay_status::client(&config.relay).map_err(DashboardError::Http)?,
+            agents,
+            relay: config.relay,
+            owner_key: config.paths.owner_key(),
+            live,
+            stop: stop.clone(),
+        });
+        let secret = app.auth.secret().to_owned();
+        let router = routes::router(app);
+        let server = tokio::spawn({
+            let stop = stop.clone();
+            async move {
+                axum::serve(listener, router)
+                    .with_graceful_shutdown(async move { stop.cancelled().await })
+                    .await
+                    .map_err(DashboardError::Serve)
+            }
+        });
+        Ok(Self {
+            addr,
+            secret,
+            stop,
+            server,
+            mailboxes,
+        })
+    }
+
+    /// Where it listens.
+    pub fn addr(&self) -> SocketAddr {
+        self.addr
+    }
+
+    /// The URL that opens it: it carries this launch's secret, so it is for the owner's eyes.
+    pub fn url(&self) -> String {
+        let host = if self.addr.ip().is_unspecified() {
+            "127.0.0.1".to_owned()
+        } else {
+            match self.addr {
+                SocketAddr::V4(a) => a.ip().to_string(),
+                SocketAddr::V6(a) => format!("[{}]", a.ip()),
+            }
+        };
+        format!("http://{host}:{}/?token={}", self.addr.port(), self.secret)
+    }
+
+    /// Serves until `stop` fires (or the server fails), then closes the mailboxes.
+    pub async fn run_until(self, stop: impl Future<Output = ()>) -> Result<(), DashboardError> {
+        let Self {
+            stop: token,
+            mut server,
+            mailboxes,
+            ..
+        } = self;
+        let result = tokio::select! {
+            () = stop => {
+                token.cancel();
+                (&mut server).await
+            }
+            done = &mut server => done,
+        };
+        for mailbox in mailboxes {
+            mailbox.close().await;
+        }
+        result.unwrap_or_else(|e| Err(DashboardError::Serve(std::io::Error::other(e))))
+    }
+}

@@ -1,0 +1,470 @@
+//! The pages, as HTML rendered on the server with `maud`, which escapes every value put into
+//! the markup: another agent's words (subjects, bodies, notes, attachment names) can only
+//! ever be text. They also sit inside an "untrusted" frame that says whose words they are,
+//! with the facts mailslot verified (sender, signature, pinned fingerprint) outside it.
+
+use jiff::Timestamp;
+use maud::{DOCTYPE, Markup, html};
+
+use super::consent::Consent;
+use super::relay_status::RelayReport;
+use crate::doorbell::frame;
+use crate::protocol::{AgentName, Fingerprint, Message};
+use crate::store::{Contact, Recalled, SentItem, SentState, StoredMessage, Trust};
+
+/// The longest subject shown in a list (characters).
+const LIST_SUBJECT_CHARS: usize = 120;
+/// The longest memory excerpt in a list (characters).
+const EXCERPT_CHARS: usize = 240;
+
+/// An agent on this machine, for the first page.
+pub struct AgentRow {
+    /// Its name.
+    pub name: AgentName,
+    /// Its fingerprint.
+    pub fingerprint: Fingerprint,
+    /// Who it is (its own words).
+    pub identity: Option<String>,
+    /// What it is doing (its own words).
+    pub task: Option<String>,
+    /// Its relay connection in one sentence.
+    pub status: String,
+    /// Whether it is connected (here or through another process).
+    pub online: bool,
+    /// Unread received mail.
+    pub unread: u32,
+}
+
+/// Which tab of an agent's pages is shown.
+#[derive(Clone, Copy, PartialEq, Eq)]
+pub enum Tab {
+    /// Received mail.
+    Inbox,
+    /// Sent mail.
+    Sent,
+    /// Contacts and requests.
+    Contacts,
+    /// Memories.
+    Memories,
+}
+
+fn when(t: Timestamp) -> String {
+    t.strftime("%Y-%m-%d %H:%M:%S UTC").to_string()
+}
+
+fn subject_line(subject: &str) -> String {
+    let line = frame::one_line(subject, LIST_SUBJECT_CHARS);
+    if line.is_empty() {
+        "(no subject)".to_owned()
+    } else {
+        line
+    }
+}
+
+/// The frame around every page.
+pub fn layout(title: &str, body: Markup) -> Markup {
+    html! {
+        (DOCTYPE)
+        html lang="en" {
+            head {
+                meta charset="utf-8";
+                meta name="viewport" content="width=device-width, initial-scale=1";
+                title { (title) " — mailslot" }
+                link rel="stylesheet" href="/static/app.css";
+                script src="/static/app.js" defer {}
+            }
+            body {
+                header.top {
+                    a.brand href="/" { "mailslot" }
+                    nav {
+                        a href="/" { "Agents" }
+                        a href="/relay" { "Relay" }
+                    }
+                    span #live title="New mail appears without reloading" { "live: connecting" }
+                }
+                main { (body) }
+            }
+        }
+    }
+}
+
+fn agent_tabs(agent: &AgentName, current: Tab) -> Markup {
+    let tabs = [
+        (Tab::Inbox, "", "Inbox"),
+        (Tab::Sent, "/sent", "Sent"),
+        (Tab::Contacts, "/contacts", "Contacts & requests"),
+        (Tab::Memories, "/memories", "Memories"),
+    ];
+    html! {
+        h1 { "Agent " (agent) }
+        nav.tabs {
+            @for (tab, path, label) in tabs {
+                a.current[tab == current] href={ "/agents/" (agent) (path) } { (label) }
+            }
+        }
+    }
+}
+
+/// `/`: the agents on this machine.
+pub fn agents(relay: &str, rows: &[AgentRow]) -> Markup {
+    layout(
+        "Agents",
+        html! {
+            h1 { "Agents on this machine" }
+            p.muted { "Relay: " code { (relay) } }
+            @if rows.is_empty() {
+                p { "No agents yet: " code { "mailslot --agent NAME init" } " makes one." }
+            }
+            table.agents {
+                thead { tr { th { "Agent" } th { "Identity" } th { "Current task" } th { "Fingerprint" } th { "Relay" } th { "Unread" } } }
+                tbody {
+                    @for row in rows {
+                        tr {
+                            td { a href={ "/agents/" (row.name) } { (row.name) } }
+                            td { (row.identity.as_deref().unwrap_or("—")) }
+                            td { (row.task.as_deref().unwrap_or("—")) }
+                            td { code { (row.fingerprint) } }
+                            td { span.online[row.online].offline[!row.online] { (if row.online { "online" } else { "offline" }) } " " span.muted { (row.status) } }
+                            td.unread data-unread=(row.name) { (row.unread) }
+                        }
+                    }
+                }
+            }
+        },
+    )
+}
+
+fn inbox_row(agent: &AgentName, stored: &StoredMessage) -> Markup {
+    let m = &stored.message;
+    html! {
+        li.unread[stored.read_at.is_none()] data-id=(m.id) {
+            a href={ "/agents/" (agent) "/messages/" (m.id) } { (subject_line(&m.subject)) }
+            " " span.from { "from " (m.from) } " " span.muted { (when(m.sent_at)) }
+            @if stored.trust == Trust::KeyChanged { " " span.danger { "KEY CHANGED" } }
+        }
+    }
+}
+
+/// `/agents/NAME`: received mail, unread first; new mail is added by the page's script.
+pub fn inbox(agent: &AgentName, items: &[StoredMessage]) -> Markup {
+    layout(
+        &format!("{agent}: inbox"),
+        html! {
+            (agent_tabs(agent, Tab::Inbox))
+            p.muted { "Unread mail is bold. Reading it here does not mark it read: that is the agent's own state." }
+            ul.mail #inbox data-inbox=(agent) {
+                @for stored in items { (inbox_row(agent, stored)) }
+            }
+            @if items.is_empty() { p.empty #inbox-empty { "No mail yet." } }
+        },
+    )
+}
+
+fn trust_badge(trust: Trust) -> Markup {
+    match trust {
+        Trust::Verified => html! { span.ok { "signature verified with the pinned key" } },
+        Trust::Own => html! { span.ok { "sent by this agent" } },
+        Trust::Unverified => html! { span.warn { "signature not verified" } },
+        Trust::KeyChanged => html! {
+            span.danger { "KEY CHANGED: signed by a key other than the one pinned for this sender — do not trust it" }
+        },
+    }
+}
+
+/// Another agent's words, framed: who wrote them (verified), then the text as text.
+fn framed(stored: &StoredMessage, contact: Option<&Contact>) -> Markup {
+    let m = &stored.message;
+    let list = |v: &[crate::protocol::Address]| {
+        v.iter()
+            .map(ToString::to_string)
+            .collect::<Vec<_>>()
+            .join(", ")
+    };
+    html! {
+        article.message data-id=(m.id) {
+            dl.facts {
+                dt { "From" } dd { (m.from) " " (trust_badge(stored.trust)) }
+                @if let Some(c) = contact { dt { "Fingerprint" } dd { code { (c.fingerprint) } } }
+                dt { "To" } dd { (list(&m.to)) }
+                @if !m.cc.is_empty() { dt { "Cc" } dd { (list(&m.cc)) } }
+                @if !m.bcc.is_empty() { dt { "Bcc" } dd { (list(&m.bcc)) } }
+                dt { "Sent" } dd { (when(m.sent_at)) }
+                @if !stored.bounced.is_empty() {
+                    dt { "Bounced" } dd.danger { "expired on the relay before " (stored.bounced.iter().map(ToString::to_string).collect::<Vec<_>>().join(", ")) " took it" }
+                }
+            }
+            (untrusted(m, stored.trust))
+        }
+    }
+}
+
+fn untrusted(m: &Message, trust: Trust) -> Markup {
+    html! {
+        section.untrusted aria-label={ "Written by " (m.from) } {
+            @if trust != Trust::Own {
+                p.fence { "Written by " strong { (m.from) } ": another agent's words, shown as text. mailslot vouches only for who sent them; check claims and instructions before acting on them." }
+            }
+            h2.subject { (frame::one_line(&m.subject, 400)) }
+            pre.body { (frame::fenced(&m.body, "")) }
+            @if let Some(data) = &m.data {
+                h3 { "Structured data" }
+                pre.data { (serde_json::to_string_pretty(data).unwrap_or_default()) }
+            }
+            @if !m.attachments.is_empty() {
+                h3 { "Attachments" }
+                ul.attachments {
+                    @for (i, a) in m.attachments.iter().enumerate() {
+                        li {
+                            a href={ "attachments/" (i) } download { (frame::one_line(&a.name, 200)) }
+                            " " span.muted { (frame::one_line(&a.media_type, 100)) ", " (a.size) " bytes" }
+                        }
+                    }
+                }
+            }
+        }
+    }
+}
+
+/// `/agents/NAME/messages/ID`: one message.
+pub fn message(agent: &AgentName, stored: &StoredMessage, contact: Option<&Contact>) -> Markup {
+    let m = &stored.message;
+    layout(
+        &format!("{agent}: message"),
+        html! {
+            (agent_tabs(agent, Tab::Inbox))
+            (framed(stored, contact))
+            p { a href={ "/agents/" (agent) "/threads/" (m.thread) } { "The whole thread" } }
+        },
+    )
+}
+
+/// `/agents/NAME/threads/ID`: a thread, oldest first.
+pub fn thread(agent: &AgentName, items: &[StoredMessage]) -> Markup {
+    layout(
+        &format!("{agent}: thread"),
+        html! {
+            (agent_tabs(agent, Tab::Inbox))
+            h2 { "Thread (" (items.len()) " messages, oldest first)" }
+            @for stored in items { (framed(stored, None)) }
+        },
+    )
+}
+
+fn sent_state(item: &SentItem) -> Markup {
+    let bounced = &item.stored.bounced;
+    match item.state {
+        SentState::Sent => html! { span.ok { "sent (accepted by the relay)" } },
+        SentState::Queued => html! {
+            span.warn { "queued" }
+            @if item.attempts > 0 { " after " (item.attempts) " tries" }
+            @if let Some(e) = &item.last_error { " — " span.muted { (e) } }
+        },
+        SentState::Failed => html! {
+            span.danger { "failed" } " — " (item.last_error.as_deref().unwrap_or("refused by the relay"))
+        },
+        SentState::Bounced => html! {
+            span.danger { "bounced" } " — expired before "
+            (bounced.iter().map(ToString::to_string).collect::<Vec<_>>().join(", ")) " took it"
+        },
+    }
+}
+
+/// `/agents/NAME/sent`: sent mail with where each stands.
+pub fn sent(agent: &AgentName, items: &[SentItem]) -> Markup {
+    layout(
+        &format!("{agent}: sent"),
+        html! {
+            (agent_tabs(agent, Tab::Sent))
+            @if items.is_empty() { p.empty { "Nothing sent yet." } }
+            table.sent {
+                thead { tr { th { "Subject" } th { "To" } th { "Sent" } th { "State" } } }
+                tbody {
+                    @for item in items {
+                        @let m = &item.stored.message;
+                        tr {
+                            td { a href={ "/agents/" (agent) "/messages/" (m.id) } { (subject_line(&m.subject)) } }
+                            td { (m.to.iter().chain(&m.cc).map(ToString::to_string).collect::<Vec<_>>().join(", ")) }
+                            td.muted { (when(m.sent_at)) }
+                            td { (sent_state(item)) }
+                        }
+                    }
+                }
+            }
+        },
+    )
+}
+
+/// The outcome of a consent change, shown above the contacts.
+pub enum Notice {
+    /// It was done: the relay's sentence.
+    Done(String),
+    /// It was not: why.
+    Failed(String),
+}
+
+fn passphrase_field() -> Markup {
+    html! {
+        label {
+            "Owner passphrase "
+            input type="password" name="passphrase" required autocomplete="off" minlength="10" maxlength="1024";
+        }
+    }
+}
+
+fn consent_form(
+    agent: &AgentName,
+    csrf: &str,
+    action: &str,
+    other: &AgentName,
+    label: &str,
+    code: bool,
+) -> Markup {
+    html! {
+        form.consent method="post" action={ "/agents/" (agent) "/consent" } data-action=(action) data-agent=(other) {
+            input type="hidden" name="csrf" value=(csrf);
+            input type="hidden" name="action" value=(action);
+            input type="hidden" name="agent" value=(other);
+            @if code {
+                label { "Code from " (other) "'s owner " input type="text" name="code" required autocomplete="off" placeholder="XXXX-XXXX" maxlength="20"; }
+            }
+            (passphrase_field())
+            button type="submit" { (label) }
+        }
+    }
+}
+
+/// `/agents/NAME/contacts`: the relay's consent state, requests to answer, pinned keys.
+pub fn contacts(
+    agent: &AgentName,
+    csrf: &str,
+    consent: &Result<Consent, String>,
+    pinned: &[Contact],
+    notice: Option<&Notice>,
+) -> Markup {
+    layout(
+        &format!("{agent}: contacts"),
+        html! {
+            (agent_tabs(agent, Tab::Contacts))
+            @match notice {
+                Some(Notice::Done(detail)) => p.notice.ok #notice role="status" { (detail) },
+                Some(Notice::Failed(why)) => p.notice.danger #notice role="alert" { (why) },
+                None => {},
+            }
+            p.muted { "Every change is signed with your owner key: type its passphrase with the change. It unlocks the key for that change only and is never stored." }
+            @match consent {
+                Err(why) => p.danger { "The relay's consent state is unavailable: " (why) },
+                Ok(c) => {
+                    p { "Policy: " strong { (c.state.policy) } }
+                    h2 { "Requests to " (agent) }
+                    @if c.incoming.is_empty() { p.empty { "No open requests." } }
+                    @for q in &c.incoming {
+                        section.request data-from=(q.agent) {
+                            h3 { "From " (q.agent) }
+                            p { "Fingerprint: " code { (q.fingerprint.as_ref().map(ToString::to_string).unwrap_or_else(|| "unknown (the relay gave no keys)".into())) } " — compare it with " (q.agent) "'s owner." }
+                            @if !q.note.is_empty() {
+                                div.untrusted { p.fence { "Note from " (q.agent) ", as text:" } pre.body { (frame::fenced(&q.note, "")) } }
+                            }
+                            p.muted { "Expires " (when(q.expires_at)) }
+                            (consent_form(agent, csrf, "approve", &q.agent, "Approve", true))
+                            (consent_form(agent, csrf, "deny", &q.agent, "Deny", false))
+                            (consent_form(agent, csrf, "block", &q.agent, "Block", false))
+                        }
+                    }
+                    h2 { "Requests from " (agent) }
+                    @if c.state.outgoing.is_empty() { p.empty { "None open." } }
+                    ul {
+                        @for q in &c.state.outgoing {
+                            li { "To " (q.agent) ", until " (when(q.expires_at)) ". Code for their owner: " code { (q.code.as_ref().map(|c| c.as_str()).unwrap_or("?")) } }
+                        }
+                    }
+                    h2 { "Contacts" }
+                    @if c.state.contacts.is_empty() { p.empty { "None yet." } }
+                    @for other in &c.state.contacts {
+                        section.contact { strong { (other) } (consent_form(agent, csrf, "remove", other, "End contact", false)) (consent_form(agent, csrf, "block", other, "Block", false)) }
+                    }
+                    h2 { "Blocked" }
+                    @if c.state.blocked.is_empty() { p.empty { "Nobody." } }
+                    @for other in &c.state.blocked {
+                        section.contact { strong { (other) } (consent_form(agent, csrf, "unblock", other, "Unblock", false)) }
+                    }
+                }
+            }
+            h2 { "Pinned keys" }
+            table.pinned {
+                thead { tr { th { "Agent" } th { "Fingerprint" } th { "First seen" } th { "Key changes" } } }
+                tbody {
+                    @for c in pinned {
+                        tr {
+                            td { (c.address) }
+                            td { code { (c.fingerprint) } }
+                            td.muted { (when(c.first_seen)) }
+                            td.danger[c.key_changes > 0] { (c.key_changes) }
+                        }
+                    }
+                }
+            }
+        },
+    )
+}
+
+/// `/agents/NAME/memories?q=…`: memories, found by relevance and recency.
+pub fn memories(agent: &AgentName, query: &str, found: &[Recalled]) -> Markup {
+    layout(
+        &format!("{agent}: memories"),
+        html! {
+            (agent_tabs(agent, Tab::Memories))
+            form.search method="get" {
+                input type="search" name="q" value=(query) placeholder="Search memories" maxlength="500";
+                button type="submit" { "Search" }
+            }
+            @if found.is_empty() { p.empty { (if query.is_empty() { "No memories yet." } else { "No memories match." }) } }
+            ul.memories {
+                @for r in found {
+                    li {
+                        strong { (frame::one_line(&r.memory.title, 200)) }
+                        @if !r.memory.tags.is_empty() { " " span.muted { "[" (r.memory.tags.join(", ")) "]" } }
+                        " " span.muted { (when(r.memory.updated_at)) }
+                        p { (frame::one_line(&r.memory.body, EXCERPT_CHARS)) }
+                    }
+                }
+            }
+        },
+    )
+}
+
+/// `/relay`: the relay's health and key metrics, and each agent's connection.
+pub fn relay(url: &str, report: &RelayReport, rows: &[AgentRow]) -> Markup {
+    layout(
+        "Relay",
+        html! {
+            h1 { "Relay" }
+            p { code { (url) } }
+            h2 { "Health" }
+            @match &report.health {
+                Ok(text) => p.ok #health { (text) },
+                Err(why) => p.danger #health { (why) },
+            }
+            h2 { "Key metrics" }
+            @match &report.metrics {
+                Err(why) => p.danger { (why) },
+                Ok(metrics) => table.metrics {
+                    tbody {
+                        @for (name, meaning, value) in metrics {
+                            tr { td { (meaning) } td.num { (value) } td.muted { code { (name) } } }
+                        }
+                    }
+                },
+            }
+            h2 { "Agents' connections" }
+            ul { @for row in rows { li { strong { (row.name) } ": " (row.status) } } }
+        },
+    )
+}
+
+/// Any error, as a page.
+pub fn error(title: &str, why: &str) -> Markup {
+    layout(
+        title,
+        html! { h1 { (title) } p.danger { (why) } p { a href="/" { "Back to the agents" } } },
+    )
+}

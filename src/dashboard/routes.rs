@@ -1,0 +1,359 @@
+//! The router and its handlers. GETs only read (through the mailbox's store handle, and the
+//! relay for consent); the one POST changes consent. Every route sits behind
+//! [`super::auth::check`], and every answer carries headers that keep the page to itself: a
+//! Content-Security-Policy allowing only the dashboard's own script and style, no framing, no
+//! referrer to other sites, no caching.
+
+use std::collections::BTreeMap;
+use std::path::PathBuf;
+use std::sync::Arc;
+
+use axum::Router;
+use axum::body::Bytes;
+use axum::extract::{DefaultBodyLimit, Path, Query, Request, State};
+use axum::http::{HeaderValue, StatusCode, header};
+use axum::middleware::{self, Next};
+use axum::response::{IntoResponse, Response};
+use axum::routing::{get, post};
+use maud::Markup;
+use serde::Deserialize;
+use tokio::sync::broadcast;
+use tokio_util::sync::CancellationToken;
+
+use super::auth::{self, Auth};
+use super::consent::{self, ConsentForm, MAX_FORM_BYTES};
+use super::live::{self, LiveMail};
+use super::pages::{self, AgentRow, Notice};
+use super::relay_status;
+use crate::client::RelayUrl;
+use crate::mailbox::{Mailbox, RelayStatus};
+use crate::protocol::{AgentName, MessageId, ThreadId};
+use crate::store::{InboxQuery, MAX_QUERY_CHARS};
+
+/// Received messages listed on an inbox page.
+const INBOX_LIMIT: usize = 200;
+/// Sent messages listed.
+const SENT_LIMIT: usize = 200;
+/// Memories listed.
+const MEMORY_LIMIT: usize = 100;
+
+const CSP: &str = "default-src 'none'; script-src 'self'; style-src 'self'; img-src 'self'; connect-src 'self'; form-action 'self'; frame-ancestors 'none'; base-uri 'none'";
+const APP_JS: &str = include_str!("assets/app.js");
+const APP_CSS: &str = include_str!("assets/app.css");
+
+/// Everything the handlers share.
+pub struct App {
+    /// This launch's secrets.
+    pub auth: Auth,
+    /// The agents of this home, running.
+    pub agents: BTreeMap<AgentName, Mailbox>,
+    /// Their relay.
+    pub relay: RelayUrl,
+    /// The owner key file of this home.
+    pub owner_key: PathBuf,
+    /// New mail for the pages.
+    pub live: broadcast::Sender<LiveMail>,
+    /// For the relay's `/healthz` and `/metrics`.
+    pub http: reqwest::Client,
+    /// Fires when the dashboard stops (ends the live streams).
+    pub stop: CancellationToken,
+}
+
+/// The handlers' state.
+pub type AppState = Arc<App>;
+
+/// Every route, behind the auth check and the security headers.
+pub fn router(app: AppState) -> Router {
+    Router::new()
+        .route("/", get(index))
+        .route("/relay", get(relay))
+        .route("/events", get(live::events))
+        .route("/static/app.js", get(app_js))
+        .route("/static/app.css", get(app_css))
+        .route("/agents/{agent}", get(inbox))
+        .route("/agents/{agent}/sent", get(sent))
+        .route("/agents/{agent}/contacts", get(contacts))
+        .route("/agents/{agent}/consent", post(change_consent))
+        .route("/agents/{agent}/memories", get(memories))
+        .route("/agents/{agent}/messages/{id}", get(message))
+        .route(
+            "/agents/{agent}/messages/{id}/attachments/{index}",
+            get(attachment),
+        )
+        .route("/agents/{agent}/threads/{id}", get(thread))
+        .layer(DefaultBodyLimit::max(MAX_FORM_BYTES))
+        .layer(middleware::from_fn_with_state(app.clone(), auth::check))
+        .layer(middleware::from_fn(security_headers))
+        .with_state(app)
+}
+
+async fn security_headers(request: Request, next: Next) -> Response {
+    let mut response = next.run(request).await;
+    let headers = response.headers_mut();
+    for (name, value) in [
+        (header::CONTENT_SECURITY_POLICY, CSP),
+        (header::X_CONTENT_TYPE_OPTIONS, "nosniff"),
+        (header::X_FRAME_OPTIONS, "DENY"),
+        // Not `no-referrer`: under it Chromium sends `Origin: null` with the page's own forms.
+        (header::REFERRER_POLICY, "same-origin"),
+        (header::CACHE_CONTROL, "no-store"),
+    ] {
+        headers.insert(name, HeaderValue::from_static(value));
+    }
+    response
+}
+
+/// A page that could not be shown.
+struct PageError(StatusCode, String);
+
+impl IntoResponse for PageError {
+    fn into_response(self) -> Response {
+        (
+            self.0,
+            pages::error(self.0.canonical_reason().unwrap_or("Error"), &self.1),
+        )
+            .into_response()
+    }
+}
+
+fn internal(e: impl std::fmt::Display) -> PageError {
+    PageError(StatusCode::INTERNAL_SERVER_ERROR, e.to_string())
+}
+
+fn not_found(what: String) -> PageError {
+    PageError(StatusCode::NOT_FOUND, what)
+}
+
+type Page = Result<Markup, PageError>;
+
+fn agent<'a>(app: &'a App, name: &str) -> Result<(AgentName, &'a Mailbox), PageError> {
+    AgentName::new(name)
+        .ok()
+        .and_then(|n| app.agents.get_key_value(&n))
+        .map(|(n, m)| (n.clone(), m))
+        .ok_or_else(|| {
+            not_found(format!(
+                "no agent named {name:?} on this machine (agents made after the dashboard started appear when it restarts)"
+            ))
+        })
+}
+
+fn message_id(raw: &str) -> Result<MessageId, PageError> {
+    raw.parse()
+        .map_err(|_| not_found(format!("{raw:?} is not a message id")))
+}
+
+async fn rows(app: &App) -> Result<Vec<AgentRow>, PageError> {
+    let mut rows = Vec::new();
+    for (name, mailbox) in &app.agents {
+        let (identity, task, unread) = mailbox
+            .store()
+            .call(|s| {
+                Ok((
+                    s.identity_text()?,
+                    s.current_task()?,
+                    s.unread_summary()?.count,
+                ))
+            })
+            .await
+            .map_err(internal)?;
+        let status = mailbox.status();
+        rows.push(AgentRow {
+            name: name.clone(),
+            fingerprint: mailbox.identity().fingerprint(),
+            identity,
+            task,
+            online: matches!(status, RelayStatus::Online | RelayStatus::Elsewhere { .. }),
+            status: status.describe(&app.relay),
+            unread,
+        });
+    }
+    Ok(rows)
+}
+
+async fn index(State(app): State<AppState>) -> Page {
+    Ok(pages::agents(app.relay.as_str(), &rows(&app).await?))
+}
+
+async fn relay(State(app): State<AppState>) -> Page {
+    let report = relay_status::read(&app.http, &app.relay).await;
+    Ok(pages::relay(
+        app.relay.as_str(),
+        &report,
+        &rows(&app).await?,
+    ))
+}
+
+async fn app_js() -> impl IntoResponse {
+    (
+        [(header::CONTENT_TYPE, "text/javascript; charset=utf-8")],
+        APP_JS,
+    )
+}
+
+async fn app_css() -> impl IntoResponse {
+    ([(header::CONTENT_TYPE, "text/css; charset=utf-8")], APP_CSS)
+}
+
+async fn inbox(State(app): State<AppState>, Path(name): Path<String>) -> Page {
+    let (name, mailbox) = agent(&app, &name)?;
+    let query = InboxQuery {
+        unread_only: false,
+        limit: INBOX_LIMIT,
+        ..InboxQuery::default()
+    };
+    let items = mailbox
+        .store()
+        .call(move |s| s.inbox(&query))
+        .await
+        .map_err(internal)?;
+    Ok(pages::inbox(&name, &items))
+}
+
+async fn message(State(app): State<AppState>, Path((name, id)): Path<(String, String)>) -> Page {
+    let (name, mailbox) = agent(&app, &name)?;
+    let id = message_id(&id)?;
+    // Reading here does not mark the message read: unread is the agent's state, and a GET
+    // changes nothing.
+    match mailbox.message_and_sender(id).await.map_err(internal)? {
+        Some((stored, contact)) => Ok(pages::message(&name, &stored, contact.as_ref())),
+        None => Err(not_found(format!("{name} has no message {id}"))),
+    }
+}
+
+async fn attachment(
+    State(app): State<AppState>,
+    Path((name, id, index)): Path<(String, String, usize)>,
+) -> Result<Response, PageError> {
+    let (name, mailbox) = agent(&app, &name)?;
+    let id = message_id(&id)?;
+    let stored = mailbox
+        .store()
+        .call(move |s| s.message(&id))
+        .await
+        .map_err(internal)?
+        .ok_or_else(|| not_found(format!("{name} has no message {id}")))?;
+    let Some(file) = stored.message.attachments.into_iter().nth(index) else {
+        return Err(not_found(format!("message {id} has no attachment {index}")));
+    };
+    // Always a download of opaque bytes: the sender's media type and file name never make
+    // the browser render it here.
+    Ok((
+        [
+            (header::CONTENT_TYPE, "application/octet-stream".to_owned()),
+            (
+                header::CONTENT_DISPOSITION,
+                format!("attachment; filename=\"attachment-{index}\""),
+            ),
+        ],
+        file.bytes,
+    )
+        .into_response())
+}
+
+async fn thread(State(app): State<AppState>, Path((name, id)): Path<(String, String)>) -> Page {
+    let (name, mailbox) = agent(&app, &name)?;
+    let id: ThreadId = id
+        .parse()
+        .map_err(|_| not_found(format!("{id:?} is not a thread id")))?;
+    let items = mailbox
+        .store()
+        .call(move |s| s.thread(&id))
+        .await
+        .map_err(internal)?;
+    if items.is_empty() {
+        return Err(not_found(format!("{name} has no thread {id}")));
+    }
+    Ok(pages::thread(&name, &items))
+}
+
+async fn sent(State(app): State<AppState>, Path(name): Path<String>) -> Page {
+    let (name, mailbox) = agent(&app, &name)?;
+    let items = mailbox
+        .store()
+        .call(|s| s.sent(None, SENT_LIMIT))
+        .await
+        .map_err(internal)?;
+    Ok(pages::sent(&name, &items))
+}
+
+async fn contacts_page(
+    app: &App,
+    name: &AgentName,
+    mailbox: &Mailbox,
+    notice: Option<&Notice>,
+) -> Page {
+    let consent = consent::read(mailbox, &app.relay, &app.owner_key)
+        .await
+        .map_err(|e| e.to_string());
+    let pinned = mailbox
+        .store()
+        .call(|s| s.contacts())
+        .await
+        .map_err(internal)?;
+    Ok(pages::contacts(
+        name,
+        app.auth.csrf(),
+        &consent,
+        &pinned,
+        notice,
+    ))
+}
+
+async fn contacts(State(app): State<AppState>, Path(name): Path<String>) -> Page {
+    let (name, mailbox) = agent(&app, &name)?;
+    contacts_page(&app, &name, mailbox, None).await
+}
+
+async fn change_consent(
+    State(app): State<AppState>,
+    Path(name): Path<String>,
+    body: Bytes,
+) -> Result<Response, PageError> {
+    let (name, mailbox) = agent(&app, &name)?;
+    // The body holds the passphrase: parsed in place and wiped. (A buffer hyper still shares
+    // cannot be wiped; it is only copied then.)
+    let parsed = match body.try_into_mut() {
+        Ok(mut owned) => ConsentForm::parse(&mut owned),
+        Err(shared) => ConsentForm::parse(&mut shared.to_vec()),
+    };
+    let outcome = match parsed {
+        Ok(form) if !app.auth.csrf_matches(&form.csrf) => Err(consent::ActionError::Csrf),
+        Ok(form) => consent::apply(mailbox, &app.relay, &app.owner_key, form).await,
+        Err(e) => Err(e),
+    };
+    let (status, notice) = match outcome {
+        Ok(detail) => (StatusCode::OK, Notice::Done(detail)),
+        Err(consent::ActionError::Csrf) => {
+            return Err(PageError(
+                StatusCode::FORBIDDEN,
+                consent::ActionError::Csrf.to_string(),
+            ));
+        }
+        Err(e) => (StatusCode::BAD_REQUEST, Notice::Failed(e.to_string())),
+    };
+    let page = contacts_page(&app, &name, mailbox, Some(&notice)).await?;
+    Ok((status, page).into_response())
+}
+
+#[derive(Deserialize)]
+struct Search {
+    #[serde(default)]
+    q: String,
+}
+
+async fn memories(
+    State(app): State<AppState>,
+    Path(name): Path<String>,
+    Query(search): Query<Search>,
+) -> Page {
+    let (name, mailbox) = agent(&app, &name)?;
+    let query: String = search.q.trim().chars().take(MAX_QUERY_CHARS).collect();
+    let q = query.clone();
+    let found = mailbox
+        .store()
+        .call(move |s| s.recall((!q.is_empty()).then_some(q.as_str()), MEMORY_LIMIT))
+        .await
+        .map_err(internal)?;
+    Ok(pages::memories(&name, &query, &found))
+}
