@@ -647,3 +647,119 @@ fn help_is_grouped_and_completions_and_man_pages_are_printed() {
         assert!(dir.join(page).is_file(), "{page} missing");
     }
 }
+
+#[test]
+fn an_agent_exported_under_a_passphrase_imports_elsewhere_with_its_keys_and_mail() {
+    let home = Home::new();
+    home.ok(&["--agent", "alice", "init"]);
+    home.deliver("alice", "bob", "kept across machines", "the body");
+    home.ok(&["--agent", "alice", "remember", "a memory that travels"]);
+    let fingerprint = home.json(&["--agent", "alice", "whoami"])["fingerprint"].clone();
+    let pass = home.path().join("pass");
+    std::fs::write(&pass, "correct horse battery staple\n").unwrap();
+    let file = home.path().join("alice.mailslot");
+    let (file_arg, pass_arg) = (file.to_str().unwrap(), pass.to_str().unwrap());
+    home.ok(&[
+        "--agent",
+        "alice",
+        "export",
+        "--out",
+        file_arg,
+        "--passphrase-file",
+        pass_arg,
+    ]);
+    assert_eq!(
+        std::fs::metadata(&file).unwrap().permissions().mode() & 0o777,
+        0o600
+    );
+    // Nothing secret or private in the clear: not the key, not the mail.
+    let bytes = std::fs::read(&file).unwrap();
+    let key: Value = serde_json::from_slice(
+        &std::fs::read(home.agent_dir("alice").join("identity.key")).unwrap(),
+    )
+    .unwrap();
+    let clear = String::from_utf8_lossy(&bytes);
+    assert!(!clear.contains(key["signing_key"].as_str().unwrap()));
+    assert!(!clear.contains("kept across machines"));
+    // Exporting again to the same file is refused.
+    let again = home.run(&[
+        "--agent",
+        "alice",
+        "export",
+        "--out",
+        file_arg,
+        "--passphrase-file",
+        pass_arg,
+    ]);
+    assert_eq!(again.status.code(), Some(1));
+
+    // Another machine: the same keys, mail and memories.
+    let other = Home::new();
+    other.ok(&["import", file_arg, "--passphrase-file", pass_arg]);
+    assert_eq!(
+        other.json(&["--agent", "alice", "whoami"])["fingerprint"],
+        fingerprint
+    );
+    assert!(
+        other
+            .ok(&["--agent", "alice", "inbox"])
+            .contains("kept across machines")
+    );
+    assert!(
+        other
+            .ok(&["--agent", "alice", "recall", "travels"])
+            .contains("a memory that travels")
+    );
+
+    // An existing agent is refused before any passphrase, and --replace keeps the old one.
+    let exists = other.run(&["import", file_arg, "--passphrase-file", pass_arg]);
+    assert_eq!(exists.status.code(), Some(1));
+    assert!(stderr(&exists).contains("--replace"), "{}", stderr(&exists));
+    other.ok(&[
+        "import",
+        file_arg,
+        "--passphrase-file",
+        pass_arg,
+        "--replace",
+    ]);
+    let kept = std::fs::read_dir(other.path().join("agents"))
+        .unwrap()
+        .filter_map(|e| e.ok())
+        .filter(|e| {
+            e.file_name()
+                .to_string_lossy()
+                .starts_with(".replaced-alice-")
+        })
+        .count();
+    assert_eq!(kept, 1, "the replaced agent is kept aside");
+
+    // A wrong passphrase, or a changed byte, opens nothing and makes nothing.
+    let third = Home::new();
+    let wrong = third.path().join("wrong");
+    std::fs::write(&wrong, "not the passphrase at all").unwrap();
+    let refused = third.run(&[
+        "import",
+        file_arg,
+        "--passphrase-file",
+        wrong.to_str().unwrap(),
+    ]);
+    assert_eq!(refused.status.code(), Some(1));
+    assert!(
+        stderr(&refused).contains("does not open"),
+        "{}",
+        stderr(&refused)
+    );
+    let mut tampered = bytes.clone();
+    let last = tampered.len() - 1;
+    tampered[last] ^= 1;
+    let bad = third.path().join("tampered.mailslot");
+    std::fs::write(&bad, tampered).unwrap();
+    let refused = third.run(&[
+        "import",
+        bad.to_str().unwrap(),
+        "--passphrase-file",
+        pass_arg,
+    ]);
+    assert_eq!(refused.status.code(), Some(1));
+    assert!(!third.agent_dir("alice").exists());
+}

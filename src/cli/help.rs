@@ -15,7 +15,7 @@ const FAMILIES: &[(&str, &[&str])] = &[
     (
         "The agent",
         &[
-            "init", "register", "whoami", "doing", "status", "doctor", "retire",
+            "init", "register", "whoami", "doing", "status", "doctor", "export", "import", "retire",
         ],
     ),
     (

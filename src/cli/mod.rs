@@ -1,6 +1,7 @@
 //! The owner's command line: argument types (clap) and dispatch to one module per family.
 //! Every command is thin: it opens the agent and calls the library.
 
+mod archive;
 mod consent;
 mod dashboard;
 mod directory;
@@ -349,6 +350,32 @@ pub enum Command {
     /// Measure the store and the crypto on this machine
     #[command(subcommand)]
     Bench(BenchCommand),
+    /// Write the agent (its keys and mail) to one file sealed under a passphrase
+    #[command(after_help = "Examples:
+  mailslot --agent alice export                       # alice.mailslot, asks for a passphrase twice
+  mailslot --agent alice export --out /backup/alice.mailslot --passphrase-file ~/.mailslot-backup-pass")]
+    Export {
+        /// The file to write [default: NAME.mailslot in this folder]
+        #[arg(long, value_name = "FILE")]
+        out: Option<PathBuf>,
+        /// Read the passphrase from this file's first line instead of the terminal
+        #[arg(long, value_name = "FILE")]
+        passphrase_file: Option<PathBuf>,
+    },
+    /// Make the agent in an export here (refuses an existing agent unless --replace)
+    #[command(after_help = "Examples:
+  mailslot import alice.mailslot
+  mailslot import alice.mailslot --replace            # the old folder is kept beside it")]
+    Import {
+        /// The export
+        file: PathBuf,
+        /// Replace an agent of the same name (its folder is moved aside, not deleted)
+        #[arg(long)]
+        replace: bool,
+        /// Read the passphrase from this file's first line instead of the terminal
+        #[arg(long, value_name = "FILE")]
+        passphrase_file: Option<PathBuf>,
+    },
     /// Print a shell's completion script
     #[command(after_help = "Examples:
   mailslot completions bash > ~/.local/share/bash-completion/completions/mailslot
@@ -610,6 +637,15 @@ fn dispatch(cli: Cli) -> anyhow::Result<ExitCode> {
             .block_on(crate::demo::run()),
         Command::Relay(args) => return relay::run(&ctx, args),
         Command::Bench(cmd) => crate::bench::run(cmd, ctx.json),
+        Command::Export {
+            out,
+            passphrase_file,
+        } => archive::export(&ctx, out, passphrase_file),
+        Command::Import {
+            file,
+            replace,
+            passphrase_file,
+        } => archive::import(&ctx, &file, replace, passphrase_file),
         Command::Completions { shell } => help::completions(shell),
         Command::Man { dir } => help::man(dir.as_deref()),
     };

@@ -123,6 +123,16 @@ impl Identity {
 
     /// Writes a new key file with mode 0600; refuses to overwrite one.
     pub fn save_new(&self, path: &Path) -> Result<(), KeyFileError> {
+        keyfile::write_new(path, &self.to_key_file())
+    }
+
+    /// Reads a key file, refusing one that other users can read.
+    pub fn load(path: &Path) -> Result<Self, KeyFileError> {
+        Self::from_key_file(&keyfile::read(path)?, path)
+    }
+
+    /// What a key file holds (the private keys): for an export sealed under a passphrase.
+    pub fn to_key_file(&self) -> Zeroizing<Vec<u8>> {
         let mut file = KeyFile {
             v: KEY_FILE_VERSION,
             signing_key: b64::encode(self.signing.as_bytes()),
@@ -131,18 +141,18 @@ impl Identity {
         let text = Zeroizing::new(serde_json::to_vec(&file).expect("a key file always serializes"));
         file.signing_key.zeroize();
         file.sealing_key.zeroize();
-        keyfile::write_new(path, &text)
+        text
     }
 
-    /// Reads a key file, refusing one that other users can read.
-    pub fn load(path: &Path) -> Result<Self, KeyFileError> {
+    /// Parses what [`Identity::to_key_file`] wrote; `origin` names where it came from, for
+    /// errors.
+    pub fn from_key_file(text: &[u8], origin: &Path) -> Result<Self, KeyFileError> {
         let malformed = |problem: &str| KeyFileError::Malformed {
-            path: path.to_owned(),
+            path: origin.to_owned(),
             problem: problem.to_owned(),
         };
-        let text = keyfile::read(path)?;
         let mut file: KeyFile =
-            serde_json::from_slice(&text).map_err(|e| malformed(&e.to_string()))?;
+            serde_json::from_slice(text).map_err(|e| malformed(&e.to_string()))?;
         if file.v != KEY_FILE_VERSION {
             return Err(malformed(&format!(
                 "version {} is not {KEY_FILE_VERSION}",

@@ -6,6 +6,7 @@ mod keyfile;
 pub mod owner;
 mod seal;
 pub mod sign;
+pub mod vault;
 
 pub use identity::{Identity, KeyFileError, PublicIdentity};
 pub use owner::{Owner, OwnerKeyError, Passphrase};

@@ -6,15 +6,13 @@
 use std::fmt;
 use std::path::Path;
 
-use argon2::{Algorithm, Argon2, Params, Version};
-use chacha20poly1305::aead::{Aead, KeyInit, Payload};
-use chacha20poly1305::{XChaCha20Poly1305, XNonce};
 use ed25519_dalek::{Signature, Signer, SigningKey, VerifyingKey};
 use serde::{Deserialize, Serialize};
 use sha2::{Digest, Sha256};
 use zeroize::Zeroizing;
 
 use super::sign::{Domain, VerifyError, domain_bytes};
+use super::vault::{self, Lock, VaultError};
 use super::{KeyFileError, keyfile};
 use crate::protocol::{
     AgentName, FINGERPRINT_BYTES, Fingerprint, OwnerAct, OwnerKey, ValidationError, b64,
@@ -29,11 +27,6 @@ const FINGERPRINT_DOMAIN: &[u8] = b"mailslot/v1/owner-fingerprint\0";
 pub const MIN_PASSPHRASE_CHARS: usize = 10;
 /// The longest passphrase accepted.
 const MAX_PASSPHRASE_CHARS: usize = 1024;
-/// Bounds on the stretching parameters a file may ask for, so a crafted file cannot make an
-/// unlock take all memory or forever.
-const MAX_M_KIB: u32 = 1024 * 1024;
-const MAX_T: u32 = 16;
-const MAX_P: u32 = 8;
 
 /// A passphrase as the owner typed it; wiped from memory when dropped.
 pub struct Passphrase(Zeroizing<String>);
@@ -60,6 +53,13 @@ impl Passphrase {
             ));
         }
         Ok(Self(text))
+    }
+}
+
+impl Passphrase {
+    /// The text, for the key stretching in this module's siblings only.
+    pub(super) fn expose(&self) -> &str {
+        &self.0
     }
 }
 
@@ -103,6 +103,18 @@ struct OwnerFile {
 }
 
 impl OwnerFile {
+    /// How its key was sealed.
+    fn lock(&self) -> Lock {
+        Lock {
+            kdf: self.kdf.clone(),
+            m_kib: self.m_kib,
+            t: self.t,
+            p: self.p,
+            salt: self.salt.clone(),
+            nonce: self.nonce.clone(),
+        }
+    }
+
     /// What the sealed key is bound to: the public key and the stretching parameters.
     fn aad(&self) -> Vec<u8> {
         let mut aad = FILE_DOMAIN.to_vec();
@@ -114,29 +126,10 @@ impl OwnerFile {
     }
 }
 
-fn stretch(
-    passphrase: &Passphrase,
-    salt: &[u8],
-    (m, t, p): (u32, u32, u32),
-) -> Result<Zeroizing<[u8; 32]>, String> {
-    let params = Params::new(m, t, p, Some(32)).map_err(|e| e.to_string())?;
-    let mut key = Zeroizing::new([0u8; 32]);
-    Argon2::new(Algorithm::Argon2id, Version::V0x13, params)
-        .hash_password_into(passphrase.0.as_bytes(), salt, key.as_mut())
-        .map_err(|e| e.to_string())?;
-    Ok(key)
-}
-
-fn random<const N: usize>() -> [u8; N] {
-    let mut bytes = [0u8; N];
-    getrandom::fill(&mut bytes).expect("the OS random number generator is unavailable");
-    bytes
-}
-
 impl Owner {
     /// A fresh key from the OS random number generator.
     pub fn generate() -> Self {
-        let seed = Zeroizing::new(random::<32>());
+        let seed = Zeroizing::new(vault::random::<32>());
         Self {
             signing: SigningKey::from_bytes(&seed),
         }
@@ -162,31 +155,19 @@ impl Owner {
     }
 
     fn sealed(&self, passphrase: &Passphrase) -> Zeroizing<Vec<u8>> {
-        let salt = random::<16>();
-        let nonce = random::<24>();
+        let lock = Lock::new();
         let mut file = OwnerFile {
             v: FILE_VERSION,
             public: self.public(),
-            kdf: "argon2id".into(),
-            m_kib: Params::DEFAULT_M_COST,
-            t: Params::DEFAULT_T_COST,
-            p: Params::DEFAULT_P_COST,
-            salt: b64::encode(&salt),
-            nonce: b64::encode(&nonce),
+            kdf: lock.kdf.clone(),
+            m_kib: lock.m_kib,
+            t: lock.t,
+            p: lock.p,
+            salt: lock.salt.clone(),
+            nonce: lock.nonce.clone(),
             sealed: String::new(),
         };
-        let key = stretch(passphrase, &salt, (file.m_kib, file.t, file.p))
-            .expect("the default parameters are valid");
-        let aad = file.aad();
-        let sealed = XChaCha20Poly1305::new(&(*key).into())
-            .encrypt(
-                &XNonce::from(nonce),
-                Payload {
-                    msg: self.signing.as_bytes(),
-                    aad: &aad,
-                },
-            )
-            .expect("encryption of an in-memory buffer cannot fail");
+        let sealed = lock.seal(passphrase, self.signing.as_bytes(), &file.aad());
         file.sealed = b64::encode(&sealed);
         Zeroizing::new(serde_json::to_vec_pretty(&file).expect("an owner file always serializes"))
     }
@@ -209,25 +190,16 @@ impl Owner {
             path: path.to_owned(),
             problem,
         };
-        let salt = b64::decode(&file.salt).map_err(|_| malformed("salt is not base64".into()))?;
-        let nonce: [u8; 24] = b64::decode(&file.nonce)
-            .ok()
-            .and_then(|n| n.try_into().ok())
-            .ok_or_else(|| malformed("nonce is not 24 bytes of base64".into()))?;
         let sealed =
             b64::decode(&file.sealed).map_err(|_| malformed("sealed is not base64".into()))?;
-        let key = stretch(passphrase, &salt, (file.m_kib, file.t, file.p)).map_err(malformed)?;
-        let secret = XChaCha20Poly1305::new(&(*key).into())
-            .decrypt(
-                &XNonce::from(nonce),
-                Payload {
-                    msg: &sealed,
-                    aad: &file.aad(),
+        let secret = file
+            .lock()
+            .open(passphrase, &sealed, &file.aad())
+            .map_err(|e| match e {
+                VaultError::WrongPassphrase => OwnerKeyError::WrongPassphrase {
+                    path: path.to_owned(),
                 },
-            )
-            .map(Zeroizing::new)
-            .map_err(|_| OwnerKeyError::WrongPassphrase {
-                path: path.to_owned(),
+                VaultError::Malformed(problem) => malformed(problem).into(),
             })?;
         let seed: &[u8; 32] = secret
             .as_slice()
@@ -262,12 +234,6 @@ fn read_file(path: &Path) -> Result<OwnerFile, KeyFileError> {
         return Err(malformed(format!(
             "version {} with {} is not version {FILE_VERSION} with argon2id",
             file.v, file.kdf
-        )));
-    }
-    if file.m_kib > MAX_M_KIB || file.t > MAX_T || file.p > MAX_P {
-        return Err(malformed(format!(
-            "asks for m_kib {}, t {}, p {}; at most {MAX_M_KIB}, {MAX_T}, {MAX_P}",
-            file.m_kib, file.t, file.p
         )));
     }
     Ok(file)
@@ -367,7 +333,7 @@ mod tests {
             Owner::unlock(&path, &pass("correct horse battery")),
             Err(OwnerKeyError::WrongPassphrase { .. })
         ));
-        file.m_kib = MAX_M_KIB + 1;
+        file.m_kib = super::vault::MAX_M_KIB + 1;
         std::fs::write(&path, serde_json::to_vec(&file).unwrap()).unwrap();
         let err = Owner::unlock(&path, &pass("correct horse battery")).unwrap_err();
         assert!(err.to_string().contains("m_kib"), "{err}");

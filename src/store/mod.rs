@@ -98,6 +98,19 @@ impl Store {
         &self.path
     }
 
+    /// Writes a consistent copy of the whole store to `path` (`VACUUM INTO`), which must not
+    /// exist; other processes may keep writing meanwhile.
+    pub fn snapshot(&self, path: &Path) -> Result<(), StoreError> {
+        let target = path.to_str().ok_or_else(|| {
+            crate::protocol::ValidationError::new(
+                "path",
+                format!("{} is not UTF-8; choose another folder", path.display()),
+            )
+        })?;
+        self.conn.execute("VACUUM INTO ?1", [target])?;
+        Ok(())
+    }
+
     /// Runs SQLite's own consistency check; `Ok` means it said "ok".
     pub fn check_integrity(&self) -> Result<(), StoreError> {
         let result: String = self

@@ -1,6 +1,8 @@
 //! An agent's home on disk: its folder (mode 0700), key file and store. Opening an agent
 //! that does not exist yet creates it.
 
+pub mod archive;
+
 use std::fs;
 use std::os::unix::fs::PermissionsExt;
 use std::path::{Path, PathBuf};
