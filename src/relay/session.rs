@@ -374,7 +374,10 @@ async fn serve<S: Storage>(
     }
 }
 
-/// Delivers a copy pushed from its commit, unless the database read already delivered it.
+/// Delivers a copy pushed from its commit, unless the database read already delivered it, or
+/// reads the queue instead when a copy before it has not been delivered (it was committed on
+/// another node and its news is still on the way): a cumulative ack of this one would
+/// delete that one unseen.
 fn push<S: Storage>(
     state: &RelayState<S>,
     out: &Outgoing,
@@ -382,8 +385,13 @@ fn push<S: Storage>(
     d: &mut Delivery,
     copy: Committed,
 ) -> Result<(), Ending> {
-    if copy.seq <= d.last_sent {
-        return Ok(());
+    match next_step(&copy, d.last_sent) {
+        Step::Skip => return Ok(()),
+        Step::Read => {
+            d.need_fetch = true;
+            return Ok(());
+        }
+        Step::Deliver => {}
     }
     let Some(text) = deliver_frame(copy.seq, &copy.envelope) else {
         tracing::error!(%agent, seq = copy.seq, "stored envelope is not UTF-8; skipping it");
@@ -402,6 +410,27 @@ fn push<S: Storage>(
         .delivery_latency
         .observe((now - copy.accepted_at_ms).max(0) as f64 / 1000.0);
     Ok(())
+}
+
+/// What a session does with a pushed copy.
+#[derive(Debug, PartialEq, Eq)]
+enum Step {
+    /// Delivered already (by a read of the queue).
+    Skip,
+    /// Next in order: deliver it.
+    Deliver,
+    /// A copy before it is not delivered yet: read the queue from the last delivery.
+    Read,
+}
+
+fn next_step(copy: &Committed, last_sent: Seq) -> Step {
+    if copy.seq <= last_sent {
+        Step::Skip
+    } else if copy.prev.is_some_and(|prev| prev > last_sent) {
+        Step::Read
+    } else {
+        Step::Deliver
+    }
 }
 
 /// Queues the next stored envelopes that fit in the connection's room, and `caught_up` once
@@ -641,6 +670,28 @@ mod tests {
     use crate::relay::{Relay, RelayConfig};
 
     const TIMEOUT: Duration = Duration::from_secs(20);
+
+    #[test]
+    fn a_push_past_an_undelivered_copy_reads_the_queue_instead() {
+        let copy = |seq, prev| Committed {
+            recipient: AgentName::new("bob").unwrap(),
+            seq,
+            envelope: Arc::from(&b"{}"[..]),
+            accepted_at_ms: 0,
+            prev,
+        };
+        assert_eq!(next_step(&copy(5, Some(4)), 5), Step::Skip, "delivered");
+        assert_eq!(next_step(&copy(6, Some(5)), 5), Step::Deliver, "next");
+        // 6 was committed by another node and its wake is still on the way: delivering 7 and
+        // taking its ack would delete 6 unseen.
+        assert_eq!(next_step(&copy(7, Some(6)), 5), Step::Read, "a gap");
+        assert_eq!(
+            next_step(&copy(9, None), 5),
+            Step::Deliver,
+            "relay-wide numbers"
+        );
+    }
+
     /// How long an ack is held when nothing reads the queue meanwhile (the fixed relay).
     const HOLD: Duration = Duration::from_millis(300);
 

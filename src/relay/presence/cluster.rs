@@ -4,16 +4,20 @@
 //!
 //! | channel           | sent by                                   | this node then           |
 //! |-------------------|-------------------------------------------|--------------------------|
-//! | `mailslot_wake`   | the storage, in the commit of new mail    | the recipient's session reads the queue |
+//! | `mailslot_wake`   | the storage, in the commit of new mail    | reads the new copies, pushes them |
 //! | `mailslot_lease`  | the storage, in the commit of a claim     | ends an older session of the agent |
 //! | `mailslot_event`  | [`Cluster::tell`]                         | tells its session        |
 //! | `mailslot_retire` | [`Cluster::retire`]                       | ends its session         |
 //! | `mailslot_handover` | [`Cluster::take_over`]                  | ends its session         |
 //! | `mailslot_release` | the storage, when a session ended        | the node taking over goes on |
 //!
-//! Notifications from this node itself are ignored: it has already acted on them. A wake only
-//! makes a session read the queue after what it has delivered, so a late or repeated one
-//! costs a read, never a duplicate. When the listening connection drops, notifications sent
+//! Notifications from this node itself are ignored: it has already acted on them. A wake names
+//! the recipient's new sequence numbers; one task reads the copies of every wake heard so far
+//! in one query and pushes them to the sessions here, as this node's own commits are pushed
+//! (one read per node and burst instead of one per session and wake). Each copy says which
+//! copy comes before it, so a session that has not delivered that one (its wake was slower
+//! than a later push) reads its queue instead; a late or repeated wake costs a read, never a
+//! duplicate or a skipped copy. When the listening connection drops, notifications sent
 //! meanwhile are lost: after reconnecting, every session here reads its queue once, which
 //! covers any wake it missed; a missed lease notice is covered by fencing (the replaced
 //! session's next ack is refused, which ends it).
@@ -26,14 +30,14 @@
 use std::collections::HashMap;
 use std::future::Future;
 use std::pin::Pin;
-use std::sync::{Arc, Mutex};
+use std::sync::{Arc, Mutex, Weak};
 use std::time::Duration;
 
 use serde::{Deserialize, Serialize};
-use tokio::sync::{Notify, watch};
+use tokio::sync::{Notify, mpsc, watch};
 
 use super::{Attached, Hub, Presence, Quiet};
-use crate::protocol::{AgentName, ConsentEvent};
+use crate::protocol::{AgentName, ConsentEvent, Seq};
 use crate::relay::storage::postgres::{Notifier, Target};
 use crate::relay::storage::{Committed, Epoch};
 
@@ -50,12 +54,23 @@ const CHANNELS: [&str; 6] = [
 const HANDOVER_BOUND: Duration = Duration::from_secs(2);
 /// The longest wait between attempts to reconnect the listening connection.
 const MAX_BACKOFF: Duration = Duration::from_secs(5);
+/// Wakes waiting to be read at most; beyond that a wake makes its session read the queue.
+const WAKE_BACKLOG: usize = 65_536;
+/// Copies one read takes at most; the wakes after them wait for the next read.
+const FETCH_COPIES: u64 = 4_096;
+/// A wake for more copies than this is left to the session, which reads them in pages.
+const FETCH_RANGE: u64 = 256;
 
-/// New mail for `recipient`, committed by `node`.
+/// New mail for `recipient`, numbered `from` to `seq`, committed by `node` (a node before
+/// this version sends no `from`: its wakes make the session read the queue).
 #[derive(Deserialize)]
 struct Wake {
     recipient: AgentName,
     node: String,
+    #[serde(default)]
+    from: Option<Seq>,
+    #[serde(default)]
+    seq: Option<Seq>,
 }
 
 /// `node` claimed `agent`'s delivery session with `epoch`.
@@ -96,6 +111,8 @@ pub struct Cluster {
     notifier: Notifier,
     /// Sessions here waiting for another node to release an agent.
     releases: Mutex<HashMap<AgentName, Arc<Notify>>>,
+    /// Wakes for sessions here, to the task that reads their copies.
+    wakes: mpsc::Sender<Wake>,
 }
 
 impl Cluster {
@@ -107,13 +124,16 @@ impl Cluster {
         notifier: Notifier,
         shutdown: watch::Receiver<bool>,
     ) -> Arc<Self> {
+        let (wakes, woken) = mpsc::channel(WAKE_BACKLOG);
         let cluster = Arc::new(Self {
             hub: Hub::default(),
             node,
             notifier,
             releases: Mutex::default(),
+            wakes,
         });
         tokio::spawn(listen(cluster.clone(), target, shutdown));
+        tokio::spawn(fetch(Arc::downgrade(&cluster), woken));
         cluster
     }
 
@@ -122,8 +142,11 @@ impl Cluster {
         let ours = |node: &str| node == self.node;
         let parsed = match channel {
             "mailslot_wake" => serde_json::from_str::<Wake>(payload).map(|w| {
-                if !ours(&w.node) {
-                    self.hub.wake(&w.recipient);
+                if !ours(&w.node)
+                    && self.hub.serves(&w.recipient)
+                    && let Err(full) = self.wakes.try_send(w)
+                {
+                    self.hub.wake(&full.into_inner().recipient);
                 }
             }),
             "mailslot_lease" => serde_json::from_str::<Lease>(payload).map(|l| {
@@ -261,6 +284,53 @@ impl Presence for Cluster {
                 node: self.node.clone(),
             },
         );
+    }
+}
+
+/// Reads the copies that other nodes' wakes announce, for every wake waiting at once, and
+/// pushes them to their sessions here; a wake it cannot serve so makes the session read the
+/// queue. Ends with the cluster.
+async fn fetch(cluster: Weak<Cluster>, mut wakes: mpsc::Receiver<Wake>) {
+    let mut next = None;
+    loop {
+        let first = match next.take() {
+            Some(wake) => wake,
+            None => match wakes.recv().await {
+                Some(wake) => wake,
+                None => return,
+            },
+        };
+        let Some(cluster) = cluster.upgrade() else {
+            return;
+        };
+        let mut ranges: HashMap<AgentName, (Seq, Seq)> = HashMap::new();
+        let mut copies = 0;
+        let mut wake = Some(first);
+        while let Some(w) = wake.take().or_else(|| wakes.try_recv().ok()) {
+            match (w.from, w.seq) {
+                (Some(from), Some(to)) if from <= to && to - from < FETCH_RANGE => {
+                    if copies >= FETCH_COPIES {
+                        next = Some(w);
+                        break;
+                    }
+                    copies += to - from + 1;
+                    let range = ranges.entry(w.recipient).or_insert((from, to));
+                    *range = (range.0.min(from), range.1.max(to));
+                }
+                _ => cluster.hub.wake(&w.recipient),
+            }
+        }
+        let ranges: Vec<(AgentName, Seq, Seq)> =
+            ranges.into_iter().map(|(r, (a, b))| (r, a, b)).collect();
+        match cluster.notifier.committed(&ranges).await {
+            Ok(read) => cluster.hub.announce(read),
+            Err(e) => {
+                tracing::warn!(error = %e, "could not read the mail other nodes announced; the sessions read their queues");
+                for (recipient, _, _) in &ranges {
+                    cluster.hub.wake(recipient);
+                }
+            }
+        }
     }
 }
 

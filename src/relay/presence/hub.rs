@@ -296,6 +296,11 @@ impl Hub {
         }
     }
 
+    /// Whether the agent has a session here.
+    pub fn serves(&self, agent: &AgentName) -> bool {
+        self.lock().contains_key(agent)
+    }
+
     /// Has every session read the queue: news from other nodes may have been missed.
     pub fn wake_all(&self) {
         for e in self.lock().values() {
@@ -343,6 +348,7 @@ mod tests {
             seq,
             envelope: Arc::from(&b"{}"[..]),
             accepted_at_ms: 0,
+            prev: None,
         }
     }
 

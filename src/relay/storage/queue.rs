@@ -27,6 +27,12 @@ pub struct Committed {
     pub envelope: Arc<[u8]>,
     /// When the relay accepted it, in Unix milliseconds.
     pub accepted_at_ms: i64,
+    /// The sequence number of the recipient's copy committed just before it, where the storage
+    /// numbers each recipient's copies without gaps (PostgreSQL). Copies committed by several
+    /// nodes reach a session by different paths and may arrive out of order: a session that
+    /// has not delivered `prev` reads the queue instead of skipping it. `None`: no such number
+    /// (SQLite's are relay-wide, and its one writer pushes every copy in commit order).
+    pub prev: Option<Seq>,
 }
 
 /// Called after every commit, on the storage's writer, with the copies it made durable in

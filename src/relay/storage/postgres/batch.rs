@@ -236,14 +236,17 @@ impl Writer {
                     seq: unsigned(seq, "sequence number")?,
                     envelope: copy.envelope.clone(),
                     accepted_at_ms: now,
+                    // Numbers are dense per recipient (see `schema`).
+                    prev: Some(unsigned(seq - 1, "sequence number")?),
                 });
             }
             outcomes.push(Accepted::Stored(recipients));
         }
+        let mut payloads = Vec::new();
         if !rows.seq.is_empty() {
             let changed = Changed::of(&boxes);
-            let payloads = wake_payloads(&log, &self.node_id);
-            // Pipelined likewise: one round trip for the three writes.
+            payloads = wake_payloads(&log, &self.node_id);
+            // Pipelined likewise: one round trip for the two writes.
             let copies: [&Param<'_>; 8] = [
                 &rows.recipient,
                 &rows.seq,
@@ -260,17 +263,27 @@ impl Writer {
                 &changed.waiting,
                 &changed.bytes,
             ];
-            let wakes: [&Param<'_>; 1] = [&payloads];
-            let (inserted, updated, woken) = futures_util::join!(
+            let (inserted, updated) = futures_util::join!(
                 tx.execute(&statements.insert, &copies),
                 tx.execute(&statements.update, &counters),
-                tx.execute(&statements.wake, &wakes),
             );
             inserted?;
             updated?;
-            woken?;
         }
         tx.commit().await?;
+        // The wakes go after the commit, in a transaction of their own that writes nothing
+        // else, so waits for no flush: PostgreSQL serialises the commits of every transaction
+        // that notifies, on the whole server, until their flush is done (so that
+        // notifications queue in commit order); inside the batch that made the nodes' writers
+        // commit one at a time. A node that dies between the two leaves its last wakes
+        // unsent: that mail waits for the recipient's next read (another wake, or its next
+        // connection). A failure here fails no send.
+        if !payloads.is_empty() {
+            let wakes: [&Param<'_>; 1] = [&payloads];
+            if let Err(e) = client.execute(&statements.wake, &wakes).await {
+                tracing::warn!(error = %describe(&e), "could not wake the other relay nodes after a commit");
+            }
+        }
         Ok((outcomes, log))
     }
 }
@@ -362,7 +375,7 @@ impl Statements {
                  FROM unnest($1::text[], $2::bigint[], $3::bigint[], $4::bigint[]) AS v(r, n, w, b)
                  WHERE m.recipient = v.r",
             ),
-            // One `mailslot_wake` per recipient, sent by PostgreSQL at the commit, so that
+            // One `mailslot_wake` per recipient, after the commit, so that
             // other nodes fetch at once.
             tx.prepare_cached("SELECT pg_notify('mailslot_wake', p) FROM unnest($1::text[]) AS p"),
         );
@@ -501,18 +514,24 @@ impl<'a> Changed<'a> {
     }
 }
 
-/// One `mailslot_wake` payload per recipient: its highest new sequence number, and this node.
+/// One `mailslot_wake` payload per recipient: its lowest and highest new sequence numbers
+/// (`from`, `seq`; the batch numbered every one between), and this node.
 fn wake_payloads(log: &[Committed], node: &str) -> Vec<String> {
-    let mut highest: HashMap<&str, Seq> = HashMap::new();
+    let mut ranges: HashMap<&str, (Seq, Seq)> = HashMap::new();
     for c in log {
-        let seq = highest.entry(c.recipient.as_str()).or_default();
-        *seq = (*seq).max(c.seq);
+        let range = ranges.entry(c.recipient.as_str()).or_insert((c.seq, c.seq));
+        *range = (range.0.min(c.seq), range.1.max(c.seq));
     }
-    highest
+    ranges
         .into_iter()
-        .map(|(recipient, seq)| {
-            serde_json::json!({ "recipient": recipient, "seq": seq_to_db(seq), "node": node })
-                .to_string()
+        .map(|(recipient, (from, seq))| {
+            serde_json::json!({
+                "recipient": recipient,
+                "from": seq_to_db(from),
+                "seq": seq_to_db(seq),
+                "node": node,
+            })
+            .to_string()
         })
         .collect()
 }

@@ -13,7 +13,8 @@ use tokio_postgres::config::SslMode;
 use tokio_postgres::{AsyncMessage, NoTls};
 use tokio_postgres_rustls::MakeRustlsConnect;
 
-use crate::relay::storage::StorageError;
+use crate::protocol::{AgentName, Seq};
+use crate::relay::storage::{Committed, StorageError};
 
 /// Connections one node keeps at most: the writer's, and reads and small writes beside it.
 const POOL_SIZE: usize = 16;
@@ -192,7 +193,8 @@ impl Subscription {
     }
 }
 
-/// Sends notifications to every node listening, over the pool.
+/// What the presence of several nodes asks of the database, over the node's pool: sending
+/// notifications to every node listening, the lease holder, the copies other nodes announced.
 #[derive(Clone)]
 pub struct Notifier(pub(super) Pool);
 
@@ -209,6 +211,15 @@ impl Notifier {
     /// The node whose session holds `agent`'s lease now, if one does.
     pub async fn lease_holder(&self, agent: &str) -> Result<Option<String>, StorageError> {
         super::queue::lease_holder(&self.0.get().await?, agent).await
+    }
+
+    /// The copies of each recipient numbered from `.1` to `.2` (announced by other nodes'
+    /// wakes), in one query; in order per recipient.
+    pub async fn committed(
+        &self,
+        ranges: &[(AgentName, Seq, Seq)],
+    ) -> Result<Vec<Committed>, StorageError> {
+        super::queue::committed(&self.0.get().await?, ranges).await
     }
 }
 

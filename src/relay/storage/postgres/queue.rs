@@ -4,13 +4,14 @@
 //! Lock order, the same everywhere so that nothing waits in a circle: a lease row (acks
 //! fenced by it), then mailbox rows in name order, then queue rows.
 
-use deadpool_postgres::{Client, GenericClient, Transaction};
+use deadpool_postgres::{Client, GenericClient};
+use tokio_postgres::types::ToSql;
 
 use super::{now_ms, seq_to_db, unsigned};
 use jiff::Timestamp;
 
 use crate::protocol::{AgentName, Bounce, BounceKey, MessageId, Seq};
-use crate::relay::storage::{Queued, StorageError};
+use crate::relay::storage::{Committed, Queued, StorageError};
 
 /// An acknowledged copy still counts as a duplicate this long after its ack, so that a
 /// sender's retry racing the recipient's ack is not stored twice (as in the SQLite backend).
@@ -44,45 +45,49 @@ pub(super) async fn pending(
         .collect()
 }
 
-/// Deletes `agent`'s copies up to `upto` in `tx`, keeping their keys for the duplicate check
-/// a moment longer; returns how many.
-async fn ack_in(tx: &Transaction<'_>, agent: &AgentName, upto: Seq) -> Result<u64, StorageError> {
-    // The mailbox first, as a send locks it: a send and an ack of one recipient take turns.
-    let lock = tx
-        .prepare_cached("SELECT 1 FROM mailboxes WHERE recipient = $1 FOR UPDATE")
-        .await?;
-    if tx.query_opt(&lock, &[&agent.as_str()]).await?.is_none() {
-        return Ok(0);
-    }
-    let delete = tx
+/// The copies of each recipient numbered from `.1` to `.2`, in order per recipient: those
+/// other nodes announced, read for many recipients at once. Copies acknowledged or expired
+/// meanwhile are missing (the sessions see the gap and read their queue).
+pub(super) async fn committed(
+    client: &Client,
+    ranges: &[(AgentName, Seq, Seq)],
+) -> Result<Vec<Committed>, StorageError> {
+    let stmt = client
         .prepare_cached(
-            "WITH gone AS (
-                 DELETE FROM queue WHERE recipient = $1 AND seq <= $2 RETURNING message_id, sender, size
-             ), kept AS (
-                 INSERT INTO acked_copies (message_id, sender, recipient, until_ms)
-                 SELECT message_id, sender, $1, $3 FROM gone
-                 ON CONFLICT (message_id, sender, recipient) DO UPDATE SET until_ms = excluded.until_ms
-             )
-             UPDATE mailboxes SET waiting = waiting - t.n, bytes = bytes - t.b
-             FROM (SELECT count(*) AS n, coalesce(sum(size), 0)::bigint AS b FROM gone) t
-             WHERE recipient = $1
-             RETURNING t.n",
+            "SELECT q.recipient, q.seq, q.envelope, q.accepted_at
+             FROM unnest($1::text[], $2::bigint[], $3::bigint[]) AS w(r, lo, hi)
+             JOIN queue q ON q.recipient = w.r AND q.seq BETWEEN w.lo AND w.hi
+             ORDER BY q.recipient, q.seq",
         )
         .await?;
-    let row = tx
-        .query_one(
-            &delete,
-            &[
-                &agent.as_str(),
-                &seq_to_db(upto),
-                &(now_ms() + DUPLICATE_LAG_MS),
-            ],
-        )
-        .await?;
-    unsigned(row.try_get(0)?, "count")
+    let names: Vec<&str> = ranges.iter().map(|r| r.0.as_str()).collect();
+    let from: Vec<i64> = ranges.iter().map(|r| seq_to_db(r.1)).collect();
+    let to: Vec<i64> = ranges.iter().map(|r| seq_to_db(r.2)).collect();
+    let mut copies = Vec::new();
+    for row in client.query(&stmt, &[&names, &from, &to]).await? {
+        let name: String = row.try_get(0)?;
+        let seq = unsigned(row.try_get(1)?, "sequence number")?;
+        let envelope: Vec<u8> = row.try_get(2)?;
+        copies.push(Committed {
+            recipient: AgentName::new(&name).map_err(|_| corrupt("queue", "recipient"))?,
+            seq,
+            envelope: envelope.into(),
+            accepted_at_ms: row.try_get(3)?,
+            // Numbers are dense per recipient (see `schema`).
+            prev: seq.checked_sub(1),
+        });
+    }
+    Ok(copies)
 }
 
 /// Acks for the session holding lease `epoch`; `None` when the lease has moved on.
+///
+/// Committed without waiting for the flush (`synchronous_commit = off`): an ack only deletes
+/// delivered copies, so one lost in a crash of the database delivers them again, and the
+/// client keeps one of each (it deduplicates by message id). It cannot be lost behind a later
+/// durable commit that saw it (a claim, a send): the log is flushed in order, so that commit's
+/// flush carries the ack too. Its effects are visible, and its locks released, at the commit
+/// as usual, so fencing is unchanged.
 pub(super) async fn ack_fenced(
     client: &mut Client,
     agent: &AgentName,
@@ -90,20 +95,54 @@ pub(super) async fn ack_fenced(
     epoch: u64,
 ) -> Result<Option<u64>, StorageError> {
     let tx = client.transaction().await?;
-    // Shared, held to the commit: a claim (which updates the row) waits for this ack, so once
-    // a claim has returned, no ack of an older epoch can still commit.
-    let current = tx
-        .query_opt(
-            "SELECT epoch FROM leases WHERE agent = $1 FOR SHARE",
-            &[&agent.as_str()],
-        )
-        .await?
-        .map(|row| row.try_get::<_, i64>(0))
-        .transpose()?;
-    if current != Some(seq_to_db(epoch)) {
+    let (lease, lock, delete) = futures_util::join!(
+        // Shared, held to the commit: a claim (which updates the row) waits for this ack, so
+        // once a claim has returned, no ack of an older epoch can still commit.
+        tx.prepare_cached("SELECT epoch FROM leases WHERE agent = $1 FOR SHARE"),
+        // The mailbox next, as a send locks it: a send and an ack of one recipient take turns.
+        tx.prepare_cached("SELECT 1 FROM mailboxes WHERE recipient = $1 FOR UPDATE"),
+        // Deletes only under the epoch read above (the row is locked, so it cannot change),
+        // keeping the copies' keys for the duplicate check a moment longer.
+        tx.prepare_cached(
+            "WITH gone AS (
+                 DELETE FROM queue WHERE recipient = $1 AND seq <= $2
+                     AND EXISTS (SELECT 1 FROM leases WHERE agent = $1 AND epoch = $4)
+                 RETURNING message_id, sender, size
+             ), kept AS (
+                 INSERT INTO acked_copies (message_id, sender, recipient, until_ms)
+                 SELECT message_id, sender, $1, $3 FROM gone
+                 ON CONFLICT (message_id, sender, recipient) DO UPDATE SET until_ms = excluded.until_ms
+             )
+             UPDATE mailboxes SET waiting = waiting - t.n, bytes = bytes - t.b
+             FROM (SELECT count(*) AS n, coalesce(sum(size), 0)::bigint AS b FROM gone) t
+             WHERE recipient = $1 AND t.n > 0
+             RETURNING t.n",
+        ),
+    );
+    let (lease, lock, delete) = (lease?, lock?, delete?);
+    let name = agent.as_str();
+    let (upto, epoch) = (seq_to_db(upto), seq_to_db(epoch));
+    let until = now_ms() + DUPLICATE_LAG_MS;
+    let by_name: [&(dyn ToSql + Sync); 1] = [&name];
+    let by_range: [&(dyn ToSql + Sync); 4] = [&name, &upto, &until, &epoch];
+    // Pipelined: sent together and run in this order (see `batch`), one wait for all four;
+    // after a failure the later ones fail too, so errors are taken in order.
+    let (quick, current, locked, deleted) = futures_util::join!(
+        tx.batch_execute("SET LOCAL synchronous_commit = off"),
+        tx.query_opt(&lease, &by_name),
+        tx.query_opt(&lock, &by_name),
+        tx.query_opt(&delete, &by_range),
+    );
+    quick?;
+    let current = current?.map(|row| row.try_get::<_, i64>(0)).transpose()?;
+    if current != Some(epoch) {
         return Ok(None);
     }
-    let count = ack_in(&tx, agent, upto).await?;
+    locked?;
+    let count = match deleted? {
+        Some(row) => unsigned(row.try_get(0)?, "count")?,
+        None => 0,
+    };
     tx.commit().await?;
     Ok(Some(count))
 }

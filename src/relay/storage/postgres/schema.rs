@@ -104,6 +104,19 @@ CREATE TABLE bounces (
 -- A lease whose session ended (released) has no node: a claim need not wait for anyone.
 ALTER TABLE leases ALTER COLUMN node DROP NOT NULL;
 "#,
+    r#"
+-- An envelope stays in its queue row up to a page's size, uncompressed (it is ciphertext):
+-- by default a row over ~2 KB (a 1 KiB message is ~2.7 KB sealed) had its envelope tried by
+-- pglz and then cut into TOAST chunks, a second table and index written at every send and
+-- read back at every delivery.
+ALTER TABLE queue SET (toast_tuple_target = 8160);
+ALTER TABLE queue ALTER COLUMN envelope SET STORAGE EXTERNAL;
+-- The keys of acknowledged copies only stretch the duplicate check over the 2 s after an ack:
+-- not worth their WAL. A crash of the database empties the table, as a restart of a SQLite
+-- relay forgets the same keys (it keeps them in memory); a re-send racing the ack is then
+-- stored again, and the recipient's client keeps one (it deduplicates by message id).
+ALTER TABLE acked_copies SET UNLOGGED;
+"#,
 ];
 
 /// The advisory lock key under which migrations run ("mailslot" in ASCII, as a number).

@@ -518,6 +518,7 @@ pub(super) fn accept(b: &mut Batch<'_, '_>, op: &AcceptOp) -> Result<Accepted, S
             seq,
             envelope: copy.envelope.clone(),
             accepted_at_ms: now,
+            prev: None,
         });
     }
     Ok(Accepted::Stored(recipients))
