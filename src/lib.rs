@@ -15,6 +15,7 @@ pub mod demo;
 pub mod doorbell;
 pub mod mailbox;
 pub mod mcp;
+pub mod progress;
 pub mod protocol;
 pub mod relay;
 pub mod store;

@@ -427,3 +427,68 @@ fn sent_mail_shows_states_and_failed_mail_can_be_retried_by_a_short_id() {
     let short = home.run(&["--agent", "carol", "read", "ab"]);
     assert_eq!(short.status.code(), Some(2));
 }
+
+#[test]
+fn sync_shows_progress_at_a_terminal_and_nothing_when_piped() {
+    let home = Home::new();
+    home.ok(&["--agent", "alice", "init"]);
+    home.ok(&["--agent", "bob", "init"]);
+    for n in 0..40 {
+        home.ok(&[
+            "--agent",
+            "alice",
+            "send",
+            "--to",
+            "bob",
+            "--subject",
+            &format!("n{n}"),
+            "--body",
+            "b",
+        ]);
+    }
+    // A terminal (script gives the command a pty): a bar over what the relay said waits.
+    let line = format!("{} --agent bob sync", env!("CARGO_BIN_EXE_mailslot"));
+    let shown = Command::new("script")
+        .args(["-qec", &line, "/dev/null"])
+        .env_clear()
+        .env("PATH", std::env::var_os("PATH").unwrap_or_default())
+        .env("TERM", "xterm")
+        .env("MAILSLOT_HOME", home.dir.path())
+        .env("MAILSLOT_LOCAL_RELAY_PORT", home.port.to_string())
+        .stdin(Stdio::null())
+        .output()
+        .unwrap();
+    let shown = String::from_utf8_lossy(&shown.stdout);
+    assert!(
+        shown.contains("receiving mail") && shown.contains("/40"),
+        "{shown}"
+    );
+    assert!(shown.contains("40 received"), "{shown}");
+
+    // Piped: the same work draws nothing.
+    for n in 0..5 {
+        home.ok(&[
+            "--agent",
+            "alice",
+            "send",
+            "--to",
+            "bob",
+            "--subject",
+            &format!("m{n}"),
+            "--body",
+            "b",
+        ]);
+    }
+    let piped = home.run(&["--agent", "bob", "sync"]);
+    assert!(piped.status.success());
+    let all = format!(
+        "{}{}",
+        String::from_utf8_lossy(&piped.stdout),
+        String::from_utf8_lossy(&piped.stderr)
+    );
+    assert!(all.contains("5 received"), "{all}");
+    assert!(
+        !all.contains("receiving mail") && !all.contains('\u{1b}'),
+        "{all}"
+    );
+}

@@ -4,6 +4,8 @@ use std::time::Duration;
 
 use serde::Serialize;
 
+use crate::progress::Progress;
+
 /// One measured case.
 #[derive(Debug, Clone, Serialize)]
 pub struct Summary {
@@ -57,12 +59,19 @@ pub fn measure(
     n: usize,
     mut op: impl FnMut(usize) -> anyhow::Result<()>,
 ) -> anyhow::Result<Summary> {
+    let case = case.into();
+    let bar = Progress::bar(n as u64, case.clone());
+    // Drawn a hundred times per case at most, so it costs the timed operations nothing.
+    let step = (n / 100).max(1);
     let mut samples = Vec::with_capacity(n);
     let start = std::time::Instant::now();
     for i in 0..n {
         let t = std::time::Instant::now();
         op(i)?;
         samples.push(t.elapsed());
+        if i % step == 0 {
+            bar.set(i as u64);
+        }
     }
     Ok(Summary::new(case, samples, start.elapsed()))
 }

@@ -7,6 +7,7 @@ use jiff::ToSpan;
 use super::StoreArgs;
 use super::corpus::{Rng, VOCABULARY, sentence, word};
 use super::stats::{Summary, measure};
+use crate::progress::Progress;
 use crate::protocol::{Address, AgentName, Message, now_millis};
 use crate::store::{Direction, MemoryDraft, Store, Trust};
 
@@ -101,9 +102,11 @@ pub(super) fn run(args: &StoreArgs) -> anyhow::Result<Vec<Summary>> {
 /// Fills a store with `size` memories and `size` messages, spread over the last year.
 fn load(store: &mut Store, size: usize, rng: &mut Rng) -> anyhow::Result<()> {
     let started = Instant::now();
+    let bar = Progress::bar(size as u64, format!("loading {size} memories and messages"));
     let now = now_millis();
     let mut left = size;
     while left > 0 {
+        bar.set((size - left) as u64);
         let chunk = left.min(LOAD_CHUNK);
         let drafts: Vec<MemoryDraft> = (0..chunk)
             .map(|_| MemoryDraft {

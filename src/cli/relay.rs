@@ -273,7 +273,13 @@ fn migrate(ctx: &Ctx, from: &Path, to: &str) -> anyhow::Result<()> {
     let moved = tokio::runtime::Builder::new_current_thread()
         .enable_all()
         .build()?
-        .block_on(crate::relay::migrate(from, to))?;
+        .block_on(async {
+            let _spinner = crate::progress::Progress::spinner(format!(
+                "moving {} into PostgreSQL",
+                from.display()
+            ));
+            crate::relay::migrate(from, to).await
+        })?;
     let report = Migrated {
         from: from.display().to_string(),
         to: redact_url(to),

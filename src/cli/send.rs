@@ -11,6 +11,7 @@ use super::{Ctx, output};
 use crate::agent::Agent;
 use crate::client;
 use crate::mailbox::{ConnectionLock, Mailbox, MailboxError, SendOutcome};
+use crate::progress::Progress;
 use crate::protocol::{Address, Limits, Message, MessageId};
 use crate::store::{IdPart, StoreHandle};
 
@@ -181,7 +182,20 @@ pub(super) fn sync(ctx: &Ctx) -> anyhow::Result<()> {
     };
     let url = ctx.relay_url()?;
     let store = StoreHandle::spawn(store)?;
-    let report = runtime()?.block_on(client::sync(&url, &name, &identity, owner, &store))?;
+    let mut bar: Option<Progress> = None;
+    let report = runtime()?.block_on(client::sync_with_progress(
+        &url,
+        &name,
+        &identity,
+        owner,
+        &store,
+        &mut |received, waiting| {
+            let bar = bar.get_or_insert_with(|| Progress::bar(waiting, "receiving mail"));
+            bar.set_total(waiting);
+            bar.set(received);
+        },
+    ))?;
+    drop(bar);
     output::emit(ctx.json, &report, |r| {
         let mut lines = vec![format!(
             "{} sent, {} received",

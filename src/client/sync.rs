@@ -38,7 +38,22 @@ pub async fn sync(
     owner: Option<OwnerKey>,
     store: &StoreHandle,
 ) -> Result<SyncReport, ClientError> {
+    sync_with_progress(url, agent, identity, owner, store, &mut |_, _| {}).await
+}
+
+/// [`sync`], calling `progress(received, waiting)` as deliveries arrive (`waiting`: what the
+/// relay said was waiting when the connection opened).
+pub async fn sync_with_progress(
+    url: &RelayUrl,
+    agent: &AgentName,
+    identity: &Identity,
+    owner: Option<OwnerKey>,
+    store: &StoreHandle,
+    progress: &mut dyn FnMut(u64, u64),
+) -> Result<SyncReport, ClientError> {
     let mut conn = Connection::connect(url, agent, identity, owner).await?;
+    let waiting = conn.waiting();
+    let mut delivered = 0;
     let me = Address::local(agent.clone());
     let mut report = SyncReport::default();
     let flushed = flush(&mut conn, store, identity).await?;
@@ -65,6 +80,8 @@ pub async fn sync(
                     }
                 }
                 conn.committed(seq).await?;
+                delivered += 1;
+                progress(delivered, waiting.max(delivered));
             }
             ServerFrame::CaughtUp {} => break,
             ServerFrame::Event { event } => report.events.push(event),
