@@ -49,7 +49,7 @@ pub async fn sync_with_progress(
     identity: &Identity,
     owner: Option<OwnerKey>,
     store: &StoreHandle,
-    progress: &mut dyn FnMut(u64, u64),
+    progress: &mut (dyn FnMut(u64, u64) + Send),
 ) -> Result<SyncReport, ClientError> {
     let mut conn = Connection::connect(url, agent, identity, owner).await?;
     let waiting = conn.waiting();
