@@ -331,3 +331,98 @@ async fn a_relay_presenting_a_changed_key_is_refused() {
     a.relay.shutdown().await;
     b.relay.shutdown().await;
 }
+
+/// Runs `mailslot ARGS` for the agents in `home` against `relay`; its output, success or not.
+async fn cli(home: &std::path::Path, relay: &TestRelay, args: &[&str]) -> std::process::Output {
+    tokio::process::Command::new(env!("CARGO_BIN_EXE_mailslot"))
+        .args(args)
+        .env_clear()
+        .env("MAILSLOT_HOME", home)
+        .env("MAILSLOT_RELAY", relay.url.as_str())
+        .stdin(std::process::Stdio::null())
+        .output()
+        .await
+        .unwrap()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_cli_pins_remote_keys_and_trusts_a_new_relay_key_only_as_confirmed() {
+    let (a, b) = (
+        TestRelay::start(|_| {}).await,
+        TestRelay::start(|_| {}).await,
+    );
+    let bob = TestAgent::new("bob");
+    bob.sync(&b).await;
+    let home = tempfile::tempdir().unwrap();
+    register(home.path(), "alice", &a.url);
+    let bob_at_b = at("bob", &b).to_string();
+
+    let out = cli(
+        home.path(),
+        &a,
+        &["--agent", "alice", "--json", "keys", &bob_at_b],
+    )
+    .await;
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let shown: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(shown["address"], bob_at_b.as_str());
+    assert_eq!(shown["status"], "pinned");
+    assert_eq!(shown["fingerprint"], bob.identity.fingerprint().as_str());
+    assert_eq!(shown["relay"]["name"], b.relay.name().as_str());
+    assert_eq!(
+        shown["relay"]["fingerprint"],
+        b.relay.fingerprint().as_str()
+    );
+
+    let stopped = b.stop().await;
+    let mut key_file = stopped.db().into_os_string();
+    key_file.push(".key");
+    std::fs::remove_file(&key_file).unwrap();
+    let b = stopped.restart().await;
+    let (name, new) = (
+        b.relay.name().to_string(),
+        b.relay.fingerprint().to_string(),
+    );
+
+    let out = cli(home.path(), &a, &["--agent", "alice", "keys", &bob_at_b]).await;
+    assert!(!out.status.success());
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        err.contains("RELAY KEY CHANGED") && err.contains(&new) && err.contains("trust-relay"),
+        "{err}"
+    );
+
+    let wrong = a.relay.fingerprint().to_string();
+    let args = ["--agent", "alice", "trust-relay", &name, "--fingerprint"];
+    let out = cli(home.path(), &a, &[&args[..], &[wrong.as_str()]].concat()).await;
+    assert!(!out.status.success(), "a fingerprint other than presented");
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(err.contains("nothing was changed"), "{err}");
+    let out = cli(home.path(), &a, &[&args[..], &[new.as_str()]].concat()).await;
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+
+    let out = cli(
+        home.path(),
+        &a,
+        &["--agent", "alice", "--json", "keys", &bob_at_b],
+    )
+    .await;
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let shown: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(shown["status"], "matches");
+    assert_eq!(shown["relay"]["fingerprint"], new.as_str());
+    a.relay.shutdown().await;
+    b.relay.shutdown().await;
+}

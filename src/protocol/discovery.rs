@@ -242,7 +242,7 @@ mod tests {
         assert!(RelayEndpoint::of(&lan, &[]).is_tls());
         assert!(!RelayEndpoint::of(&lan, std::slice::from_ref(&lan)).is_tls());
         // Trust is for the name exactly as written: another port is another relay.
-        assert!(RelayEndpoint::of(&name("relay.lan:7879"), &[lan.clone()]).is_tls());
+        assert!(RelayEndpoint::of(&name("relay.lan:7879"), std::slice::from_ref(&lan)).is_tls());
         assert!(RelayEndpoint::of(&name("relay.lan"), &[lan]).is_tls());
     }
 
