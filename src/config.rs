@@ -11,7 +11,7 @@ use directories::ProjectDirs;
 use serde::Deserialize;
 
 use crate::client::RelayUrl;
-use crate::protocol::AgentName;
+use crate::protocol::{AgentName, RelayName};
 
 /// Overrides the data home (all agents live under it).
 pub const ENV_HOME: &str = "MAILSLOT_HOME";
@@ -92,6 +92,10 @@ pub struct Config {
     pub local_relay_port: Option<u16>,
     /// The OpenClaw doorbell (`[openclaw]`): deliver new mail into an OpenClaw session.
     pub openclaw: Option<openclaw::OpenClawConfig>,
+    /// Other relays reached without TLS (`http://`, `ws://`), by name exactly as in addresses
+    /// (`"relay.lan:7878"`); loopback needs no listing, anything else gets TLS.
+    #[serde(default)]
+    pub trusted_hosts: Vec<RelayName>,
 }
 
 impl Config {
@@ -224,6 +228,7 @@ mod tests {
             relay: None,
             local_relay_port: None,
             openclaw: None,
+            trusted_hosts: Vec::new(),
         };
         let cwd = Path::new("/work/My Repo");
         assert_eq!(
@@ -272,5 +277,13 @@ mod tests {
         std::fs::write(&path, "default_agent = \"Alice\"\n").unwrap();
         let err = Config::load(&path).unwrap_err().to_string();
         assert!(err.contains("agent name"), "{err}");
+        std::fs::write(&path, "trusted_hosts = [\"relay.lan:7878\"]\n").unwrap();
+        assert_eq!(
+            Config::load(&path).unwrap().trusted_hosts,
+            vec![RelayName::new("relay.lan:7878").unwrap()]
+        );
+        std::fs::write(&path, "trusted_hosts = [\"http://relay.lan\"]\n").unwrap();
+        let err = Config::load(&path).unwrap_err().to_string();
+        assert!(err.contains("address host"), "{err}");
     }
 }

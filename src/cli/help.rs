@@ -49,6 +49,8 @@ const FAMILIES: &[(&str, &[&str])] = &[
             "contacts",
             "policy",
             "directory",
+            "keys",
+            "trust-relay",
         ],
     ),
     ("LLM clients", &["mcp", "hook"]),

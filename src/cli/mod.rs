@@ -9,6 +9,7 @@ mod doctor;
 mod help;
 mod hook;
 mod identity;
+mod keys;
 mod local_relay;
 mod mail;
 mod mcp;
@@ -31,7 +32,9 @@ use crate::bench::BenchCommand;
 use crate::client::RelayUrl;
 use crate::client::consent::Change;
 use crate::config::{self, Config, Paths};
-use crate::protocol::{Address, AgentName, InviteToken, MemoryId, Policy, RequestCode};
+use crate::protocol::{
+    Address, AgentName, Fingerprint, InviteToken, MemoryId, Policy, RelayName, RequestCode,
+};
 use crate::store::{IdPart, SentState};
 
 pub use help::{command, parse};
@@ -301,6 +304,23 @@ pub enum Command {
     },
     /// Show contacts, blocks and the policy
     Contacts,
+    /// Look up an agent's keys and pin them, showing the fingerprint to compare with its
+    /// owner; NAME@HOST is looked up at the relay HOST, checked against that relay's key
+    Keys {
+        /// NAME (on your relay) or NAME@HOST[:PORT] (on the relay HOST)
+        #[arg(value_name = "ADDRESS")]
+        address: Address,
+    },
+    /// Accept another relay's new key, once its operator confirmed the fingerprint
+    #[command(name = "trust-relay")]
+    TrustRelay {
+        /// The relay, as in addresses: HOST[:PORT]
+        #[arg(value_name = "HOST")]
+        host: RelayName,
+        /// The fingerprint its operator confirmed (the relay must present exactly this key)
+        #[arg(long, value_name = "FINGERPRINT", value_parser = parse_fingerprint)]
+        fingerprint: Fingerprint,
+    },
     /// The owner key that signs consent changes: `owner init` makes it (asks for a passphrase)
     #[command(subcommand)]
     Owner(OwnerCommand),
@@ -406,6 +426,10 @@ pub enum OwnerCommand {
     /// Replace the owner key and its passphrase (asks for the current one), for every agent
     /// of this home
     Change,
+}
+
+fn parse_fingerprint(s: &str) -> Result<Fingerprint, String> {
+    Fingerprint::parse(s).map_err(|e| e.to_string())
 }
 
 /// What every command needs: where things are, the config, the output mode.
@@ -616,6 +640,8 @@ fn dispatch(cli: Cli) -> anyhow::Result<ExitCode> {
         Command::Unblock { peer } => consent::change(&ctx, Change::Unblock(peer)),
         Command::Uncontact { peer } => consent::change(&ctx, Change::Remove(peer)),
         Command::Contacts => consent::contacts(&ctx),
+        Command::Keys { address } => keys::keys(&ctx, address),
+        Command::TrustRelay { host, fingerprint } => keys::trust_relay(&ctx, host, fingerprint),
         Command::Owner(OwnerCommand::Init) => owner::init(&ctx),
         Command::Owner(OwnerCommand::Change) => owner::change(&ctx),
         Command::Directory { join, leave } => directory::run(

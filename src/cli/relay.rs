@@ -38,6 +38,11 @@ pub struct RelayArgs {
     /// Relay config file (TOML: limits, quotas, rates, TTL, policy)
     #[arg(long = "relay-config", value_name = "FILE")]
     pub relay_config: Option<PathBuf>,
+    /// The relay's key file, made at first start (mode 0600); every node on one PostgreSQL
+    /// database must use the same file [default: <db>.key beside a SQLite database,
+    /// <home>/relay/identity.key with PostgreSQL]
+    #[arg(long, value_name = "FILE")]
+    pub identity: Option<PathBuf>,
     /// Log format on stderr
     #[arg(long, value_enum, default_value_t = LogFormat::Text)]
     pub log_format: LogFormat,
@@ -133,7 +138,7 @@ pub(super) fn run(ctx: &Ctx, args: RelayArgs) -> anyhow::Result<ExitCode> {
             invite(ctx, &chosen.unwrap_or(db), count)
         }
         Some(RelayAction::Migrate { from, to }) => migrate(ctx, &from.unwrap_or(db), &to),
-        None => serve(args, db),
+        None => serve(ctx, args, db),
     }
     .map(|()| ExitCode::SUCCESS)
 }
@@ -316,7 +321,7 @@ fn migrate(ctx: &Ctx, from: &Path, to: &str) -> anyhow::Result<()> {
     })
 }
 
-fn serve(args: RelayArgs, db: PathBuf) -> anyhow::Result<()> {
+fn serve(ctx: &Ctx, args: RelayArgs, db: PathBuf) -> anyhow::Result<()> {
     let mut config = match &args.relay_config {
         Some(path) => RelayConfig::load(path)?,
         None => RelayConfig::default(),
@@ -326,6 +331,14 @@ fn serve(args: RelayArgs, db: PathBuf) -> anyhow::Result<()> {
     }
     let db = args.db.or(config.db.take()).unwrap_or(db);
     config.db = Some(db.clone());
+    config.identity = args.identity.or(config.identity.take());
+    if config.identity.is_none() && postgres_url(&db).is_some() {
+        let file = ctx.paths.home().join("relay").join("identity.key");
+        if let Some(dir) = file.parent() {
+            std::fs::create_dir_all(dir)?;
+        }
+        config.identity = Some(file);
+    }
     // A SQLite relay owns its files: one relay per database, found by `relay status` and
     // `relay stop`. Nodes on PostgreSQL share their database and keep no files.
     let files = match postgres_url(&db) {
@@ -350,10 +363,12 @@ fn serve(args: RelayArgs, db: PathBuf) -> anyhow::Result<()> {
             )?;
         }
         eprintln!(
-            "mailslot relay {} listening on {} (database {})",
+            "mailslot relay {} listening on {} (database {}) as {}, key {}",
             relay.relay_id(),
             relay.url(),
-            shown(&db)
+            shown(&db),
+            relay.name(),
+            relay.fingerprint()
         );
         wait_for_signal().await?;
         eprintln!("mailslot relay: shutting down");

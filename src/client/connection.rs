@@ -372,7 +372,10 @@ impl ClientError {
                     | ErrorCode::ShuttingDown
                     | ErrorCode::TooManyConnections
             ),
-            ClientError::Store(_) | ClientError::Protocol(_) => false,
+            ClientError::Store(_)
+            | ClientError::Protocol(_)
+            | ClientError::RelayKeyChanged { .. }
+            | ClientError::OtherRelay { .. } => false,
             ClientError::Unreachable { .. } | ClientError::Closed(_) => true,
         }
     }

@@ -55,6 +55,15 @@ pub async fn receive(
             reason,
         }
     };
+    // The relay vouches only for its own agents: a sender's keys are looked up there only
+    // when the sender is local, so a local namesake is never pinned for a remote address.
+    if let Some(relay) = from.host()
+        && !super::is_own_relay(conn.url(), relay).await?
+    {
+        return Ok(unreadable(format!(
+            "the sender is on another relay ({relay}), and this version takes mail from its own relay's agents only"
+        )));
+    }
     let pinned = {
         let from = from.clone();
         store.call(move |s| s.pinned_keys(&from)).await?

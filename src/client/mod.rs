@@ -5,6 +5,7 @@
 mod bounces;
 mod connection;
 pub mod consent;
+mod discovery;
 mod inbound;
 mod outbound;
 mod session;
@@ -13,6 +14,7 @@ mod tls;
 mod url;
 
 pub use connection::Connection;
+pub use discovery::{Resolved, discover, is_own_relay, relay_key, resolve_keys};
 pub use inbound::Received;
 pub use outbound::{Flushed, SendFailure, flush as outbound_flush};
 pub use session::{ClientEvent, MakeFrame, SessionConfig, SessionHandle, spawn as spawn_session};
@@ -21,7 +23,7 @@ pub use tls::{RelaySocket, open_socket};
 pub(crate) use tls::{client_config, http_tls};
 pub use url::RelayUrl;
 
-use crate::protocol::{ErrorCode, ServerFrame};
+use crate::protocol::{Address, ErrorCode, Fingerprint, RelayName, ServerFrame};
 use crate::store::StoreError;
 
 /// What went wrong talking to a relay.
@@ -54,6 +56,28 @@ pub enum ClientError {
     /// The local store failed.
     #[error(transparent)]
     Store(#[from] StoreError),
+    /// Another relay presented a key other than the one pinned for it on first contact.
+    #[error(
+        "RELAY KEY CHANGED: {relay} presents the key {presented}, but {pinned} was pinned for it on first contact; nothing it vouches for was accepted or pinned. Someone may be impersonating {relay}. If its operator confirms the new key, trust it with `mailslot trust-relay {relay} --fingerprint {presented}`"
+    )]
+    RelayKeyChanged {
+        /// The relay.
+        relay: RelayName,
+        /// The fingerprint pinned for it.
+        pinned: Fingerprint,
+        /// The fingerprint it presented now.
+        presented: Fingerprint,
+    },
+    /// A recipient is on another relay, and relays do not deliver to each other yet.
+    #[error(
+        "{to} is on another relay ({relay}); delivery between relays is not available yet, so the message was not sent (nothing was looked up or pinned for {to}). Write to agents on your own relay, or have {to} use yours"
+    )]
+    OtherRelay {
+        /// The recipient.
+        to: Address,
+        /// Its relay.
+        relay: RelayName,
+    },
 }
 
 /// Turns an error frame into [`ClientError::Refused`]; any other frame passes through.

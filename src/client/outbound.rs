@@ -1,7 +1,7 @@
 //! Sending the outbox: seal each queued message to its recipients' pinned keys (looking up and
 //! pinning keys not seen before), send every copy, and mark it sent only when all are stored.
 
-use super::{ClientError, Connection};
+use super::{ClientError, Connection, is_own_relay};
 use crate::crypto::{Identity, PublicIdentity, seal};
 use crate::protocol::{Address, Limits, Message, MessageId};
 use crate::store::StoreHandle;
@@ -76,6 +76,17 @@ async fn send_one(
     identity: &Identity,
     message: &Message,
 ) -> Result<(), ClientError> {
+    // Refused before any key is looked up, so nothing is pinned for a remote address.
+    for to in message.recipients() {
+        if let Some(relay) = to.host()
+            && !is_own_relay(conn.url(), relay).await?
+        {
+            return Err(ClientError::OtherRelay {
+                to: to.clone(),
+                relay: relay.clone(),
+            });
+        }
+    }
     let mut keys: Vec<(Address, PublicIdentity)> = Vec::new();
     for to in message.recipients() {
         keys.push((to.clone(), recipient_keys(conn, store, to).await?));
@@ -93,7 +104,8 @@ async fn send_one(
 }
 
 /// The pinned keys for `to`, or the relay's, pinned now. Mail is sealed to pinned keys only,
-/// so an impostor who registered new keys under the name cannot read it.
+/// so an impostor who registered new keys under the name cannot read it. `to` is on the
+/// agent's own relay (`send_one` checked).
 async fn recipient_keys(
     conn: &mut Connection,
     store: &StoreHandle,

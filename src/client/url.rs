@@ -4,8 +4,7 @@
 use std::fmt;
 use std::str::FromStr;
 
-/// The path of the WebSocket endpoint, added when a URL has none.
-const WS_PATH: &str = "/v1/ws";
+use crate::protocol::WEBSOCKET_PATH;
 /// The longest URL accepted.
 const MAX_URL_LEN: usize = 2048;
 
@@ -69,7 +68,7 @@ impl FromStr for RelayUrl {
             ));
         }
         let path = if path.is_empty() {
-            WS_PATH.to_owned()
+            WEBSOCKET_PATH.to_owned()
         } else {
             format!("/{path}")
         };

@@ -4,12 +4,14 @@
 mod identity;
 mod keyfile;
 pub mod owner;
+mod relay;
 mod seal;
 pub mod sign;
 pub mod vault;
 
 pub use identity::{Identity, KeyFileError, PublicIdentity};
 pub use owner::{Owner, OwnerKeyError, Passphrase};
+pub use relay::{RelayIdentity, relay_fingerprint, verify_agent_keys};
 pub use seal::{OpenError, SealError, open, seal};
 
 /// The SHA-256 of `bytes`: what a relay keeps of a secret it must recognise but not hold (an

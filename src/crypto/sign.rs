@@ -21,6 +21,8 @@ pub enum Domain {
     Owner,
     /// An agent giving up its name.
     Retire,
+    /// A relay vouching for one of its agents' keys.
+    AgentKeys,
 }
 
 impl Domain {
@@ -31,6 +33,7 @@ impl Domain {
             Domain::Register => b"mailslot/v1/register\0",
             Domain::Owner => b"mailslot/v1/owner\0",
             Domain::Retire => b"mailslot/v1/retire\0",
+            Domain::AgentKeys => b"mailslot/v1/agent-keys\0",
         }
     }
 }

@@ -106,12 +106,81 @@ impl From<AgentName> for String {
     }
 }
 
+/// A relay's public name, the host part of an address: a lowercase DNS name, an IPv4 address
+/// or a bracketed IPv6 address, with an optional `:port`. It is compared as written, so a relay
+/// is known by exactly one name (the one it publishes at `/.well-known/mailslot`).
+#[derive(Debug, Clone, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
+#[serde(try_from = "String", into = "String")]
+pub struct RelayName(String);
+
+impl RelayName {
+    /// Validates `host[:port]`; the error names the part that is wrong.
+    pub fn new(host: &str) -> Result<Self, ValidationError> {
+        validate_host(host).map(Self)
+    }
+
+    /// The name as text.
+    pub fn as_str(&self) -> &str {
+        &self.0
+    }
+
+    /// The host without the port (IPv6 keeps its brackets).
+    pub fn host(&self) -> &str {
+        match self.0.rsplit_once(':') {
+            Some((host, port)) if !port.contains(']') => host,
+            _ => &self.0,
+        }
+    }
+
+    /// The port, when the name gives one.
+    pub fn port(&self) -> Option<u16> {
+        let (_, port) = self.0.rsplit_once(':')?;
+        port.parse().ok()
+    }
+
+    /// Whether the host is this machine: `localhost`, `127.0.0.0/8` or `[::1]`.
+    pub fn is_loopback(&self) -> bool {
+        let host = self.host();
+        host == "localhost"
+            || host == "[::1]"
+            || host
+                .parse::<std::net::Ipv4Addr>()
+                .is_ok_and(|ip| ip.is_loopback())
+    }
+}
+
+impl fmt::Display for RelayName {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(&self.0)
+    }
+}
+
+impl FromStr for RelayName {
+    type Err = ValidationError;
+    fn from_str(s: &str) -> Result<Self, Self::Err> {
+        Self::new(s)
+    }
+}
+
+impl TryFrom<String> for RelayName {
+    type Error = ValidationError;
+    fn try_from(s: String) -> Result<Self, Self::Error> {
+        Self::new(&s)
+    }
+}
+
+impl From<RelayName> for String {
+    fn from(n: RelayName) -> Self {
+        n.0
+    }
+}
+
 /// Where an agent receives mail: a name, and the relay host when it is not the local one.
 #[derive(Debug, Clone, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
 #[serde(try_from = "String", into = "String")]
 pub struct Address {
     name: AgentName,
-    host: Option<String>,
+    host: Option<RelayName>,
 }
 
 impl Address {
@@ -127,8 +196,16 @@ impl Address {
             Some((name, host)) => (name, Some(host)),
         };
         let name = AgentName::new(name)?;
-        let host = host.map(validate_host).transpose()?;
+        let host = host.map(RelayName::new).transpose()?;
         Ok(Self { name, host })
+    }
+
+    /// `name` at the relay `host`.
+    pub fn remote(name: AgentName, host: RelayName) -> Self {
+        Self {
+            name,
+            host: Some(host),
+        }
     }
 
     /// The agent name part.
@@ -137,8 +214,8 @@ impl Address {
     }
 
     /// The relay host part, if the address names one.
-    pub fn host(&self) -> Option<&str> {
-        self.host.as_deref()
+    pub fn host(&self) -> Option<&RelayName> {
+        self.host.as_ref()
     }
 }
 
@@ -295,6 +372,32 @@ mod tests {
         let err = Address::parse(&format!("bob@{long}b:7878")).unwrap_err();
         assert_eq!(err.field, "address host");
         assert!(err.problem.contains(&MAX_HOST_LEN.to_string()), "{err}");
+    }
+
+    #[test]
+    fn relay_names_split_host_and_port_and_know_loopback() {
+        let name = |s: &str| RelayName::new(s).unwrap();
+        assert_eq!(name("relay.example.com").host(), "relay.example.com");
+        assert_eq!(name("relay.example.com").port(), None);
+        assert_eq!(name("relay.example.com:8443").host(), "relay.example.com");
+        assert_eq!(name("relay.example.com:8443").port(), Some(8443));
+        assert_eq!(name("[::1]:7878").host(), "[::1]");
+        assert_eq!(name("[::1]:7878").port(), Some(7878));
+        assert_eq!(name("[::1]").host(), "[::1]");
+        assert_eq!(name("[::1]").port(), None);
+        for local in ["localhost:7878", "127.0.0.1", "127.1.2.3:9", "[::1]"] {
+            assert!(name(local).is_loopback(), "{local}");
+        }
+        for far in [
+            "relay.example.com",
+            "10.0.0.1:7878",
+            "localhost.example",
+            "[::2]",
+        ] {
+            assert!(!name(far).is_loopback(), "{far}");
+        }
+        let err = RelayName::new("Relay.example").unwrap_err();
+        assert_eq!(err.field, "address host");
     }
 
     #[test]

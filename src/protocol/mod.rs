@@ -4,6 +4,7 @@
 mod address;
 pub mod b64;
 mod consent;
+mod discovery;
 mod envelope;
 mod error;
 mod fingerprint;
@@ -15,8 +16,12 @@ mod limits;
 mod message;
 mod owner;
 
-pub use address::{Address, AgentName, MAX_NAME_LEN};
+pub use address::{Address, AgentName, MAX_NAME_LEN, RelayName};
 pub use consent::{ConsentEvent, MAX_NOTE_CHARS, Policy, RequestCode, RequestView, validate_note};
+pub use discovery::{
+    AgentKeys, EndpointPath, MAX_DISCOVERY_BYTES, RelayEndpoint, RelayInfo, RelayKey,
+    WEBSOCKET_PATH, WELL_KNOWN_PATH, agent_keys_payload,
+};
 pub use envelope::{ENVELOPE_VERSION, EnvelopeHead, KeyWrap, KeyWrapHead, SealedEnvelope};
 pub use error::ValidationError;
 pub use fingerprint::{FINGERPRINT_BYTES, Fingerprint};

@@ -6,7 +6,7 @@ use std::time::Duration;
 
 use serde::Deserialize;
 
-use crate::protocol::{Limits, Policy};
+use crate::protocol::{Limits, Policy, RelayName};
 
 /// The largest config file read.
 const MAX_CONFIG_BYTES: u64 = 64 * 1024;
@@ -54,8 +54,12 @@ pub struct RelayConfig {
     /// The database: a SQLite file, or a `postgres://USER@HOST:PORT/DB` URL (PostgreSQL,
     /// shared by several relay nodes).
     pub db: Option<PathBuf>,
-    /// The host name in agents' addresses (`name@host`); `None` accepts bare names only.
-    pub host: Option<String>,
+    /// The relay's name: the host part of its agents' addresses (`name@host[:port]`), which
+    /// it publishes at `/.well-known/mailslot` [default: the address it listens on].
+    pub host: Option<RelayName>,
+    /// The relay's key file (made at first start, mode 0600) [default: beside a SQLite
+    /// database, `<db>.key`; required with PostgreSQL, where every node must use the same].
+    pub identity: Option<PathBuf>,
     /// Message size limits.
     pub limits: Limits,
     /// Seconds a client has to answer the challenge.
@@ -119,6 +123,7 @@ impl Default for RelayConfig {
             listen: SocketAddr::from(([127, 0, 0, 1], 7878)),
             db: None,
             host: None,
+            identity: None,
             limits: Limits::default(),
             auth_timeout_secs: 10,
             request_timeout_secs: 10,

@@ -1,5 +1,5 @@
-//! The relay's HTTP surface: health, metrics, the WebSocket endpoint, registration and
-//! public-key lookup.
+//! The relay's HTTP surface: health, metrics, the WebSocket endpoint, registration,
+//! public-key lookup and discovery.
 
 use std::net::SocketAddr;
 use std::sync::Arc;
@@ -14,13 +14,14 @@ use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post};
 use serde::{Deserialize, Serialize};
 
-use super::session;
 use super::state::RelayState;
 use super::storage::{Registration, Storage};
+use super::{discovery, session};
 use crate::crypto::PublicIdentity;
 use crate::crypto::sign::{self, Domain};
 use crate::protocol::{
-    AgentName, ErrorCode, Fingerprint, InviteToken, PublicKeys, b64, register_payload,
+    AgentName, ErrorCode, Fingerprint, InviteToken, PublicKeys, WELL_KNOWN_PATH, b64,
+    register_payload,
 };
 
 /// Bytes each socket reads at a time (tungstenite grows the read buffer for larger frames).
@@ -40,6 +41,11 @@ pub fn router<S: Storage>(state: Arc<RelayState<S>>) -> Router {
         .route("/v1/agents", post(register::<S>))
         .route("/v1/agents/{name}", get(lookup::<S>))
         .route("/v1/directory", get(directory::<S>))
+        .route(WELL_KNOWN_PATH, get(discovery::info::<S>))
+        .route(
+            &format!("{WELL_KNOWN_PATH}/agents/{{name}}"),
+            get(discovery::agent_keys::<S>),
+        )
         .with_state(state)
 }
 
@@ -49,7 +55,7 @@ struct ErrorBody {
     message: String,
 }
 
-fn error(status: StatusCode, code: ErrorCode, message: impl Into<String>) -> Response {
+pub(super) fn error(status: StatusCode, code: ErrorCode, message: impl Into<String>) -> Response {
     (
         status,
         Json(ErrorBody {

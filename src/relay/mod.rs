@@ -7,6 +7,7 @@ mod bounce;
 mod config;
 mod consent;
 mod directory;
+mod discovery;
 mod http;
 mod limits;
 mod listener;
@@ -34,6 +35,9 @@ pub use migrate::migrate;
 use presence::{Cluster, Hub, Presence};
 pub use registration::{make_invites, make_postgres_invites};
 use state::RelayState;
+
+use crate::crypto::{KeyFileError, RelayIdentity};
+use crate::protocol::{Fingerprint, RelayName};
 use storage::{PostgresStorage, SqliteStorage, Storage, StorageError, is_postgres_url};
 
 /// How long shutdown waits for connections to close.
@@ -50,6 +54,14 @@ pub enum RelayError {
     /// Storage failed to open.
     #[error(transparent)]
     Storage(#[from] StorageError),
+    /// A relay on PostgreSQL was given no key file.
+    #[error(
+        "a relay on PostgreSQL needs its key file: pass --identity FILE (or set identity in the relay config), the same file on every node"
+    )]
+    NoIdentity,
+    /// The relay's key file could not be read or made.
+    #[error("the relay's key: {0}")]
+    Identity(#[from] KeyFileError),
     /// The listen address could not be bound.
     #[error("cannot listen on {addr}: {source}")]
     Bind {
@@ -64,6 +76,8 @@ pub enum RelayError {
 pub struct Relay {
     addr: SocketAddr,
     relay_id: String,
+    name: RelayName,
+    fingerprint: Fingerprint,
     shutdown: watch::Sender<bool>,
     task: JoinHandle<()>,
 }
@@ -72,37 +86,53 @@ impl Relay {
     /// Opens storage, binds the listener and starts serving. A `db` that is a
     /// `postgres://` (or `postgresql://`) URL selects PostgreSQL, shared with the relay's
     /// other nodes; anything else is a SQLite file.
+    ///
+    /// The relay's key is read from `config.identity` (by default `<db>.key` beside a SQLite
+    /// database), and made there, mode 0600, when the file does not exist yet.
     pub async fn start(config: RelayConfig) -> Result<Self, RelayError> {
         let db: PathBuf = config.db.clone().ok_or(RelayError::NoDatabase)?;
-        match db.to_str().filter(|d| is_postgres_url(d)) {
+        let postgres = db.to_str().filter(|d| is_postgres_url(d));
+        let key_file = match (&config.identity, postgres) {
+            (Some(file), _) => file.clone(),
+            (None, Some(_)) => return Err(RelayError::NoIdentity),
+            (None, None) => identity_beside(&db),
+        };
+        let (identity, created) = RelayIdentity::load_or_create(&key_file)?;
+        if created {
+            tracing::info!(file = %key_file.display(), fingerprint = %identity.fingerprint(), "made the relay's key; keep the file with the database");
+        }
+        match postgres {
             Some(url) => {
                 let storage = PostgresStorage::connect(url).await?;
                 let node = storage.node_id().to_owned();
                 let (target, notifier) = (storage.target().clone(), storage.notifier());
-                Self::serve_with(storage, config, move |shutdown| {
+                Self::serve_with(storage, config, identity, move |shutdown| {
                     Cluster::start(node, target, notifier, shutdown)
                 })
                 .await
             }
             None => {
                 let storage = SqliteStorage::open(&db)?;
-                Self::start_with(storage, config).await
+                Self::start_with(storage, config, identity).await
             }
         }
     }
 
-    /// Binds the listener and starts serving from `storage` (`config.db` is not used).
+    /// Binds the listener and starts serving from `storage` as `identity` (`config.db` and
+    /// `config.identity` are not used).
     pub async fn start_with<S: Storage>(
         storage: S,
         config: RelayConfig,
+        identity: RelayIdentity,
     ) -> Result<Self, RelayError> {
-        Self::serve_with(storage, config, |_| Arc::new(Hub::default())).await
+        Self::serve_with(storage, config, identity, |_| Arc::new(Hub::default())).await
     }
 
     /// Serves from `storage`, with the presence `presence` makes (given the shutdown signal).
     async fn serve_with<S: Storage, P: Presence>(
         storage: S,
         config: RelayConfig,
+        identity: RelayIdentity,
         presence: impl FnOnce(watch::Receiver<bool>) -> Arc<P>,
     ) -> Result<Self, RelayError> {
         let listener =
@@ -117,6 +147,16 @@ impl Relay {
             source,
         })?;
         let relay_id = storage.relay_id().to_owned();
+        let name = match &config.host {
+            Some(host) => host.clone(),
+            None => {
+                if !addr.ip().is_loopback() {
+                    tracing::warn!(%addr, "the relay has no host set, so it calls itself by the address it listens on; set host in the relay config to the name agents and other relays reach it by");
+                }
+                RelayName::new(&addr.to_string()).expect("a socket address is a valid host")
+            }
+        };
+        let fingerprint = identity.fingerprint();
         let (shutdown, shutdown_rx) = watch::channel(false);
         let waiting = storage.total_waiting().await?;
         let presence = presence(shutdown_rx.clone());
@@ -124,6 +164,7 @@ impl Relay {
             storage,
             presence,
             config,
+            (name.clone(), identity),
             shutdown_rx.clone(),
         ));
         state.metrics.queued.set(waiting as i64);
@@ -132,10 +173,12 @@ impl Relay {
             .storage
             .on_commit(Box::new(move |committed| presence.announce(committed)));
         let task = tokio::spawn(serve(state, listener, shutdown_rx));
-        tracing::info!(%addr, relay = %relay_id, "relay listening");
+        tracing::info!(%addr, relay = %relay_id, %name, key = %fingerprint, "relay listening");
         Ok(Self {
             addr,
             relay_id,
+            name,
+            fingerprint,
             shutdown,
             task,
         })
@@ -156,11 +199,28 @@ impl Relay {
         &self.relay_id
     }
 
+    /// The relay's name: the host part of its agents' addresses.
+    pub fn name(&self) -> &RelayName {
+        &self.name
+    }
+
+    /// The fingerprint of the relay's key.
+    pub fn fingerprint(&self) -> &Fingerprint {
+        &self.fingerprint
+    }
+
     /// Stops accepting, tells every client why, waits for them (at most 5 s), and returns.
     pub async fn shutdown(self) {
         let _ = self.shutdown.send(true);
         let _ = self.task.await;
     }
+}
+
+/// The key file of a relay on the SQLite database `db`: `<db>.key`, beside its lock and pid.
+pub fn identity_beside(db: &std::path::Path) -> PathBuf {
+    let mut file = db.as_os_str().to_owned();
+    file.push(".key");
+    PathBuf::from(file)
 }
 
 async fn serve<S: Storage>(

@@ -957,7 +957,9 @@ mod tests {
             listen: "127.0.0.1:0".parse().unwrap(),
             ..RelayConfig::default()
         };
-        let relay = Relay::start_with(storage, config).await.unwrap();
+        let relay = Relay::start_with(storage, config, crate::crypto::RelayIdentity::generate())
+            .await
+            .unwrap();
         let url = relay.url();
 
         let mut first = login(&url, &bob, &identity).await;

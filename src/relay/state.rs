@@ -11,7 +11,8 @@ use super::limits::{ConnectionLimiter, RateLimiter};
 use super::metrics::Metrics;
 use super::presence::Presence;
 use super::storage::{Storage, StorageError};
-use crate::protocol::{Address, AgentName};
+use crate::crypto::RelayIdentity;
+use crate::protocol::{Address, AgentName, RelayName};
 
 /// Shared relay state.
 pub struct RelayState<S> {
@@ -19,6 +20,10 @@ pub struct RelayState<S> {
     pub storage: S,
     /// Settings.
     pub config: RelayConfig,
+    /// The relay's name, the host part of its agents' addresses.
+    pub name: RelayName,
+    /// The relay's own key, which vouches for its agents' keys.
+    pub identity: RelayIdentity,
     /// Where delivery sessions are, and how news reaches them.
     pub presence: Arc<dyn Presence>,
     /// Counters for `/metrics`.
@@ -45,6 +50,7 @@ impl<S: Storage> RelayState<S> {
         storage: S,
         presence: Arc<dyn Presence>,
         config: RelayConfig,
+        (name, identity): (RelayName, RelayIdentity),
         shutdown: watch::Receiver<bool>,
     ) -> Self {
         let metrics = Metrics::new(storage.metrics());
@@ -66,6 +72,8 @@ impl<S: Storage> RelayState<S> {
             connections: Arc::new(ConnectionLimiter::new(per_ip, total)),
             storage,
             config,
+            name,
+            identity,
             presence,
             metrics,
             shutdown,
@@ -110,7 +118,7 @@ impl<S: Storage> RelayState<S> {
     pub fn local_name<'a>(&self, address: &'a Address) -> Option<&'a AgentName> {
         match address.host() {
             None => Some(address.name()),
-            Some(h) if self.config.host.as_deref() == Some(h) => Some(address.name()),
+            Some(h) if *h == self.name => Some(address.name()),
             Some(_) => None,
         }
     }

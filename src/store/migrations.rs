@@ -131,6 +131,17 @@ const MIGRATIONS: &[&str] = &[
         PRIMARY KEY (message_id, recipient)
     ) STRICT, WITHOUT ROWID;
     "#,
+    // 4: other relays' keys, pinned on first contact like agents' keys; they vouch for the
+    // keys of agents on those relays.
+    r#"
+    CREATE TABLE relay_keys (
+        relay       TEXT PRIMARY KEY,
+        key         TEXT NOT NULL,
+        fingerprint TEXT NOT NULL,
+        first_seen  INTEGER NOT NULL,
+        last_seen   INTEGER NOT NULL
+    ) STRICT;
+    "#,
 ];
 
 /// The schema version this build writes.

@@ -40,6 +40,14 @@ pub struct StoppedRelay {
 }
 
 impl StoppedRelay {
+    /// The relay's database file.
+    pub fn db(&self) -> std::path::PathBuf {
+        self.config
+            .db
+            .clone()
+            .expect("test relays have a database file")
+    }
+
     pub async fn restart(self) -> TestRelay {
         let relay = Relay::start(self.config.clone()).await.unwrap();
         TestRelay {
@@ -60,6 +68,15 @@ impl TestRelay {
             ..RelayConfig::default()
         };
         tweak(&mut config);
+        // Nodes on PostgreSQL keep no files beside a database, so their key file is named.
+        let postgres = config
+            .db
+            .as_ref()
+            .and_then(|d| d.to_str())
+            .is_some_and(|d| d.starts_with("postgres"));
+        if postgres && config.identity.is_none() {
+            config.identity = Some(dir.path().join("relay.key"));
+        }
         let relay = Relay::start(config.clone()).await.unwrap();
         let url = relay.url().parse().unwrap();
         Self {

@@ -1,0 +1,428 @@
+//! Federation, first slice: each relay's identity and discovery document, remote agents' keys
+//! fetched from their own relay and pinned under the full address, a relay whose key changed
+//! refused, and a local namesake never pinned for a remote address. Real relays on different
+//! loopback ports, real clients.
+
+mod common;
+
+use std::os::unix::fs::PermissionsExt;
+
+use common::*;
+use mailslot::client::{ClientError, discover, resolve_keys};
+use mailslot::protocol::{Address, ErrorCode, Message, RelayInfo, RelayName};
+use mailslot::store::KeyCheck;
+
+fn at(agent: &str, relay: &TestRelay) -> Address {
+    Address::parse(&format!("{agent}@{}", relay.relay.name())).unwrap()
+}
+
+fn http() -> reqwest::Client {
+    // The crate's reqwest brings no TLS provider of its own; plain HTTP needs one installed.
+    let _ = rustls::crypto::ring::default_provider().install_default();
+    reqwest::Client::builder()
+        .no_proxy()
+        .timeout(EVENT_TIMEOUT)
+        .build()
+        .unwrap()
+}
+
+/// The discovery document and its Cache-Control header.
+async fn well_known(relay: &TestRelay) -> (RelayInfo, String) {
+    let url = format!("http://{}/.well-known/mailslot", relay.relay.addr());
+    let response = http().get(&url).send().await.unwrap();
+    assert_eq!(response.status(), 200);
+    let cache = response.headers()["cache-control"]
+        .to_str()
+        .unwrap()
+        .to_owned();
+    (response.json().await.unwrap(), cache)
+}
+
+#[tokio::test]
+async fn the_discovery_document_is_served_and_stable_across_restarts() {
+    let relay = TestRelay::start(|_| {}).await;
+    let (info, cache) = well_known(&relay).await;
+    let name = RelayName::new(&relay.relay.addr().to_string()).unwrap();
+    assert_eq!(
+        info.name, name,
+        "without host set, the relay is its address"
+    );
+    assert_eq!(relay.relay.name(), &name);
+    assert_eq!(&info.fingerprint, relay.relay.fingerprint());
+    assert_eq!(info.version, 1);
+    assert_eq!(info.websocket.as_str(), "/v1/ws");
+    assert!(cache.contains("max-age="), "{cache}");
+    assert_eq!(discover(&[], &name).await.unwrap(), info);
+
+    let key_file = {
+        let mut f = relay.db().into_os_string();
+        f.push(".key");
+        std::path::PathBuf::from(f)
+    };
+    let mode = std::fs::metadata(&key_file).unwrap().permissions().mode() & 0o777;
+    assert_eq!(mode, 0o600, "{}", key_file.display());
+    let text = std::fs::read_to_string(&key_file).unwrap();
+    assert!(
+        !text.contains(&info.key.to_base64()),
+        "the file holds the private key, not the public one"
+    );
+
+    let relay = relay.stop().await.restart().await;
+    let (again, _) = well_known(&relay).await;
+    assert_eq!(again, info, "the same key and name after a restart");
+    relay.relay.shutdown().await;
+}
+
+#[tokio::test]
+async fn a_configured_host_names_the_relay_and_its_agents() {
+    let host = RelayName::new("relay.example.com").unwrap();
+    let relay = TestRelay::start(|c| c.host = Some(host.clone())).await;
+    let (info, _) = well_known(&relay).await;
+    assert_eq!(info.name, host);
+
+    // bob@relay.example.com is bob on this relay: the send is accepted and delivered.
+    let (alice, bob) = (TestAgent::new("alice"), TestAgent::new("bob"));
+    bob.sync(&relay).await;
+    let to = Address::remote(bob.name.clone(), host.clone());
+    let message = Message::new(alice.address(), vec![to.clone()], "hi", "local");
+    let id = message.id;
+    let sent = alice.send(&relay, message).await;
+    assert_eq!(sent.sent, vec![id], "{sent:?}");
+    relay.relay.shutdown().await;
+}
+
+#[tokio::test]
+async fn a_remote_agents_keys_come_from_its_own_relay_pinned_under_the_full_address() {
+    let (a, b) = (
+        TestRelay::start(|_| {}).await,
+        TestRelay::start(|_| {}).await,
+    );
+    let alice = TestAgent::new("alice");
+    let (local_bob, remote_bob) = (TestAgent::new("bob"), TestAgent::new("bob"));
+    local_bob.sync(&a).await;
+    remote_bob.sync(&b).await;
+    let mut conn = alice.connect(&a).await;
+
+    let remote = at("bob", &b);
+    let found = resolve_keys(&mut conn, &alice.store, &[], &remote)
+        .await
+        .unwrap();
+    assert_eq!(&found.keys, remote_bob.identity.public());
+    assert_eq!(found.check, KeyCheck::Pinned);
+    assert_eq!(
+        found.relay,
+        Some((b.relay.name().clone(), b.relay.fingerprint().clone()))
+    );
+    let pinned = {
+        let remote = remote.clone();
+        alice
+            .store
+            .call(move |s| s.pinned_keys(&remote))
+            .await
+            .unwrap()
+    };
+    assert_eq!(pinned.as_ref(), Some(remote_bob.identity.public()));
+    let relay_pin = {
+        let name = b.relay.name().clone();
+        alice
+            .store
+            .call(move |s| s.pinned_relay(&name))
+            .await
+            .unwrap()
+            .unwrap()
+    };
+    assert_eq!(&relay_pin.fingerprint, b.relay.fingerprint());
+    assert!(
+        alice
+            .store
+            .call(|s| s.pinned_keys(&Address::parse("bob").unwrap()))
+            .await
+            .unwrap()
+            .is_none(),
+        "the remote bob is not the bare bob"
+    );
+
+    // A bare bob, and bob at alice's own relay, are the local bob.
+    for local in [Address::parse("bob").unwrap(), at("bob", &a)] {
+        let found = resolve_keys(&mut conn, &alice.store, &[], &local)
+            .await
+            .unwrap();
+        assert_eq!(&found.keys, local_bob.identity.public(), "{local}");
+        assert_eq!(found.relay, None);
+    }
+
+    // Unknown there: refused as B says, nothing pinned.
+    let carol = at("carol", &b);
+    let err = resolve_keys(&mut conn, &alice.store, &[], &carol)
+        .await
+        .unwrap_err();
+    assert!(
+        matches!(
+            err,
+            ClientError::Refused {
+                code: ErrorCode::UnknownAgent,
+                ..
+            }
+        ),
+        "{err}"
+    );
+    // A relay is known by the one name it publishes.
+    let alias = Address::parse(&format!("bob@localhost:{}", b.relay.addr().port())).unwrap();
+    let err = resolve_keys(&mut conn, &alice.store, &[], &alias)
+        .await
+        .unwrap_err()
+        .to_string();
+    assert!(err.contains(&format!("@{}", b.relay.name())), "{err}");
+    for never in [carol, alias] {
+        assert!(
+            alice
+                .store
+                .call(move |s| s.pinned_keys(&never))
+                .await
+                .unwrap()
+                .is_none()
+        );
+    }
+    conn.close().await;
+    a.relay.shutdown().await;
+    b.relay.shutdown().await;
+}
+
+#[tokio::test]
+async fn a_local_impostor_is_never_pinned_for_a_remote_address() {
+    let (a, b) = (
+        TestRelay::start(|_| {}).await,
+        TestRelay::start(|_| {}).await,
+    );
+    let (alice, impostor, remote_bob) = (
+        TestAgent::new("alice"),
+        TestAgent::new("bob"),
+        TestAgent::new("bob"),
+    );
+    impostor.sync(&a).await;
+    remote_bob.sync(&b).await;
+
+    let remote = at("bob", &b);
+    let message = Message::new(
+        alice.address(),
+        vec![remote.clone()],
+        "plan",
+        "for bob at b",
+    );
+    let id = message.id;
+    let report = alice.send(&a, message).await;
+    assert!(report.sent.is_empty(), "{report:?}");
+    let (failed, reason, will_retry) = &report.not_sent[0];
+    assert_eq!(*failed, id);
+    assert!(!will_retry, "a permanent refusal: {reason}");
+    assert!(
+        reason.contains("another relay") && reason.contains(&remote.to_string()),
+        "{reason}"
+    );
+
+    // Also with a local recipient beside it: refused before any key is looked up.
+    let both = Message::new(
+        alice.address(),
+        vec![impostor.address(), remote.clone()],
+        "plan",
+        "both",
+    );
+    let report = alice.send(&a, both).await;
+    assert!(report.sent.is_empty(), "{report:?}");
+
+    let pinned = {
+        let remote = remote.clone();
+        alice
+            .store
+            .call(move |s| s.pinned_keys(&remote))
+            .await
+            .unwrap()
+    };
+    assert!(pinned.is_none(), "something was pinned for {remote}");
+    let contacts = alice.store.call(|s| s.contacts()).await.unwrap();
+    let impostor_fp = impostor.identity.fingerprint();
+    assert!(
+        contacts.iter().all(|c| c.fingerprint != impostor_fp),
+        "the local bob's key was pinned: {contacts:?}"
+    );
+    assert!(contacts.is_empty(), "{contacts:?}");
+    a.relay.shutdown().await;
+    b.relay.shutdown().await;
+}
+
+#[tokio::test]
+async fn a_relay_presenting_a_changed_key_is_refused() {
+    let (a, b) = (
+        TestRelay::start(|_| {}).await,
+        TestRelay::start(|_| {}).await,
+    );
+    let (alice, bob, carol) = (
+        TestAgent::new("alice"),
+        TestAgent::new("bob"),
+        TestAgent::new("carol"),
+    );
+    bob.sync(&b).await;
+    carol.sync(&b).await;
+    let mut conn = alice.connect(&a).await;
+    resolve_keys(&mut conn, &alice.store, &[], &at("bob", &b))
+        .await
+        .unwrap();
+    let (name, old) = (b.relay.name().clone(), b.relay.fingerprint().clone());
+
+    // Relay B comes back on the same address with a new key file.
+    let stopped = b.stop().await;
+    let mut key_file = stopped.db().into_os_string();
+    key_file.push(".key");
+    std::fs::remove_file(&key_file).unwrap();
+    let b = stopped.restart().await;
+    let new = b.relay.fingerprint().clone();
+    assert_ne!(new, old);
+    assert_eq!(b.relay.name(), &name);
+
+    let carol_at_b = at("carol", &b);
+    let err = resolve_keys(&mut conn, &alice.store, &[], &carol_at_b)
+        .await
+        .unwrap_err();
+    match &err {
+        ClientError::RelayKeyChanged {
+            relay,
+            pinned,
+            presented,
+        } => {
+            assert_eq!((relay, pinned, presented), (&name, &old, &new));
+        }
+        other => panic!("expected a changed relay key, got {other}"),
+    }
+    let text = err.to_string();
+    for part in [
+        name.as_str(),
+        old.as_str(),
+        new.as_str(),
+        "mailslot trust-relay",
+    ] {
+        assert!(text.contains(part), "{part} missing from: {text}");
+    }
+    let (relay_pin, carol_pin) = {
+        let (name, carol) = (name.clone(), carol_at_b.clone());
+        alice
+            .store
+            .call(move |s| Ok((s.pinned_relay(&name)?, s.pinned_keys(&carol)?)))
+            .await
+            .unwrap()
+    };
+    assert_eq!(relay_pin.unwrap().fingerprint, old, "the old key stays");
+    assert!(
+        carol_pin.is_none(),
+        "nothing vouched by the new key is pinned"
+    );
+
+    // Once the owner trusts the new key, its answers are read again.
+    let info = discover(&[], &name).await.unwrap();
+    alice
+        .store
+        .call(move |s| s.trust_relay(&info.name, &info.key))
+        .await
+        .unwrap();
+    let found = resolve_keys(&mut conn, &alice.store, &[], &carol_at_b)
+        .await
+        .unwrap();
+    assert_eq!(&found.keys, carol.identity.public());
+    conn.close().await;
+    a.relay.shutdown().await;
+    b.relay.shutdown().await;
+}
+
+/// Runs `mailslot ARGS` for the agents in `home` against `relay`; its output, success or not.
+async fn cli(home: &std::path::Path, relay: &TestRelay, args: &[&str]) -> std::process::Output {
+    tokio::process::Command::new(env!("CARGO_BIN_EXE_mailslot"))
+        .args(args)
+        .env_clear()
+        .env("MAILSLOT_HOME", home)
+        .env("MAILSLOT_RELAY", relay.url.as_str())
+        .stdin(std::process::Stdio::null())
+        .output()
+        .await
+        .unwrap()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_cli_pins_remote_keys_and_trusts_a_new_relay_key_only_as_confirmed() {
+    let (a, b) = (
+        TestRelay::start(|_| {}).await,
+        TestRelay::start(|_| {}).await,
+    );
+    let bob = TestAgent::new("bob");
+    bob.sync(&b).await;
+    let home = tempfile::tempdir().unwrap();
+    register(home.path(), "alice", &a.url);
+    let bob_at_b = at("bob", &b).to_string();
+
+    let out = cli(
+        home.path(),
+        &a,
+        &["--agent", "alice", "--json", "keys", &bob_at_b],
+    )
+    .await;
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let shown: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(shown["address"], bob_at_b.as_str());
+    assert_eq!(shown["status"], "pinned");
+    assert_eq!(shown["fingerprint"], bob.identity.fingerprint().as_str());
+    assert_eq!(shown["relay"]["name"], b.relay.name().as_str());
+    assert_eq!(
+        shown["relay"]["fingerprint"],
+        b.relay.fingerprint().as_str()
+    );
+
+    let stopped = b.stop().await;
+    let mut key_file = stopped.db().into_os_string();
+    key_file.push(".key");
+    std::fs::remove_file(&key_file).unwrap();
+    let b = stopped.restart().await;
+    let (name, new) = (
+        b.relay.name().to_string(),
+        b.relay.fingerprint().to_string(),
+    );
+
+    let out = cli(home.path(), &a, &["--agent", "alice", "keys", &bob_at_b]).await;
+    assert!(!out.status.success());
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        err.contains("RELAY KEY CHANGED") && err.contains(&new) && err.contains("trust-relay"),
+        "{err}"
+    );
+
+    let wrong = a.relay.fingerprint().to_string();
+    let args = ["--agent", "alice", "trust-relay", &name, "--fingerprint"];
+    let out = cli(home.path(), &a, &[&args[..], &[wrong.as_str()]].concat()).await;
+    assert!(!out.status.success(), "a fingerprint other than presented");
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(err.contains("nothing was changed"), "{err}");
+    let out = cli(home.path(), &a, &[&args[..], &[new.as_str()]].concat()).await;
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+
+    let out = cli(
+        home.path(),
+        &a,
+        &["--agent", "alice", "--json", "keys", &bob_at_b],
+    )
+    .await;
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let shown: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(shown["status"], "matches");
+    assert_eq!(shown["relay"]["fingerprint"], new.as_str());
+    a.relay.shutdown().await;
+    b.relay.shutdown().await;
+}
