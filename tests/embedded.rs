@@ -370,8 +370,17 @@ fn sent_mail_shows_states_and_failed_mail_can_be_retried_by_a_short_id() {
     let sent = json(&["--agent", "alice", "sent"]);
     assert_eq!(sent[0]["id"], id.as_str());
     assert_eq!(sent[0]["state"], "sent", "{sent}");
-    let nothing = home.run(&["--agent", "alice", "retry", "--all-failed"]);
-    assert_eq!(nothing.status.code(), Some(1), "nothing left to retry");
+    // Nothing left to retry is fine for --all-failed, an error for a message that is sent.
+    assert!(
+        home.ok(&["--agent", "alice", "retry", "--all-failed"])
+            .contains("no failed mail")
+    );
+    let sent_already = home.run(&["--agent", "alice", "retry", &id]);
+    assert_eq!(sent_already.status.code(), Some(1));
+    assert!(
+        String::from_utf8_lossy(&sent_already.stderr)
+            .contains("`mailslot --agent alice sent --state failed`")
+    );
 
     // carol reads it by a prefix, answers, and the thread shows both, oldest first.
     home.ok(&["--agent", "carol", "sync"]);

@@ -143,14 +143,15 @@ pub(super) fn retry(ctx: &Ctx, parts: Vec<IdPart>, all_failed: bool) -> anyhow::
     };
     let queued = agent.store.retry_failed(ids.as_deref())?;
     if queued.is_empty() {
+        if all_failed {
+            // Nothing failed: the outbox is as it should be.
+            return output::emit(ctx.json, &serde_json::json!({ "queued_again": 0 }), |_| {
+                "no failed mail to retry".to_owned()
+            });
+        }
         bail!(
-            "nothing to retry: {}; `{}` lists the failed ones",
-            if all_failed {
-                "no message has failed"
-            } else {
-                "those messages have not failed"
-            },
-            output::command(&agent.name, "sent --failed")
+            "nothing to retry: those messages have not failed; `{}` lists the failed ones",
+            output::command(&agent.name, "sent --state failed")
         );
     }
     eprintln!("mailslot: {} message(s) queued again", queued.len());
