@@ -7,11 +7,10 @@ use ed25519_dalek::{SigningKey, VerifyingKey};
 use hpke::kem::X25519HkdfSha256;
 use hpke::{Deserializable, Kem, Serializable};
 use serde::{Deserialize, Serialize};
-use sha2::{Digest, Sha256};
 use zeroize::{Zeroize, Zeroizing};
 
 use super::keyfile;
-use crate::protocol::{FINGERPRINT_BYTES, Fingerprint, PublicKeys, ValidationError, b64};
+use crate::protocol::{Fingerprint, PublicKeys, ValidationError, b64};
 
 type SealSecret = <X25519HkdfSha256 as Kem>::PrivateKey;
 pub(crate) type SealPublic = <X25519HkdfSha256 as Kem>::PublicKey;
@@ -188,14 +187,10 @@ impl fmt::Debug for Identity {
 impl PublicIdentity {
     /// The human-comparable digest of both public keys.
     pub fn fingerprint(&self) -> Fingerprint {
-        let digest = Sha256::new()
-            .chain_update(FINGERPRINT_DOMAIN)
-            .chain_update(self.signing.as_bytes())
-            .chain_update(self.sealing.to_bytes())
-            .finalize();
-        let mut short = [0u8; FINGERPRINT_BYTES];
-        short.copy_from_slice(&digest[..FINGERPRINT_BYTES]);
-        Fingerprint::from_digest(&short)
+        super::fingerprint_of(
+            FINGERPRINT_DOMAIN,
+            &[self.signing.as_bytes(), &self.sealing.to_bytes()],
+        )
     }
 
     pub(crate) fn verifying_key(&self) -> &VerifyingKey {

@@ -20,3 +20,19 @@ pub fn digest(bytes: &[u8]) -> [u8; 32] {
     use sha2::Digest;
     sha2::Sha256::digest(bytes).into()
 }
+
+/// A fingerprint: the first bytes of SHA-256 over a domain (so an agent's, an owner's and a
+/// relay's never collide) and the public key parts, in order.
+pub(crate) fn fingerprint_of(domain: &[u8], parts: &[&[u8]]) -> crate::protocol::Fingerprint {
+    use crate::protocol::FINGERPRINT_BYTES;
+    use sha2::Digest;
+    let mut hash = sha2::Sha256::new();
+    hash.update(domain);
+    for part in parts {
+        hash.update(part);
+    }
+    let digest = hash.finalize();
+    let mut short = [0u8; FINGERPRINT_BYTES];
+    short.copy_from_slice(&digest[..FINGERPRINT_BYTES]);
+    crate::protocol::Fingerprint::from_digest(&short)
+}

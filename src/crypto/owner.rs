@@ -8,15 +8,13 @@ use std::path::Path;
 
 use ed25519_dalek::{Signature, Signer, SigningKey, VerifyingKey};
 use serde::{Deserialize, Serialize};
-use sha2::{Digest, Sha256};
 use zeroize::Zeroizing;
 
 use super::sign::{Domain, VerifyError, domain_bytes};
 use super::vault::{self, Lock, VaultError};
 use super::{KeyFileError, keyfile};
 use crate::protocol::{
-    AgentName, FINGERPRINT_BYTES, Fingerprint, OwnerAct, OwnerKey, ValidationError, b64,
-    owner_payload,
+    AgentName, Fingerprint, OwnerAct, OwnerKey, ValidationError, b64, owner_payload,
 };
 
 const FILE_VERSION: u8 = 1;
@@ -271,13 +269,7 @@ pub fn is_valid(key: &OwnerKey) -> bool {
 
 /// The human-comparable digest of an owner key.
 pub fn fingerprint(key: &OwnerKey) -> Fingerprint {
-    let digest = Sha256::new()
-        .chain_update(FINGERPRINT_DOMAIN)
-        .chain_update(key.as_bytes())
-        .finalize();
-    let mut short = [0u8; FINGERPRINT_BYTES];
-    short.copy_from_slice(&digest[..FINGERPRINT_BYTES]);
-    Fingerprint::from_digest(&short)
+    super::fingerprint_of(FINGERPRINT_DOMAIN, &[key.as_bytes()])
 }
 
 #[cfg(test)]

@@ -7,14 +7,12 @@ use std::path::Path;
 
 use ed25519_dalek::{Signature, Signer, SigningKey, VerifyingKey};
 use serde::{Deserialize, Serialize};
-use sha2::{Digest, Sha256};
 use zeroize::{Zeroize, Zeroizing};
 
 use super::sign::{Domain, VerifyError, domain_bytes};
 use super::{KeyFileError, keyfile};
 use crate::protocol::{
-    AgentName, FINGERPRINT_BYTES, Fingerprint, PublicKeys, RelayKey, RelayName, agent_keys_payload,
-    b64,
+    AgentName, Fingerprint, PublicKeys, RelayKey, RelayName, agent_keys_payload, b64,
 };
 
 const FILE_VERSION: u8 = 1;
@@ -134,13 +132,7 @@ impl fmt::Debug for RelayIdentity {
 /// The human-comparable digest of a relay's public key (its own domain, so it never equals an
 /// agent's or an owner's).
 pub fn relay_fingerprint(key: &RelayKey) -> Fingerprint {
-    let digest = Sha256::new()
-        .chain_update(FINGERPRINT_DOMAIN)
-        .chain_update(key.as_bytes())
-        .finalize();
-    let mut short = [0u8; FINGERPRINT_BYTES];
-    short.copy_from_slice(&digest[..FINGERPRINT_BYTES]);
-    Fingerprint::from_digest(&short)
+    super::fingerprint_of(FINGERPRINT_DOMAIN, &[key.as_bytes()])
 }
 
 /// Checks that the relay key `key` vouched for `agent`'s `keys` on `relay`.
