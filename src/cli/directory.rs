@@ -1,11 +1,9 @@
 //! `directory`: list the agents that opted in to the relay's directory, or join or leave it.
 
-use anyhow::bail;
-
 use super::Ctx;
 use super::consent::with_relay;
 use super::output::{self, outln};
-use crate::protocol::{ClientFrame, ServerFrame};
+use crate::client::directory;
 
 /// What to do with the directory.
 pub(super) enum Action {
@@ -16,21 +14,17 @@ pub(super) enum Action {
 
 pub(super) fn run(ctx: &Ctx, action: Action) -> anyhow::Result<()> {
     let (me, answer) = with_relay(ctx, async |conn, agent| {
-        let frame = |reference| match action {
-            Action::List => ClientFrame::Directory { reference },
-            Action::Join(description) => ClientFrame::SetListing {
-                reference,
-                description: Some(description),
-            },
-            Action::Leave => ClientFrame::SetListing {
-                reference,
-                description: None,
-            },
+        let answer = match action {
+            Action::List => Answer::Listed(directory::list(conn).await?),
+            Action::Join(description) => {
+                Answer::Done(directory::set_listing(conn, Some(description)).await?)
+            }
+            Action::Leave => Answer::Done(directory::set_listing(conn, None).await?),
         };
-        Ok((agent.name.clone(), conn.call(frame).await?))
+        Ok((agent.name.clone(), answer))
     })?;
     match answer {
-        ServerFrame::DirectoryList { entries, .. } => output::emit(ctx.json, &entries, |entries| {
+        Answer::Listed(entries) => output::emit(ctx.json, &entries, |entries| {
             if entries.is_empty() {
                 return format!(
                     "no agents are listed; join with `{}`",
@@ -50,10 +44,15 @@ pub(super) fn run(ctx: &Ctx, action: Action) -> anyhow::Result<()> {
                 .collect::<Vec<_>>()
                 .join("\n")
         }),
-        ServerFrame::Done { detail, .. } => {
+        Answer::Done(detail) => {
             outln!("{detail}")?;
             Ok(())
         }
-        other => bail!("unexpected answer {other:?}"),
     }
+}
+
+/// What the relay answered.
+enum Answer {
+    Listed(Vec<crate::protocol::DirectoryEntry>),
+    Done(String),
 }

@@ -5,6 +5,7 @@
 mod bounces;
 mod connection;
 pub mod consent;
+pub mod directory;
 mod discovery;
 mod inbound;
 mod outbound;

@@ -32,7 +32,8 @@ use crate::client::{
 };
 use crate::crypto::Identity;
 use crate::protocol::{
-    Address, AgentName, Bounce, ConsentEvent, MessageId, OwnerKey, ServerFrame, ValidationError,
+    Address, AgentName, Bounce, ClientFrame, ConsentEvent, DirectoryEntry, MessageId, OwnerKey,
+    ServerFrame, ValidationError,
 };
 use crate::store::{Contact, StoreError, StoreHandle, StoredMessage, Trust};
 
@@ -261,6 +262,15 @@ impl Mailbox {
                 pid: self.0.lock.holder(),
             }),
         }
+    }
+
+    /// The agents listed in the relay's directory, with their own descriptions (another
+    /// agent's words: frame them before they reach a model).
+    pub async fn directory(&self) -> Result<Vec<DirectoryEntry>, MailboxError> {
+        let answer = self
+            .relay_call(Box::new(|reference| ClientFrame::Directory { reference }))
+            .await?;
+        Ok(crate::client::directory::answer(answer)?)
     }
 
     /// Stops the relay connection and the watcher.

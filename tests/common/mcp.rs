@@ -15,8 +15,9 @@ use rmcp::model::CallToolResult;
 use serde_json::{Value, json};
 
 /// Every tool `mailslot mcp` offers, sorted (no approve tool).
-pub const TOOLS: [&str; 15] = [
+pub const TOOLS: [&str; 16] = [
     "contacts",
+    "directory",
     "forget",
     "inbox",
     "mark_read",

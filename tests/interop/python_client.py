@@ -37,6 +37,7 @@ CHANNEL = "notifications/claude/channel"
 TOOLS = sorted(
     [
         "contacts",
+        "directory",
         "forget",
         "inbox",
         "mark_read",
