@@ -88,6 +88,11 @@ async fn a_configured_host_names_the_relay_and_its_agents() {
     let id = message.id;
     let sent = alice.send(&relay, message).await;
     assert_eq!(sent.sent, vec![id], "{sent:?}");
+    // One agent, one pin, however its address is spelt: a key change under either spelling
+    // meets the same pin (review finding F1).
+    let contacts = alice.store.call(|s| s.contacts()).await.unwrap();
+    let pinned: Vec<String> = contacts.iter().map(|c| c.address.to_string()).collect();
+    assert_eq!(pinned, ["bob"], "{contacts:?}");
     relay.relay.shutdown().await;
 }
 

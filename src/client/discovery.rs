@@ -76,7 +76,12 @@ pub async fn resolve_keys(
             (keys, Some((host, fingerprint)))
         }
     };
-    let (pinned_as, presented) = (address.clone(), keys.clone());
+    // A local agent is pinned under its bare name, however its address was spelt.
+    let pinned_as = match relay {
+        None => Address::local(address.name().clone()),
+        Some(_) => address.clone(),
+    };
+    let presented = keys.clone();
     let check = store
         .call(move |s| s.check_and_pin(&pinned_as, &presented))
         .await?;

@@ -57,16 +57,29 @@ pub async fn receive(
     };
     // The relay vouches only for its own agents: a sender's keys are looked up there only
     // when the sender is local, so a local namesake is never pinned for a remote address.
-    if let Some(relay) = from.host()
-        && !super::is_own_relay(conn.url(), relay).await?
-    {
-        return Ok(unreadable(format!(
-            "the sender is on another relay ({relay}), and this version takes mail from its own relay's agents only"
-        )));
+    if let Some(relay) = from.host() {
+        match super::is_own_relay(conn.url(), relay).await {
+            Ok(true) => {}
+            Ok(false) => {
+                return Ok(unreadable(format!(
+                    "the sender is on another relay ({relay}), and this version takes mail from its own relay's agents only"
+                )));
+            }
+            // Refused, not retried: a retry would meet the same answer and hold up every
+            // message behind this one.
+            Err(e) => {
+                return Ok(unreadable(format!(
+                    "cannot tell whether {relay} is this relay: {e}"
+                )));
+            }
+        }
     }
+    // `alice` and `alice@<this relay>` are one agent: one pin, so a key change under either
+    // spelling is seen.
+    let pinned_as = Address::local(from.name().clone());
     let pinned = {
-        let from = from.clone();
-        store.call(move |s| s.pinned_keys(&from)).await?
+        let pinned_as = pinned_as.clone();
+        store.call(move |s| s.pinned_keys(&pinned_as)).await?
     };
     let (keys, pinned_now) = match pinned {
         Some(k) => (k, false),
@@ -98,9 +111,9 @@ pub async fn receive(
             }
             match open(&envelope, me, identity, &current, &limits) {
                 Ok(message) => {
-                    let (from, current) = (from.clone(), current.clone());
+                    let (pinned_as, current) = (pinned_as.clone(), current.clone());
                     store
-                        .call(move |s| s.check_and_pin(&from, &current))
+                        .call(move |s| s.check_and_pin(&pinned_as, &current))
                         .await?;
                     (message, Trust::KeyChanged)
                 }
@@ -110,8 +123,10 @@ pub async fn receive(
         Err(e) => return Ok(unreadable(e.to_string())),
     };
     if pinned_now {
-        let (from, keys) = (from.clone(), keys.clone());
-        store.call(move |s| s.check_and_pin(&from, &keys)).await?;
+        let keys = keys.clone();
+        store
+            .call(move |s| s.check_and_pin(&pinned_as, &keys))
+            .await?;
     }
     let new = store
         .call(move |s| s.insert_message(&message, Direction::In, trust))

@@ -59,7 +59,7 @@ pub enum ClientError {
     Store(#[from] StoreError),
     /// Another relay presented a key other than the one pinned for it on first contact.
     #[error(
-        "RELAY KEY CHANGED: {relay} presents the key {presented}, but {pinned} was pinned for it on first contact; nothing it vouches for was accepted or pinned. Someone may be impersonating {relay}. If its operator confirms the new key, trust it with `mailslot trust-relay {relay} --fingerprint {presented}`"
+        "RELAY KEY CHANGED: {relay} presents the key {presented}, but {pinned} was pinned for it on first contact; nothing it vouches for was accepted or pinned. Someone may be impersonating {relay}. Ask its operator, by another channel, for the fingerprint of its key; only if it is {presented}, have the owner run `mailslot trust-relay {relay} --fingerprint FINGERPRINT` with the fingerprint the operator gave"
     )]
     RelayKeyChanged {
         /// The relay.

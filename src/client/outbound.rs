@@ -111,14 +111,19 @@ async fn recipient_keys(
     store: &StoreHandle,
     to: &Address,
 ) -> Result<PublicIdentity, ClientError> {
-    let addr = to.clone();
+    // Only local recipients get here (others were refused): one pin per agent, however its
+    // address is spelt.
+    let pinned_as = Address::local(to.name().clone());
+    let addr = pinned_as.clone();
     if let Some(keys) = store.call(move |s| s.pinned_keys(&addr)).await? {
         return Ok(keys);
     }
     let raw = conn.lookup(to.name()).await?;
     let keys = PublicIdentity::try_from(raw)
         .map_err(|e| ClientError::Protocol(format!("the relay returned invalid keys: {e}")))?;
-    let (addr, pin) = (to.clone(), keys.clone());
-    store.call(move |s| s.check_and_pin(&addr, &pin)).await?;
+    let pin = keys.clone();
+    store
+        .call(move |s| s.check_and_pin(&pinned_as, &pin))
+        .await?;
     Ok(keys)
 }

@@ -172,7 +172,7 @@ fn trust_badge(trust: Trust) -> Markup {
 }
 
 /// Another agent's words, framed: who wrote them (verified), then the text as text.
-fn framed(stored: &StoredMessage, contact: Option<&Contact>) -> Markup {
+fn framed(agent: &AgentName, stored: &StoredMessage, contact: Option<&Contact>) -> Markup {
     let m = &stored.message;
     let list = |v: &[crate::protocol::Address]| {
         v.iter()
@@ -193,12 +193,12 @@ fn framed(stored: &StoredMessage, contact: Option<&Contact>) -> Markup {
                     dt { "Bounced" } dd.danger { "expired on the relay before " (stored.bounced.iter().map(ToString::to_string).collect::<Vec<_>>().join(", ")) " took it" }
                 }
             }
-            (untrusted(m, stored.trust))
+            (untrusted(agent, m, stored.trust))
         }
     }
 }
 
-fn untrusted(m: &Message, trust: Trust) -> Markup {
+fn untrusted(agent: &AgentName, m: &Message, trust: Trust) -> Markup {
     html! {
         section.untrusted aria-label={ "Written by " (m.from) } {
             @if trust != Trust::Own {
@@ -215,7 +215,7 @@ fn untrusted(m: &Message, trust: Trust) -> Markup {
                 ul.attachments {
                     @for (i, a) in m.attachments.iter().enumerate() {
                         li {
-                            a href={ "attachments/" (i) } download { (frame::one_line(&a.name, 200)) }
+                            a href={ "/agents/" (agent) "/messages/" (m.id) "/attachments/" (i) } download { (frame::one_line(&a.name, 200)) }
                             " " span.muted { (frame::one_line(&a.media_type, 100)) ", " (a.size) " bytes" }
                         }
                     }
@@ -232,7 +232,7 @@ pub fn message(agent: &AgentName, stored: &StoredMessage, contact: Option<&Conta
         &format!("{agent}: message"),
         html! {
             (agent_tabs(agent, Tab::Inbox))
-            (framed(stored, contact))
+            (framed(agent, stored, contact))
             p { a href={ "/agents/" (agent) "/threads/" (m.thread) } { "The whole thread" } }
         },
     )
@@ -245,7 +245,7 @@ pub fn thread(agent: &AgentName, items: &[StoredMessage]) -> Markup {
         html! {
             (agent_tabs(agent, Tab::Inbox))
             h2 { "Thread (" (items.len()) " messages, oldest first)" }
-            @for stored in items { (framed(stored, None)) }
+            @for stored in items { (framed(agent, stored, None)) }
         },
     )
 }

@@ -35,6 +35,8 @@ pub struct RelayReport {
 pub fn client(relay: &RelayUrl) -> Result<reqwest::Client, String> {
     let mut builder = reqwest::Client::builder()
         .timeout(TIMEOUT)
+        // The relay's own endpoints never redirect; following one could reach anything.
+        .redirect(reqwest::redirect::Policy::none())
         .user_agent(concat!("mailslot/", env!("CARGO_PKG_VERSION")))
         .tls_backend_preconfigured(crate::client::http_tls(relay.is_tls())?);
     if relay.host() == "127.0.0.1" || relay.host() == "localhost" || relay.host() == "[::1]" {
