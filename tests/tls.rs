@@ -116,10 +116,16 @@ impl Setup {
             trusted_ca,
             other_ca,
         };
-        // Only init, register and mcp make agents; init needs no relay.
+        // Only init, register and mcp make agents. Offline: a registration would be a TLS
+        // session, and the tests count the sessions their own commands make.
         for agent in ["alice", "bob"] {
             let out = setup
-                .run(&setup.trusted_ca, agent, &setup.wss("localhost"), &["init"])
+                .run(
+                    &setup.trusted_ca,
+                    agent,
+                    &setup.wss("localhost"),
+                    &["init", "--offline"],
+                )
                 .await;
             assert!(out.status.success(), "{}", stderr(&out));
         }
