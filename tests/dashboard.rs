@@ -266,6 +266,12 @@ async fn the_dashboard_refuses_requests_without_its_secret() {
         "{set}"
     );
     let cookie = set.split(';').next().unwrap().to_owned();
+    // The cookie is not the URL's token, and the URL works once: a copy of the link that
+    // leaked (the browser's command line, its history) opens nothing.
+    assert!(!cookie.contains(secret), "{cookie}");
+    let again = get(addr, &format!("/?token={secret}"), &host, None);
+    assert_eq!(again.status, 403, "{}", again.body);
+    assert!(again.body.contains("works once"), "{}", again.body);
     let home = get(addr, "/", &host, Some(&cookie));
     assert_eq!(home.status, 200);
     assert!(home.body.contains(r#"href="/agents/bob""#), "{}", home.body);

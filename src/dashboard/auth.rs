@@ -1,6 +1,8 @@
 //! Who may use the dashboard: whoever holds this launch's secret. The secret arrives once in
-//! the URL printed to the terminal (`/?token=…`), is turned into an HttpOnly, SameSite=Strict
-//! cookie, and the browser is sent on to a clean URL. Every request must carry the cookie;
+//! the URL printed to the terminal (`/?token=…`) and works once: it is exchanged for another
+//! random value in an HttpOnly, SameSite=Strict cookie, and the browser is sent on to a clean
+//! URL. (The URL reaches the browser's command line, which other users can read while it runs,
+//! and its history; neither is worth anything once it was used.) Every request must carry the cookie;
 //! every POST must also carry the page's CSRF token and an `Origin` naming the dashboard
 //! itself. The `Host` must be `localhost` or an IP address with the dashboard's port, so a
 //! name that an attacker points at 127.0.0.1 (DNS rebinding) gets nowhere. Secrets are
@@ -22,7 +24,12 @@ const MAX_HOST_LEN: usize = 300;
 
 /// This launch's secrets.
 pub struct Auth {
+    /// The URL's token: exchanged for the session once.
     secret: String,
+    /// Whether the URL's token was exchanged already.
+    exchanged: std::sync::atomic::AtomicBool,
+    /// The cookie's value.
+    session: String,
     csrf: String,
     port: u16,
 }
@@ -32,6 +39,8 @@ impl Auth {
     pub fn new(port: u16) -> Self {
         Self {
             secret: random_token(),
+            exchanged: std::sync::atomic::AtomicBool::new(false),
+            session: random_token(),
             csrf: random_token(),
             port,
         }
@@ -136,12 +145,21 @@ pub async fn check(State(app): State<AppState>, request: Request, next: Next) ->
                 "wrong or expired token: open the URL that `mailslot dashboard` printed in the terminal (a new one on every launch)",
             );
         }
+        if auth
+            .exchanged
+            .swap(true, std::sync::atomic::Ordering::SeqCst)
+        {
+            return refuse(
+                StatusCode::FORBIDDEN,
+                "this link was used already, and it works once: go to / in the browser that opened it, or restart `mailslot dashboard` for a new link",
+            );
+        }
         // A clean URL afterwards (always `/`: never a redirect elsewhere): the secret leaves
         // the address bar and the history.
         let cookie = format!(
             "{}={}; HttpOnly; SameSite=Strict; Path=/",
             auth.cookie_name(),
-            auth.secret
+            auth.session
         );
         let mut response = Redirect::to("/").into_response();
         response.headers_mut().insert(
@@ -152,7 +170,7 @@ pub async fn check(State(app): State<AppState>, request: Request, next: Next) ->
     }
     if !auth
         .cookie_secret(headers)
-        .is_some_and(|s| same(s, &auth.secret))
+        .is_some_and(|s| same(s, &auth.session))
     {
         return refuse(
             StatusCode::UNAUTHORIZED,
