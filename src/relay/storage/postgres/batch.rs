@@ -21,8 +21,11 @@ use crate::relay::storage::{
     Accepted, CommitListener, Committed, Copy, Quota, StorageError, StorageMetrics,
 };
 
-/// Sends taken into one transaction at most.
-const MAX_BATCH: usize = 256;
+/// Sends taken into one transaction at most (as in the SQLite writer). Flat out, batches are
+/// full and hold their recipients' mailbox rows from the lock to the flush, which the other
+/// nodes' batches for those recipients wait for; larger ones pay that wait, the round trips
+/// and the flush for more sends each.
+const MAX_BATCH: usize = 1024;
 /// Times a batch is run again after it met another transaction (deadlock, serialization).
 const RETRIES: usize = 3;
 
