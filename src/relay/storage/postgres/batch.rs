@@ -1,5 +1,5 @@
 //! Group commit: one writer task per node takes the sends queued while its last batch
-//! committed and applies them in one transaction (`synchronous_commit = on`), answering each
+//! committed and applies them in one durable transaction, answering each
 //! only after the commit. A batch reads everything it decides on in a few statements (the
 //! recipients' mailboxes, locked in name order; which copies are already stored; the consent
 //! rules), decides every send in memory in call order, and writes the stored copies in one
@@ -21,8 +21,11 @@ use crate::relay::storage::{
     Accepted, CommitListener, Committed, Copy, Quota, StorageError, StorageMetrics,
 };
 
-/// Sends taken into one transaction at most.
-const MAX_BATCH: usize = 256;
+/// Sends taken into one transaction at most (as in the SQLite writer). Flat out, batches are
+/// full and hold their recipients' mailbox rows from the lock to the flush, which the other
+/// nodes' batches for those recipients wait for; larger ones pay that wait, the round trips
+/// and the flush for more sends each.
+const MAX_BATCH: usize = 1024;
 /// Times a batch is run again after it met another transaction (deadlock, serialization).
 const RETRIES: usize = 3;
 
@@ -148,21 +151,18 @@ impl Writer {
         // mailboxes exist before they are locked and the lookups run after the lock, as if
         // each waited for the one before; only the round trips are saved. After a failure
         // the later statements fail too ("transaction aborted"), so errors are taken in
-        // order and the first is the cause (a deadlock stays retryable).
+        // order and the first is the cause (a deadlock stays retryable). The transaction is
+        // durable (`synchronous_commit = on`) by the pool's connection options.
         let now = now_ms();
         let by_name: [&Param<'_>; 1] = [&names];
         let by_key: [&Param<'_>; 4] = [&keys.ids, &keys.senders, &keys.recipients, &now];
         let by_pair: [&Param<'_>; 2] = [&pairs.senders, &pairs.recipients];
-        let (durable, created, locked, stored, rules) = futures_util::join!(
-            // The database's default may be off; a send is answered only once it is
-            // durable. (Plans without sequential scans come from the pool's connections.)
-            tx.batch_execute("SET LOCAL synchronous_commit = on"),
+        let (created, locked, stored, rules) = futures_util::join!(
             tx.execute(&statements.create, &by_name),
             tx.query(&statements.lock, &by_name),
             tx.query(&statements.stored, &by_key),
             tx.query(&statements.rules, &by_pair),
         );
-        durable?;
         created?;
         let mut boxes = mailboxes(locked?)?;
         let stored = stored_keys(stored?)?;

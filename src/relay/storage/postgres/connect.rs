@@ -87,8 +87,13 @@ impl Target {
 
     /// The pool of connections one node uses for its reads and writes.
     ///
-    /// Its connections plan without sequential scans (`enable_seqscan = off`, after any
-    /// `options` the URL gives). Every query a node runs often is a lookup by key, and
+    /// Its connections commit durably (`synchronous_commit = on`, whatever the database's
+    /// default: a send is answered only after its commit, and a default of `off` must not make
+    /// `sent` a lie; acks turn it off for themselves, see `queue::ack_fenced`). Set here rather
+    /// than in each batch, where it was a statement of its own.
+    ///
+    /// They plan without sequential scans (`enable_seqscan = off`; both after any `options`
+    /// the URL gives, so they win). Every query a node runs often is a lookup by key, and
     /// `queue` empties whenever its mail is acknowledged: autovacuum then records it as
     /// (nearly) empty, and a generic plan cached in a pooled connection at that moment
     /// scans the whole, by then bloated, table at every queue read and ack from then on
@@ -100,9 +105,10 @@ impl Target {
             recycling_method: RecyclingMethod::Fast,
         };
         let mut config = self.config.clone();
+        let ours = "-c enable_seqscan=off -c synchronous_commit=on";
         let options = match config.get_options() {
-            Some(given) => format!("{given} -c enable_seqscan=off"),
-            None => "-c enable_seqscan=off".to_owned(),
+            Some(given) => format!("{given} {ours}"),
+            None => ours.to_owned(),
         };
         config.options(options);
         let manager = match &self.tls {
