@@ -5,16 +5,13 @@ use std::sync::Arc;
 
 use axum::Json;
 use axum::extract::{Path, State};
-use axum::http::{StatusCode, header};
+use axum::http::header;
 use axum::response::{IntoResponse, Response};
 
-use super::http::error;
+use super::http::registered;
 use super::state::RelayState;
 use super::storage::Storage;
-use crate::crypto::PublicIdentity;
-use crate::protocol::{
-    AgentKeys, AgentName, EndpointPath, ErrorCode, PROTOCOL_VERSION, RelayInfo, WEBSOCKET_PATH,
-};
+use crate::protocol::{AgentKeys, EndpointPath, PROTOCOL_VERSION, RelayInfo, WEBSOCKET_PATH};
 
 /// The relay's name and key change only with a restart (and a changed key is refused by
 /// everyone who pinned the old one), so an hour of caching is harmless.
@@ -40,36 +37,10 @@ pub async fn agent_keys<S: Storage>(
     State(state): State<Arc<RelayState<S>>>,
     Path(name): Path<String>,
 ) -> Response {
-    let agent = match AgentName::new(&name) {
-        Ok(n) => n,
-        Err(e) => return error(StatusCode::BAD_REQUEST, ErrorCode::BadFrame, e.to_string()),
-    };
-    let keys = match state.storage.keys(agent.clone()).await {
-        Ok(Some(keys)) => keys,
-        Ok(None) => {
-            return error(
-                StatusCode::NOT_FOUND,
-                ErrorCode::UnknownAgent,
-                format!("no agent named {agent} on {}", state.name),
-            );
-        }
-        Err(e) => {
-            return error(
-                StatusCode::SERVICE_UNAVAILABLE,
-                ErrorCode::Internal,
-                e.to_string(),
-            );
-        }
-    };
-    let fingerprint = match PublicIdentity::try_from(keys.clone()) {
-        Ok(id) => id.fingerprint(),
-        Err(e) => {
-            return error(
-                StatusCode::INTERNAL_SERVER_ERROR,
-                ErrorCode::Internal,
-                e.to_string(),
-            );
-        }
+    let relay = state.name.to_string();
+    let (agent, keys, fingerprint) = match registered(&state, &name, &relay).await {
+        Ok(found) => found,
+        Err(refusal) => return refusal,
     };
     let signature = state.identity.sign_agent_keys(&state.name, &agent, &keys);
     let answer = AgentKeys {

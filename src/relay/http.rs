@@ -266,38 +266,52 @@ async fn lookup<S: Storage>(
     State(state): State<Arc<RelayState<S>>>,
     Path(name): Path<String>,
 ) -> Response {
-    let name = match AgentName::new(&name) {
-        Ok(n) => n,
-        Err(e) => return error(StatusCode::BAD_REQUEST, ErrorCode::BadFrame, e.to_string()),
-    };
-    match state.storage.keys(name.clone()).await {
-        Ok(Some(keys)) => {
-            let fingerprint = match PublicIdentity::try_from(keys.clone()) {
-                Ok(id) => id.fingerprint(),
-                Err(e) => {
-                    return error(
-                        StatusCode::INTERNAL_SERVER_ERROR,
-                        ErrorCode::Internal,
-                        e.to_string(),
-                    );
-                }
-            };
-            Json(AgentRecord {
-                name,
-                keys,
-                fingerprint,
-            })
-            .into_response()
-        }
-        Ok(None) => error(
-            StatusCode::NOT_FOUND,
-            ErrorCode::UnknownAgent,
-            format!("no agent named {name} on this relay"),
-        ),
-        Err(e) => error(
-            StatusCode::SERVICE_UNAVAILABLE,
-            ErrorCode::Internal,
-            e.to_string(),
-        ),
+    match registered(&state, &name, "this relay").await {
+        Ok((name, keys, fingerprint)) => Json(AgentRecord {
+            name,
+            keys,
+            fingerprint,
+        })
+        .into_response(),
+        Err(refusal) => refusal,
     }
+}
+
+/// A registered agent's name, keys and fingerprint, or the answer that says why not (`relay`
+/// names the relay in the "no agent" answer); shared by the lookup and the signed discovery
+/// answer.
+pub(super) async fn registered<S: Storage>(
+    state: &RelayState<S>,
+    name: &str,
+    relay: &str,
+) -> Result<(AgentName, PublicKeys, Fingerprint), Response> {
+    let name = AgentName::new(name)
+        .map_err(|e| error(StatusCode::BAD_REQUEST, ErrorCode::BadFrame, e.to_string()))?;
+    let keys = match state.storage.keys(name.clone()).await {
+        Ok(Some(keys)) => keys,
+        Ok(None) => {
+            return Err(error(
+                StatusCode::NOT_FOUND,
+                ErrorCode::UnknownAgent,
+                format!("no agent named {name} on {relay}"),
+            ));
+        }
+        Err(e) => {
+            return Err(error(
+                StatusCode::SERVICE_UNAVAILABLE,
+                ErrorCode::Internal,
+                e.to_string(),
+            ));
+        }
+    };
+    let fingerprint = PublicIdentity::try_from(keys.clone())
+        .map(|id| id.fingerprint())
+        .map_err(|e| {
+            error(
+                StatusCode::INTERNAL_SERVER_ERROR,
+                ErrorCode::Internal,
+                e.to_string(),
+            )
+        })?;
+    Ok((name, keys, fingerprint))
 }
