@@ -167,6 +167,12 @@ async fn an_agent_that_moves_between_nodes_while_mail_flows_gets_it_once_in_orde
             received.push(id);
         }
         handle.stop().await;
+        // Mail the session stored after the last one awaited, before it stopped.
+        while let Ok(event) = events.try_recv() {
+            if let ClientEvent::NewMail { id, .. } = event {
+                received.push(id);
+            }
+        }
     }
     sender.await.unwrap();
     let rest = bob.sync(&two).await;

@@ -25,6 +25,17 @@ use tokio_tungstenite::{MaybeTlsStream, WebSocketStream};
 /// How long any test waits for an expected event before failing.
 pub const EVENT_TIMEOUT: Duration = Duration::from_secs(20);
 
+/// The in-process relays' logs on stderr when `MAILSLOT_TEST_LOG` holds a filter (like
+/// `mailslot=debug`); silent otherwise. For diagnosing a test that fails only sometimes.
+pub fn logs() {
+    if let Ok(filter) = std::env::var("MAILSLOT_TEST_LOG") {
+        let _ = tracing_subscriber::fmt()
+            .with_env_filter(tracing_subscriber::EnvFilter::new(filter))
+            .with_writer(std::io::stderr)
+            .try_init();
+    }
+}
+
 /// A relay on 127.0.0.1 with a temporary database.
 pub struct TestRelay {
     pub relay: Relay,
@@ -61,6 +72,7 @@ impl StoppedRelay {
 
 impl TestRelay {
     pub async fn start(tweak: impl FnOnce(&mut RelayConfig)) -> Self {
+        logs();
         let dir = tempfile::tempdir().unwrap();
         let mut config = RelayConfig {
             listen: "127.0.0.1:0".parse().unwrap(),
