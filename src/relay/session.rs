@@ -635,12 +635,15 @@ async fn handle<S: Storage>(
                     Ok(answer) => answer,
                     Err(other) => match super::bounce::handle(state, agent, other).await {
                         Ok(answer) => answer,
-                        Err(unhandled) => error_frame(
-                            None,
-                            ErrorCode::UnexpectedFrame,
-                            format!("unexpected frame {unhandled:?}"),
-                            None,
-                        ),
+                        Err(other) => match super::online::handle(state, agent, other).await {
+                            Ok(answer) => answer,
+                            Err(unhandled) => error_frame(
+                                None,
+                                ErrorCode::UnexpectedFrame,
+                                format!("unexpected frame {unhandled:?}"),
+                                None,
+                            ),
+                        },
                     },
                 },
             },
