@@ -436,9 +436,16 @@ impl ServerFrame {
             | ServerFrame::Done { reference, .. }
             | ServerFrame::ConsentState { reference, .. }
             | ServerFrame::DirectoryList { reference, .. }
+            | ServerFrame::PresenceList { reference, .. }
             | ServerFrame::BounceList { reference, .. } => Some(reference),
             ServerFrame::Error { reference, .. } => reference.as_deref(),
-            _ => None,
+            // Listed, not `_`: a new answer must say whether it carries a reference.
+            ServerFrame::Challenge { .. }
+            | ServerFrame::Welcome { .. }
+            | ServerFrame::Deliver { .. }
+            | ServerFrame::CaughtUp {}
+            | ServerFrame::Event { .. }
+            | ServerFrame::Pong {} => None,
         }
     }
 }
