@@ -72,6 +72,7 @@ async fn surface_is_complete(c: &McpClient) {
         "mailslot://inbox",
         "mailslot://memory",
         "mailslot://identity",
+        "mailslot://directory",
     ] {
         assert!(resources.iter().any(|r| r.uri == uri), "{uri} not listed");
     }

@@ -1,6 +1,7 @@
 //! Several relay nodes on one PostgreSQL database behave to clients like one relay: mail and
 //! consent events reach an agent on another node at once (not at its next connection), and an
-//! agent that moves between nodes gets its mail exactly once, in order.
+//! agent that moves between nodes gets its mail exactly once, in order; presence shows an
+//! agent online on whichever node holds it.
 //!
 //! Each test runs two real relays (`Relay::start` with `--db postgres://…`) on a fresh database
 //! of the test binary's private cluster, and real clients over real sockets.
@@ -112,6 +113,54 @@ async fn mail_and_consent_events_reach_an_agent_on_the_other_node_at_once() {
         after.received.is_empty() && after.duplicates == 0,
         "node 2's session acknowledged what it delivered, as node 1 sees it: {after:?}"
     );
+}
+
+/// Who `asker` sees online, asked on its connection.
+async fn online(asker: &mut mailslot::client::Connection) -> Vec<mailslot::protocol::Online> {
+    mailslot::client::presence::online(asker, None)
+        .await
+        .unwrap()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn presence_shows_an_agent_online_on_the_other_node_since_its_claim() {
+    let Some((one, two)) = two_nodes("presence").await else {
+        return;
+    };
+    let (alice, bob, carol) = (
+        TestAgent::new("alice"),
+        TestAgent::new("bob"),
+        TestAgent::new("carol"),
+    );
+    let mut asker = alice.connect(&one).await;
+    // bob is listed, carol is not; both connect to node 2.
+    let mut bob_conn = bob.connect(&two).await;
+    mailslot::client::directory::set_listing(&mut bob_conn, Some("builds relays".into()))
+        .await
+        .unwrap();
+    let _carol_conn = carol.connect(&two).await;
+    let seen = online(&mut asker).await;
+    assert_eq!(
+        seen.len(),
+        1,
+        "only bob, whom node 1 knows only from the database: {seen:?}"
+    );
+    assert_eq!(seen[0].agent, bob.name);
+    let first = seen[0].since;
+
+    // bob moves to node 1: a new session, a later since.
+    let moved = bob.connect(&one).await;
+    let seen = online(&mut asker).await;
+    assert_eq!(seen.len(), 1, "{seen:?}");
+    assert!(seen[0].since > first, "{seen:?}");
+    drop(bob_conn);
+
+    // bob leaves: his release reaches the database, and node 1 no longer shows him.
+    moved.close().await;
+    wait_until(EVENT_TIMEOUT, "bob offline", async || {
+        online(&mut asker).await.is_empty().then_some(())
+    })
+    .await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -722,6 +722,53 @@ async fn agents_opt_in_and_out_of_the_directory() {
     assert_eq!(http(&format!("{base}/v1/directory"), None).await.1, "[]");
 }
 
+#[tokio::test]
+async fn presence_counts_delivery_sessions_of_visible_agents_only() {
+    let relay = TestRelay::start(|_| {}).await;
+    let [alice, bob, carol, dave] = ["alice", "bob", "carol", "dave"].map(TestAgent::new);
+    let mut asker = alice.connect(&relay).await;
+    let mut bob_conn = bob.connect(&relay).await;
+    mailslot::client::directory::set_listing(&mut bob_conn, Some("builds relays".into()))
+        .await
+        .unwrap();
+    // dave is listed, but over a control connection only: requests, no delivery session.
+    let mut dave_control = mailslot::client::Connection::connect_control(
+        &relay.url,
+        &dave.name,
+        &dave.identity,
+        Some(dave.owner.public()),
+    )
+    .await
+    .unwrap();
+    mailslot::client::directory::set_listing(&mut dave_control, Some("writes docs".into()))
+        .await
+        .unwrap();
+    let _carol = carol.connect(&relay).await;
+    let online = mailslot::client::presence::online(&mut asker, None)
+        .await
+        .unwrap();
+    let names: Vec<&str> = online.iter().map(|o| o.agent.as_str()).collect();
+    assert_eq!(names, ["bob"], "carol is not visible, dave is not online");
+
+    let too_many = (0..=mailslot::protocol::MAX_PRESENCE_AGENTS)
+        .map(|i| mailslot::protocol::AgentName::new(&format!("a{i}")).unwrap())
+        .collect();
+    let err = mailslot::client::presence::online(&mut asker, Some(too_many))
+        .await
+        .unwrap_err();
+    assert!(
+        matches!(
+            &err,
+            mailslot::client::ClientError::Refused {
+                code: ErrorCode::BadFrame,
+                message,
+                ..
+            } if message.contains("at most 100")
+        ),
+        "{err:?}"
+    );
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_ack_just_before_a_reconnect_is_honoured_by_the_next_connection() {
     // The client acks and at once connects again (closing the old socket, or leaving it to be

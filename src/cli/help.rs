@@ -49,6 +49,8 @@ const FAMILIES: &[(&str, &[&str])] = &[
             "contacts",
             "policy",
             "directory",
+            "presence",
+            "whois",
             "keys",
             "trust-relay",
         ],

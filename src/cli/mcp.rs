@@ -18,7 +18,8 @@ pub(super) fn run(ctx: &Ctx, http: Option<std::net::SocketAddr>) -> anyhow::Resu
     runtime.block_on(async {
         let mailbox = Mailbox::open(agent, relay)
             .await
-            .context("opening the mailbox")?;
+            .context("opening the mailbox")?
+            .with_trusted_hosts(ctx.config.trusted_hosts.clone());
         if let Some(port) = ctx.local_relay()? {
             tokio::spawn(keep_local_relay(mailbox.clone(), ctx.paths.clone(), port));
         }

@@ -16,6 +16,7 @@ mod mcp;
 mod memory;
 pub(crate) mod output;
 mod owner;
+mod peers;
 mod reach;
 mod relay;
 mod send;
@@ -332,6 +333,19 @@ pub enum Command {
         /// Take this agent out of the directory
         #[arg(long)]
         leave: bool,
+    },
+    /// Who is online now, and since when, among this agent's contacts and the listed agents
+    Presence {
+        /// Only these agents (at most 100); none: everyone this agent may see
+        #[arg(value_name = "AGENT")]
+        agents: Vec<AgentName>,
+    },
+    /// One agent in one answer: fingerprint, contact status, directory listing, presence;
+    /// pins nothing. NAME@HOST is looked up at the relay HOST
+    Whois {
+        /// NAME (on your relay) or NAME@HOST[:PORT] (on the relay HOST)
+        #[arg(value_name = "ADDRESS")]
+        address: Address,
     },
     /// Set whom this agent accepts mail from: open, contacts or closed
     Policy {
@@ -652,6 +666,8 @@ fn dispatch(cli: Cli) -> anyhow::Result<ExitCode> {
                 (None, false) => directory::Action::List,
             },
         ),
+        Command::Presence { agents } => peers::presence(&ctx, agents),
+        Command::Whois { address } => peers::whois(&ctx, address),
         Command::Policy { policy } => consent::change(&ctx, Change::Policy(policy)),
         Command::Hook { kind } => hook::run(&ctx, kind),
         Command::Mcp { http } => mcp::run(&ctx, http),

@@ -2,6 +2,7 @@
 //! code checked without changing anything, and the changes signed with the owner key. The CLI
 //! and the dashboard both go through here, so a consent change is signed one way only.
 
+use super::ask::Ask;
 use super::{ClientError, Connection};
 use crate::crypto::{Owner, owner};
 use crate::protocol::{
@@ -152,8 +153,11 @@ fn unexpected(other: ServerFrame) -> ClientError {
 }
 
 /// The agent's consent state on the relay.
-pub async fn state(conn: &mut Connection) -> Result<ConsentState, ClientError> {
-    match conn.call(|r| ClientFrame::Consent { reference: r }).await? {
+pub async fn state(conn: &mut impl Ask) -> Result<ConsentState, ClientError> {
+    match conn
+        .ask(Box::new(|r| ClientFrame::Consent { reference: r }))
+        .await?
+    {
         ServerFrame::ConsentState {
             policy,
             incoming,

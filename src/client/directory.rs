@@ -1,13 +1,14 @@
 //! The relay's directory: agents that opted in, with their own one-line descriptions. Typed
 //! calls on a connection, shared by the CLI and the mailbox.
 
+use super::ask::Ask;
 use super::{ClientError, Connection};
 use crate::protocol::{ClientFrame, DirectoryEntry, ServerFrame};
 
 /// The agents listed in the relay's directory.
-pub async fn list(conn: &mut Connection) -> Result<Vec<DirectoryEntry>, ClientError> {
+pub async fn list(conn: &mut impl Ask) -> Result<Vec<DirectoryEntry>, ClientError> {
     answer(
-        conn.call(|reference| ClientFrame::Directory { reference })
+        conn.ask(Box::new(|reference| ClientFrame::Directory { reference }))
             .await?,
     )
 }
@@ -30,7 +31,7 @@ pub async fn set_listing(
 }
 
 /// The entries of a `directory_list` answer.
-pub fn answer(frame: ServerFrame) -> Result<Vec<DirectoryEntry>, ClientError> {
+fn answer(frame: ServerFrame) -> Result<Vec<DirectoryEntry>, ClientError> {
     match frame {
         ServerFrame::DirectoryList { entries, .. } => Ok(entries),
         other => Err(unexpected(&other)),

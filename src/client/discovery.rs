@@ -145,6 +145,39 @@ async fn remote_keys(
     address: &Address,
 ) -> Result<(PublicIdentity, Fingerprint), ClientError> {
     let info = relay_key(store, trusted, host).await?;
+    agent_keys(trusted, host, &info, address).await
+}
+
+/// The keys of `address` on the relay `host`, vouched for by its key, which is compared with
+/// the one pinned for it when there is one: nothing is pinned, neither the relay's key nor the
+/// agent's (looking someone up is not meeting them).
+pub async fn peek_remote_keys(
+    store: &StoreHandle,
+    trusted: &[RelayName],
+    host: &RelayName,
+    address: &Address,
+) -> Result<(PublicIdentity, Fingerprint), ClientError> {
+    let info = discover(trusted, host).await?;
+    let relay = host.clone();
+    if let Some(pinned) = store.call(move |s| s.pinned_relay(&relay)).await?
+        && pinned.key != info.key
+    {
+        return Err(ClientError::RelayKeyChanged {
+            relay: host.clone(),
+            pinned: pinned.fingerprint,
+            presented: info.fingerprint,
+        });
+    }
+    agent_keys(trusted, host, &info, address).await
+}
+
+/// The keys of `address` at `host`, whose discovery document is `info`, checked against its key.
+async fn agent_keys(
+    trusted: &[RelayName],
+    host: &RelayName,
+    info: &RelayInfo,
+    address: &Address,
+) -> Result<(PublicIdentity, Fingerprint), ClientError> {
     let endpoint = RelayEndpoint::of(host, trusted);
     let url = endpoint.agent_keys_url(address.name());
     let answer: AgentKeys = get_json(&client(endpoint.is_tls(), host.is_loopback())?, &url).await?;
@@ -176,7 +209,7 @@ async fn remote_keys(
             answer.fingerprint
         )));
     }
-    Ok((keys, info.fingerprint))
+    Ok((keys, info.fingerprint.clone()))
 }
 
 /// An HTTP client that follows no redirects (a relay answers for itself) and, for loopback,

@@ -2,6 +2,7 @@
 //! mail into the store, acknowledge only what is committed. Store work goes through
 //! [`crate::store::StoreHandle`].
 
+mod ask;
 mod bounces;
 mod connection;
 pub mod consent;
@@ -9,13 +10,16 @@ pub mod directory;
 mod discovery;
 mod inbound;
 mod outbound;
+pub mod presence;
 mod session;
 mod sync;
 mod tls;
 mod url;
+pub mod whois;
 
+pub use ask::Ask;
 pub use connection::Connection;
-pub use discovery::{Resolved, discover, is_own_relay, relay_key, resolve_keys};
+pub use discovery::{Resolved, discover, is_own_relay, peek_remote_keys, relay_key, resolve_keys};
 pub use inbound::Received;
 pub use outbound::{Flushed, SendFailure, flush as outbound_flush};
 pub use session::{ClientEvent, MakeFrame, SessionConfig, SessionHandle, spawn as spawn_session};

@@ -9,6 +9,7 @@
 
 mod compose;
 mod lock;
+mod peers;
 mod send;
 mod wait;
 mod watch;
@@ -32,8 +33,8 @@ use crate::client::{
 };
 use crate::crypto::Identity;
 use crate::protocol::{
-    Address, AgentName, Bounce, ClientFrame, ConsentEvent, DirectoryEntry, MessageId, OwnerKey,
-    ServerFrame, ValidationError,
+    Address, AgentName, Bounce, ConsentEvent, MessageId, OwnerKey, RelayName, ServerFrame,
+    ValidationError,
 };
 use crate::store::{Contact, StoreError, StoreHandle, StoredMessage, Trust};
 
@@ -139,6 +140,8 @@ struct Inner {
     dir: PathBuf,
     lock: ConnectionLock,
     holder: Mutex<Option<Holder>>,
+    /// Relays reached over plain HTTP besides loopback (`trusted_hosts`), for `whois`.
+    trusted: std::sync::OnceLock<Vec<RelayName>>,
     events: broadcast::Sender<MailboxEvent>,
     status: tokio::sync::watch::Sender<RelayStatus>,
     /// Wakes the watcher (the session committed mail).
@@ -177,6 +180,7 @@ impl Mailbox {
             lock: ConnectionLock::for_agent(&dir),
             dir,
             holder: Mutex::new(None),
+            trusted: std::sync::OnceLock::new(),
             events,
             status,
             wake: Notify::new(),
@@ -188,6 +192,13 @@ impl Mailbox {
         let start = mailbox.0.store.call(|s| s.latest_position()).await?;
         tokio::spawn(watch::run(mailbox.clone(), start));
         Ok(mailbox)
+    }
+
+    /// Reaches the relays in `hosts` over plain HTTP too (the config's `trusted_hosts`), when
+    /// looking up agents there; set once, before the mailbox is shared.
+    pub fn with_trusted_hosts(self, hosts: Vec<RelayName>) -> Self {
+        let _ = self.0.trusted.set(hosts);
+        self
     }
 
     /// The agent's name.
@@ -262,15 +273,6 @@ impl Mailbox {
                 pid: self.0.lock.holder(),
             }),
         }
-    }
-
-    /// The agents listed in the relay's directory, with their own descriptions (another
-    /// agent's words: frame them before they reach a model).
-    pub async fn directory(&self) -> Result<Vec<DirectoryEntry>, MailboxError> {
-        let answer = self
-            .relay_call(Box::new(|reference| ClientFrame::Directory { reference }))
-            .await?;
-        Ok(crate::client::directory::answer(answer)?)
     }
 
     /// Stops the relay connection and the watcher.

@@ -6,6 +6,7 @@
 mod era;
 mod http;
 mod notice;
+mod peers;
 mod prompts;
 mod push;
 mod resources;
@@ -17,7 +18,7 @@ mod views;
 
 pub use http::{PATH as HTTP_PATH, serve_http};
 pub use push::CHANNEL_METHOD;
-pub use resources::{IDENTITY, INBOX, MEMORY};
+pub use resources::{DIRECTORY, IDENTITY, INBOX, MEMORY};
 pub use server::MailslotServer;
 pub use stdio::EofSignal;
 

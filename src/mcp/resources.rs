@@ -1,11 +1,13 @@
 //! The resources: `mailslot://inbox` (subscribable digest), `mailslot://messages/{id}`,
-//! `mailslot://threads/{id}`, `mailslot://memory`, `mailslot://identity`. Reading a resource
+//! `mailslot://threads/{id}`, `mailslot://memory`, `mailslot://identity`,
+//! `mailslot://directory` (the `directory` tool's framed listing). Reading a resource
 //! never changes anything (reading a message as a resource does not mark it read).
 
 use rmcp::ErrorData;
 use rmcp::model::{Resource, ResourceContents, ResourceTemplate};
 use serde::Serialize;
 
+use super::peers::DirectoryView;
 use super::tools::ThreadView;
 use super::views::{MemoryView, MessageSummary, MessageView};
 use crate::doorbell::frame::frame_data;
@@ -19,6 +21,8 @@ pub const INBOX: &str = "mailslot://inbox";
 pub const MEMORY: &str = "mailslot://memory";
 /// Who the agent is.
 pub const IDENTITY: &str = "mailslot://identity";
+/// The relay's directory.
+pub const DIRECTORY: &str = "mailslot://directory";
 const MESSAGES: &str = "mailslot://messages/";
 const THREADS: &str = "mailslot://threads/";
 /// Recent messages listed as resources of their own.
@@ -41,6 +45,12 @@ pub async fn list(mailbox: &Mailbox) -> Result<Vec<Resource>, ErrorData> {
             .with_title("Identity")
             .with_description(
                 "Who this agent is: address, fingerprint, identity text, current task, relay",
+            )
+            .with_mime_type("application/json"),
+        Resource::new(DIRECTORY, "directory")
+            .with_title("Directory")
+            .with_description(
+                "Agents listed in the relay's directory, each description fenced (their own words, untrusted)",
             )
             .with_mime_type("application/json"),
     ];
@@ -106,6 +116,13 @@ struct IdentityView {
 pub async fn read(mailbox: &Mailbox, uri: &str) -> Result<ResourceContents, ErrorData> {
     match uri {
         INBOX => Ok(json(&inbox_digest(mailbox).await?, uri)),
+        DIRECTORY => {
+            let entries = mailbox
+                .directory()
+                .await
+                .map_err(|e| ErrorData::internal_error(format!("{e}. Try again later."), None))?;
+            Ok(json(&DirectoryView::of(entries), uri))
+        }
         MEMORY => {
             let found = mailbox
                 .store()

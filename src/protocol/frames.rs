@@ -113,6 +113,15 @@ pub enum ServerFrame {
         /// The agents that opted in, by name.
         entries: Vec<DirectoryEntry>,
     },
+    /// Who is online, answering `presence`: only agents the asker may see (its contacts
+    /// and listed agents); anyone else is absent, never said to be offline.
+    PresenceList {
+        /// The client's request reference.
+        #[serde(rename = "ref")]
+        reference: String,
+        /// The agents with a live delivery session, by name.
+        online: Vec<Online>,
+    },
     /// Bounces for this agent's mail, answering `bounces`: oldest first, at most
     /// [`MAX_BOUNCES`]; fewer means there are no more.
     BounceList {
@@ -303,6 +312,16 @@ pub enum ClientFrame {
         #[serde(rename = "ref")]
         reference: String,
     },
+    /// Ask who is online among this agent's contacts and the listed agents.
+    Presence {
+        /// Echoed in the answer.
+        #[serde(rename = "ref")]
+        reference: String,
+        /// Only these agents (at most [`MAX_PRESENCE_AGENTS`]); absent: every agent this one
+        /// may see.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        agents: Option<Vec<AgentName>>,
+    },
     /// Give up this agent's name: signed by the agent's key for this connection (see
     /// `retire_payload`). The name is held for the relay's grace period, then free.
     Retire {
@@ -353,6 +372,7 @@ impl ClientFrame {
             | ClientFrame::SetOwner { reference, .. }
             | ClientFrame::SetListing { reference, .. }
             | ClientFrame::Directory { reference, .. }
+            | ClientFrame::Presence { reference, .. }
             | ClientFrame::Retire { reference, .. }
             | ClientFrame::Consent { reference }
             | ClientFrame::Bounces { reference }
@@ -416,9 +436,16 @@ impl ServerFrame {
             | ServerFrame::Done { reference, .. }
             | ServerFrame::ConsentState { reference, .. }
             | ServerFrame::DirectoryList { reference, .. }
+            | ServerFrame::PresenceList { reference, .. }
             | ServerFrame::BounceList { reference, .. } => Some(reference),
             ServerFrame::Error { reference, .. } => reference.as_deref(),
-            _ => None,
+            // Listed, not `_`: a new answer must say whether it carries a reference.
+            ServerFrame::Challenge { .. }
+            | ServerFrame::Welcome { .. }
+            | ServerFrame::Deliver { .. }
+            | ServerFrame::CaughtUp {}
+            | ServerFrame::Event { .. }
+            | ServerFrame::Pong {} => None,
         }
     }
 }
@@ -433,6 +460,19 @@ pub struct DirectoryEntry {
     pub fingerprint: super::Fingerprint,
     /// What it says about itself.
     pub description: String,
+}
+
+/// The most agents one `presence` request names.
+pub const MAX_PRESENCE_AGENTS: usize = 100;
+
+/// An agent with a live delivery session.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Online {
+    /// The agent.
+    pub agent: AgentName,
+    /// When its current delivery session began.
+    pub since: Timestamp,
 }
 
 /// The most bounces one `bounce_list` or `ack_bounces` carries.

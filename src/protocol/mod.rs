@@ -27,8 +27,8 @@ pub use error::ValidationError;
 pub use fingerprint::{FINGERPRINT_BYTES, Fingerprint};
 pub use frames::{
     Bounce, BounceKey, ClientFrame, DirectoryEntry, ErrorCode, FRAME_OVERHEAD, MAX_BOUNCES,
-    MAX_DESCRIPTION_CHARS, MAX_REF_CHARS, PROTOCOL_VERSION, Seq, ServerFrame, hello_payload,
-    register_payload, retire_payload,
+    MAX_DESCRIPTION_CHARS, MAX_PRESENCE_AGENTS, MAX_REF_CHARS, Online, PROTOCOL_VERSION, Seq,
+    ServerFrame, hello_payload, register_payload, retire_payload,
 };
 pub use ids::{MemoryId, MessageId, ThreadId};
 pub use invite::InviteToken;

@@ -13,6 +13,7 @@ mod limits;
 mod listener;
 mod metrics;
 mod migrate;
+mod online;
 mod presence;
 mod registration;
 mod retire;

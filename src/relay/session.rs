@@ -117,25 +117,30 @@ pub async fn run<S: Storage>(state: Arc<RelayState<S>>, mut socket: WebSocket, i
     // A session of the agent on another node ends first, likewise (within a bound: a node
     // that died answers nothing); the lease then fences acks from any session it replaced.
     state.presence.take_over(&agent).await;
-    let claimed = match state.storage.claim(agent.clone()).await {
-        Ok(epoch) => welcome(&state, &mut socket, &agent).await.map(|()| epoch),
-        Err(e) => Err(Ending {
-            code: ErrorCode::Internal,
-            message: format!("could not claim the delivery session: {e}; reconnect"),
-            close: close::GOING_AWAY,
-        }),
-    };
-    let epoch = match claimed {
-        Ok(epoch) => {
-            state.presence.claimed(&agent, attached.conn, epoch);
-            epoch
-        }
-        Err(ending) => {
+    let epoch = match state.storage.claim(agent.clone()).await {
+        Ok(epoch) => epoch,
+        Err(e) => {
             state.presence.detach(&agent, attached.conn);
+            let ending = Ending {
+                code: ErrorCode::Internal,
+                message: format!("could not claim the delivery session: {e}; reconnect"),
+                close: close::GOING_AWAY,
+            };
             state.metrics.reject(ending.code);
             return refuse(&mut socket, ending).await;
         }
     };
+    // Online from the claim, before the welcome: an agent told it is connected is shown so.
+    state.presence.claimed(&agent, attached.conn, epoch);
+    if let Err(ending) = welcome(&state, &mut socket, &agent).await {
+        // Released, or the agent would stay online on PostgreSQL until its next claim.
+        if let Err(e) = state.storage.release(agent.clone(), epoch).await {
+            tracing::warn!(%agent, error = %e, "could not release the delivery lease");
+        }
+        state.presence.detach(&agent, attached.conn);
+        state.metrics.reject(ending.code);
+        return refuse(&mut socket, ending).await;
+    }
     let (sink, mut stream) = socket.split();
     let out = Outgoing::spawn(sink, bounds(&state));
     state.metrics.connections.inc();
@@ -635,12 +640,15 @@ async fn handle<S: Storage>(
                     Ok(answer) => answer,
                     Err(other) => match super::bounce::handle(state, agent, other).await {
                         Ok(answer) => answer,
-                        Err(unhandled) => error_frame(
-                            None,
-                            ErrorCode::UnexpectedFrame,
-                            format!("unexpected frame {unhandled:?}"),
-                            None,
-                        ),
+                        Err(other) => match super::online::handle(state, agent, other).await {
+                            Ok(answer) => answer,
+                            Err(unhandled) => error_frame(
+                                None,
+                                ErrorCode::UnexpectedFrame,
+                                format!("unexpected frame {unhandled:?}"),
+                                None,
+                            ),
+                        },
                     },
                 },
             },

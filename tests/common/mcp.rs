@@ -15,12 +15,13 @@ use rmcp::model::CallToolResult;
 use serde_json::{Value, json};
 
 /// Every tool `mailslot mcp` offers, sorted (no approve tool).
-pub const TOOLS: [&str; 16] = [
+pub const TOOLS: [&str; 18] = [
     "contacts",
     "directory",
     "forget",
     "inbox",
     "mark_read",
+    "presence",
     "read",
     "recall",
     "remember",
@@ -32,6 +33,7 @@ pub const TOOLS: [&str; 16] = [
     "set_status",
     "thread",
     "wait_for_mail",
+    "whois",
 ];
 
 /// Splits framed text at its untrusted fence: what is inside, and what follows the closing

@@ -41,6 +41,7 @@ TOOLS = sorted(
         "forget",
         "inbox",
         "mark_read",
+        "presence",
         "read",
         "recall",
         "remember",
@@ -52,6 +53,7 @@ TOOLS = sorted(
         "set_status",
         "thread",
         "wait_for_mail",
+        "whois",
     ]
 )
 
@@ -158,11 +160,11 @@ async def surface(era: str, client: Client, who: str) -> None:
     passed(era, f"tools/list: the {len(TOOLS)} tools, each with a description, annotations, an output schema")
 
     uris = {str(r.uri) for r in (await client.list_resources()).resources}
-    for uri in (INBOX, "mailslot://memory", "mailslot://identity"):
+    for uri in (INBOX, "mailslot://memory", "mailslot://identity", "mailslot://directory"):
         check(uri in uris, f"resources/list lacks {uri}", sorted(uris))
     templates = (await client.list_resource_templates()).resource_templates
     check(len(templates) == 2, "resources/templates/list", [t.uri_template for t in templates])
-    passed(era, "resources/list: inbox, memory, identity; 2 templates")
+    passed(era, "resources/list: inbox, memory, identity, directory; 2 templates")
 
     prompts = sorted(p.name for p in (await client.list_prompts()).prompts)
     check(prompts == ["reply", "startup", "triage"], "prompts/list", prompts)

@@ -37,9 +37,9 @@ use serde::{Deserialize, Serialize};
 use tokio::sync::{Notify, mpsc, watch};
 
 use super::{Attached, Hub, Presence, Quiet};
-use crate::protocol::{AgentName, ConsentEvent, Seq};
+use crate::protocol::{AgentName, ConsentEvent, Online, Seq};
 use crate::relay::storage::postgres::{Notifier, Target};
-use crate::relay::storage::{Committed, Epoch};
+use crate::relay::storage::{Committed, Epoch, StorageError};
 
 /// The channels a node listens on.
 const CHANNELS: [&str; 6] = [
@@ -273,6 +273,15 @@ impl Presence for Cluster {
                 node: self.node.clone(),
             },
         );
+    }
+
+    /// From the lease table, which every node's sessions claim: a session on another node
+    /// is known only there.
+    fn online<'a>(
+        &'a self,
+        agents: &'a [AgentName],
+    ) -> Pin<Box<dyn Future<Output = Result<Vec<Online>, StorageError>> + Send + 'a>> {
+        Box::pin(self.notifier.online(agents))
     }
 
     fn retire(&self, agent: &AgentName) {

@@ -19,9 +19,11 @@ use std::sync::{Arc, Mutex};
 
 use tokio::sync::{Mutex as AsyncMutex, Notify, OwnedMutexGuard, mpsc, oneshot};
 
+use jiff::Timestamp;
+
 use super::Presence;
-use crate::protocol::{AgentName, ConsentEvent};
-use crate::relay::storage::{Committed, Epoch};
+use crate::protocol::{AgentName, ConsentEvent, Online};
+use crate::relay::storage::{Committed, Epoch, StorageError};
 
 /// Consent events queued for one session at most; more are dropped (the state stays
 /// queryable with `consent`).
@@ -34,8 +36,8 @@ const PUSH_BYTES: usize = 4 * 1024 * 1024;
 
 struct Entry {
     conn: u64,
-    /// The lease its session claimed, once it has.
-    epoch: Option<Epoch>,
+    /// The lease its session claimed, once it has, and when: from then on it is online.
+    epoch: Option<(Epoch, Timestamp)>,
     turn: Turn,
     missed: Arc<Missed>,
     kick: oneshot::Sender<Kick>,
@@ -283,8 +285,29 @@ impl Presence for Hub {
         if let Some(e) = self.lock().get_mut(agent)
             && e.conn == conn
         {
-            e.epoch = Some(epoch);
+            e.epoch = Some((epoch, Timestamp::now()));
         }
+    }
+
+    fn online<'a>(
+        &'a self,
+        agents: &'a [AgentName],
+    ) -> Pin<Box<dyn Future<Output = Result<Vec<Online>, StorageError>> + Send + 'a>> {
+        let sessions = self.lock();
+        let mut online: Vec<Online> = agents
+            .iter()
+            .filter_map(|agent| {
+                let (_, since) = sessions.get(agent)?.epoch?;
+                Some(Online {
+                    agent: agent.clone(),
+                    since,
+                })
+            })
+            .collect();
+        drop(sessions);
+        online.sort_by(|a, b| a.agent.cmp(&b.agent));
+        online.dedup_by(|a, b| a.agent == b.agent);
+        Box::pin(std::future::ready(Ok(online)))
     }
 }
 
@@ -326,7 +349,7 @@ impl Hub {
         let mut sessions = self.lock();
         if sessions
             .get(agent)
-            .is_some_and(|e| e.epoch.is_some_and(|held| held < epoch))
+            .is_some_and(|e| e.epoch.is_some_and(|(held, _)| held < epoch))
             && let Some(old) = sessions.remove(agent)
         {
             let _ = old.kick.send(Kick::Replaced);

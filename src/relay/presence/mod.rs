@@ -15,8 +15,8 @@ pub use hub::{Attached, Hub, Kick, Quiet};
 use std::future::Future;
 use std::pin::Pin;
 
-use super::storage::{Committed, Epoch};
-use crate::protocol::{AgentName, ConsentEvent};
+use super::storage::{Committed, Epoch, StorageError};
+use crate::protocol::{AgentName, ConsentEvent, Online};
 
 /// Where delivery sessions are, and how mail and events reach them.
 pub trait Presence: Send + Sync + 'static {
@@ -53,4 +53,11 @@ pub trait Presence: Send + Sync + 'static {
 
     /// Ends the agent's delivery session, wherever it is, because it retired its name.
     fn retire(&self, agent: &AgentName);
+
+    /// Which of `agents` have a live delivery session (one that claimed its lease), on any
+    /// node, and since when; by name. Who may ask about whom is the caller's business.
+    fn online<'a>(
+        &'a self,
+        agents: &'a [AgentName],
+    ) -> Pin<Box<dyn Future<Output = Result<Vec<Online>, StorageError>> + Send + 'a>>;
 }

@@ -13,7 +13,7 @@ use tokio_postgres::config::SslMode;
 use tokio_postgres::{AsyncMessage, NoTls};
 use tokio_postgres_rustls::MakeRustlsConnect;
 
-use crate::protocol::{AgentName, Seq};
+use crate::protocol::{AgentName, Online, Seq};
 use crate::relay::storage::{Committed, StorageError};
 
 /// Connections one node keeps at most: the writer's, and reads and small writes beside it.
@@ -217,6 +217,12 @@ impl Notifier {
     /// The node whose session holds `agent`'s lease now, if one does.
     pub async fn lease_holder(&self, agent: &str) -> Result<Option<String>, StorageError> {
         super::queue::lease_holder(&self.0.get().await?, agent).await
+    }
+
+    /// Which of `agents` hold a lease now (their session claimed it and has not released
+    /// it), and since when.
+    pub async fn online(&self, agents: &[AgentName]) -> Result<Vec<Online>, StorageError> {
+        super::queue::online(&self.0.get().await?, agents).await
     }
 
     /// The copies of each recipient numbered from `.1` to `.2` (announced by other nodes'

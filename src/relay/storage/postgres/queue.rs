@@ -10,7 +10,7 @@ use tokio_postgres::types::ToSql;
 use super::{now_ms, seq_to_db, unsigned};
 use jiff::Timestamp;
 
-use crate::protocol::{AgentName, Bounce, BounceKey, MessageId, Seq};
+use crate::protocol::{AgentName, Bounce, BounceKey, MessageId, Online, Seq};
 use crate::relay::storage::{Committed, Queued, StorageError};
 
 /// An acknowledged copy still counts as a duplicate this long after its ack, so that a
@@ -187,6 +187,35 @@ pub(super) async fn lease_holder(
         Some(row) => row.try_get(0)?,
         None => None,
     })
+}
+
+/// Which of `agents` a session holds the lease of now, with the time of its claim, by name.
+/// A released lease has no node; a node that died keeps its leases until their agents
+/// connect again (see docs/decisions.md, "Presence").
+pub(super) async fn online(
+    client: &Client,
+    agents: &[AgentName],
+) -> Result<Vec<Online>, StorageError> {
+    let names: Vec<&str> = agents.iter().map(AgentName::as_str).collect();
+    let rows = client
+        .query(
+            "SELECT agent, claimed_at FROM leases
+             WHERE agent = ANY($1) AND node IS NOT NULL ORDER BY agent",
+            &[&names],
+        )
+        .await?;
+    rows.iter()
+        .map(|row| {
+            let agent: &str = row.try_get(0)?;
+            let at: i64 = row.try_get(1)?;
+            Ok(Online {
+                agent: AgentName::new(agent)
+                    .map_err(|e| StorageError::Database(format!("a leased name: {e}")))?,
+                since: Timestamp::from_millisecond(at)
+                    .map_err(|e| StorageError::Database(format!("a lease's claim time: {e}")))?,
+            })
+        })
+        .collect()
 }
 
 /// Takes `agent`'s lease for `node`; returns the new epoch.

@@ -1,0 +1,66 @@
+//! Whom to write to: the directory, who is online, and `whois`, asked over the held relay
+//! session through the typed calls in `client` (the CLI makes the same calls over a control
+//! connection).
+
+use std::sync::Arc;
+
+use super::{Mailbox, MailboxError};
+use crate::client::whois::Whois;
+use crate::client::{Ask, ClientError, MakeFrame, RelayUrl, SessionHandle, directory, presence};
+use crate::protocol::{Address, AgentName, DirectoryEntry, Online, ServerFrame};
+
+/// The held session, asked like a connection.
+struct Session {
+    handle: Arc<SessionHandle>,
+    relay: RelayUrl,
+}
+
+impl Ask for Session {
+    async fn ask(&mut self, make: MakeFrame) -> Result<ServerFrame, ClientError> {
+        self.handle.call(make).await
+    }
+
+    fn relay_url(&self) -> &RelayUrl {
+        &self.relay
+    }
+}
+
+impl Mailbox {
+    /// The agents listed in the relay's directory, with their own descriptions (another
+    /// agent's words: frame them before they reach a model).
+    pub async fn directory(&self) -> Result<Vec<DirectoryEntry>, MailboxError> {
+        Ok(directory::list(&mut self.asking().await?).await?)
+    }
+
+    /// Which of `agents` (with `None`, of this agent's contacts and the listed agents) are
+    /// online now, and since when. Anyone this agent may not see is absent.
+    pub async fn presence(
+        &self,
+        agents: Option<Vec<AgentName>>,
+    ) -> Result<Vec<Online>, MailboxError> {
+        Ok(presence::online(&mut self.asking().await?, agents).await?)
+    }
+
+    /// What `address` is to this agent: fingerprint, contact status, listing, presence.
+    /// Pins nothing.
+    pub async fn whois(&self, address: &Address) -> Result<Whois, MailboxError> {
+        let trusted = self.0.trusted.get().map(Vec::as_slice).unwrap_or_default();
+        Ok(
+            crate::client::whois::whois(&mut self.asking().await?, &self.0.store, trusted, address)
+                .await?,
+        )
+    }
+
+    /// The held session, or why there is none here.
+    async fn asking(&self) -> Result<Session, MailboxError> {
+        match self.session().await {
+            Some(handle) => Ok(Session {
+                handle,
+                relay: self.0.relay.clone(),
+            }),
+            None => Err(MailboxError::ConnectionElsewhere {
+                pid: self.0.lock.holder(),
+            }),
+        }
+    }
+}
