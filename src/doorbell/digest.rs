@@ -4,7 +4,7 @@
 
 use std::fmt::Write;
 
-use super::frame::{REMINDER, fenced, fresh_nonce, one_line};
+use super::frame::{REMINDER, fenced, fresh_nonce, importance_word, one_line};
 use crate::store::{StoredMessage, Trust};
 
 /// The digest of `unread` (newest first) out of `total` unread messages; `how` says which tool
@@ -27,8 +27,15 @@ pub fn unread_digest(unread: &[StoredMessage], total: u32, how: &str) -> String 
             Trust::Unverified => "unverified",
             Trust::Own => "own",
         };
+        let mut marks = trust.to_owned();
+        if !m.message.importance.is_normal() {
+            marks = format!("{marks}, {}", importance_word(m.message.importance));
+        }
+        if m.message.ack_required {
+            marks.push_str(", acknowledgement requested");
+        }
         let line = format!(
-            "- {} from {} ({trust}): {}",
+            "- {} from {} ({marks}): {}",
             m.message.id,
             m.message.from,
             one_line(&m.message.subject, 120)

@@ -15,7 +15,8 @@ use rmcp::model::CallToolResult;
 use serde_json::{Value, json};
 
 /// Every tool `mailslot mcp` offers, sorted (no approve tool).
-pub const TOOLS: [&str; 16] = [
+pub const TOOLS: [&str; 18] = [
+    "acknowledge",
     "contacts",
     "directory",
     "forget",
@@ -29,6 +30,7 @@ pub const TOOLS: [&str; 16] = [
     "request_contact",
     "search",
     "send",
+    "sent",
     "set_status",
     "thread",
     "wait_for_mail",

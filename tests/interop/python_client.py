@@ -36,6 +36,7 @@ INBOX = "mailslot://inbox"
 CHANNEL = "notifications/claude/channel"
 TOOLS = sorted(
     [
+        "acknowledge",
         "contacts",
         "directory",
         "forget",
@@ -49,6 +50,7 @@ TOOLS = sorted(
         "request_contact",
         "search",
         "send",
+        "sent",
         "set_status",
         "thread",
         "wait_for_mail",
