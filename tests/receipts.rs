@@ -58,7 +58,10 @@ async fn importance_is_framed_and_filtered_and_an_acknowledgement_reaches_the_se
     );
 
     let routine = alice
-        .ok("send", json!({ "to": ["carol"], "subject": "routine", "body": "fyi" }))
+        .ok(
+            "send",
+            json!({ "to": ["carol"], "subject": "routine", "body": "fyi" }),
+        )
         .await;
     let fire = alice
         .ok(
@@ -89,7 +92,10 @@ async fn importance_is_framed_and_filtered_and_an_acknowledgement_reaches_the_se
     assert_eq!(urgent["meta"]["importance"], "urgent");
     let content = urgent["content"].as_str().unwrap();
     let fence = content.find("<<<mailslot-untrusted").unwrap();
-    assert!(content.find("Importance: URGENT").unwrap() < fence, "{content}");
+    assert!(
+        content.find("Importance: URGENT").unwrap() < fence,
+        "{content}"
+    );
     assert!(
         content.find("Acknowledgement: requested").unwrap() < fence,
         "{content}"
@@ -215,7 +221,10 @@ async fn importance_is_framed_and_filtered_and_an_acknowledgement_reaches_the_se
 
     // Nothing more came from carol's second call: her next mail is the next thing alice hears.
     carol
-        .ok("send", json!({ "to": ["alice"], "subject": "sentinel", "body": "." }))
+        .ok(
+            "send",
+            json!({ "to": ["alice"], "subject": "sentinel", "body": "." }),
+        )
         .await;
     let next = alice.channel_event().await;
     assert_eq!(next["meta"]["kind"], "message", "{next}");
@@ -279,7 +288,10 @@ async fn receipts_from_strangers_for_unsent_mail_or_twice_change_nothing() {
     assert_eq!(event["meta"]["from"], "bob");
     assert!(event["content"].as_str().unwrap().contains("first"));
     let next = alice.channel_event().await;
-    assert_eq!(next["meta"]["kind"], "message", "only one receipt rang: {next}");
+    assert_eq!(
+        next["meta"]["kind"], "message",
+        "only one receipt rang: {next}"
+    );
     assert!(next["content"].as_str().unwrap().contains("sentinel"));
 
     let entry = sent_entry(&alice, &plan["message_id"], None).await.unwrap();
@@ -287,7 +299,10 @@ async fn receipts_from_strangers_for_unsent_mail_or_twice_change_nothing() {
     let recipients = entry["recipients"].as_array().unwrap();
     assert_eq!(recipients.len(), 1);
     let answer = recipients[0]["answer"].as_str().unwrap();
-    assert!(answer.contains("first") && !answer.contains("second"), "{answer}");
+    assert!(
+        answer.contains("first") && !answer.contains("second"),
+        "{answer}"
+    );
     let inbox = alice.ok("inbox", json!({ "unread_only": false })).await;
     let subjects: Vec<&str> = inbox["messages"]
         .as_array()
@@ -311,7 +326,12 @@ async fn read_receipts_go_out_only_when_the_owner_turned_them_on() {
     for name in ["dave", "erin"] {
         register(home.path(), name, &relay.url);
     }
-    let on = mailslot_cli(home.path(), &url, &["--agent", "dave", "read-receipts", "on"]).await;
+    let on = mailslot_cli(
+        home.path(),
+        &url,
+        &["--agent", "dave", "read-receipts", "on"],
+    )
+    .await;
     assert!(on.contains("on"), "{on}");
     let off = mailslot_cli(home.path(), &url, &["--agent", "erin", "read-receipts"]).await;
     assert!(off.contains("off"), "{off}");
@@ -328,9 +348,13 @@ async fn read_receipts_go_out_only_when_the_owner_turned_them_on() {
     assert_eq!(sent["status"], "sent", "{sent}");
 
     // Erin reads first (handed over read by wait_for_mail): nothing goes out.
-    let waited = erin.ok("wait_for_mail", json!({ "timeout_secs": 20 })).await;
+    let waited = erin
+        .ok("wait_for_mail", json!({ "timeout_secs": 20 }))
+        .await;
     assert_eq!(waited["messages"][0]["message_id"], sent["message_id"]);
-    let waited = dave.ok("wait_for_mail", json!({ "timeout_secs": 20 })).await;
+    let waited = dave
+        .ok("wait_for_mail", json!({ "timeout_secs": 20 }))
+        .await;
     assert_eq!(waited["messages"][0]["message_id"], sent["message_id"]);
 
     let event = alice.channel_event().await;
@@ -338,8 +362,11 @@ async fn read_receipts_go_out_only_when_the_owner_turned_them_on() {
     assert_eq!(event["meta"]["receipt"], "read");
     assert_eq!(event["meta"]["from"], "dave");
     // Erin's mail after her read is the next thing alice hears: no receipt came before it.
-    erin.ok("send", json!({ "to": ["alice"], "subject": "sentinel", "body": "." }))
-        .await;
+    erin.ok(
+        "send",
+        json!({ "to": ["alice"], "subject": "sentinel", "body": "." }),
+    )
+    .await;
     let next = alice.channel_event().await;
     assert_eq!(next["meta"]["kind"], "message", "{next}");
     assert_eq!(next["meta"]["from"], "erin");
