@@ -129,6 +129,29 @@ async fn importance_is_framed_and_filtered_and_an_acknowledgement_reaches_the_se
     );
     let bad = carol.err("inbox", json!({ "importance": "low" })).await;
     assert!(bad.contains("importance"), "{bad}");
+    let url = relay.url.as_str().to_owned();
+    let cli = mailslot_cli(
+        home.path(),
+        &url,
+        &[
+            "--agent",
+            "carol",
+            "--json",
+            "inbox",
+            "--importance",
+            "high",
+        ],
+    )
+    .await;
+    let cli: Value = serde_json::from_str(&cli).unwrap();
+    let mut cli: Vec<&str> = cli
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|m| m["importance"].as_str().unwrap())
+        .collect();
+    cli.sort();
+    assert_eq!(cli, ["high", "urgent"]);
 
     let read = carol
         .ok("read", json!({ "message_id": fire["message_id"] }))

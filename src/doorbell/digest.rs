@@ -48,3 +48,43 @@ pub fn unread_digest(unread: &[StoredMessage], total: u32, how: &str) -> String 
     );
     out
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::protocol::{Address, Importance, Message};
+    use crate::store::Direction;
+
+    #[test]
+    fn lines_mark_importance_and_acknowledgement_requests() {
+        let mut m = Message::new(
+            Address::parse("bob").unwrap(),
+            vec![Address::parse("alice").unwrap()],
+            "prod is down",
+            "x",
+        );
+        m.importance = Importance::Urgent;
+        m.ack_required = true;
+        let plain = Message::new(
+            Address::parse("carol").unwrap(),
+            vec![Address::parse("alice").unwrap()],
+            "lunch",
+            "x",
+        );
+        let stored = |message: Message| StoredMessage {
+            message,
+            direction: Direction::In,
+            trust: Trust::Verified,
+            stored_at: jiff::Timestamp::now(),
+            read_at: None,
+            bounced: Vec::new(),
+            receipts: Vec::new(),
+        };
+        let text = unread_digest(&[stored(m), stored(plain)], 2, "");
+        assert!(
+            text.contains("(verified, URGENT, acknowledgement requested): prod is down"),
+            "{text}"
+        );
+        assert!(text.contains("(verified): lunch"), "{text}");
+    }
+}

@@ -4,14 +4,14 @@
 //! are queued in the outbox like mail (marked `is_receipt`, never listed as mail).
 
 use jiff::Timestamp;
-use rusqlite::{OptionalExtension, Transaction, params};
+use rusqlite::{Connection, OptionalExtension, Transaction, params};
 use serde::{Deserialize, Serialize};
 
 use super::messages::ReadRow;
 use super::outbox::queue_in;
 use super::time::{from_ms, to_ms};
 use super::{Store, StoreError};
-use crate::protocol::{Address, Message, MessageId, Receipt, ReceiptKind, ThreadId, now_millis};
+use crate::protocol::{Address, Message, MessageId, Receipt, ReceiptKind, ThreadId};
 
 /// The meta key of the owner's read-receipt setting (absent: off).
 const READ_RECEIPTS: &str = "read_receipts";
@@ -75,8 +75,8 @@ pub(super) fn decode_receipts(json: Option<&str>) -> Result<Vec<ReceiptRecord>, 
 }
 
 /// Whether the owner turned read receipts on.
-pub(super) fn read_receipts_on(tx: &Transaction<'_>) -> Result<bool, StoreError> {
-    Ok(tx
+pub(super) fn read_receipts_on(conn: &Connection) -> Result<bool, StoreError> {
+    Ok(conn
         .query_row(
             "SELECT value FROM meta WHERE key = ?1",
             [READ_RECEIPTS],
@@ -148,15 +148,7 @@ pub(super) fn queue_read_receipt(
 impl Store {
     /// Whether read receipts are on (the owner's setting; off unless turned on).
     pub fn read_receipts(&self) -> Result<bool, StoreError> {
-        Ok(self
-            .conn
-            .query_row(
-                "SELECT value FROM meta WHERE key = ?1",
-                [READ_RECEIPTS],
-                |r| r.get::<_, String>(0),
-            )
-            .optional()?
-            .is_some_and(|v| v == "on"))
+        read_receipts_on(&self.conn)
     }
 
     /// Turns read receipts on or off. Off removes the setting: nothing is ever sent.
@@ -198,16 +190,6 @@ impl Store {
         if direction != "in" {
             return Ok(Acknowledged::OwnMessage);
         }
-        let before: Option<i64> = tx
-            .query_row(
-                "SELECT at FROM receipts WHERE message_id = ?1 AND recipient = ?2 AND kind = 'acknowledged'",
-                params![of.to_string(), me.to_string()],
-                |r| r.get(0),
-            )
-            .optional()?;
-        if let Some(at) = before {
-            return Ok(Acknowledged::Before(from_ms(at)?));
-        }
         let corrupt = |detail: String| StoreError::Corrupt {
             what: "message",
             detail,
@@ -220,12 +202,16 @@ impl Store {
             answer,
         };
         receipt.validate()?;
-        let queued = queue_receipt_in(&tx, me, to, thread, receipt)?;
+        let Some(id) = queue_receipt_in(&tx, me, to, thread, receipt)? else {
+            let at: i64 = tx.query_row(
+                "SELECT at FROM receipts WHERE message_id = ?1 AND recipient = ?2 AND kind = 'acknowledged'",
+                params![of.to_string(), me.to_string()],
+                |r| r.get(0),
+            )?;
+            return Ok(Acknowledged::Before(from_ms(at)?));
+        };
         tx.commit()?;
-        Ok(match queued {
-            Some(id) => Acknowledged::Now(id),
-            None => Acknowledged::Before(now_millis()),
-        })
+        Ok(Acknowledged::Now(id))
     }
 
     /// Records a receipt that arrived `from` a recipient of this agent's sent message, at
