@@ -33,14 +33,9 @@ impl Importance {
         }
     }
 
-    /// Its rank in the store (0, 1, 2): ordered like the enum.
+    /// Its rank in the store (0, 1, 2): ordered like the enum, so "at least" is `>=`.
     pub fn rank(self) -> i64 {
         self as i64
-    }
-
-    /// The importance of a rank the store holds.
-    pub fn from_rank(rank: i64) -> Option<Self> {
-        Self::ALL.get(usize::try_from(rank).ok()?).copied()
     }
 
     /// Whether it is the default (left out of the sealed message, so older clients read it).
@@ -79,10 +74,12 @@ mod tests {
     fn parses_orders_and_refuses_others() {
         assert_eq!("urgent".parse::<Importance>().unwrap(), Importance::Urgent);
         assert!(Importance::Normal < Importance::High && Importance::High < Importance::Urgent);
-        for i in Importance::ALL {
-            assert_eq!(Importance::from_rank(i.rank()), Some(i));
-        }
-        assert_eq!(Importance::from_rank(3), None);
+        let ranks: Vec<i64> = Importance::ALL.iter().map(|i| i.rank()).collect();
+        assert_eq!(
+            ranks,
+            [0, 1, 2],
+            "the store's CHECK and filter rely on these"
+        );
         let err = "critical".parse::<Importance>().unwrap_err();
         assert_eq!(err.field, "importance");
         assert!(err.problem.contains("normal, high or urgent"), "{err}");

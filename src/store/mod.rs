@@ -37,7 +37,7 @@ pub use outbox::OutboxItem;
 pub use receipts::{Acknowledged, ReceiptOutcome, ReceiptRecord};
 pub use relays::PinnedRelay;
 pub use search::MAX_QUERY_CHARS;
-pub use sent::{RecipientState, SentItem, SentState, recipient_states};
+pub use sent::{RecipientState, SentItem, SentState};
 pub use shown::{MAX_SESSION_CHARS, SessionKey, Via};
 
 /// How long a writer waits for another process's transaction before failing.

@@ -107,7 +107,7 @@ pub struct RecipientState {
 
 /// Each recipient's state for a message the relay took: bounced, else acknowledged, read or
 /// sent, as its receipts say.
-pub fn recipient_states(stored: &StoredMessage) -> Vec<RecipientState> {
+fn recipient_states(stored: &StoredMessage) -> Vec<RecipientState> {
     stored
         .message
         .recipients()
