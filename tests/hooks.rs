@@ -208,7 +208,9 @@ fn unread_mail_is_framed_into_the_context_once_per_session() {
     }
 
     // Read mail is never shown.
-    bob.store.mark_read(&[m.id]).unwrap();
+    bob.store
+        .mark_read(&mailslot::protocol::Address::parse("bob").unwrap(), &[m.id])
+        .unwrap();
     assert_eq!(
         hook(
             home.path(),

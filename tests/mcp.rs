@@ -401,16 +401,16 @@ async fn unknown_arguments_are_refused_by_name_and_nothing_is_done() {
     args["attachments"] = json!([{ "name": "report.pdf" }]);
     let e = alice.mcp.err("send", args).await;
     assert!(
-        e.starts_with("send has no argument \"attachments\"; its arguments are: bcc, body, cc, context, data, subject, to (required: subject, body)."),
+        e.starts_with("send has no argument \"attachments\"; its arguments are: ack_required, bcc, body, cc, context, data, importance, subject, to (required: subject, body)."),
         "{e}"
     );
     assert!(e.contains("Nothing was done"), "{e}");
     let mut args = send_args(&["bob"], "report", "urgent");
-    args["importance"] = json!("high");
+    args["urgency"] = json!("high");
     args["priority"] = json!(1);
     let e = alice.mcp.err("send", args).await;
     assert!(
-        e.starts_with("send has no arguments \"importance\", \"priority\"; its arguments are:"),
+        e.starts_with("send has no arguments \"priority\", \"urgency\"; its arguments are:"),
         "{e}"
     );
     let sent = alice.mcp.ok("search", json!({ "query": "report" })).await;
@@ -428,7 +428,7 @@ async fn unknown_arguments_are_refused_by_name_and_nothing_is_done() {
     );
     let e = alice.mcp.err("inbox", json!({ "unread": true })).await;
     assert!(
-        e.contains("its arguments are: from, limit, thread_id, unread_only"),
+        e.contains("its arguments are: from, importance, limit, thread_id, unread_only"),
         "{e}"
     );
 

@@ -208,7 +208,10 @@ async fn an_agent_that_moves_between_nodes_while_mail_flows_gets_it_once_in_orde
     // redelivery is a duplicate), so counting events would wait for one that never comes.
     let stored = || async {
         let rows = bob.store.call(|s| s.received_since(0, 1_000)).await;
-        rows.unwrap().into_iter().map(|(_, id, _)| id).collect::<Vec<MessageId>>()
+        rows.unwrap()
+            .into_iter()
+            .map(|(_, id, _)| id)
+            .collect::<Vec<MessageId>>()
     };
     for url in [&two.url, &one.url, &two.url, &one.url] {
         let (handle, mut events) = session(&bob, url);
@@ -223,7 +226,11 @@ async fn an_agent_that_moves_between_nodes_while_mail_flows_gets_it_once_in_orde
     }
     sender.await.unwrap();
     bob.sync(&two).await;
-    assert_eq!(stored().await, sent, "every message once, in the order sent");
+    assert_eq!(
+        stored().await,
+        sent,
+        "every message once, in the order sent"
+    );
 }
 
 /// The skipped-copy race across nodes ("A push never skips a copy" in docs/decisions.md): node

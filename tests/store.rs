@@ -7,10 +7,13 @@ use std::process::{Child, Command, Stdio};
 
 use jiff::ToSpan;
 use mailslot::crypto::Identity;
-use mailslot::protocol::{Address, AgentName, Message, MessageId, now_millis};
+use mailslot::protocol::{
+    Address, AgentName, Importance, MAX_ANSWER_CHARS, Message, MessageId, Receipt, ReceiptKind,
+    now_millis,
+};
 use mailslot::store::{
-    Direction, InboxQuery, KeyCheck, MemoryDraft, SCHEMA_VERSION, SentState, Store, StoreError,
-    StoreHandle, Trust,
+    Acknowledged, Direction, InboxQuery, KeyCheck, MemoryDraft, ReceiptOutcome, SCHEMA_VERSION,
+    SentState, Store, StoreError, StoreHandle, Trust,
 };
 
 const CHILD_DB: &str = "MAILSLOT_TEST_CHILD_DB";
@@ -80,7 +83,10 @@ fn inbox_lists_unread_first_and_mark_read_moves_them() {
     assert_eq!(summary.count, 2);
     assert_eq!(summary.newest_from, Some(addr("carol")));
 
-    assert_eq!(store.mark_read(&[newer.id, newer.id]).unwrap(), 1);
+    assert_eq!(
+        store.mark_read(&addr("me"), &[newer.id, newer.id]).unwrap(),
+        1
+    );
     let all = store
         .inbox(&InboxQuery {
             unread_only: false,
@@ -636,4 +642,189 @@ fn a_message_is_found_by_the_start_or_end_of_its_id_when_only_one_matches() {
     ));
     assert!("01a".parse::<IdPart>().is_err());
     assert!("01a2-zz".parse::<IdPart>().is_err());
+}
+
+#[test]
+fn the_importance_filter_means_at_least() {
+    let (_dir, mut store) = temp_store();
+    let mut ids = Vec::new();
+    for importance in Importance::ALL {
+        let mut m = mail("bob", importance.as_str(), "x");
+        m.importance = importance;
+        store
+            .insert_message(&m, Direction::In, Trust::Verified)
+            .unwrap();
+        ids.push(m.id);
+    }
+    let listed = |store: &Store, importance| {
+        let mut found: Vec<MessageId> = store
+            .inbox(&InboxQuery {
+                importance,
+                ..InboxQuery::default()
+            })
+            .unwrap()
+            .iter()
+            .map(|s| s.message.id)
+            .collect();
+        found.sort();
+        found
+    };
+    assert_eq!(listed(&store, None), ids);
+    assert_eq!(listed(&store, Some(Importance::Normal)), ids);
+    assert_eq!(listed(&store, Some(Importance::High)), ids[1..]);
+    assert_eq!(listed(&store, Some(Importance::Urgent)), ids[2..]);
+    let stored = store.message(&ids[2]).unwrap().unwrap();
+    assert_eq!(stored.message.importance, Importance::Urgent);
+}
+
+fn receipt(of: MessageId, kind: ReceiptKind, answer: Option<&str>) -> Receipt {
+    Receipt {
+        of,
+        kind,
+        answer: answer.map(Into::into),
+    }
+}
+
+#[test]
+fn receipts_count_once_and_only_from_recipients_of_sent_mail() {
+    let (_dir, mut store) = temp_store();
+    let sent = Message::new(addr("me"), vec![addr("bob"), addr("carol")], "plan", "b");
+    store.queue_outgoing(&sent).unwrap();
+    store.outbox_done(&sent.id).unwrap();
+    let received = mail("bob", "theirs", "x");
+    store
+        .insert_message(&received, Direction::In, Trust::Verified)
+        .unwrap();
+    let now = now_millis();
+    let ack = receipt(sent.id, ReceiptKind::Acknowledged, Some("on it"));
+    assert!(matches!(
+        store.record_receipt(&addr("bob"), &ack, now).unwrap(),
+        ReceiptOutcome::Recorded(r) if r.answer.as_deref() == Some("on it")
+    ));
+    // Redelivered, or given again with other words: the first one stands.
+    let again = receipt(sent.id, ReceiptKind::Acknowledged, Some("changed"));
+    for r in [&ack, &again] {
+        assert_eq!(
+            store.record_receipt(&addr("bob"), r, now).unwrap(),
+            ReceiptOutcome::Duplicate
+        );
+    }
+    assert_eq!(
+        store.record_receipt(&addr("mallory"), &ack, now).unwrap(),
+        ReceiptOutcome::NotRecipient
+    );
+    for of in [MessageId::new(), received.id] {
+        let r = receipt(of, ReceiptKind::Read, None);
+        assert_eq!(
+            store.record_receipt(&addr("bob"), &r, now).unwrap(),
+            ReceiptOutcome::NotSent
+        );
+    }
+    // The weakest copy decides: carol has said nothing yet.
+    let item = &store.sent(None, 10).unwrap()[0];
+    assert_eq!(item.state, SentState::Sent);
+    let states: Vec<SentState> = item.recipients.iter().map(|r| r.state).collect();
+    assert_eq!(states, [SentState::Acknowledged, SentState::Sent]);
+    assert_eq!(item.recipients[0].answer.as_deref(), Some("on it"));
+
+    let read = receipt(sent.id, ReceiptKind::Read, None);
+    store.record_receipt(&addr("carol"), &read, now).unwrap();
+    assert_eq!(store.sent(None, 10).unwrap()[0].state, SentState::Read);
+    assert_eq!(store.sent(Some(SentState::Read), 10).unwrap().len(), 1);
+    assert!(
+        store
+            .sent(Some(SentState::Acknowledged), 10)
+            .unwrap()
+            .is_empty()
+    );
+    let ack = receipt(sent.id, ReceiptKind::Acknowledged, None);
+    store.record_receipt(&addr("carol"), &ack, now).unwrap();
+    assert_eq!(
+        store.sent(Some(SentState::Acknowledged), 10).unwrap()[0].state,
+        SentState::Acknowledged
+    );
+    assert!(store.sent(Some(SentState::Sent), 10).unwrap().is_empty());
+}
+
+#[test]
+fn read_receipts_are_queued_only_when_the_owner_turned_them_on() {
+    let (_dir, mut store) = temp_store();
+    let me = addr("me");
+    let first = mail("bob", "one", "x");
+    let second = mail("bob", "two", "x");
+    let third = mail("carol", "three", "x");
+    for m in [&first, &second, &third] {
+        store
+            .insert_message(m, Direction::In, Trust::Verified)
+            .unwrap();
+    }
+    assert!(!store.read_receipts().unwrap(), "off unless turned on");
+    assert_eq!(store.mark_read(&me, &[first.id]).unwrap(), 1);
+    assert_eq!(
+        store.outbox_len().unwrap(),
+        0,
+        "off: nothing is ever queued"
+    );
+
+    store.set_read_receipts(true).unwrap();
+    assert_eq!(store.mark_read(&me, &[first.id, second.id]).unwrap(), 1);
+    assert_eq!(store.mark_read(&me, &[second.id]).unwrap(), 0);
+    let queued = store.outbox(10).unwrap();
+    assert_eq!(queued.len(), 1, "once, for the message read now");
+    let r = &queued[0].message;
+    assert_eq!(r.to, vec![addr("bob")]);
+    assert_eq!(r.from, me);
+    assert_eq!(r.receipt, Some(receipt(second.id, ReceiptKind::Read, None)));
+    assert_eq!(store.mark_all_read(&me).unwrap(), 1);
+    assert_eq!(store.outbox_len().unwrap(), 2);
+    // Receipts are never listed as mail.
+    assert!(store.sent(None, 10).unwrap().is_empty());
+    assert!(store.search_messages("three", 10).unwrap().len() == 1);
+    store.set_read_receipts(false).unwrap();
+    assert!(!store.read_receipts().unwrap());
+}
+
+#[test]
+fn an_acknowledgement_is_queued_once() {
+    let (_dir, mut store) = temp_store();
+    let me = addr("me");
+    let m = mail("bob", "sign off", "x");
+    store
+        .insert_message(&m, Direction::In, Trust::Verified)
+        .unwrap();
+    let Acknowledged::Now(id) = store.acknowledge(&me, &m.id, Some("yes".into())).unwrap() else {
+        panic!("the first acknowledgement is queued");
+    };
+    assert!(matches!(
+        store.acknowledge(&me, &m.id, None).unwrap(),
+        Acknowledged::Before(_)
+    ));
+    let queued = store.outbox(10).unwrap();
+    assert_eq!(queued.len(), 1);
+    assert_eq!(queued[0].message.id, id);
+    let stored = store.message(&m.id).unwrap().unwrap();
+    assert_eq!(stored.receipts.len(), 1);
+    assert_eq!(stored.receipts[0].recipient, me);
+
+    let mine = Message::new(me.clone(), vec![addr("bob")], "mine", "x");
+    store.queue_outgoing(&mine).unwrap();
+    assert_eq!(
+        store.acknowledge(&me, &mine.id, None).unwrap(),
+        Acknowledged::OwnMessage
+    );
+    let other = mail("carol", "long", "x");
+    store
+        .insert_message(&other, Direction::In, Trust::Verified)
+        .unwrap();
+    let err = store
+        .acknowledge(&me, &other.id, Some("x".repeat(MAX_ANSWER_CHARS + 1)))
+        .unwrap_err();
+    assert!(
+        matches!(&err, StoreError::Invalid(e) if e.field == "answer"),
+        "{err}"
+    );
+    assert!(matches!(
+        store.acknowledge(&me, &MessageId::new(), None).unwrap_err(),
+        StoreError::NoSuchMessage { .. }
+    ));
 }

@@ -30,6 +30,8 @@ const FAMILIES: &[(&str, &[&str])] = &[
             "search",
             "sent",
             "retry",
+            "acknowledge",
+            "read-receipts",
             "sync",
             "wait",
         ],

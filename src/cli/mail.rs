@@ -7,8 +7,10 @@ use serde::Serialize;
 
 use super::{Ctx, output};
 use crate::agent::Agent;
-use crate::protocol::{Address, MessageId, ThreadId};
-use crate::store::{Direction, IdPart, InboxQuery, SentItem, SentState, StoredMessage, Trust};
+use crate::protocol::{Address, Importance, MessageId, ThreadId};
+use crate::store::{
+    Direction, IdPart, InboxQuery, RecipientState, SentItem, SentState, StoredMessage, Trust,
+};
 
 /// One line of a listing; `read` shows the whole message.
 #[derive(Serialize)]
@@ -20,6 +22,8 @@ struct Summary {
     sent_at: Timestamp,
     unread: bool,
     trust: Trust,
+    importance: Importance,
+    ack_required: bool,
 }
 
 impl From<&StoredMessage> for Summary {
@@ -32,6 +36,8 @@ impl From<&StoredMessage> for Summary {
             sent_at: s.message.sent_at,
             unread: s.read_at.is_none(),
             trust: s.trust,
+            importance: s.message.importance,
+            ack_required: s.message.ack_required,
         }
     }
 }
@@ -41,11 +47,16 @@ fn listing(items: &[Summary]) -> String {
         .iter()
         .map(|m| {
             let mark = if m.unread { '*' } else { ' ' };
-            let warn = if m.trust == Trust::KeyChanged {
-                "  [KEY CHANGED]"
-            } else {
-                ""
-            };
+            let mut warn = String::new();
+            if m.trust == Trust::KeyChanged {
+                warn.push_str("  [KEY CHANGED]");
+            }
+            if !m.importance.is_normal() {
+                warn.push_str(&format!("  [{}]", m.importance.as_str().to_uppercase()));
+            }
+            if m.ack_required {
+                warn.push_str("  [ack requested]");
+            }
             format!(
                 "{mark} {}  {:<16} {}{warn}\n    {}",
                 output::when(m.sent_at),
@@ -58,11 +69,17 @@ fn listing(items: &[Summary]) -> String {
         .join("\n")
 }
 
-pub(super) fn inbox(ctx: &Ctx, all: bool, limit: u32) -> anyhow::Result<()> {
+pub(super) fn inbox(
+    ctx: &Ctx,
+    all: bool,
+    limit: u32,
+    importance: Option<Importance>,
+) -> anyhow::Result<()> {
     let agent = ctx.open_agent()?;
     let q = InboxQuery {
         unread_only: !all,
         limit: limit as usize,
+        importance,
         ..InboxQuery::default()
     };
     let items: Vec<Summary> = agent.store.inbox(&q)?.iter().map(Summary::from).collect();
@@ -117,7 +134,7 @@ pub(super) fn read(ctx: &Ctx, part: IdPart) -> anyhow::Result<()> {
     let mut agent = ctx.open_agent()?;
     let (id, mut stored) = resolve(&agent, &part)?;
     if stored.read_at.is_none() {
-        agent.store.mark_read(&[id])?;
+        agent.store.mark_read(&agent.address(), &[id])?;
         stored = agent.store.message(&id)?.unwrap_or(stored);
     }
     output::emit(ctx.json, &stored, |s| {
@@ -140,6 +157,12 @@ pub(super) fn read(ctx: &Ctx, part: IdPart) -> anyhow::Result<()> {
         if !m.bcc.is_empty() {
             out += &format!("Bcc:     {}\n", list(&m.bcc));
         }
+        if !m.importance.is_normal() {
+            out += &format!("Importance: {}\n", m.importance);
+        }
+        if m.ack_required {
+            out += "Acknowledgement requested\n";
+        }
         out += &format!(
             "Date:    {}\nSubject: {}\nThread:  {}\nId:      {}\n\n{}\n",
             output::when(m.sent_at),
@@ -153,6 +176,17 @@ pub(super) fn read(ctx: &Ctx, part: IdPart) -> anyhow::Result<()> {
                 "\n[attachment {} ({}, {} bytes)]",
                 a.name, a.media_type, a.size
             );
+        }
+        for r in &s.receipts {
+            out += &format!(
+                "\n[{} {} at {}]",
+                r.recipient,
+                r.kind.as_str(),
+                output::when(r.at)
+            );
+            if let Some(answer) = &r.answer {
+                out += &format!(" {answer}");
+            }
         }
         out
     })
@@ -235,13 +269,13 @@ struct Marked {
 pub(super) fn mark_read(ctx: &Ctx, parts: Vec<IdPart>, all: bool) -> anyhow::Result<()> {
     let mut agent = ctx.open_agent()?;
     let marked_read = if all {
-        agent.store.mark_all_read()?
+        agent.store.mark_all_read(&agent.address())?
     } else {
         let ids = parts
             .iter()
             .map(|p| resolve(&agent, p).map(|(id, _)| id))
             .collect::<anyhow::Result<Vec<_>>>()?;
-        agent.store.mark_read(&ids)?
+        agent.store.mark_read(&agent.address(), &ids)?
     };
     output::emit(ctx.json, &Marked { marked_read }, |m| {
         format!("{} message(s) marked read", m.marked_read)
@@ -259,6 +293,8 @@ struct SentLine {
     attempts: u32,
     last_error: Option<String>,
     bounced: Vec<crate::protocol::AgentName>,
+    importance: Importance,
+    recipients: Vec<RecipientState>,
 }
 
 impl From<&SentItem> for SentLine {
@@ -273,6 +309,8 @@ impl From<&SentItem> for SentLine {
             attempts: i.attempts,
             last_error: i.last_error.clone(),
             bounced: i.stored.bounced.clone(),
+            importance: m.importance,
+            recipients: i.recipients.clone(),
         }
     }
 }
@@ -297,7 +335,7 @@ pub(super) fn sent(ctx: &Ctx, state: Option<SentState>, limit: u32) -> anyhow::R
                     .collect::<Vec<_>>()
                     .join(", ");
             lines.push(format!(
-                "{:<8} {}  to {:<16} {}\n    {}",
+                "{:<12} {}  to {:<16} {}\n    {}",
                 i.state.as_str(),
                 output::when(i.sent_at),
                 output::one_line(&to, 16),
@@ -311,6 +349,19 @@ pub(super) fn sent(ctx: &Ctx, state: Option<SentState>, limit: u32) -> anyhow::R
                 let who: Vec<String> = i.bounced.iter().map(ToString::to_string).collect();
                 lines.push(format!("    expired undelivered for {}", who.join(", ")));
             }
+            // Per recipient only when they differ or say something.
+            let detail = i.recipients.len() > 1 || i.recipients.iter().any(|r| r.answer.is_some());
+            for r in i.recipients.iter().filter(|_| detail) {
+                let at =
+                    r.at.map(|t| format!(" at {}", output::when(t)))
+                        .unwrap_or_default();
+                let answer = r
+                    .answer
+                    .as_deref()
+                    .map(|a| format!(": {}", output::one_line(a, 100)))
+                    .unwrap_or_default();
+                lines.push(format!("    {} {}{at}{answer}", r.to, r.state.as_str()));
+            }
         }
         if items.iter().any(|i| i.state == SentState::Failed) {
             lines.push(format!(
@@ -319,5 +370,32 @@ pub(super) fn sent(ctx: &Ctx, state: Option<SentState>, limit: u32) -> anyhow::R
             ));
         }
         lines.join("\n")
+    })
+}
+
+#[derive(Serialize)]
+struct ReadReceipts {
+    read_receipts: bool,
+}
+
+/// Shows or sets the owner's read-receipt setting.
+pub(super) fn read_receipts(ctx: &Ctx, set: Option<&str>) -> anyhow::Result<()> {
+    let mut agent = ctx.open_agent()?;
+    if let Some(set) = set {
+        agent.store.set_read_receipts(set == "on")?;
+    }
+    let on = agent.store.read_receipts()?;
+    output::emit(ctx.json, &ReadReceipts { read_receipts: on }, |r| {
+        if r.read_receipts {
+            format!(
+                "read receipts are on: senders learn when {} read their mail",
+                agent.name
+            )
+        } else {
+            format!(
+                "read receipts are off: senders never learn when {} read their mail",
+                agent.name
+            )
+        }
     })
 }

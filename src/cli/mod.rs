@@ -34,7 +34,8 @@ use crate::client::RelayUrl;
 use crate::client::consent::Change;
 use crate::config::{self, Config, Paths};
 use crate::protocol::{
-    Address, AgentName, Fingerprint, InviteToken, MemoryId, Policy, RelayName, RequestCode,
+    Address, AgentName, Fingerprint, Importance, InviteToken, MemoryId, Policy, RelayName,
+    RequestCode,
 };
 use crate::store::{IdPart, SentState};
 
@@ -146,6 +147,9 @@ pub enum Command {
         /// At most this many
         #[arg(long, default_value_t = 50, value_parser = clap::value_parser!(u32).range(1..=1000))]
         limit: u32,
+        /// Only mail of at least this importance: high lists high and urgent, urgent only urgent
+        #[arg(long, value_name = "LEVEL")]
+        importance: Option<Importance>,
     },
     /// Show a message and mark it read
     Read {
@@ -166,9 +170,11 @@ pub enum Command {
         #[arg(long)]
         all: bool,
     },
-    /// List sent mail, newest first, with where each stands: queued, sent, failed or bounced
+    /// List sent mail, newest first, with where each stands (per recipient too): queued,
+    /// sent, delivered, read, acknowledged, failed or bounced
     Sent {
-        /// Only messages in this state: queued, sent, failed or bounced
+        /// Only messages in this state: queued, sent, delivered, read, acknowledged, failed or
+        /// bounced (a message stands where its least advanced copy does)
         #[arg(long, value_name = "STATE")]
         state: Option<SentState>,
         /// At most this many
@@ -225,6 +231,12 @@ pub enum Command {
         /// Structured payload (JSON)
         #[arg(long, value_name = "JSON")]
         data: Option<String>,
+        /// normal (default), high or urgent: shown to the recipients
+        #[arg(long, value_name = "LEVEL")]
+        importance: Option<Importance>,
+        /// Ask the recipients to acknowledge it (`sent` shows who did)
+        #[arg(long)]
+        ack_required: bool,
     },
     /// Reply to a message, in its thread
     #[command(
@@ -242,6 +254,32 @@ pub enum Command {
         /// Read the body from a file
         #[arg(long, value_name = "FILE")]
         body_file: Option<PathBuf>,
+        /// normal (default), high or urgent: shown to the recipients
+        #[arg(long, value_name = "LEVEL")]
+        importance: Option<Importance>,
+        /// Ask the recipients to acknowledge it (`sent` shows who did)
+        #[arg(long)]
+        ack_required: bool,
+    },
+    /// Acknowledge a received message to its sender (a signed receipt, once per message)
+    #[command(
+        after_help = "Examples:\n  mailslot acknowledge 01a2\n  mailslot acknowledge 01a2 --answer \"on it, done by Friday\""
+    )]
+    Acknowledge {
+        /// The message's id, or its first or last characters when they name one message
+        id: IdPart,
+        /// A short answer for the sender (at most 500 characters)
+        #[arg(long, value_name = "TEXT")]
+        answer: Option<String>,
+    },
+    /// Show or set whether this agent tells senders when it read their mail (off by default)
+    #[command(
+        after_help = "Examples:\n  mailslot --agent bob read-receipts        # shows the setting\n  mailslot --agent bob read-receipts on"
+    )]
+    ReadReceipts {
+        /// on or off; without it, the setting is shown
+        #[arg(value_name = "on|off", value_parser = ["on", "off"])]
+        set: Option<String>,
     },
     /// Send the outbox and fetch new mail from the relay, then exit
     Sync,
@@ -616,7 +654,11 @@ fn dispatch(cli: Cli) -> anyhow::Result<ExitCode> {
         Command::Remember { title, tags, text } => memory::remember(&ctx, title, tags, text),
         Command::Recall { query, limit } => memory::recall(&ctx, query, limit),
         Command::Forget { id } => memory::forget(&ctx, id),
-        Command::Inbox { all, limit } => mail::inbox(&ctx, all, limit),
+        Command::Inbox {
+            all,
+            limit,
+            importance,
+        } => mail::inbox(&ctx, all, limit, importance),
         Command::Read { id } => mail::read(&ctx, id),
         Command::Thread { id } => mail::thread(&ctx, id),
         Command::MarkRead { ids, all } => mail::mark_read(&ctx, ids, all),
@@ -631,19 +673,38 @@ fn dispatch(cli: Cli) -> anyhow::Result<ExitCode> {
             body,
             body_file,
             data,
+            importance,
+            ack_required,
         } => send::send(
             &ctx,
             send::Recipients { to, cc, bcc },
             subject,
             send::BodySource { body, body_file },
             data,
+            send::Marks {
+                importance,
+                ack_required,
+            },
         ),
         Command::Reply {
             id,
             all,
             body,
             body_file,
-        } => send::reply(&ctx, id, all, send::BodySource { body, body_file }),
+            importance,
+            ack_required,
+        } => send::reply(
+            &ctx,
+            id,
+            all,
+            send::BodySource { body, body_file },
+            send::Marks {
+                importance,
+                ack_required,
+            },
+        ),
+        Command::Acknowledge { id, answer } => send::acknowledge(&ctx, id, answer),
+        Command::ReadReceipts { set } => mail::read_receipts(&ctx, set.as_deref()),
         Command::Sync => send::sync(&ctx),
         Command::Wait { timeout } => return wait::run(&ctx, timeout),
         Command::Connect { peer, note } => consent::connect(&ctx, peer, note),

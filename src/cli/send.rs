@@ -10,9 +10,9 @@ use serde::Serialize;
 use super::{Ctx, output};
 use crate::agent::Agent;
 use crate::client;
-use crate::mailbox::{ConnectionLock, Mailbox, MailboxError, SendOutcome};
+use crate::mailbox::{AckOutcome, ConnectionLock, Mailbox, MailboxError, SendOutcome};
 use crate::progress::Progress;
-use crate::protocol::{Address, Limits, Message, MessageId};
+use crate::protocol::{Address, Importance, Limits, Message, MessageId};
 use crate::store::{IdPart, StoreHandle};
 
 /// Where the body comes from.
@@ -96,6 +96,19 @@ fn deliver(ctx: &Ctx, agent: Agent, message: Message) -> anyhow::Result<()> {
     })
 }
 
+/// How a message is marked for its recipients.
+pub(super) struct Marks {
+    pub importance: Option<Importance>,
+    pub ack_required: bool,
+}
+
+impl Marks {
+    fn apply(self, message: &mut Message) {
+        message.importance = self.importance.unwrap_or_default();
+        message.ack_required = self.ack_required;
+    }
+}
+
 pub(super) struct Recipients {
     pub to: Vec<Address>,
     pub cc: Vec<Address>,
@@ -108,24 +121,75 @@ pub(super) fn send(
     subject: String,
     body: BodySource,
     data: Option<String>,
+    marks: Marks,
 ) -> anyhow::Result<()> {
     let agent = ctx.open_agent()?;
     let body = read_body(body)?;
     let mut message = Message::new(agent.address(), rcpt.to, subject, body);
     message.cc = rcpt.cc;
     message.bcc = rcpt.bcc;
+    marks.apply(&mut message);
     if let Some(json) = data {
         message.data = Some(serde_json::from_str(&json).context("--data is not valid JSON")?);
     }
     deliver(ctx, agent, message)
 }
 
-pub(super) fn reply(ctx: &Ctx, part: IdPart, all: bool, body: BodySource) -> anyhow::Result<()> {
+pub(super) fn reply(
+    ctx: &Ctx,
+    part: IdPart,
+    all: bool,
+    body: BodySource,
+    marks: Marks,
+) -> anyhow::Result<()> {
     let agent = ctx.open_agent()?;
     let (_, original) = super::mail::resolve(&agent, &part)?;
-    let message =
+    let mut message =
         crate::mailbox::reply(&original.message, &agent.address(), all, read_body(body)?)?;
+    marks.apply(&mut message);
     deliver(ctx, agent, message)
+}
+
+#[derive(Serialize)]
+struct AckResult {
+    id: MessageId,
+    status: &'static str,
+    detail: String,
+}
+
+/// Acknowledges a received message: the receipt is queued, then handed to the relay now (over
+/// this agent's connection, or through the `mailslot mcp` process that holds it).
+pub(super) fn acknowledge(ctx: &Ctx, part: IdPart, answer: Option<String>) -> anyhow::Result<()> {
+    let agent = ctx.open_agent()?;
+    let (id, _) = super::mail::resolve(&agent, &part)?;
+    let url = ctx.relay_url_or_default();
+    let retry = output::command(&agent.name, "sync");
+    let outcome = runtime()?.block_on(async {
+        let mailbox = Mailbox::open(agent, url.clone()).await?;
+        let outcome = mailbox.acknowledge(id, answer).await;
+        mailbox.close().await;
+        outcome
+    })?;
+    let result = match outcome {
+        AckOutcome::Sent(SendOutcome::Sent) => AckResult {
+            id,
+            status: "acknowledged",
+            detail: format!("the receipt was accepted by {}", url.authority()),
+        },
+        AckOutcome::Sent(SendOutcome::Queued { reason }) => AckResult {
+            id,
+            status: "queued",
+            detail: format!("{reason}; `{retry}` retries"),
+        },
+        AckOutcome::Already(at) => AckResult {
+            id,
+            status: "already_acknowledged",
+            detail: format!("acknowledged at {at}; nothing was sent again"),
+        },
+    };
+    output::emit(ctx.json, &result, |r| {
+        format!("{} {}: {}", r.status, r.id, r.detail)
+    })
 }
 
 /// Queues failed messages again (`parts`, or every failed one), then sends the outbox.

@@ -4,7 +4,7 @@
 use super::{ClientError, Connection};
 use crate::crypto::{Identity, OpenError, PublicIdentity, open};
 use crate::protocol::{Address, Limits, MessageId, SealedEnvelope};
-use crate::store::{Direction, StoreHandle, Trust};
+use crate::store::{Direction, ReceiptOutcome, ReceiptRecord, StoreHandle, Trust};
 
 /// What became of a delivery.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -18,7 +18,14 @@ pub enum Received {
         /// How far the sender is vouched for.
         trust: Trust,
     },
-    /// Already stored (a redelivery); nothing changed.
+    /// A receipt for mail this agent sent, recorded now (never stored as mail).
+    Receipt {
+        /// The sent message it is about.
+        of: MessageId,
+        /// What was recorded.
+        record: ReceiptRecord,
+    },
+    /// Already stored (a redelivery, or a receipt already recorded); nothing changed.
     Duplicate(MessageId),
     /// Could not be opened or verified; not stored. The reason is for the owner's log.
     Unreadable {
@@ -127,6 +134,30 @@ pub async fn receive(
         store
             .call(move |s| s.check_and_pin(&pinned_as, &keys))
             .await?;
+    }
+    if let Some(receipt) = message.receipt.clone() {
+        // A receipt changes what the sender's store says about its mail: only a verified
+        // recipient of a message this agent really sent may give one.
+        if trust != Trust::Verified {
+            return Ok(unreadable(format!(
+                "a receipt signed by a key other than the one pinned for {from} is ignored"
+            )));
+        }
+        let (giver, at) = (message.from.clone(), message.sent_at);
+        let of = receipt.of;
+        let outcome = store
+            .call(move |s| s.record_receipt(&giver, &receipt, at))
+            .await?;
+        return Ok(match outcome {
+            ReceiptOutcome::Recorded(record) => Received::Receipt { of, record },
+            ReceiptOutcome::Duplicate => Received::Duplicate(id),
+            ReceiptOutcome::NotSent => unreadable(format!(
+                "a receipt for message {of}, which this agent never sent, is ignored"
+            )),
+            ReceiptOutcome::NotRecipient => unreadable(format!(
+                "a receipt for message {of} from {from}, who is not one of its recipients, is ignored"
+            )),
+        });
     }
     let new = store
         .call(move |s| s.insert_message(&message, Direction::In, trust))

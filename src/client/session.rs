@@ -17,7 +17,7 @@ use crate::crypto::Identity;
 use crate::protocol::{
     Address, AgentName, Bounce, ClientFrame, ConsentEvent, MessageId, OwnerKey, ServerFrame,
 };
-use crate::store::{StoreHandle, Trust};
+use crate::store::{ReceiptRecord, StoreHandle, Trust};
 
 /// Keepalive interval (the relay closes sockets silent for 90 s).
 const PING_EVERY: Duration = Duration::from_secs(30);
@@ -73,6 +73,13 @@ pub enum ClientEvent {
     Consent(ConsentEvent),
     /// Copies of sent messages expired on the relay undelivered (recorded in the store now).
     Bounced(Vec<Bounce>),
+    /// A recipient read or acknowledged a sent message (recorded in the store now).
+    Receipt {
+        /// The sent message.
+        of: MessageId,
+        /// What was recorded.
+        record: ReceiptRecord,
+    },
 }
 
 /// Builds a request frame around the reference the session picks.
@@ -256,6 +263,7 @@ async fn serve(
                             }
                             emit(ClientEvent::NewMail { id, trust });
                         }
+                        Received::Receipt { of, record } => emit(ClientEvent::Receipt { of, record }),
                         Received::Duplicate(_) | Received::Unreadable { .. } => {}
                     }
                     conn.committed(seq).await?;

@@ -20,6 +20,8 @@ pub struct SyncReport {
     pub not_sent: Vec<(MessageId, String, bool)>,
     /// New messages stored.
     pub received: Vec<MessageId>,
+    /// Sent messages a recipient's receipt (read, acknowledged) was recorded for now.
+    pub receipts: Vec<MessageId>,
     /// Redeliveries of messages already stored.
     pub duplicates: u32,
     /// Deliveries refused as unreadable, with the sender and reason.
@@ -74,6 +76,7 @@ pub async fn sync_with_progress(
             ServerFrame::Deliver { seq, envelope } => {
                 match receive(&mut conn, store, &me, identity, envelope).await? {
                     Received::New { id, .. } => report.received.push(id),
+                    Received::Receipt { of, .. } => report.receipts.push(of),
                     Received::Duplicate(_) => report.duplicates += 1,
                     Received::Unreadable { from, id, reason } => {
                         report.unreadable.push((from, id, reason))

@@ -266,6 +266,13 @@ fn sent_state(item: &SentItem) -> Markup {
             span.danger { "bounced" } " — expired before "
             (bounced.iter().map(ToString::to_string).collect::<Vec<_>>().join(", ")) " took it"
         },
+        SentState::Delivered | SentState::Read | SentState::Acknowledged => html! {
+            span.ok { (item.state.as_str()) }
+            @for r in &item.recipients {
+                br; span.muted { (r.to.to_string()) ": " (r.state.as_str()) }
+                @if let Some(answer) = &r.answer { " — “" (answer) "”" }
+            }
+        },
     }
 }
 

@@ -4,7 +4,7 @@
 
 use std::fmt::Write;
 
-use super::frame::{REMINDER, fenced, fresh_nonce, one_line};
+use super::frame::{REMINDER, fenced, fresh_nonce, importance_word, one_line};
 use crate::store::{StoredMessage, Trust};
 
 /// The digest of `unread` (newest first) out of `total` unread messages; `how` says which tool
@@ -27,8 +27,15 @@ pub fn unread_digest(unread: &[StoredMessage], total: u32, how: &str) -> String 
             Trust::Unverified => "unverified",
             Trust::Own => "own",
         };
+        let mut marks = trust.to_owned();
+        if !m.message.importance.is_normal() {
+            marks = format!("{marks}, {}", importance_word(m.message.importance));
+        }
+        if m.message.ack_required {
+            marks.push_str(", acknowledgement requested");
+        }
         let line = format!(
-            "- {} from {} ({trust}): {}",
+            "- {} from {} ({marks}): {}",
             m.message.id,
             m.message.from,
             one_line(&m.message.subject, 120)
@@ -40,4 +47,44 @@ pub fn unread_digest(unread: &[StoredMessage], total: u32, how: &str) -> String 
         "<<<end mailslot-untrusted {nonce}>>>\n{REMINDER} {how}"
     );
     out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::protocol::{Address, Importance, Message};
+    use crate::store::Direction;
+
+    #[test]
+    fn lines_mark_importance_and_acknowledgement_requests() {
+        let mut m = Message::new(
+            Address::parse("bob").unwrap(),
+            vec![Address::parse("alice").unwrap()],
+            "prod is down",
+            "x",
+        );
+        m.importance = Importance::Urgent;
+        m.ack_required = true;
+        let plain = Message::new(
+            Address::parse("carol").unwrap(),
+            vec![Address::parse("alice").unwrap()],
+            "lunch",
+            "x",
+        );
+        let stored = |message: Message| StoredMessage {
+            message,
+            direction: Direction::In,
+            trust: Trust::Verified,
+            stored_at: jiff::Timestamp::now(),
+            read_at: None,
+            bounced: Vec::new(),
+            receipts: Vec::new(),
+        };
+        let text = unread_digest(&[stored(m), stored(plain)], 2, "");
+        assert!(
+            text.contains("(verified, URGENT, acknowledgement requested): prod is down"),
+            "{text}"
+        );
+        assert!(text.contains("(verified): lunch"), "{text}");
+    }
 }

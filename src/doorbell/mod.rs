@@ -14,8 +14,8 @@ use std::collections::BTreeMap;
 use tokio::sync::broadcast;
 
 use crate::mailbox::{Mailbox, MailboxEvent};
-use crate::protocol::{AgentName, Bounce, ConsentEvent, MessageId};
-use crate::store::{StoreError, Trust};
+use crate::protocol::{AgentName, Bounce, ConsentEvent, MessageId, ReceiptKind};
+use crate::store::{ReceiptRecord, StoreError, Trust};
 use frame::{SenderFacts, fence_line, frame_message, mcp_reply_hint};
 
 /// Rings kept for slow sinks before the oldest are dropped (the inbox still has the mail).
@@ -84,6 +84,14 @@ async fn run(
                 None => continue,
             },
             MailboxEvent::Bounced(bounces) => bounce_ring(&bounces),
+            MailboxEvent::Receipt { of, record } => match receipt_ring(&mailbox, of, &record).await
+            {
+                Ok(ring) => ring,
+                Err(e) => {
+                    tracing::error!(error = %e, %of, "cannot render a receipt for the doorbell");
+                    continue;
+                }
+            },
         };
         let _ = rings.send(ring);
     }
@@ -111,12 +119,56 @@ async fn mail_ring(
         ("message_id".to_owned(), m.id.to_string()),
         ("thread_id".to_owned(), m.thread.to_string()),
         ("trust".to_owned(), trust.as_str().to_owned()),
+        ("importance".to_owned(), m.importance.as_str().to_owned()),
     ]);
     Ok(Some(Ring {
         message: Some(id),
         content,
         meta,
     }))
+}
+
+/// The ring for a recipient's receipt: a fact mailslot recorded, with the recipient's answer
+/// framed as another agent's words. Never rung as new mail (`message` is `None`).
+async fn receipt_ring(
+    mailbox: &Mailbox,
+    of: MessageId,
+    record: &ReceiptRecord,
+) -> Result<Ring, StoreError> {
+    // The subject may quote another agent ("Re: ..."): fenced.
+    let subject = mailbox
+        .message_and_sender(of)
+        .await?
+        .map(|(s, _)| format!(" ({})", fence_line(&s.message.subject, 120)))
+        .unwrap_or_default();
+    let who = &record.recipient;
+    let did = match record.kind {
+        ReceiptKind::Read => "read",
+        ReceiptKind::Acknowledged => "acknowledged",
+    };
+    let mut content = format!(
+        "[mailslot] {who} {did} your message {of}{subject} at {}.",
+        frame::when(record.at)
+    );
+    if let Some(answer) = &record.answer {
+        content.push_str(&format!(
+            " Their answer:\n{}",
+            frame::frame_data("acknowledgement answer", who, answer)
+        ));
+    }
+    content.push_str(
+        "\nThe sent tool shows where each of your messages stands; no need to reply to a receipt.",
+    );
+    Ok(Ring {
+        message: None,
+        content,
+        meta: BTreeMap::from([
+            ("kind".to_owned(), "receipt".to_owned()),
+            ("receipt".to_owned(), did.to_owned()),
+            ("from".to_owned(), who.to_string()),
+            ("message_id".to_owned(), of.to_string()),
+        ]),
+    })
 }
 
 /// The most bounced copies one ring lists (the rest are counted).

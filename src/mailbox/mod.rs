@@ -10,6 +10,8 @@
 mod compose;
 mod lock;
 mod peers;
+mod reading;
+mod receipts;
 mod send;
 mod wait;
 mod watch;
@@ -24,6 +26,7 @@ use tokio_util::sync::CancellationToken;
 
 pub use compose::{ComposeError, reply};
 pub use lock::ConnectionLock;
+pub use receipts::AckOutcome;
 pub use send::SendOutcome;
 pub use wait::Delivered;
 
@@ -36,7 +39,7 @@ use crate::protocol::{
     Address, AgentName, Bounce, ConsentEvent, MessageId, OwnerKey, RelayName, ServerFrame,
     ValidationError,
 };
-use crate::store::{Contact, StoreError, StoreHandle, StoredMessage, Trust};
+use crate::store::{Contact, ReceiptRecord, StoreError, StoreHandle, StoredMessage, Trust};
 
 /// Events kept for slow subscribers before the oldest are dropped (they re-read the store).
 const EVENT_BACKLOG: usize = 1024;
@@ -56,6 +59,14 @@ pub enum MailboxEvent {
     /// Copies of sent messages expired on the relay undelivered; the store has them now
     /// (only the process holding the connection hears it).
     Bounced(Vec<Bounce>),
+    /// A recipient read or acknowledged a sent message; the store has it now (only the
+    /// process holding the connection hears it).
+    Receipt {
+        /// The sent message.
+        of: MessageId,
+        /// What was recorded (its answer is the recipient's words: frame it).
+        record: ReceiptRecord,
+    },
 }
 
 /// Where the relay connection stands, for people and for tool results.
@@ -376,6 +387,9 @@ async fn forward(mailbox: Mailbox, mut events: broadcast::Receiver<ClientEvent>)
                     "sent mail expired on the relay undelivered; marked bounced"
                 );
                 let _ = mailbox.0.events.send(MailboxEvent::Bounced(bounces));
+            }
+            ClientEvent::Receipt { of, record } => {
+                let _ = mailbox.0.events.send(MailboxEvent::Receipt { of, record });
             }
             ClientEvent::Sent(_) | ClientEvent::NotSent { .. } => {}
         }

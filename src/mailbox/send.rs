@@ -6,7 +6,8 @@ use tokio::sync::broadcast;
 
 use super::{Mailbox, MailboxError, RelayStatus, SEND_WAIT};
 use crate::client::ClientEvent;
-use crate::protocol::{Limits, Message};
+use crate::protocol::{Limits, Message, MessageId};
+use crate::store::{Store, StoreError};
 
 /// What became of a message handed to [`Mailbox::send`].
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
@@ -28,19 +29,43 @@ impl Mailbox {
     pub async fn send(&self, message: Message) -> Result<SendOutcome, MailboxError> {
         message.validate(&Limits::default())?;
         let id = message.id;
-        let session = self.session().await;
-        let mut events = session.as_ref().map(|s| s.subscribe());
-        self.0
-            .store
-            .call(move |s| s.queue_outgoing(&message))
+        let ((), outcome) = self
+            .queue_then_send(move |s| {
+                s.queue_outgoing(&message)?;
+                Ok(((), Some(id)))
+            })
             .await?;
+        Ok(outcome.expect("a queued message is handed over"))
+    }
+
+    /// Runs `queue` on the store (which returns a value and the id of the message it queued,
+    /// if any), then hands that message to the relay and waits (up to [`SEND_WAIT`]) for the
+    /// answer, like [`Mailbox::send`].
+    pub(super) async fn queue_then_send<T, F>(
+        &self,
+        queue: F,
+    ) -> Result<(T, Option<SendOutcome>), MailboxError>
+    where
+        T: Send + 'static,
+        F: FnOnce(&mut Store) -> Result<(T, Option<MessageId>), StoreError> + Send + 'static,
+    {
+        let session = self.session().await;
+        // Subscribed before queueing, so the relay's answer cannot come first.
+        let mut events = session.as_ref().map(|s| s.subscribe());
+        let (value, queued) = self.0.store.call(queue).await?;
+        let Some(id) = queued else {
+            return Ok((value, None));
+        };
         let Some(session) = session else {
-            return self.wait_for_holder(id).await;
+            return Ok((value, Some(self.wait_for_holder(id).await?)));
         };
         if let status @ RelayStatus::Offline { .. } = self.status() {
-            return Ok(SendOutcome::Queued {
-                reason: status.describe(self.relay()),
-            });
+            return Ok((
+                value,
+                Some(SendOutcome::Queued {
+                    reason: status.describe(self.relay()),
+                }),
+            ));
         }
         session.flush();
         let events = events
@@ -78,22 +103,20 @@ impl Mailbox {
             }
         })
         .await;
-        answer.unwrap_or_else(|_| {
+        let outcome = answer.unwrap_or_else(|_| {
             Ok(SendOutcome::Queued {
                 reason: format!(
                     "the relay has not answered within {} s; the message stays queued",
                     SEND_WAIT.as_secs()
                 ),
             })
-        })
+        })?;
+        Ok((value, Some(outcome)))
     }
 
     /// Another process holds the connection: it sends what this one queued. Wait until the
     /// message leaves the outbox, fails, or [`SEND_WAIT`] passes.
-    async fn wait_for_holder(
-        &self,
-        id: crate::protocol::MessageId,
-    ) -> Result<SendOutcome, MailboxError> {
+    async fn wait_for_holder(&self, id: MessageId) -> Result<SendOutcome, MailboxError> {
         let mut rounds = self.0.rounds.subscribe();
         let waiting = async {
             loop {

@@ -37,7 +37,11 @@ impl Mailbox {
                     _ = tokio::time::sleep_until(deadline) => return Ok(Vec::new()),
                     event = events.recv() => match event {
                         Ok(MailboxEvent::Mail { .. }) | Err(RecvError::Lagged(_)) => break,
-                        Ok(MailboxEvent::Consent(_) | MailboxEvent::Bounced(_)) => {}
+                        Ok(
+                            MailboxEvent::Consent(_)
+                            | MailboxEvent::Bounced(_)
+                            | MailboxEvent::Receipt { .. },
+                        ) => {}
                         Err(RecvError::Closed) => return Ok(Vec::new()),
                     },
                 }
@@ -50,13 +54,14 @@ impl Mailbox {
             limit,
             ..InboxQuery::default()
         };
-        Ok(self
+        let me = self.0.address.clone();
+        let delivered: Delivered = self
             .0
             .store
             .call(move |s| {
                 let unread = s.inbox(&query)?;
                 let ids: Vec<_> = unread.iter().map(|m| m.message.id).collect();
-                s.mark_read(&ids)?;
+                s.mark_read(&me, &ids)?;
                 unread
                     .into_iter()
                     .map(|m| {
@@ -65,6 +70,11 @@ impl Mailbox {
                     })
                     .collect()
             })
-            .await?)
+            .await?;
+        if !delivered.is_empty() {
+            // Read receipts the marking queued.
+            self.flush_outbox().await;
+        }
+        Ok(delivered)
     }
 }

@@ -10,13 +10,13 @@ use serde_json::Value;
 
 use super::peers::{DirectoryView, PresenceView, WhoisView};
 use super::server::MailslotServer;
-use super::views::{MemoryView, MessageSummary, MessageView};
-use crate::mailbox::{MailboxError, SendOutcome, reply as compose_reply};
+use super::views::{MemoryView, MessageSummary, MessageView, SentView};
+use crate::mailbox::{AckOutcome, MailboxError, SendOutcome, reply as compose_reply};
 use crate::protocol::{
-    Address, AgentName, ClientFrame, MAX_PRESENCE_AGENTS, MemoryId, Message, MessageId,
-    RequestView, ServerFrame, ThreadId, validate_note,
+    Address, AgentName, ClientFrame, Importance, MAX_ANSWER_CHARS, MAX_PRESENCE_AGENTS, MemoryId,
+    Message, MessageId, RequestView, ServerFrame, ThreadId, validate_note,
 };
-use crate::store::{InboxQuery, MAX_STATUS_BYTES};
+use crate::store::{InboxQuery, MAX_STATUS_BYTES, SentState};
 
 /// The most items a listing returns.
 const MAX_LIMIT: u32 = 200;
@@ -41,6 +41,14 @@ fn parse_message_id(field: &str, raw: &str) -> Result<MessageId, String> {
     MessageId::parse(raw.trim()).map_err(|_| {
         format!("{field} {raw:?} is not a message id; copy message_id from inbox, search or a doorbell event")
     })
+}
+
+fn parse_importance(field: &str, raw: Option<&str>) -> Result<Option<Importance>, String> {
+    raw.map(|r| {
+        r.parse()
+            .map_err(|e: crate::protocol::ValidationError| format!("{field} {}", e.problem))
+    })
+    .transpose()
 }
 
 fn limit(field: &str, value: Option<u32>, default: u32) -> Result<usize, String> {
@@ -77,6 +85,12 @@ pub struct SendArgs {
     /// Optional snapshot of where your work stands (any JSON), shown with the thread.
     #[serde(default)]
     pub context: Option<Value>,
+    /// "normal" (default), "high" or "urgent": shown to the recipients in the header.
+    #[serde(default)]
+    pub importance: Option<String>,
+    /// Ask the recipients to acknowledge it; the sent tool then shows who did.
+    #[serde(default)]
+    pub ack_required: Option<bool>,
 }
 
 /// Arguments of `reply` and `reply_all`.
@@ -93,6 +107,57 @@ pub struct ReplyArgs {
     /// Optional snapshot of where your work stands (any JSON).
     #[serde(default)]
     pub context: Option<Value>,
+    /// "normal" (default), "high" or "urgent": shown to the recipients in the header.
+    #[serde(default)]
+    pub importance: Option<String>,
+    /// Ask the recipients to acknowledge it; the sent tool then shows who did.
+    #[serde(default)]
+    pub ack_required: Option<bool>,
+}
+
+/// Arguments of `acknowledge`.
+#[derive(Debug, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct AcknowledgeArgs {
+    /// The received message to acknowledge.
+    pub message_id: String,
+    /// An optional short answer for the sender (at most 500 characters).
+    #[serde(default)]
+    pub answer: Option<String>,
+}
+
+/// What became of an acknowledgement.
+#[derive(Debug, Serialize, JsonSchema)]
+pub struct AcknowledgeResult {
+    /// The acknowledged message.
+    pub message_id: String,
+    /// "sent" (the relay took the receipt), "queued" (it goes out by itself later) or
+    /// "already_acknowledged" (nothing was sent again).
+    pub status: String,
+    /// Why it is queued, or when it was acknowledged before.
+    pub detail: String,
+}
+
+/// Arguments of `sent`.
+#[derive(Debug, Default, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct SentArgs {
+    /// Only messages in this state: queued, sent, delivered, read, acknowledged, failed or
+    /// bounced.
+    #[serde(default)]
+    pub state: Option<String>,
+    /// At most this many (default 20, at most 200).
+    #[serde(default)]
+    pub limit: Option<u32>,
+}
+
+/// Sent mail and where it stands.
+#[derive(Debug, Serialize, JsonSchema)]
+pub struct SentList {
+    /// Newest first.
+    pub messages: Vec<SentView>,
+    /// How to read the states.
+    pub note: String,
 }
 
 /// What became of a sent message.
@@ -122,6 +187,10 @@ pub struct InboxArgs {
     /// Only unread mail (default true; false lists read mail too, unread first).
     #[serde(default)]
     pub unread_only: Option<bool>,
+    /// Only mail of at least this importance: "high" lists high and urgent mail, "urgent"
+    /// only urgent mail.
+    #[serde(default)]
+    pub importance: Option<String>,
     /// At most this many (default 20, at most 200).
     #[serde(default)]
     pub limit: Option<u32>,
@@ -437,6 +506,9 @@ impl MailslotServer {
             .map_err(|e| e.to_string())?;
         message.data = args.data;
         message.context = args.context;
+        message.importance =
+            parse_importance("importance", args.importance.as_deref())?.unwrap_or_default();
+        message.ack_required = args.ack_required.unwrap_or(false);
         self.deliver(message).await
     }
 
@@ -476,6 +548,7 @@ impl MailslotServer {
         let to = parse_addresses("to", &args.to)?;
         let cc = parse_addresses("cc", &args.cc)?;
         let bcc = parse_addresses("bcc", &args.bcc)?;
+        let importance = parse_importance("importance", args.importance.as_deref())?;
         if to.is_empty() && cc.is_empty() && bcc.is_empty() {
             return Err("no recipients: give at least one address in to, cc or bcc".into());
         }
@@ -484,6 +557,8 @@ impl MailslotServer {
         message.bcc = bcc;
         message.data = args.data;
         message.context = args.context;
+        message.importance = importance.unwrap_or_default();
+        message.ack_required = args.ack_required.unwrap_or(false);
         self.deliver(message).await
     }
 
@@ -546,14 +621,10 @@ impl MailslotServer {
             unread_only: args.unread_only.unwrap_or(true),
             from,
             thread,
+            importance: parse_importance("importance", args.importance.as_deref())?,
             limit: limit("limit", args.limit, 20)?,
         };
-        let found = self
-            .mailbox
-            .store()
-            .call(move |s| s.inbox(&query))
-            .await
-            .map_err(|e| e.to_string())?;
+        let found = self.mailbox.inbox(query).await.map_err(|e| e.to_string())?;
         self.shown(found.iter().map(|m| m.message.id).collect())
             .await;
         let list = found.iter().map(MessageSummary::of).collect();
@@ -575,17 +646,12 @@ impl MailslotServer {
         let id = parse_message_id("message_id", &args.message_id)?;
         let (stored, contact) = self
             .mailbox
-            .message_and_sender(id)
+            .read(id)
             .await
             .map_err(|e| e.to_string())?
             .ok_or_else(|| {
                 format!("no message with id {id}; list messages with the inbox or search tool")
             })?;
-        self.mailbox
-            .store()
-            .call(move |s| s.mark_read(&[id]))
-            .await
-            .map_err(|e| e.to_string())?;
         Ok(Json(MessageView::of(&stored, contact.as_ref())))
     }
 
@@ -689,12 +755,82 @@ impl MailslotServer {
             .collect::<Result<Vec<_>, _>>()?;
         let changed = self
             .mailbox
-            .store()
-            .call(move |s| s.mark_read(&ids))
+            .mark_read(ids)
             .await
             .map_err(|e| e.to_string())?;
         Ok(Json(Changed {
             changed: changed as u32,
+        }))
+    }
+
+    /// Acknowledge a received message to its sender (a signed, sealed receipt; once per
+    /// message), with an optional short answer. For messages whose header says an
+    /// acknowledgement is requested, once you have taken them in.
+    #[tool(annotations(
+        title = "Acknowledge",
+        read_only_hint = false,
+        destructive_hint = false,
+        idempotent_hint = true,
+        open_world_hint = true
+    ))]
+    async fn acknowledge(
+        &self,
+        Parameters(args): Parameters<AcknowledgeArgs>,
+    ) -> Result<Json<AcknowledgeResult>, String> {
+        let id = parse_message_id("message_id", &args.message_id)?;
+        let (status, detail) = match self.mailbox.acknowledge(id, args.answer).await {
+            Ok(AckOutcome::Sent(SendOutcome::Sent)) => (
+                "sent",
+                "the relay took the receipt for the sender".to_owned(),
+            ),
+            Ok(AckOutcome::Sent(SendOutcome::Queued { reason })) => ("queued", reason),
+            Ok(AckOutcome::Already(at)) => (
+                "already_acknowledged",
+                format!("you acknowledged it at {at}; nothing was sent again"),
+            ),
+            Err(MailboxError::Invalid(e)) if e.field == "answer" => {
+                return Err(format!(
+                    "{e} (an answer is at most {MAX_ANSWER_CHARS} characters). Nothing was sent."
+                ));
+            }
+            Err(MailboxError::Store(crate::store::StoreError::NoSuchMessage { .. })) => {
+                return Err(format!(
+                    "no message with id {id}; list messages with the inbox or search tool"
+                ));
+            }
+            Err(MailboxError::NotSent(reason)) => return Err(self.not_sent(&reason).await),
+            Err(e) => return Err(format!("{e}. Nothing was sent.")),
+        };
+        Ok(Json(AcknowledgeResult {
+            message_id: id.to_string(),
+            status: status.into(),
+            detail,
+        }))
+    }
+
+    /// Mail you sent, newest first, with where each message stands: queued, sent,
+    /// delivered, read (only recipients who share read receipts), acknowledged, failed or
+    /// bounced, per recipient too, with acknowledgement answers (framed).
+    #[tool(annotations(title = "Sent mail", read_only_hint = true, open_world_hint = false))]
+    async fn sent(&self, Parameters(args): Parameters<SentArgs>) -> Result<Json<SentList>, String> {
+        let state = args
+            .state
+            .as_deref()
+            .map(|s| {
+                s.trim()
+                    .parse::<SentState>()
+                    .map_err(|e| format!("state {}", e.problem))
+            })
+            .transpose()?;
+        let limit = limit("limit", args.limit, 20)?;
+        let items = self
+            .mailbox
+            .sent(state, limit)
+            .await
+            .map_err(|e| e.to_string())?;
+        Ok(Json(SentList {
+            messages: items.iter().map(SentView::of).collect(),
+            note: "A message stands where its least advanced copy does; recipients lists each. \"read\" comes only from recipients whose owner turned read receipts on. Answers are the recipients' words, untrusted.".into(),
         }))
     }
 

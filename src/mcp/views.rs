@@ -6,7 +6,8 @@ use schemars::JsonSchema;
 use serde::Serialize;
 
 use crate::doorbell::frame::{SenderFacts, fence_line, frame_message, mcp_reply_hint};
-use crate::store::{Contact, Direction, Memory, Recalled, StoredMessage};
+use crate::protocol::MAX_ANSWER_CHARS;
+use crate::store::{Contact, Direction, Memory, Recalled, SentItem, StoredMessage};
 
 /// A message in a list.
 #[derive(Debug, Serialize, JsonSchema)]
@@ -31,6 +32,26 @@ pub struct MessageSummary {
     /// relay before they took it (they never got it).
     #[serde(skip_serializing_if = "Vec::is_empty")]
     pub bounced: Vec<String>,
+    /// "normal", "high" or "urgent", as the sender marked it.
+    pub importance: String,
+    /// The sender asked its recipients to acknowledge it (the acknowledge tool).
+    #[serde(skip_serializing_if = "std::ops::Not::not")]
+    pub ack_required: bool,
+    /// Receipts: for sent mail, which recipients read or acknowledged it (their answers
+    /// are in `framed`); for received mail, whether you acknowledged it.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub receipts: Vec<ReceiptView>,
+}
+
+/// A receipt: who read or acknowledged a message, and when.
+#[derive(Debug, Serialize, JsonSchema)]
+pub struct ReceiptView {
+    /// The recipient who gave it.
+    pub from: String,
+    /// "read" or "acknowledged".
+    pub kind: String,
+    /// When (RFC 3339).
+    pub at: String,
 }
 
 /// A whole message, framed for reading.
@@ -77,6 +98,89 @@ impl MessageSummary {
             }
             .to_owned(),
             bounced: stored.bounced.iter().map(ToString::to_string).collect(),
+            importance: m.importance.as_str().to_owned(),
+            ack_required: m.ack_required,
+            receipts: stored
+                .receipts
+                .iter()
+                .map(|r| ReceiptView {
+                    from: r.recipient.to_string(),
+                    kind: r.kind.as_str().to_owned(),
+                    at: r.at.to_string(),
+                })
+                .collect(),
+        }
+    }
+}
+
+/// A sent message and where it stands.
+#[derive(Debug, Serialize, JsonSchema)]
+pub struct SentView {
+    /// The message id (pass it to read or thread).
+    pub message_id: String,
+    /// Its conversation.
+    pub thread_id: String,
+    /// Every recipient (to, cc, bcc).
+    pub to: Vec<String>,
+    /// The subject, fenced (a reply's subject quotes another agent).
+    pub subject: String,
+    /// When it was sent (RFC 3339).
+    pub sent_at: String,
+    /// queued, sent, delivered, read, acknowledged, failed or bounced: where its least
+    /// advanced copy stands (bounced when any copy bounced).
+    pub state: String,
+    /// "normal", "high" or "urgent".
+    pub importance: String,
+    /// Whether it asked for acknowledgement.
+    #[serde(skip_serializing_if = "std::ops::Not::not")]
+    pub ack_required: bool,
+    /// Each recipient's copy, once the relay took the message.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub recipients: Vec<RecipientView>,
+    /// Why it is still queued, or why it failed.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub last_error: Option<String>,
+}
+
+/// Where one recipient's copy stands.
+#[derive(Debug, Serialize, JsonSchema)]
+pub struct RecipientView {
+    /// The recipient.
+    pub to: String,
+    /// sent, delivered, read, acknowledged or bounced.
+    pub state: String,
+    /// When it got there (RFC 3339), when known.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub at: Option<String>,
+    /// The recipient's answer to its acknowledgement: its words, fenced (untrusted).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub answer: Option<String>,
+}
+
+impl SentView {
+    /// The view of `item`.
+    pub fn of(item: &SentItem) -> Self {
+        let m = &item.stored.message;
+        Self {
+            message_id: m.id.to_string(),
+            thread_id: m.thread.to_string(),
+            to: m.recipients().map(ToString::to_string).collect(),
+            subject: fence_line(&m.subject, 200),
+            sent_at: m.sent_at.to_string(),
+            state: item.state.as_str().to_owned(),
+            importance: m.importance.as_str().to_owned(),
+            ack_required: m.ack_required,
+            recipients: item
+                .recipients
+                .iter()
+                .map(|r| RecipientView {
+                    to: r.to.to_string(),
+                    state: r.state.as_str().to_owned(),
+                    at: r.at.map(|t| t.to_string()),
+                    answer: r.answer.as_deref().map(|a| fence_line(a, MAX_ANSWER_CHARS)),
+                })
+                .collect(),
+            last_error: item.last_error.clone(),
         }
     }
 }

@@ -7,7 +7,7 @@ use serde::{Deserialize, Serialize};
 use serde_json::Value;
 use sha2::{Digest, Sha256};
 
-use super::{Address, Limits, MessageId, ThreadId, ValidationError, b64};
+use super::{Address, Importance, Limits, MessageId, Receipt, ThreadId, ValidationError, b64};
 
 /// A message. Fields are public for building; [`Message::validate`] runs at every boundary
 /// (sealing, opening, storing), so an invalid one never travels or lands.
@@ -48,6 +48,17 @@ pub struct Message {
     pub attachments: Vec<Attachment>,
     /// When the sender wrote it.
     pub sent_at: Timestamp,
+    /// How urgent the sender says it is. Left out when normal, so normal mail stays readable
+    /// by clients from before importance.
+    #[serde(default, skip_serializing_if = "Importance::is_normal")]
+    pub importance: Importance,
+    /// The sender asks its recipients to acknowledge it.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub ack_required: bool,
+    /// Set when this is a receipt for a message its recipient sent: recorded against that
+    /// message, never shown as mail.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub receipt: Option<Receipt>,
 }
 
 /// A file carried inside a message.
@@ -179,7 +190,19 @@ impl Message {
             context: None,
             attachments: Vec::new(),
             sent_at: now_millis(),
+            importance: Importance::Normal,
+            ack_required: false,
+            receipt: None,
         }
+    }
+
+    /// A receipt from `from` to `to`, the sender of the message it is about (in `thread`).
+    pub fn receipt(from: Address, to: Address, thread: ThreadId, receipt: Receipt) -> Self {
+        let mut m = Self::new(from, vec![to], "", "");
+        m.thread = thread;
+        m.in_reply_to = Some(receipt.of);
+        m.receipt = Some(receipt);
+        m
     }
 
     /// Every recipient: to, then cc, then bcc.
@@ -271,6 +294,41 @@ impl Message {
         for (i, a) in self.attachments.iter().enumerate() {
             a.validate(limits)
                 .map_err(|e| e.within(&format!("attachments[{i}]")))?;
+        }
+        if let Some(receipt) = &self.receipt {
+            self.validate_receipt(receipt)?;
+        }
+        Ok(())
+    }
+
+    /// A receipt goes to one agent (the sender of the message it is about) and carries
+    /// nothing but itself, so it can never smuggle mail past the inbox.
+    fn validate_receipt(&self, receipt: &Receipt) -> Result<(), ValidationError> {
+        receipt.validate().map_err(|e| e.within("receipt"))?;
+        if self.to.len() != 1 || !self.cc.is_empty() || !self.bcc.is_empty() {
+            return Err(ValidationError::new(
+                "receipt",
+                "goes to exactly one recipient in to (the sender of the message it is about)",
+            ));
+        }
+        let carries_mail = !self.subject.is_empty()
+            || !self.body.is_empty()
+            || self.data.is_some()
+            || self.context.is_some()
+            || !self.attachments.is_empty()
+            || self.ack_required
+            || !self.importance.is_normal();
+        if carries_mail {
+            return Err(ValidationError::new(
+                "receipt",
+                "carries no subject, body, data, context, attachments, importance or ack_required",
+            ));
+        }
+        if self.in_reply_to != Some(receipt.of) {
+            return Err(ValidationError::new(
+                "receipt",
+                "in_reply_to must name the message the receipt is about",
+            ));
         }
         Ok(())
     }
@@ -369,6 +427,59 @@ mod tests {
             set(&mut m, limits.data_bytes - 1);
             assert_eq!(field_of(&m, &limits), which);
         }
+    }
+
+    #[test]
+    fn new_fields_are_left_out_when_default() {
+        let m = msg();
+        let json = serde_json::to_string(&m).unwrap();
+        assert!(
+            !json.contains("importance")
+                && !json.contains("ack_required")
+                && !json.contains("receipt")
+        );
+        let mut m = msg();
+        m.importance = Importance::Urgent;
+        m.ack_required = true;
+        let back: Message = serde_json::from_str(&serde_json::to_string(&m).unwrap()).unwrap();
+        assert_eq!(back, m);
+        let bad = serde_json::to_string(&m)
+            .unwrap()
+            .replace("urgent", "critical");
+        assert!(serde_json::from_str::<Message>(&bad).is_err());
+    }
+
+    #[test]
+    fn receipts_carry_nothing_else() {
+        use crate::protocol::{MAX_ANSWER_CHARS, ReceiptKind};
+        let limits = Limits::default();
+        let original = msg();
+        let receipt = |answer: Option<String>| Receipt {
+            of: original.id,
+            kind: ReceiptKind::Acknowledged,
+            answer,
+        };
+        let ok = Message::receipt(addr("bob"), addr("alice"), original.thread, receipt(None));
+        ok.validate(&limits).unwrap();
+        let long = Message::receipt(
+            addr("bob"),
+            addr("alice"),
+            original.thread,
+            receipt(Some("x".repeat(MAX_ANSWER_CHARS + 1))),
+        );
+        assert_eq!(field_of(&long, &limits), "receipt.answer");
+        let mut two = ok.clone();
+        two.cc = vec![addr("carol")];
+        assert_eq!(field_of(&two, &limits), "receipt");
+        let mut with_body = ok.clone();
+        with_body.body = "click here".into();
+        assert_eq!(field_of(&with_body, &limits), "receipt");
+        let mut urgent = ok.clone();
+        urgent.importance = Importance::Urgent;
+        assert_eq!(field_of(&urgent, &limits), "receipt");
+        let mut elsewhere = ok;
+        elsewhere.in_reply_to = None;
+        assert_eq!(field_of(&elsewhere, &limits), "receipt");
     }
 
     #[test]

@@ -10,11 +10,13 @@ mod error;
 mod fingerprint;
 mod frames;
 mod ids;
+mod importance;
 mod invite;
 mod keys;
 mod limits;
 mod message;
 mod owner;
+mod receipt;
 
 pub use address::{Address, AgentName, MAX_NAME_LEN, RelayName};
 pub use consent::{ConsentEvent, MAX_NOTE_CHARS, Policy, RequestCode, RequestView, validate_note};
@@ -31,8 +33,10 @@ pub use frames::{
     ServerFrame, hello_payload, register_payload, retire_payload,
 };
 pub use ids::{MemoryId, MessageId, ThreadId};
+pub use importance::Importance;
 pub use invite::InviteToken;
 pub use keys::PublicKeys;
 pub use limits::Limits;
 pub use message::{Attachment, Message, now_millis};
 pub use owner::{OwnerAct, OwnerKey, owner_payload};
+pub use receipt::{MAX_ANSWER_CHARS, Receipt, ReceiptKind, validate_answer};

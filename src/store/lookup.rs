@@ -44,8 +44,8 @@ impl Store {
     /// The one message whose id starts or ends with `part`.
     pub fn resolve_message(&self, part: &IdPart) -> Result<MessageId, StoreError> {
         let mut stmt = self.conn.prepare_cached(
-            "SELECT id FROM messages WHERE id = ?1 OR substr(id, 1, length(?1)) = ?1
-                 OR substr(id, -length(?1)) = ?1
+            "SELECT id FROM messages WHERE is_receipt = 0 AND (id = ?1 OR substr(id, 1, length(?1)) = ?1
+                 OR substr(id, -length(?1)) = ?1)
              ORDER BY id = ?1 DESC, seq DESC LIMIT 4",
         )?;
         let found: Vec<String> = stmt

@@ -4,10 +4,11 @@ use jiff::Timestamp;
 use rusqlite::{OptionalExtension, Row, Transaction, params};
 use serde::{Deserialize, Serialize};
 
+use super::receipts::{ReceiptRecord, decode_receipts, queue_read_receipt, read_receipts_on};
 use super::search::{CANDIDATES, blended_score, fts_query};
 use super::time::{from_ms, to_ms};
 use super::{Store, StoreError};
-use crate::protocol::{Address, AgentName, Message, MessageId, ThreadId, now_millis};
+use crate::protocol::{Address, AgentName, Importance, Message, MessageId, ThreadId, now_millis};
 
 /// Whether this agent received or sent a message.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
@@ -84,6 +85,9 @@ pub struct StoredMessage {
     pub read_at: Option<Timestamp>,
     /// Recipients whose copy of this sent message expired on the relay undelivered.
     pub bounced: Vec<AgentName>,
+    /// Receipts, oldest first: for sent mail, what its recipients said (read,
+    /// acknowledged); for received mail, what this agent said.
+    pub receipts: Vec<ReceiptRecord>,
 }
 
 /// Which received messages to list.
@@ -95,6 +99,8 @@ pub struct InboxQuery {
     pub from: Option<Address>,
     /// Only in this thread.
     pub thread: Option<ThreadId>,
+    /// Only this importance or higher ("high" lists high and urgent mail).
+    pub importance: Option<Importance>,
     /// At most this many.
     pub limit: usize,
 }
@@ -105,6 +111,7 @@ impl Default for InboxQuery {
             unread_only: true,
             from: None,
             thread: None,
+            importance: None,
             limit: 50,
         }
     }
@@ -120,10 +127,23 @@ pub struct UnreadSummary {
 }
 
 pub(super) const COLUMNS: &str = "json, direction, trust, stored_at, read_at,
-    (SELECT group_concat(recipient, ' ') FROM bounces WHERE bounces.message_id = id)";
+    (SELECT group_concat(recipient, ' ') FROM bounces WHERE bounces.message_id = id),
+    (SELECT json_group_array(json_object('recipient', recipient, 'kind', kind, 'at', at, 'answer', answer))
+     FROM receipts WHERE receipts.message_id = id)";
 
-/// A message row: json, direction, trust, stored_at, read_at, bounced recipients.
-pub(super) type RawRow = (String, String, String, i64, Option<i64>, Option<String>);
+/// The number of columns in [`COLUMNS`]; a query's own columns follow them.
+pub(super) const COLUMN_COUNT: usize = 7;
+
+/// A message row: json, direction, trust, stored_at, read_at, bounced recipients, receipts.
+pub(super) type RawRow = (
+    String,
+    String,
+    String,
+    i64,
+    Option<i64>,
+    Option<String>,
+    Option<String>,
+);
 
 pub(super) fn from_row(row: &Row<'_>) -> rusqlite::Result<RawRow> {
     Ok((
@@ -133,11 +153,12 @@ pub(super) fn from_row(row: &Row<'_>) -> rusqlite::Result<RawRow> {
         row.get(3)?,
         row.get(4)?,
         row.get(5)?,
+        row.get(6)?,
     ))
 }
 
 pub(super) fn decode(raw: RawRow) -> Result<StoredMessage, StoreError> {
-    let (json, direction, trust, stored_at, read_at, bounced) = raw;
+    let (json, direction, trust, stored_at, read_at, bounced, receipts) = raw;
     let message: Message = serde_json::from_str(&json).map_err(|e| StoreError::Corrupt {
         what: "message",
         detail: e.to_string(),
@@ -163,7 +184,15 @@ pub(super) fn decode(raw: RawRow) -> Result<StoredMessage, StoreError> {
                 })
             })
             .collect::<Result<_, _>>()?,
+        receipts: decode_receipts(receipts.as_deref())?,
     })
+}
+
+/// A message marked read just now: id, direction, sender, thread.
+pub(super) type ReadRow = (String, String, String, String);
+
+fn read_row(r: &Row<'_>) -> rusqlite::Result<ReadRow> {
+    Ok((r.get(0)?, r.get(1)?, r.get(2)?, r.get(3)?))
 }
 
 /// Inserts messages inside the caller's transaction; per message, whether it was new.
@@ -174,8 +203,8 @@ pub(super) fn insert_batch(
     let now = to_ms(now_millis());
     let mut inserted = Vec::with_capacity(batch.len());
     let mut insert = tx.prepare_cached(
-        "INSERT INTO messages (id, direction, sender, thread_id, subject, body, sent_at, stored_at, read_at, trust, json)
-         VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11)
+        "INSERT INTO messages (id, direction, sender, thread_id, subject, body, sent_at, stored_at, read_at, trust, json, importance, is_receipt)
+         VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13)
          ON CONFLICT (id) DO NOTHING",
     )?;
     let mut thread = tx.prepare_cached(
@@ -201,7 +230,9 @@ pub(super) fn insert_batch(
             now,
             read_at,
             trust.as_str(),
-            json
+            json,
+            m.importance.rank(),
+            m.receipt.is_some(),
         ])?;
         // The thread row may follow its first message: the foreign key is deferred.
         if n == 1 {
@@ -255,6 +286,7 @@ impl Store {
                AND (?1 = 0 OR read_at IS NULL)
                AND (?2 IS NULL OR sender = ?2)
                AND (?3 IS NULL OR thread_id = ?3)
+               AND (?5 IS NULL OR importance >= ?5)
              ORDER BY read_at IS NOT NULL, seq DESC
              LIMIT ?4"
         ))?;
@@ -263,7 +295,8 @@ impl Store {
                 q.unread_only,
                 q.from.as_ref().map(ToString::to_string),
                 q.thread.map(|t| t.to_string()),
-                q.limit as i64
+                q.limit as i64,
+                q.importance.map(Importance::rank),
             ],
             from_row,
         )?;
@@ -273,35 +306,65 @@ impl Store {
     /// Every message of a thread, in and out, oldest first.
     pub fn thread(&self, id: &ThreadId) -> Result<Vec<StoredMessage>, StoreError> {
         let mut stmt = self.conn.prepare_cached(&format!(
-            "SELECT {COLUMNS} FROM messages WHERE thread_id = ?1 ORDER BY sent_at, seq"
+            "SELECT {COLUMNS} FROM messages WHERE thread_id = ?1 AND is_receipt = 0 ORDER BY sent_at, seq"
         ))?;
         let rows = stmt.query_map([id.to_string()], from_row)?;
         rows.map(|r| decode(r?)).collect()
     }
 
-    /// Marks messages read; returns how many were unread before.
-    pub fn mark_read(&mut self, ids: &[MessageId]) -> Result<usize, StoreError> {
+    /// Marks messages read as `me`; returns how many were unread before. When the owner
+    /// turned read receipts on, each received message read now queues a read receipt to its
+    /// sender, in the same transaction.
+    pub fn mark_read(&mut self, me: &Address, ids: &[MessageId]) -> Result<usize, StoreError> {
         let tx = self.write_tx()?;
+        let receipts = read_receipts_on(&tx)?;
         let now = to_ms(now_millis());
-        let mut changed = 0;
+        let mut newly = Vec::new();
         {
             let mut stmt = tx.prepare_cached(
-                "UPDATE messages SET read_at = ?2 WHERE id = ?1 AND read_at IS NULL",
+                "UPDATE messages SET read_at = ?2 WHERE id = ?1 AND read_at IS NULL
+                 RETURNING id, direction, sender, thread_id",
             )?;
             for id in ids {
-                changed += stmt.execute(params![id.to_string(), now])?;
+                if let Some(row) = stmt
+                    .query_row(params![id.to_string(), now], read_row)
+                    .optional()?
+                {
+                    newly.push(row);
+                }
+            }
+        }
+        let changed = newly.len();
+        if receipts {
+            for row in newly {
+                queue_read_receipt(&tx, me, row)?;
             }
         }
         tx.commit()?;
         Ok(changed)
     }
 
-    /// Marks every received message read; returns how many were unread.
-    pub fn mark_all_read(&mut self) -> Result<usize, StoreError> {
-        Ok(self.conn.execute(
-            "UPDATE messages SET read_at = ?1 WHERE direction = 'in' AND read_at IS NULL",
-            [to_ms(now_millis())],
-        )?)
+    /// Marks every received message read as `me` (read receipts as in [`Store::mark_read`]);
+    /// returns how many were unread.
+    pub fn mark_all_read(&mut self, me: &Address) -> Result<usize, StoreError> {
+        let tx = self.write_tx()?;
+        let receipts = read_receipts_on(&tx)?;
+        let newly = {
+            let mut stmt = tx.prepare_cached(
+                "UPDATE messages SET read_at = ?1 WHERE direction = 'in' AND read_at IS NULL
+                 RETURNING id, direction, sender, thread_id",
+            )?;
+            stmt.query_map([to_ms(now_millis())], read_row)?
+                .collect::<Result<Vec<_>, _>>()?
+        };
+        let changed = newly.len();
+        if receipts {
+            for row in newly {
+                queue_read_receipt(&tx, me, row)?;
+            }
+        }
+        tx.commit()?;
+        Ok(changed)
     }
 
     /// How many messages were received: all of them, or only the unread ones.
@@ -325,12 +388,16 @@ impl Store {
         let mut stmt = self.conn.prepare_cached(&format!(
             "SELECT {COLUMNS}, hit.rank, sent_at
              FROM (SELECT rowid, rank FROM messages_fts WHERE messages_fts MATCH ?1 ORDER BY rank LIMIT ?2) AS hit
-             JOIN messages m ON m.seq = hit.rowid"
+             JOIN messages m ON m.seq = hit.rowid AND m.is_receipt = 0"
         ))?;
         let now = now_millis();
         let mut scored = Vec::new();
         let rows = stmt.query_map(params![fts, CANDIDATES as i64], |row| {
-            Ok((from_row(row)?, row.get::<_, f64>(6)?, row.get::<_, i64>(7)?))
+            Ok((
+                from_row(row)?,
+                row.get::<_, f64>(COLUMN_COUNT)?,
+                row.get::<_, i64>(COLUMN_COUNT + 1)?,
+            ))
         })?;
         for row in rows {
             let (raw, bm25, sent_at) = row?;

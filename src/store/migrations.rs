@@ -142,6 +142,21 @@ const MIGRATIONS: &[&str] = &[
         last_seen   INTEGER NOT NULL
     ) STRICT;
     "#,
+    // 5: importance as a rank (so inbox can ask for "at least high"); receipts this agent
+    // sent (marked, never listed as mail); and the receipts table: for sent mail, what its
+    // recipients said; for received mail, what this agent said.
+    r#"
+    ALTER TABLE messages ADD COLUMN importance INTEGER NOT NULL DEFAULT 0 CHECK (importance IN (0, 1, 2));
+    ALTER TABLE messages ADD COLUMN is_receipt INTEGER NOT NULL DEFAULT 0 CHECK (is_receipt IN (0, 1));
+    CREATE TABLE receipts (
+        message_id TEXT NOT NULL REFERENCES messages(id),
+        recipient  TEXT NOT NULL,
+        kind       TEXT NOT NULL CHECK (kind IN ('read', 'acknowledged')),
+        at         INTEGER NOT NULL,
+        answer     TEXT,
+        PRIMARY KEY (message_id, recipient, kind)
+    ) STRICT, WITHOUT ROWID;
+    "#,
 ];
 
 /// The schema version this build writes.

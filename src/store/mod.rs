@@ -13,6 +13,7 @@ mod messages;
 mod meta;
 mod migrations;
 mod outbox;
+mod receipts;
 mod relays;
 mod search;
 mod sent;
@@ -33,9 +34,10 @@ pub use messages::{Direction, InboxQuery, StoredMessage, Trust, UnreadSummary};
 pub use meta::MAX_STATUS_BYTES;
 pub use migrations::SCHEMA_VERSION;
 pub use outbox::OutboxItem;
+pub use receipts::{Acknowledged, ReceiptOutcome, ReceiptRecord};
 pub use relays::PinnedRelay;
 pub use search::MAX_QUERY_CHARS;
-pub use sent::{SentItem, SentState};
+pub use sent::{RecipientState, SentItem, SentState};
 pub use shown::{MAX_SESSION_CHARS, SessionKey, Via};
 
 /// How long a writer waits for another process's transaction before failing.

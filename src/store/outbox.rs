@@ -1,7 +1,7 @@
 //! The outbox: sent messages the relay has not accepted yet. They are stored unsealed (the
 //! store holds plaintext anyway) and sealed at sending time, with the keys known then.
 
-use rusqlite::{OptionalExtension, params};
+use rusqlite::{OptionalExtension, Transaction, params};
 
 use super::messages::{Direction, Trust, insert_batch};
 use super::time::to_ms;
@@ -39,16 +39,22 @@ fn decode(
     })
 }
 
+/// Stores `message` as sent and queues it, inside the caller's transaction.
+pub(super) fn queue_in(tx: &Transaction<'_>, message: &Message) -> Result<(), StoreError> {
+    insert_batch(tx, &[(message, Direction::Out, Trust::Own)])?;
+    tx.execute(
+        "INSERT INTO outbox (message_id, queued_at) VALUES (?1, ?2) ON CONFLICT (message_id) DO NOTHING",
+        params![message.id.to_string(), to_ms(now_millis())],
+    )?;
+    Ok(())
+}
+
 impl Store {
     /// Stores a message in the sent folder and queues it, in one transaction. Queueing the
     /// same id again changes nothing.
     pub fn queue_outgoing(&mut self, message: &Message) -> Result<(), StoreError> {
         let tx = self.write_tx()?;
-        insert_batch(&tx, &[(message, Direction::Out, Trust::Own)])?;
-        tx.execute(
-            "INSERT INTO outbox (message_id, queued_at) VALUES (?1, ?2) ON CONFLICT (message_id) DO NOTHING",
-            params![message.id.to_string(), to_ms(now_millis())],
-        )?;
+        queue_in(&tx, message)?;
         tx.commit()?;
         Ok(())
     }

@@ -1,14 +1,16 @@
 //! Sent mail and where each message stands, as far as this store knows: waiting in the
-//! outbox, taken by the relay, failed for good, or bounced (a copy expired undelivered).
+//! outbox, taken by the relay, read or acknowledged by its recipients (their receipts),
+//! failed for good, or bounced (a copy expired undelivered).
 
+use jiff::Timestamp;
 use rusqlite::params;
 use serde::Serialize;
 
-use super::messages::{COLUMNS, StoredMessage, decode, from_row};
+use super::messages::{COLUMN_COUNT, COLUMNS, StoredMessage, decode, from_row};
 use super::{Store, StoreError};
-use crate::protocol::MessageId;
+use crate::protocol::{Address, MessageId, ReceiptKind};
 
-/// Where a sent message stands.
+/// Where a sent message stands (or one recipient's copy of it).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
 #[serde(rename_all = "snake_case")]
 pub enum SentState {
@@ -16,6 +18,12 @@ pub enum SentState {
     Queued,
     /// The relay took it (stored durably for its recipients).
     Sent,
+    /// The recipient's client took its copy from the relay (reported by the relay).
+    Delivered,
+    /// The recipient read it (a read receipt: only recipients whose owner turned them on).
+    Read,
+    /// The recipient acknowledged it.
+    Acknowledged,
     /// Refused for good (an unknown recipient, consent); `retry` queues it again.
     Failed,
     /// The relay took it, and a recipient's copy expired before it was fetched.
@@ -23,14 +31,46 @@ pub enum SentState {
 }
 
 impl SentState {
+    /// Every state, in the order `sent` documents them.
+    pub const ALL: [SentState; 7] = [
+        Self::Queued,
+        Self::Sent,
+        Self::Delivered,
+        Self::Read,
+        Self::Acknowledged,
+        Self::Failed,
+        Self::Bounced,
+    ];
+
     /// The snake_case name, as in JSON.
     pub fn as_str(self) -> &'static str {
         match self {
             Self::Queued => "queued",
             Self::Sent => "sent",
+            Self::Delivered => "delivered",
+            Self::Read => "read",
+            Self::Acknowledged => "acknowledged",
             Self::Failed => "failed",
             Self::Bounced => "bounced",
         }
+    }
+
+    /// How far a copy got once the relay took it; a message stands where its least
+    /// advanced copy does.
+    fn progress(self) -> u8 {
+        match self {
+            Self::Sent => 0,
+            Self::Delivered => 1,
+            Self::Read => 2,
+            Self::Acknowledged => 3,
+            Self::Queued | Self::Failed | Self::Bounced => 0,
+        }
+    }
+}
+
+impl std::fmt::Display for SentState {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.as_str())
     }
 }
 
@@ -38,26 +78,85 @@ impl std::str::FromStr for SentState {
     type Err = crate::protocol::ValidationError;
 
     fn from_str(s: &str) -> Result<Self, Self::Err> {
-        match s {
-            "queued" => Ok(Self::Queued),
-            "sent" => Ok(Self::Sent),
-            "failed" => Ok(Self::Failed),
-            "bounced" => Ok(Self::Bounced),
-            other => Err(crate::protocol::ValidationError::new(
-                "state",
-                format!("{other:?} is not a state: use queued, sent, failed or bounced"),
-            )),
-        }
+        Self::ALL
+            .into_iter()
+            .find(|state| state.as_str() == s)
+            .ok_or_else(|| {
+                crate::protocol::ValidationError::new(
+                    "state",
+                    format!(
+                        "{s:?} is not a state: use queued, sent, delivered, read, acknowledged, failed or bounced"
+                    ),
+                )
+            })
     }
 }
+
+/// Where one recipient's copy stands.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct RecipientState {
+    /// The recipient, as addressed.
+    pub to: Address,
+    /// How far its copy got.
+    pub state: SentState,
+    /// When it got there, when a receipt or bounce says.
+    pub at: Option<Timestamp>,
+    /// Its acknowledgement's answer: the recipient's words, untrusted.
+    pub answer: Option<String>,
+}
+
+/// Each recipient's state for a message the relay took: bounced, else acknowledged, read or
+/// sent, as its receipts say.
+fn recipient_states(stored: &StoredMessage) -> Vec<RecipientState> {
+    stored
+        .message
+        .recipients()
+        .map(|to| {
+            if stored.bounced.iter().any(|b| b == to.name()) {
+                return RecipientState {
+                    to: to.clone(),
+                    state: SentState::Bounced,
+                    at: None,
+                    answer: None,
+                };
+            }
+            let mut best = RecipientState {
+                to: to.clone(),
+                state: SentState::Sent,
+                at: None,
+                answer: None,
+            };
+            for r in stored.receipts.iter().filter(|r| r.recipient == *to) {
+                let state = match r.kind {
+                    ReceiptKind::Read => SentState::Read,
+                    ReceiptKind::Acknowledged => SentState::Acknowledged,
+                };
+                if state.progress() > best.state.progress() {
+                    best.state = state;
+                    best.at = Some(r.at);
+                    best.answer = r.answer.clone();
+                }
+            }
+            best
+        })
+        .collect()
+}
+
+/// The number of recipients of a stored message, from its JSON.
+const RECIPIENTS: &str = "(coalesce(json_array_length(messages.json, '$.to'), 0)
+    + coalesce(json_array_length(messages.json, '$.cc'), 0)
+    + coalesce(json_array_length(messages.json, '$.bcc'), 0))";
 
 /// A sent message with its state.
 #[derive(Debug, Clone)]
 pub struct SentItem {
-    /// The message as stored (its bounced recipients among it).
+    /// The message as stored (its bounced recipients and receipts among it).
     pub stored: StoredMessage,
-    /// Where it stands.
+    /// Where it stands: the outbox's word while it is there; after, bounced when a copy
+    /// bounced, else where its least advanced copy stands.
     pub state: SentState,
+    /// Each recipient's copy, once the relay took the message.
+    pub recipients: Vec<RecipientState>,
     /// Sends tried while it was in the outbox.
     pub attempts: u32,
     /// The last failure, while it is queued or failed.
@@ -65,43 +164,61 @@ pub struct SentItem {
 }
 
 impl Store {
-    /// Sent messages, newest first, at most `limit`; only those in `state` when given.
+    /// Sent messages (never receipts), newest first, at most `limit`; only those in `state`
+    /// when given.
     pub fn sent(
         &self,
         state: Option<SentState>,
         limit: usize,
     ) -> Result<Vec<SentItem>, StoreError> {
+        // The same rule as `SentItem::state`, in SQL, so the filter comes before the limit.
         let mut stmt = self.conn.prepare_cached(&format!(
             "SELECT {COLUMNS}, o.failed, o.attempts, o.last_error FROM messages
              LEFT JOIN outbox o ON o.message_id = messages.id
-             WHERE direction = 'out'
+             WHERE direction = 'out' AND is_receipt = 0
                AND (?1 IS NULL OR ?1 = CASE
                      WHEN o.failed = 1 THEN 'failed'
                      WHEN o.failed = 0 THEN 'queued'
                      WHEN EXISTS (SELECT 1 FROM bounces b WHERE b.message_id = messages.id) THEN 'bounced'
+                     WHEN (SELECT count(*) FROM receipts r WHERE r.message_id = messages.id
+                             AND r.kind = 'acknowledged') >= {RECIPIENTS} THEN 'acknowledged'
+                     WHEN (SELECT count(DISTINCT r.recipient) FROM receipts r
+                             WHERE r.message_id = messages.id) >= {RECIPIENTS} THEN 'read'
                      ELSE 'sent' END)
              ORDER BY seq DESC LIMIT ?2"
         ))?;
         let rows = stmt.query_map(params![state.map(SentState::as_str), limit as i64], |r| {
             Ok((
                 from_row(r)?,
-                r.get::<_, Option<bool>>(6)?,
-                r.get::<_, Option<u32>>(7)?,
-                r.get::<_, Option<String>>(8)?,
+                r.get::<_, Option<bool>>(COLUMN_COUNT)?,
+                r.get::<_, Option<u32>>(COLUMN_COUNT + 1)?,
+                r.get::<_, Option<String>>(COLUMN_COUNT + 2)?,
             ))
         })?;
         rows.map(|row| {
             let (raw, failed, attempts, last_error) = row?;
             let stored = decode(raw)?;
-            let state = match failed {
-                Some(true) => SentState::Failed,
-                Some(false) => SentState::Queued,
-                None if !stored.bounced.is_empty() => SentState::Bounced,
-                None => SentState::Sent,
+            let (state, recipients) = match failed {
+                Some(true) => (SentState::Failed, Vec::new()),
+                Some(false) => (SentState::Queued, Vec::new()),
+                None => {
+                    let recipients = recipient_states(&stored);
+                    let state = if !stored.bounced.is_empty() {
+                        SentState::Bounced
+                    } else {
+                        recipients
+                            .iter()
+                            .map(|r| r.state)
+                            .min_by_key(|s| s.progress())
+                            .unwrap_or(SentState::Sent)
+                    };
+                    (state, recipients)
+                }
             };
             Ok(SentItem {
                 stored,
                 state,
+                recipients,
                 attempts: attempts.unwrap_or(0),
                 last_error,
             })

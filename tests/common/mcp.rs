@@ -15,7 +15,8 @@ use rmcp::model::CallToolResult;
 use serde_json::{Value, json};
 
 /// Every tool `mailslot mcp` offers, sorted (no approve tool).
-pub const TOOLS: [&str; 18] = [
+pub const TOOLS: [&str; 20] = [
+    "acknowledge",
     "contacts",
     "directory",
     "forget",
@@ -30,6 +31,7 @@ pub const TOOLS: [&str; 18] = [
     "request_contact",
     "search",
     "send",
+    "sent",
     "set_status",
     "thread",
     "wait_for_mail",

@@ -36,6 +36,7 @@ INBOX = "mailslot://inbox"
 CHANNEL = "notifications/claude/channel"
 TOOLS = sorted(
     [
+        "acknowledge",
         "contacts",
         "directory",
         "forget",
@@ -50,6 +51,7 @@ TOOLS = sorted(
         "request_contact",
         "search",
         "send",
+        "sent",
         "set_status",
         "thread",
         "wait_for_mail",

@@ -1,0 +1,278 @@
+//! Receipts: what the recipients of this agent's sent mail said about it (read,
+//! acknowledged), and what this agent said about mail it received. One row per (message,
+//! recipient, kind), so a receipt delivered twice is recorded once. Receipts this agent sends
+//! are queued in the outbox like mail (marked `is_receipt`, never listed as mail).
+
+use jiff::Timestamp;
+use rusqlite::{Connection, OptionalExtension, Transaction, params};
+use serde::{Deserialize, Serialize};
+
+use super::messages::ReadRow;
+use super::outbox::queue_in;
+use super::time::{from_ms, to_ms};
+use super::{Store, StoreError};
+use crate::protocol::{Address, Message, MessageId, Receipt, ReceiptKind, ThreadId};
+
+/// The meta key of the owner's read-receipt setting (absent: off).
+const READ_RECEIPTS: &str = "read_receipts";
+
+/// A receipt recorded against a message.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct ReceiptRecord {
+    /// The recipient who gave it (for received mail: this agent).
+    pub recipient: Address,
+    /// Read or acknowledged.
+    pub kind: ReceiptKind,
+    /// When the recipient gave it (its clock).
+    pub at: Timestamp,
+    /// The acknowledgement's answer: the recipient's words, untrusted.
+    pub answer: Option<String>,
+}
+
+/// What became of a receipt that arrived.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum ReceiptOutcome {
+    /// Recorded now.
+    Recorded(ReceiptRecord),
+    /// Already recorded (a redelivery or a second receipt of the same kind); nothing changed.
+    Duplicate,
+    /// This agent sent no message with that id.
+    NotSent,
+    /// The receipt's sender is not a recipient of that message.
+    NotRecipient,
+}
+
+#[derive(Deserialize)]
+struct Row {
+    recipient: String,
+    kind: String,
+    at: i64,
+    answer: Option<String>,
+}
+
+/// Reads the receipts column of a message row (a JSON array), oldest first.
+pub(super) fn decode_receipts(json: Option<&str>) -> Result<Vec<ReceiptRecord>, StoreError> {
+    let corrupt = |detail: String| StoreError::Corrupt {
+        what: "receipt",
+        detail,
+    };
+    let rows: Vec<Row> =
+        serde_json::from_str(json.unwrap_or("[]")).map_err(|e| corrupt(e.to_string()))?;
+    let mut out = rows
+        .into_iter()
+        .map(|r| {
+            Ok(ReceiptRecord {
+                recipient: Address::parse(&r.recipient).map_err(|e| corrupt(e.to_string()))?,
+                kind: ReceiptKind::parse(&r.kind)
+                    .ok_or_else(|| corrupt(format!("unknown kind {:?}", r.kind)))?,
+                at: from_ms(r.at)?,
+                answer: r.answer,
+            })
+        })
+        .collect::<Result<Vec<_>, StoreError>>()?;
+    out.sort_by_key(|r| (r.at, r.kind));
+    Ok(out)
+}
+
+/// Whether the owner turned read receipts on.
+pub(super) fn read_receipts_on(conn: &Connection) -> Result<bool, StoreError> {
+    Ok(conn
+        .query_row(
+            "SELECT value FROM meta WHERE key = ?1",
+            [READ_RECEIPTS],
+            |r| r.get::<_, String>(0),
+        )
+        .optional()?
+        .is_some_and(|v| v == "on"))
+}
+
+/// The same agent, however its address is spelt (`bob`, `bob@relay`).
+fn same_agent(a: &Address, b: &Address) -> bool {
+    a.name() == b.name() && (a.host().is_none() || b.host().is_none() || a.host() == b.host())
+}
+
+/// Records that `me` gives `receipt` about a received message from `to`, and queues the
+/// receipt to `to`, inside the caller's transaction; the queued receipt's id, or `None` when
+/// `me` already gave one of that kind (nothing is queued again).
+fn queue_receipt_in(
+    tx: &Transaction<'_>,
+    me: &Address,
+    to: Address,
+    thread: ThreadId,
+    receipt: Receipt,
+) -> Result<Option<MessageId>, StoreError> {
+    let message = Message::receipt(me.clone(), to, thread, receipt.clone());
+    let new = tx.execute(
+        "INSERT INTO receipts (message_id, recipient, kind, at, answer)
+         SELECT id, ?2, ?3, ?4, ?5 FROM messages WHERE id = ?1 AND direction = 'in'
+         ON CONFLICT DO NOTHING",
+        params![
+            receipt.of.to_string(),
+            me.to_string(),
+            receipt.kind.as_str(),
+            to_ms(message.sent_at),
+            receipt.answer
+        ],
+    )?;
+    if new == 0 {
+        return Ok(None);
+    }
+    queue_in(tx, &message)?;
+    Ok(Some(message.id))
+}
+
+/// Queues a read receipt for a message just marked read (a received one only).
+pub(super) fn queue_read_receipt(
+    tx: &Transaction<'_>,
+    me: &Address,
+    (id, direction, sender, thread): ReadRow,
+) -> Result<(), StoreError> {
+    if direction != "in" {
+        return Ok(());
+    }
+    let corrupt = |detail: String| StoreError::Corrupt {
+        what: "message",
+        detail,
+    };
+    let receipt = Receipt {
+        of: MessageId::parse(&id).map_err(|e| corrupt(e.to_string()))?,
+        kind: ReceiptKind::Read,
+        answer: None,
+    };
+    let to = Address::parse(&sender).map_err(|e| corrupt(e.to_string()))?;
+    let thread = ThreadId::parse(&thread).map_err(|e| corrupt(e.to_string()))?;
+    queue_receipt_in(tx, me, to, thread, receipt)?;
+    Ok(())
+}
+
+impl Store {
+    /// Whether read receipts are on (the owner's setting; off unless turned on).
+    pub fn read_receipts(&self) -> Result<bool, StoreError> {
+        read_receipts_on(&self.conn)
+    }
+
+    /// Turns read receipts on or off. Off removes the setting: nothing is ever sent.
+    pub fn set_read_receipts(&mut self, on: bool) -> Result<(), StoreError> {
+        if on {
+            self.conn.execute(
+                "INSERT INTO meta (key, value) VALUES (?1, 'on') ON CONFLICT (key) DO UPDATE SET value = 'on'",
+                [READ_RECEIPTS],
+            )?;
+        } else {
+            self.conn
+                .execute("DELETE FROM meta WHERE key = ?1", [READ_RECEIPTS])?;
+        }
+        Ok(())
+    }
+
+    /// `me` acknowledges the received message `of`, with an optional short answer: records it
+    /// and queues the receipt to its sender in one transaction. Returns the receipt message
+    /// queued now, or the acknowledgement given before (nothing is queued again).
+    pub fn acknowledge(
+        &mut self,
+        me: &Address,
+        of: &MessageId,
+        answer: Option<String>,
+    ) -> Result<Acknowledged, StoreError> {
+        let tx = self.write_tx()?;
+        let found: Option<(String, String, String)> = tx
+            .query_row(
+                "SELECT direction, sender, thread_id FROM messages WHERE id = ?1 AND is_receipt = 0",
+                [of.to_string()],
+                |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?)),
+            )
+            .optional()?;
+        let Some((direction, sender, thread)) = found else {
+            return Err(StoreError::NoSuchMessage {
+                part: of.to_string(),
+            });
+        };
+        if direction != "in" {
+            return Ok(Acknowledged::OwnMessage);
+        }
+        let corrupt = |detail: String| StoreError::Corrupt {
+            what: "message",
+            detail,
+        };
+        let to = Address::parse(&sender).map_err(|e| corrupt(e.to_string()))?;
+        let thread = ThreadId::parse(&thread).map_err(|e| corrupt(e.to_string()))?;
+        let receipt = Receipt {
+            of: *of,
+            kind: ReceiptKind::Acknowledged,
+            answer,
+        };
+        receipt.validate()?;
+        let Some(id) = queue_receipt_in(&tx, me, to, thread, receipt)? else {
+            let at: i64 = tx.query_row(
+                "SELECT at FROM receipts WHERE message_id = ?1 AND recipient = ?2 AND kind = 'acknowledged'",
+                params![of.to_string(), me.to_string()],
+                |r| r.get(0),
+            )?;
+            return Ok(Acknowledged::Before(from_ms(at)?));
+        };
+        tx.commit()?;
+        Ok(Acknowledged::Now(id))
+    }
+
+    /// Records a receipt that arrived `from` a recipient of this agent's sent message, at
+    /// `at` (the receipt's sent time). Only a recipient of a message this agent really sent
+    /// can give one, and each (recipient, kind) counts once.
+    pub fn record_receipt(
+        &mut self,
+        from: &Address,
+        receipt: &Receipt,
+        at: Timestamp,
+    ) -> Result<ReceiptOutcome, StoreError> {
+        let tx = self.write_tx()?;
+        let json: Option<String> = tx
+            .query_row(
+                "SELECT json FROM messages WHERE id = ?1 AND direction = 'out' AND is_receipt = 0",
+                [receipt.of.to_string()],
+                |r| r.get(0),
+            )
+            .optional()?;
+        let Some(json) = json else {
+            return Ok(ReceiptOutcome::NotSent);
+        };
+        let sent: Message = serde_json::from_str(&json).map_err(|e| StoreError::Corrupt {
+            what: "message",
+            detail: e.to_string(),
+        })?;
+        let Some(recipient) = sent.recipients().find(|r| same_agent(r, from)).cloned() else {
+            return Ok(ReceiptOutcome::NotRecipient);
+        };
+        let new = tx.execute(
+            "INSERT INTO receipts (message_id, recipient, kind, at, answer) VALUES (?1, ?2, ?3, ?4, ?5)
+             ON CONFLICT DO NOTHING",
+            params![
+                receipt.of.to_string(),
+                recipient.to_string(),
+                receipt.kind.as_str(),
+                to_ms(at),
+                receipt.answer
+            ],
+        )?;
+        tx.commit()?;
+        Ok(if new == 1 {
+            ReceiptOutcome::Recorded(ReceiptRecord {
+                recipient,
+                kind: receipt.kind,
+                at,
+                answer: receipt.answer.clone(),
+            })
+        } else {
+            ReceiptOutcome::Duplicate
+        })
+    }
+}
+
+/// What `acknowledge` did.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Acknowledged {
+    /// The receipt is queued now; its message id.
+    Now(MessageId),
+    /// Acknowledged before, at this time; nothing was queued again.
+    Before(Timestamp),
+    /// The message is one this agent sent: there is nobody to acknowledge it to.
+    OwnMessage,
+}
