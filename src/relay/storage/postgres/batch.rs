@@ -9,12 +9,13 @@ use std::collections::{HashMap, HashSet};
 use std::sync::{Arc, OnceLock};
 use std::time::Instant;
 
-use deadpool_postgres::{Pool, Transaction};
+use deadpool_postgres::{Client, Pool};
 use tokio::sync::{mpsc, oneshot};
 use tokio_postgres::types::ToSql;
 use tokio_postgres::{Row, Statement};
 
 use super::consent::Rule;
+use super::pipeline::Open;
 use super::{describe, now_ms, retryable, seq_to_db, unsigned};
 use crate::protocol::{AgentName, MessageId, Policy, Seq};
 use crate::relay::storage::{
@@ -141,28 +142,45 @@ impl Writer {
                 Vec::new(),
             ));
         }
-        let mut client = self.pool.get().await?;
-        let tx = client.transaction().await?;
-        let statements = Statements::prepare(&tx).await?;
+        let mut open = Open::new(self.pool.get().await?);
+        let result = self.apply_in(&mut open, batch, &names).await;
+        if result.is_err() {
+            // Back to the pool for the batch's next attempt, unless the connection failed.
+            let _ = open.rollback().await;
+        }
+        result
+    }
+
+    /// [`Writer::apply`] on the connection `open`, whose transaction it begins and commits.
+    async fn apply_in(
+        &self,
+        open: &mut Open,
+        batch: &[AcceptOp],
+        names: &[&str],
+    ) -> Result<(Vec<Accepted>, Vec<Committed>), Failure> {
+        let statements = Statements::prepare(open.client()).await?;
+        let st = &statements;
         let keys = KeyParams::of(batch);
         let pairs = PairParams::of(batch);
-        // Pipelined: sent together, run by the server one after the other in this order (a
-        // request goes out at its future's first poll, and `join!` polls in order), so the
-        // mailboxes exist before they are locked and the lookups run after the lock, as if
-        // each waited for the one before; only the round trips are saved. After a failure
-        // the later statements fail too ("transaction aborted"), so errors are taken in
-        // order and the first is the cause (a deadlock stays retryable). The transaction is
-        // durable (`synchronous_commit = on`) by the pool's connection options.
+        // Pipelined (see `pipeline`): `BEGIN` and the four run in this order with one wait,
+        // so the mailboxes exist before they are locked and the lookups run after the lock,
+        // as if each waited for the one before (a deadlock stays retryable). The transaction
+        // is durable (`synchronous_commit = on`) by the pool's connection options.
         let now = now_ms();
         let by_name: [&Param<'_>; 1] = [&names];
         let by_key: [&Param<'_>; 4] = [&keys.ids, &keys.senders, &keys.recipients, &now];
         let by_pair: [&Param<'_>; 2] = [&pairs.senders, &pairs.recipients];
-        let (created, locked, stored, rules) = futures_util::join!(
-            tx.execute(&statements.create, &by_name),
-            tx.query(&statements.lock, &by_name),
-            tx.query(&statements.stored, &by_key),
-            tx.query(&statements.rules, &by_pair),
-        );
+        let (by_name, by_key, by_pair) = (&by_name, &by_key, &by_pair);
+        let (created, locked, stored, rules) = open
+            .begin(|c| async move {
+                futures_util::join!(
+                    c.execute(&st.create, by_name),
+                    c.query(&st.lock, by_name),
+                    c.query(&st.stored, by_key),
+                    c.query(&st.rules, by_pair),
+                )
+            })
+            .await?;
         created?;
         let mut boxes = mailboxes(locked?)?;
         let stored = stored_keys(stored?)?;
@@ -263,26 +281,34 @@ impl Writer {
                 &changed.waiting,
                 &changed.bytes,
             ];
+            let c = open.client();
             let (inserted, updated) = futures_util::join!(
-                tx.execute(&statements.insert, &copies),
-                tx.execute(&statements.update, &counters),
+                c.execute(&st.insert, &copies),
+                c.execute(&st.update, &counters),
             );
             inserted?;
             updated?;
         }
-        tx.commit().await?;
-        // The wakes go after the commit, in a transaction of their own that writes nothing
-        // else, so waits for no flush: PostgreSQL serialises the commits of every transaction
-        // that notifies, on the whole server, until their flush is done (so that
-        // notifications queue in commit order); inside the batch that made the nodes' writers
-        // commit one at a time. A node that dies between the two leaves its last wakes
-        // unsent: that mail waits for the recipient's next read (another wake, or its next
-        // connection). A failure here fails no send.
-        if !payloads.is_empty() {
-            let wakes: [&Param<'_>; 1] = [&payloads];
-            if let Err(e) = client.execute(&statements.wake, &wakes).await {
-                tracing::warn!(error = %describe(&e), "could not wake the other relay nodes after a commit");
-            }
+        // The wakes go right behind the commit (one wait for both), in a transaction of their
+        // own that writes nothing else, so waits for no flush: PostgreSQL serialises the
+        // commits of every transaction that notifies, on the whole server, until their flush
+        // is done (so that notifications queue in commit order); inside the batch that made
+        // the nodes' writers commit one at a time. A node that dies between the two leaves
+        // its last wakes unsent: that mail waits for the recipient's next read (another
+        // wake, or its next connection). A failure here fails no send; after a failed commit
+        // the wakes announce copies that readers do not find.
+        let wakes: [&Param<'_>; 1] = [&payloads];
+        let (wakes, none) = (&wakes, payloads.is_empty());
+        let woken = open
+            .commit_then(|c| async move {
+                if none {
+                    return Ok(0);
+                }
+                c.execute(&st.wake, wakes).await
+            })
+            .await?;
+        if let Err(e) = woken {
+            tracing::warn!(error = %describe(&e), "could not wake the other relay nodes after a commit");
         }
         Ok((outcomes, log))
     }
@@ -330,7 +356,7 @@ struct Statements {
 }
 
 impl Statements {
-    async fn prepare(tx: &Transaction<'_>) -> Result<Self, Failure> {
+    async fn prepare(tx: &Client) -> Result<Self, Failure> {
         let (create, lock, stored, rules, insert, update, wake) = futures_util::join!(
             // Every recipient gets a mailbox row, so that the lock below finds them all.
             tx.prepare_cached(

@@ -12,6 +12,7 @@ mod batch;
 mod connect;
 mod consent;
 mod import;
+mod pipeline;
 mod queue;
 mod registry;
 mod schema;
@@ -320,7 +321,7 @@ impl Queue for PostgresStorage {
         epoch: Epoch,
     ) -> Result<AckOutcome, StorageError> {
         Ok(
-            match queue::ack_fenced(&mut self.client().await?, &agent, upto, epoch.get()).await? {
+            match queue::ack_fenced(self.client().await?, &agent, upto, epoch.get()).await? {
                 Some(n) => AckOutcome::Applied(n),
                 None => AckOutcome::Fenced,
             },

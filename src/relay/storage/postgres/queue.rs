@@ -4,9 +4,10 @@
 //! Lock order, the same everywhere so that nothing waits in a circle: a lease row (acks
 //! fenced by it), then mailbox rows in name order, then queue rows.
 
-use deadpool_postgres::{Client, GenericClient};
+use deadpool_postgres::{Client, GenericClient, Object};
 use tokio_postgres::types::ToSql;
 
+use super::pipeline::Open;
 use super::{now_ms, seq_to_db, unsigned};
 use jiff::Timestamp;
 
@@ -89,21 +90,20 @@ pub(super) async fn committed(
 /// flush carries the ack too. Its effects are visible, and its locks released, at the commit
 /// as usual, so fencing is unchanged.
 pub(super) async fn ack_fenced(
-    client: &mut Client,
+    client: Object,
     agent: &AgentName,
     upto: Seq,
     epoch: u64,
 ) -> Result<Option<u64>, StorageError> {
-    let tx = client.transaction().await?;
     let (lease, lock, delete) = futures_util::join!(
         // Shared, held to the commit: a claim (which updates the row) waits for this ack, so
         // once a claim has returned, no ack of an older epoch can still commit.
-        tx.prepare_cached("SELECT epoch FROM leases WHERE agent = $1 FOR SHARE"),
+        client.prepare_cached("SELECT epoch FROM leases WHERE agent = $1 FOR SHARE"),
         // The mailbox next, as a send locks it: a send and an ack of one recipient take turns.
-        tx.prepare_cached("SELECT 1 FROM mailboxes WHERE recipient = $1 FOR UPDATE"),
+        client.prepare_cached("SELECT 1 FROM mailboxes WHERE recipient = $1 FOR UPDATE"),
         // Deletes only under the epoch read above (the row is locked, so it cannot change),
         // keeping the copies' keys for the duplicate check a moment longer.
-        tx.prepare_cached(
+        client.prepare_cached(
             "WITH gone AS (
                  DELETE FROM queue WHERE recipient = $1 AND seq <= $2
                      AND EXISTS (SELECT 1 FROM leases WHERE agent = $1 AND epoch = $4)
@@ -125,26 +125,41 @@ pub(super) async fn ack_fenced(
     let until = now_ms() + DUPLICATE_LAG_MS;
     let by_name: [&(dyn ToSql + Sync); 1] = [&name];
     let by_range: [&(dyn ToSql + Sync); 4] = [&name, &upto, &until, &epoch];
-    // Pipelined: sent together and run in this order (see `batch`), one wait for all four;
-    // after a failure the later ones fail too, so errors are taken in order.
-    let (quick, current, locked, deleted) = futures_util::join!(
-        tx.batch_execute("SET LOCAL synchronous_commit = off"),
-        tx.query_opt(&lease, &by_name),
-        tx.query_opt(&lock, &by_name),
-        tx.query_opt(&delete, &by_range),
-    );
-    quick?;
-    let current = current?.map(|row| row.try_get::<_, i64>(0)).transpose()?;
-    if current != Some(epoch) {
-        return Ok(None);
+    // Pipelined (see `pipeline`): `BEGIN` and the four run in this order with one wait.
+    let mut open = Open::new(client);
+    let (by_name, by_range, statements) = (&by_name, &by_range, (&lease, &lock, &delete));
+    let (quick, current, locked, deleted) = open
+        .begin(|c| async move {
+            futures_util::join!(
+                c.batch_execute("SET LOCAL synchronous_commit = off"),
+                c.query_opt(statements.0, by_name),
+                c.query_opt(statements.1, by_name),
+                c.query_opt(statements.2, by_range),
+            )
+        })
+        .await?;
+    let outcome = (|| -> Result<Option<u64>, StorageError> {
+        quick?;
+        let current = current?.map(|row| row.try_get::<_, i64>(0)).transpose()?;
+        locked?;
+        let count = match deleted? {
+            Some(row) => unsigned(row.try_get(0)?, "count")?,
+            None => 0,
+        };
+        Ok((current == Some(epoch)).then_some(count))
+    })();
+    match outcome {
+        // Fenced or not, the delete changed only what the lease allowed.
+        Ok(applied) => {
+            open.commit().await?;
+            Ok(applied)
+        }
+        Err(e) => {
+            // Back to the pool, unless the connection failed.
+            let _ = open.rollback().await;
+            Err(e)
+        }
     }
-    locked?;
-    let count = match deleted? {
-        Some(row) => unsigned(row.try_get(0)?, "count")?,
-        None => 0,
-    };
-    tx.commit().await?;
-    Ok(Some(count))
 }
 
 /// Ends the lease `epoch` of `agent` held by `node` (its session ended, its acks committed),
