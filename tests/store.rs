@@ -110,6 +110,67 @@ fn inbox_lists_unread_first_and_mark_read_moves_them() {
 }
 
 #[test]
+fn inbox_limit_cuts_each_group_in_order_with_filters_applied_first() {
+    let (_dir, mut store) = temp_store();
+    // 12 messages, oldest first; bob's are urgent, carol's normal. Every third is read.
+    let all: Vec<Message> = (0..12)
+        .map(|i| {
+            let from = if i % 2 == 0 { "bob" } else { "carol" };
+            let mut m = mail(from, &format!("m{i}"), "x");
+            if from == "bob" {
+                m.importance = Importance::Urgent;
+            }
+            store
+                .insert_message(&m, Direction::In, Trust::Verified)
+                .unwrap();
+            m
+        })
+        .collect();
+    let read: Vec<MessageId> = all.iter().step_by(3).map(|m| m.id).collect();
+    store.mark_read(&addr("me"), &read).unwrap();
+    let subjects = |q: InboxQuery| -> Vec<String> {
+        store
+            .inbox(&q)
+            .unwrap()
+            .into_iter()
+            .map(|s| s.message.subject)
+            .collect()
+    };
+    let everything = InboxQuery {
+        unread_only: false,
+        limit: 10,
+        ..InboxQuery::default()
+    };
+    assert_eq!(
+        subjects(everything.clone()),
+        ["m11", "m10", "m8", "m7", "m5", "m4", "m2", "m1", "m9", "m6"],
+        "unread newest first, then read newest first, cut at the limit"
+    );
+    assert_eq!(
+        subjects(InboxQuery {
+            limit: 3,
+            ..InboxQuery::default()
+        }),
+        ["m11", "m10", "m8"]
+    );
+    assert_eq!(
+        subjects(InboxQuery {
+            from: Some(addr("carol")),
+            ..everything.clone()
+        }),
+        ["m11", "m7", "m5", "m1", "m9", "m3"]
+    );
+    assert_eq!(
+        subjects(InboxQuery {
+            importance: Some(Importance::Urgent),
+            limit: 4,
+            ..everything
+        }),
+        ["m10", "m8", "m4", "m2"]
+    );
+}
+
+#[test]
 fn search_finds_words_in_subject_body_and_sender_and_ignores_syntax() {
     let (_dir, mut store) = temp_store();
     let deploy = mail("bob", "Deploy plan", "we deploy the relay on friday");

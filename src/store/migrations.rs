@@ -157,6 +157,11 @@ const MIGRATIONS: &[&str] = &[
         PRIMARY KEY (message_id, recipient, kind)
     ) STRICT, WITHOUT ROWID;
     "#,
+    // 6: read received mail newest first without sorting it all (the inbox lists it after
+    // the unread, which `messages_inbox` already serves in order).
+    r#"
+    CREATE INDEX messages_read ON messages(seq) WHERE direction = 'in' AND read_at IS NOT NULL;
+    "#,
 ];
 
 /// The schema version this build writes.
