@@ -293,11 +293,7 @@ async fn every_tool_works_and_explains_its_mistakes() {
         .await;
     let mine = bob
         .mailbox
-        .store()
-        .call({
-            let id = all["message_id"].as_str().unwrap().parse().unwrap();
-            move |s| s.message(&id)
-        })
+        .message(all["message_id"].as_str().unwrap().parse().unwrap())
         .await
         .unwrap()
         .unwrap()

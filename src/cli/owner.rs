@@ -13,7 +13,7 @@ use crate::agent::Agent;
 use crate::client::Connection;
 use crate::client::consent::{self, OwnerKeyProblem};
 use crate::crypto::{Owner, OwnerKeyError, Passphrase, owner};
-use crate::protocol::{AgentName, ClientFrame, Fingerprint, OwnerAct, OwnerKey};
+use crate::protocol::{AgentName, Fingerprint, OwnerKey};
 
 const NO_TERMINAL: &str = "the owner's passphrase is typed at a terminal: run this yourself in an interactive shell (agents cannot change consent)";
 
@@ -222,13 +222,7 @@ pub(super) fn change(ctx: &Ctx) -> anyhow::Result<()> {
                 format!("left alone: {}", held_by_another(held.as_ref())),
             ));
         }
-        let owner_signature = conn.owner_signature(&old, &OwnerAct::SetOwner(&new_key));
-        conn.call(|reference| ClientFrame::SetOwner {
-            reference,
-            owner: new_key,
-            owner_signature,
-        })
-        .await?;
+        consent::set_owner(conn, &old, new_key).await?;
         Ok((true, "has the new key".to_owned()))
     })?;
     let finished = agents.iter().all(|a| a.done);
