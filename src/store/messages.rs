@@ -427,11 +427,10 @@ impl Store {
 
     /// The unread count and the newest unread message's sender.
     pub fn unread_summary(&self) -> Result<UnreadSummary, StoreError> {
-        let count: u32 = self.conn.query_row(
-            "SELECT count(*) FROM messages WHERE direction = 'in' AND read_at IS NULL",
-            [],
-            |r| r.get(0),
-        )?;
+        // Kept by triggers (migration 6): counting the unread rows grows with them.
+        let count: u32 = self
+            .conn
+            .query_row("SELECT count FROM unread", [], |r| r.get(0))?;
         let newest_from = self
             .conn
             .query_row(
