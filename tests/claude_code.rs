@@ -166,24 +166,23 @@ impl Scene {
 
     /// The peer sends the Claude Code agent a message; its id.
     async fn peer_sends(&self, subject: &str, body: &str) -> String {
-        let sent: Value = serde_json::from_str(
-            &self
-                .mailslot(
-                    PEER,
-                    &[
-                        "--json",
-                        "send",
-                        "--to",
-                        AGENT,
-                        "--subject",
-                        subject,
-                        "--body",
-                        body,
-                    ],
-                )
-                .await,
-        )
-        .unwrap();
+        self.peer_sends_with(subject, body, &[]).await
+    }
+
+    /// The peer sends the Claude Code agent a message with more `send` options; its id.
+    async fn peer_sends_with(&self, subject: &str, body: &str, options: &[&str]) -> String {
+        let mut args = vec![
+            "--json",
+            "send",
+            "--to",
+            AGENT,
+            "--subject",
+            subject,
+            "--body",
+            body,
+        ];
+        args.extend_from_slice(options);
+        let sent: Value = serde_json::from_str(&self.mailslot(PEER, &args).await).unwrap();
         assert_eq!(sent["status"], "sent", "{sent}");
         sent["id"].as_str().unwrap().to_owned()
     }
@@ -444,6 +443,32 @@ fn debug_log_has(scene: &Scene, text: &str) -> bool {
     std::fs::read_to_string(scene.debug_log()).is_ok_and(|log| log.contains(text))
 }
 
+/// An interactive session with mailslot's channel registered (the development-channels
+/// warning accepted).
+async fn channel_session(scene: &Scene) -> Interactive {
+    let session = Interactive::launch(scene).await;
+    wait_until(
+        CLAUDE_TIMEOUT,
+        "the development-channels warning",
+        async || {
+            session
+                .screen()
+                .await
+                .contains("I am using this for local development")
+                .then_some(())
+        },
+    )
+    .await;
+    session.tmux(&["send-keys", "-t", "claude", "Enter"]).await;
+    wait_until(
+        CLAUDE_TIMEOUT,
+        "Claude Code registers mailslot's channel",
+        async || debug_log_has(scene, "Channel notifications registered").then_some(()),
+    )
+    .await;
+    session
+}
+
 #[test]
 fn a_channel_message_starts_one_turn_in_an_idle_session() {
     let Some((claude, tmux)) = tools() else {
@@ -451,26 +476,7 @@ fn a_channel_message_starts_one_turn_in_an_idle_session() {
     };
     isolated(async || {
         let mut scene = Scene::start(claude, tmux, true).await;
-        let session = Interactive::launch(&scene).await;
-        wait_until(
-            CLAUDE_TIMEOUT,
-            "the development-channels warning",
-            async || {
-                session
-                    .screen()
-                    .await
-                    .contains("I am using this for local development")
-                    .then_some(())
-            },
-        )
-        .await;
-        session.tmux(&["send-keys", "-t", "claude", "Enter"]).await;
-        wait_until(
-            CLAUDE_TIMEOUT,
-            "Claude Code registers mailslot's channel",
-            async || debug_log_has(&scene, "Channel notifications registered").then_some(()),
-        )
-        .await;
+        let session = channel_session(&scene).await;
 
         // Idle: a message from the peer starts a turn by itself, framed inside its fence.
         let id = scene
@@ -519,5 +525,107 @@ fn a_channel_message_starts_one_turn_in_an_idle_session() {
         }
         turn.answer(Reply::text("Done."));
         assert!(scene.api.pending_turn().is_none());
+    });
+}
+
+/// Importance and a requested acknowledgement reach the model in the framed header; the
+/// model acknowledges with the tool, and the sender sees it; the peer's acknowledgement of the
+/// agent's own message rings in the idle session, its answer fenced as the peer's words.
+#[test]
+fn importance_and_acknowledgements_reach_the_model() {
+    let Some((claude, tmux)) = tools() else {
+        return;
+    };
+    isolated(async || {
+        let mut scene = Scene::start(claude, tmux, true).await;
+        let _session = channel_session(&scene).await;
+
+        let id = scene
+            .peer_sends_with(
+                "Release",
+                "BODY-URGENT-1 confirm the freeze",
+                &["--importance", "urgent", "--ack-required"],
+            )
+            .await;
+        let turn = scene.api.next_turn(CLAUDE_TIMEOUT).await;
+        let prompt = turn.last_text();
+        assert!(prompt.contains("BODY-URGENT-1"), "{prompt}");
+        assert!(prompt.contains("Importance: URGENT"), "{prompt}");
+        assert!(prompt.contains("Acknowledgement: requested"), "{prompt}");
+        turn.answer(Reply::tool(
+            "ToolSearch",
+            json!({ "query": "select:mcp__mailslot__acknowledge" }),
+        ));
+        let turn = scene.api.next_turn(CLAUDE_TIMEOUT).await;
+        turn.answer(Reply::tool(
+            "mcp__mailslot__acknowledge",
+            json!({ "message_id": id, "answer": "ANSWER-MODEL-1 frozen" }),
+        ));
+        let turn = scene.api.next_turn(CLAUDE_TIMEOUT).await;
+        let results = tool_results(&turn);
+        assert!(results.contains("the relay took the receipt"), "{results}");
+        turn.answer(Reply::text("Acknowledged."));
+        wait_until(
+            CLAUDE_TIMEOUT,
+            "the peer sees its message acknowledged, with the answer",
+            async || {
+                scene.mailslot(PEER, &["sync"]).await;
+                let sent = scene.mailslot(PEER, &["--json", "sent"]).await;
+                (sent.contains("acknowledged") && sent.contains("ANSWER-MODEL-1")).then_some(())
+            },
+        )
+        .await;
+
+        // The agent's own message, acknowledged by the peer: a ring in the idle session.
+        let mine: Value = serde_json::from_str(
+            &scene
+                .mailslot(
+                    AGENT,
+                    &[
+                        "--json",
+                        "send",
+                        "--to",
+                        PEER,
+                        "--subject",
+                        "Plan",
+                        "--body",
+                        "BODY-MINE-1",
+                    ],
+                )
+                .await,
+        )
+        .unwrap();
+        let mine = mine["id"].as_str().unwrap().to_owned();
+        wait_until(
+            CLAUDE_TIMEOUT,
+            "the peer has the agent's message",
+            async || {
+                scene.mailslot(PEER, &["sync"]).await;
+                scene
+                    .mailslot(PEER, &["--json", "inbox"])
+                    .await
+                    .contains(&mine)
+                    .then_some(())
+            },
+        )
+        .await;
+        scene
+            .mailslot(
+                PEER,
+                &["acknowledge", &mine, "--answer", "ANSWER-PEER-1 agreed"],
+            )
+            .await;
+        let turn = scene.api.next_turn(CLAUDE_TIMEOUT).await;
+        let prompt = turn.last_text();
+        assert!(prompt.contains("acknowledged your message"), "{prompt}");
+        // The subject and the answer are each fenced; the answer once, inside its fence.
+        let answer_fenced = prompt
+            .split("<<<mailslot-untrusted ")
+            .skip(1)
+            .filter_map(|rest| rest.split("<<<end mailslot-untrusted").next())
+            .any(|fenced| fenced.contains("ANSWER-PEER-1"));
+        assert!(answer_fenced, "{prompt}");
+        assert_eq!(turn.count("ANSWER-PEER-1"), 1, "{}", turn.excerpt());
+        turn.answer(Reply::text("Noted."));
     });
 }

@@ -195,6 +195,24 @@ fn read_row(r: &Row<'_>) -> rusqlite::Result<ReadRow> {
     Ok((r.get(0)?, r.get(1)?, r.get(2)?, r.get(3)?))
 }
 
+/// Queues the read receipts of `newly` (when `receipts` is on) and commits; how many were
+/// marked read.
+fn commit_read(
+    tx: Transaction<'_>,
+    me: &Address,
+    receipts: bool,
+    newly: Vec<ReadRow>,
+) -> Result<usize, StoreError> {
+    let changed = newly.len();
+    if receipts {
+        for row in newly {
+            queue_read_receipt(&tx, me, row)?;
+        }
+    }
+    tx.commit()?;
+    Ok(changed)
+}
+
 /// Inserts messages inside the caller's transaction; per message, whether it was new.
 pub(super) fn insert_batch(
     tx: &Transaction<'_>,
@@ -343,14 +361,7 @@ impl Store {
                 }
             }
         }
-        let changed = newly.len();
-        if receipts {
-            for row in newly {
-                queue_read_receipt(&tx, me, row)?;
-            }
-        }
-        tx.commit()?;
-        Ok(changed)
+        commit_read(tx, me, receipts, newly)
     }
 
     /// Marks every received message read as `me` (read receipts as in [`Store::mark_read`]);
@@ -366,14 +377,7 @@ impl Store {
             stmt.query_map([to_ms(now_millis())], read_row)?
                 .collect::<Result<Vec<_>, _>>()?
         };
-        let changed = newly.len();
-        if receipts {
-            for row in newly {
-                queue_read_receipt(&tx, me, row)?;
-            }
-        }
-        tx.commit()?;
-        Ok(changed)
+        commit_read(tx, me, receipts, newly)
     }
 
     /// How many messages were received: all of them, or only the unread ones.
