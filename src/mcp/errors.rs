@@ -23,6 +23,8 @@ impl MailslotServer {
         match error {
             MailboxError::NotSent(reason) => self.not_sent(&reason).await,
             MailboxError::Store(StoreError::NoSuchMessage { part }) => no_message(&part),
+            // A refused value names the field and the limit; waiting would not change it.
+            MailboxError::Invalid(e) if doing != Doing::Sending => e.to_string(),
             e => match doing {
                 Doing::Local => e.to_string(),
                 Doing::Asking => format!("{e}. Try again later."),
