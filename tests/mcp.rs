@@ -293,11 +293,7 @@ async fn every_tool_works_and_explains_its_mistakes() {
         .await;
     let mine = bob
         .mailbox
-        .store()
-        .call({
-            let id = all["message_id"].as_str().unwrap().parse().unwrap();
-            move |s| s.message(&id)
-        })
+        .message(all["message_id"].as_str().unwrap().parse().unwrap())
         .await
         .unwrap()
         .unwrap()
@@ -480,6 +476,17 @@ async fn contact_requests_are_pending_and_never_show_the_code() {
         .err("send", send_args(&["bob"], "hi", "stranger"))
         .await;
     assert!(e.contains("not sent"), "{e}");
+    let e = alice
+        .mcp
+        .err(
+            "request_contact",
+            json!({ "agent": "bob", "note": "n".repeat(501) }),
+        )
+        .await;
+    assert!(
+        e.contains("note is 501 characters, over the limit of 500") && !e.contains("later"),
+        "{e}"
+    );
     let asked = alice
         .mcp
         .ok(

@@ -110,6 +110,106 @@ fn inbox_lists_unread_first_and_mark_read_moves_them() {
 }
 
 #[test]
+fn the_unread_count_follows_every_insert_and_every_marking() {
+    let (_dir, mut store) = temp_store();
+    let counted = |store: &Store| {
+        let kept = store.unread_summary().unwrap().count;
+        assert_eq!(u64::from(kept), store.received_count(true).unwrap());
+        kept
+    };
+    let first = mail("bob", "one", "a");
+    let second = mail("carol", "two", "b");
+    store
+        .insert_messages(&[
+            (&first, Direction::In, Trust::Verified),
+            (&second, Direction::In, Trust::Verified),
+            (&first, Direction::In, Trust::Verified),
+            (
+                &Message::new(addr("me"), vec![addr("bob")], "mine", "c"),
+                Direction::Out,
+                Trust::Own,
+            ),
+        ])
+        .unwrap();
+    assert_eq!(counted(&store), 2, "a duplicate and own mail do not count");
+    store
+        .insert_message(&first, Direction::In, Trust::Verified)
+        .unwrap();
+    assert_eq!(counted(&store), 2);
+    store.mark_read(&addr("me"), &[first.id, first.id]).unwrap();
+    assert_eq!(counted(&store), 1);
+    store.mark_read(&addr("me"), &[first.id]).unwrap();
+    assert_eq!(counted(&store), 1, "marking read twice counts once");
+    store
+        .insert_message(&mail("dave", "three", "d"), Direction::In, Trust::Verified)
+        .unwrap();
+    assert_eq!(counted(&store), 2);
+    assert_eq!(store.mark_all_read(&addr("me")).unwrap(), 2);
+    assert_eq!(counted(&store), 0);
+}
+
+#[test]
+fn inbox_limit_cuts_each_group_in_order_with_filters_applied_first() {
+    let (_dir, mut store) = temp_store();
+    // 12 messages, oldest first; bob's are urgent, carol's normal. Every third is read.
+    let all: Vec<Message> = (0..12)
+        .map(|i| {
+            let from = if i % 2 == 0 { "bob" } else { "carol" };
+            let mut m = mail(from, &format!("m{i}"), "x");
+            if from == "bob" {
+                m.importance = Importance::Urgent;
+            }
+            store
+                .insert_message(&m, Direction::In, Trust::Verified)
+                .unwrap();
+            m
+        })
+        .collect();
+    let read: Vec<MessageId> = all.iter().step_by(3).map(|m| m.id).collect();
+    store.mark_read(&addr("me"), &read).unwrap();
+    let subjects = |q: InboxQuery| -> Vec<String> {
+        store
+            .inbox(&q)
+            .unwrap()
+            .into_iter()
+            .map(|s| s.message.subject)
+            .collect()
+    };
+    let everything = InboxQuery {
+        unread_only: false,
+        limit: 10,
+        ..InboxQuery::default()
+    };
+    assert_eq!(
+        subjects(everything.clone()),
+        ["m11", "m10", "m8", "m7", "m5", "m4", "m2", "m1", "m9", "m6"],
+        "unread newest first, then read newest first, cut at the limit"
+    );
+    assert_eq!(
+        subjects(InboxQuery {
+            limit: 3,
+            ..InboxQuery::default()
+        }),
+        ["m11", "m10", "m8"]
+    );
+    assert_eq!(
+        subjects(InboxQuery {
+            from: Some(addr("carol")),
+            ..everything.clone()
+        }),
+        ["m11", "m7", "m5", "m1", "m9", "m3"]
+    );
+    assert_eq!(
+        subjects(InboxQuery {
+            importance: Some(Importance::Urgent),
+            limit: 4,
+            ..everything
+        }),
+        ["m10", "m8", "m4", "m2"]
+    );
+}
+
+#[test]
 fn search_finds_words_in_subject_body_and_sender_and_ignores_syntax() {
     let (_dir, mut store) = temp_store();
     let deploy = mail("bob", "Deploy plan", "we deploy the relay on friday");
@@ -393,6 +493,36 @@ fn migrations_run_on_an_empty_file_and_refuse_a_newer_schema() {
     let err = Store::open(&path).unwrap_err();
     assert!(matches!(err, StoreError::NewerSchema { .. }), "{err}");
     assert!(err.to_string().contains("upgrade mailslot"));
+}
+
+#[test]
+fn a_store_from_before_the_unread_count_starts_with_its_unread_mail_counted() {
+    let (dir, mut store) = temp_store();
+    for i in 0..3 {
+        store
+            .insert_message(
+                &mail("bob", &format!("m{i}"), "x"),
+                Direction::In,
+                Trust::Verified,
+            )
+            .unwrap();
+    }
+    drop(store);
+    // Back to schema 5: no partial index, no count, no triggers.
+    let path = dir.path().join("store.db");
+    let conn = rusqlite::Connection::open(&path).unwrap();
+    conn.execute_batch(
+        "DROP INDEX messages_read; DROP TRIGGER unread_insert; DROP TRIGGER unread_read;
+         DROP TRIGGER unread_delete; DROP TABLE unread; PRAGMA user_version = 5;",
+    )
+    .unwrap();
+    drop(conn);
+    let mut store = Store::open(&path).unwrap();
+    assert_eq!(store.unread_summary().unwrap().count, 3);
+    store
+        .insert_message(&mail("bob", "m3", "x"), Direction::In, Trust::Verified)
+        .unwrap();
+    assert_eq!(store.unread_summary().unwrap().count, 4);
 }
 
 /// SQLite keeps `user_version` in the file header, big-endian at offset 60.

@@ -8,7 +8,8 @@ use std::os::unix::fs::PermissionsExt;
 use std::path::{Path, PathBuf};
 
 use crate::config::Paths;
-use crate::crypto::{Identity, KeyFileError, owner};
+use crate::crypto::{Identity, KeyFileError};
+use crate::keys::read_owner_public;
 use crate::protocol::{Address, AgentName, OwnerKey};
 use crate::store::{Store, StoreError};
 
@@ -88,7 +89,7 @@ impl Agent {
         }
         let identity = Identity::load(&key_path)?;
         let store = Store::open(&store_path)?;
-        let owner = owner::read_public(&paths.owner_key())?;
+        let owner = read_owner_public(&paths.owner_key())?;
         Ok((
             Self {
                 name: name.clone(),

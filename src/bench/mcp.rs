@@ -1,6 +1,7 @@
 //! `mailslot bench mcp`: the MCP path end to end, through two real `mailslot mcp` processes
 //! on an embedded relay, driven by rmcp's client: tool-call latency, send -> doorbell latency
 //! at the recipient, startup and shutdown of a server, the Claude Code hooks as processes,
+//! `inbox` and `search` over stores of 10,000 and more messages (`volume.rs`),
 //! and with `--claude-code` the channel through the real Claude Code (`claude_code.rs`).
 
 use std::time::{Duration, Instant};
@@ -142,6 +143,9 @@ async fn measure(args: &McpBenchArgs) -> anyhow::Result<Vec<Summary>> {
     }
     alice.close().await?;
     bob.close().await?;
+    for &size in &args.store_sizes {
+        rows.extend(super::volume::rows(&exe, home.path(), &url, size, args.calls).await?);
+    }
     if let Some(claude) = &args.claude_code {
         rows.push(
             super::claude_code::channel_latency(
@@ -221,7 +225,7 @@ async fn hook_row(
     Ok(Summary::new(case, samples, total))
 }
 
-async fn wait_connected(agent: &Driver) -> anyhow::Result<()> {
+pub(super) async fn wait_connected(agent: &Driver) -> anyhow::Result<()> {
     let deadline = Instant::now() + Duration::from_secs(10);
     while Instant::now() < deadline {
         let identity: serde_json::Value =

@@ -9,6 +9,7 @@ mod proc;
 mod relay;
 mod stats;
 mod store;
+mod volume;
 
 use clap::{Args, Subcommand};
 
@@ -44,6 +45,10 @@ pub struct McpBenchArgs {
     /// Body bytes per message
     #[arg(long, default_value_t = 1024, value_parser = clap::value_parser!(u32).range(1..=60_000))]
     pub size: u32,
+    /// Also measure `inbox` and `search` (as many calls each as --calls) for an agent whose
+    /// store holds this many unread messages; one agent per size, comma-separated
+    #[arg(long, value_delimiter = ',', default_value = "10000", value_parser = clap::value_parser!(u32).range(20..=1_000_000))]
+    pub store_sizes: Vec<u32>,
     /// Also measure the channel doorbell through this real Claude Code binary (run
     /// interactively in tmux against a loopback stand-in for its model API)
     #[arg(long, value_name = "PATH")]

@@ -14,14 +14,14 @@ use crate::store::{Direction, MemoryDraft, Store, Trust};
 const BATCH: usize = 100;
 const LOAD_CHUNK: usize = 10_000;
 
-fn sample_message(rng: &mut Rng) -> Message {
+pub(super) fn sample_message(rng: &mut Rng) -> Message {
     let from =
         Address::local(AgentName::new(&format!("peer{}", rng.below(50))).expect("valid name"));
     let me = Address::local(AgentName::new("bench").expect("valid name"));
     Message::new(from, vec![me], sentence(rng, 6), sentence(rng, 60))
 }
 
-fn query(rng: &mut Rng) -> String {
+pub(super) fn query(rng: &mut Rng) -> String {
     format!(
         "{} {}",
         word(rng.below(VOCABULARY)),

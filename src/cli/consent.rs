@@ -10,12 +10,10 @@ use serde::Serialize;
 use super::output::{self, outln};
 use super::{Ctx, owner};
 use crate::agent::Agent;
-use crate::client::consent::{self as relay_consent, Change, ConsentState};
+use crate::client::consent::{self as relay_consent, Change, ConsentState, ContactRequest};
 use crate::client::{ClientError, Connection};
 use crate::crypto::PublicIdentity;
-use crate::protocol::{
-    AgentName, ClientFrame, Fingerprint, Policy, RequestCode, RequestView, ServerFrame,
-};
+use crate::protocol::{AgentName, Fingerprint, Policy, RequestCode, RequestView};
 
 /// Opens the agent, connects, runs `work`, closes.
 pub(super) fn with_relay<T>(
@@ -54,27 +52,17 @@ struct Requested {
 
 pub(super) fn connect(ctx: &Ctx, to: AgentName, note: String) -> anyhow::Result<()> {
     let requested = with_relay(ctx, async |conn, agent| {
-        let answer = conn
-            .call(|r| ClientFrame::Connect {
-                reference: r,
-                to: to.clone(),
-                note,
-            })
-            .await?;
-        match answer {
-            ServerFrame::Requested {
-                code, expires_at, ..
-            } => Ok(Some(Requested {
+        match relay_consent::request(conn, to.clone(), note).await? {
+            ContactRequest::Pending { code, expires_at } => Ok(Some(Requested {
                 to: to.clone(),
                 code,
                 expires_at,
                 your_fingerprint: agent.identity.fingerprint(),
             })),
-            ServerFrame::Done { detail, .. } => {
+            ContactRequest::Done(detail) => {
                 eprintln!("{detail}");
                 Ok(None)
             }
-            other => bail!("unexpected answer {other:?}"),
         }
     })?;
     let Some(r) = requested else { return Ok(()) };

@@ -10,6 +10,7 @@ use crate::agent::Agent;
 use crate::config;
 use crate::crypto::owner;
 use crate::doorbell::openclaw::check::{self, Check, Outcome};
+use crate::keys::read_owner_public;
 use crate::protocol::AgentName;
 
 #[derive(Serialize)]
@@ -23,7 +24,7 @@ struct Report {
 /// command).
 fn owner_check(ctx: &Ctx) -> Check {
     let path = ctx.paths.owner_key();
-    match owner::read_public(&path) {
+    match read_owner_public(&path) {
         Ok(Some(key)) => Check {
             name: "owner key",
             outcome: Outcome::Ok,

@@ -13,7 +13,8 @@ use crate::agent::Agent;
 use crate::client::Connection;
 use crate::client::consent::{self, OwnerKeyProblem};
 use crate::crypto::{Owner, OwnerKeyError, Passphrase, owner};
-use crate::protocol::{AgentName, ClientFrame, Fingerprint, OwnerAct, OwnerKey};
+use crate::keys::read_owner_public;
+use crate::protocol::{AgentName, Fingerprint, OwnerKey};
 
 const NO_TERMINAL: &str = "the owner's passphrase is typed at a terminal: run this yourself in an interactive shell (agents cannot change consent)";
 
@@ -144,7 +145,7 @@ fn held_by_another(held: Option<&OwnerKey>) -> String {
 /// registers it for every agent in this home that has none yet.
 pub(super) fn init(ctx: &Ctx) -> anyhow::Result<()> {
     let path = ctx.paths.owner_key();
-    if let Some(existing) = owner::read_public(&path)? {
+    if let Some(existing) = read_owner_public(&path)? {
         bail!(
             "{} already holds an owner key (fingerprint {}); mailslot never overwrites it (`mailslot owner change` replaces it)",
             path.display(),
@@ -222,13 +223,7 @@ pub(super) fn change(ctx: &Ctx) -> anyhow::Result<()> {
                 format!("left alone: {}", held_by_another(held.as_ref())),
             ));
         }
-        let owner_signature = conn.owner_signature(&old, &OwnerAct::SetOwner(&new_key));
-        conn.call(|reference| ClientFrame::SetOwner {
-            reference,
-            owner: new_key,
-            owner_signature,
-        })
-        .await?;
+        consent::set_owner(conn, &old, new_key).await?;
         Ok((true, "has the new key".to_owned()))
     })?;
     let finished = agents.iter().all(|a| a.done);

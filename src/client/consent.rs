@@ -1,6 +1,8 @@
-//! The owner's consent calls on a control connection: the relay's consent state, a request's
-//! code checked without changing anything, and the changes signed with the owner key. The CLI
-//! and the dashboard both go through here, so a consent change is signed one way only.
+//! The consent calls: a contact request and the relay's consent state (over any [`Ask`]: the
+//! CLI's control connection or the mailbox's session), and the owner's on a control
+//! connection: a request's code checked without changing anything, the changes and a new
+//! owner key signed with the owner key. The CLI and the dashboard both go through here, so a
+//! consent change is signed one way only.
 
 use super::ask::Ask;
 use super::{ClientError, Connection};
@@ -9,6 +11,20 @@ use crate::protocol::{
     AgentName, ClientFrame, Fingerprint, OwnerAct, OwnerKey, Policy, RequestCode, RequestView,
     ServerFrame,
 };
+
+/// What became of a contact request.
+#[derive(Debug, Clone)]
+pub enum ContactRequest {
+    /// Waiting for the owners; the code is for the requester's owner only (never a model).
+    Pending {
+        /// The code the requester's owner passes on.
+        code: RequestCode,
+        /// When the request lapses.
+        expires_at: jiff::Timestamp,
+    },
+    /// Nothing was needed; the relay's sentence.
+    Done(String),
+}
 
 /// The agent's consent as the relay holds it.
 #[derive(Debug, Clone)]
@@ -152,6 +168,28 @@ fn unexpected(other: ServerFrame) -> ClientError {
     ClientError::Protocol(format!("unexpected answer {other:?}"))
 }
 
+/// Asks `to`'s owner to accept mail from the connection's agent, with a note for them.
+pub async fn request(
+    conn: &mut impl Ask,
+    to: AgentName,
+    note: String,
+) -> Result<ContactRequest, ClientError> {
+    match conn
+        .ask(Box::new(|reference| ClientFrame::Connect {
+            reference,
+            to,
+            note,
+        }))
+        .await?
+    {
+        ServerFrame::Requested {
+            code, expires_at, ..
+        } => Ok(ContactRequest::Pending { code, expires_at }),
+        ServerFrame::Done { detail, .. } => Ok(ContactRequest::Done(detail)),
+        other => Err(unexpected(other)),
+    }
+}
+
 /// The agent's consent state on the relay.
 pub async fn state(conn: &mut impl Ask) -> Result<ConsentState, ClientError> {
     match conn
@@ -214,4 +252,21 @@ pub async fn apply(
         ServerFrame::Done { detail, .. } => Ok(detail),
         other => Err(unexpected(other)),
     }
+}
+
+/// Registers `new` as the connection's agent's owner key, signed by `old`, the key the relay
+/// holds now.
+pub async fn set_owner(
+    conn: &mut Connection,
+    old: &Owner,
+    new: OwnerKey,
+) -> Result<(), ClientError> {
+    let owner_signature = conn.owner_signature(old, &OwnerAct::SetOwner(&new));
+    conn.call(|reference| ClientFrame::SetOwner {
+        reference,
+        owner: new,
+        owner_signature,
+    })
+    .await?;
+    Ok(())
 }

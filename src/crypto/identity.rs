@@ -9,7 +9,6 @@ use hpke::{Deserializable, Kem, Serializable};
 use serde::{Deserialize, Serialize};
 use zeroize::{Zeroize, Zeroizing};
 
-use super::keyfile;
 use crate::protocol::{Fingerprint, PublicKeys, ValidationError, b64};
 
 type SealSecret = <X25519HkdfSha256 as Kem>::PrivateKey;
@@ -18,7 +17,8 @@ pub(crate) type SealPublic = <X25519HkdfSha256 as Kem>::PublicKey;
 const FINGERPRINT_DOMAIN: &[u8] = b"mailslot/v1/fingerprint\0";
 const KEY_FILE_VERSION: u8 = 1;
 
-/// Why a key file could not be read or written.
+/// Why a key file could not be read or written (`keys/` reads and writes them; the type
+/// lives here because parsing one can fail too).
 #[derive(Debug, thiserror::Error)]
 pub enum KeyFileError {
     /// The file system refused.
@@ -120,17 +120,8 @@ impl Identity {
         &self.sealing
     }
 
-    /// Writes a new key file with mode 0600; refuses to overwrite one.
-    pub fn save_new(&self, path: &Path) -> Result<(), KeyFileError> {
-        keyfile::write_new(path, &self.to_key_file())
-    }
-
-    /// Reads a key file, refusing one that other users can read.
-    pub fn load(path: &Path) -> Result<Self, KeyFileError> {
-        Self::from_key_file(&keyfile::read(path)?, path)
-    }
-
-    /// What a key file holds (the private keys): for an export sealed under a passphrase.
+    /// What a key file holds (the private keys): written by `keys/`, and sealed under a
+    /// passphrase in an export.
     pub fn to_key_file(&self) -> Zeroizing<Vec<u8>> {
         let mut file = KeyFile {
             v: KEY_FILE_VERSION,
@@ -144,7 +135,7 @@ impl Identity {
     }
 
     /// Parses what [`Identity::to_key_file`] wrote; `origin` names where it came from, for
-    /// errors.
+    /// errors (it is not read here).
     pub fn from_key_file(text: &[u8], origin: &Path) -> Result<Self, KeyFileError> {
         let malformed = |problem: &str| KeyFileError::Malformed {
             path: origin.to_owned(),
@@ -239,43 +230,7 @@ impl PublicIdentity {
 
 #[cfg(test)]
 mod tests {
-    use std::fs;
-    use std::os::unix::fs::PermissionsExt;
-
     use super::*;
-
-    #[test]
-    fn key_file_round_trip_with_mode_0600() {
-        let dir = tempfile::tempdir().unwrap();
-        let path = dir.path().join("identity.key");
-        let id = Identity::generate();
-        id.save_new(&path).unwrap();
-        assert_eq!(
-            fs::metadata(&path).unwrap().permissions().mode() & 0o777,
-            0o600
-        );
-        let loaded = Identity::load(&path).unwrap();
-        assert_eq!(loaded.public(), id.public());
-        assert!(matches!(
-            Identity::generate().save_new(&path),
-            Err(KeyFileError::Exists { .. })
-        ));
-        assert_eq!(
-            Identity::load(&path).unwrap().public(),
-            id.public(),
-            "overwritten"
-        );
-    }
-
-    #[test]
-    fn refuses_a_world_readable_key_file() {
-        let dir = tempfile::tempdir().unwrap();
-        let path = dir.path().join("identity.key");
-        Identity::generate().save_new(&path).unwrap();
-        fs::set_permissions(&path, fs::Permissions::from_mode(0o644)).unwrap();
-        let err = Identity::load(&path).unwrap_err();
-        assert!(err.to_string().contains("chmod 600"), "{err}");
-    }
 
     #[test]
     fn debug_never_shows_secrets() {

@@ -1,8 +1,8 @@
-//! Keys, fingerprints, signatures and sealing. Pure computation over `protocol` types plus
-//! reading and writing the key files; no network, no store.
+//! Keys, fingerprints, signatures and sealing. Pure computation over `protocol` types: no
+//! file, no network, no store. The key files' contents are made and parsed here; `keys/`
+//! reads and writes them.
 
 mod identity;
-mod keyfile;
 pub mod owner;
 mod relay;
 mod seal;

@@ -1,5 +1,5 @@
-//! The owner key: an Ed25519 key a person holds for their agents, kept on disk sealed under a
-//! passphrase (Argon2id stretches it, XChaCha20-Poly1305 seals the key). Consent changes are
+//! The owner key: an Ed25519 key a person holds for their agents, kept on disk (by `keys/`)
+//! sealed under a passphrase (Argon2id stretches it, XChaCha20-Poly1305 seals the key). Consent changes are
 //! signed with it, so an agent that can read every file of its owner still cannot approve:
 //! the file is useless without the passphrase, which only the owner types.
 
@@ -10,9 +10,9 @@ use ed25519_dalek::{Signature, Signer, SigningKey, VerifyingKey};
 use serde::{Deserialize, Serialize};
 use zeroize::Zeroizing;
 
+use super::KeyFileError;
 use super::sign::{Domain, VerifyError, domain_bytes};
 use super::vault::{self, Lock, VaultError};
-use super::{KeyFileError, keyfile};
 use crate::protocol::{
     AgentName, Fingerprint, OwnerAct, OwnerKey, ValidationError, b64, owner_payload,
 };
@@ -152,7 +152,8 @@ impl Owner {
             .to_bytes()
     }
 
-    fn sealed(&self, passphrase: &Passphrase) -> Zeroizing<Vec<u8>> {
+    /// What the owner key file holds: the key sealed under `passphrase` (written by `keys/`).
+    pub fn to_key_file(&self, passphrase: &Passphrase) -> Zeroizing<Vec<u8>> {
         let lock = Lock::new();
         let mut file = OwnerFile {
             v: FILE_VERSION,
@@ -170,22 +171,16 @@ impl Owner {
         Zeroizing::new(serde_json::to_vec_pretty(&file).expect("an owner file always serializes"))
     }
 
-    /// Writes a new owner key file (mode 0600), sealed under `passphrase`; refuses to
-    /// overwrite one.
-    pub fn save_new(&self, path: &Path, passphrase: &Passphrase) -> Result<(), KeyFileError> {
-        keyfile::write_new(path, &self.sealed(passphrase))
-    }
-
-    /// Replaces the owner key file in one step, sealed under `passphrase`.
-    pub fn replace_file(&self, path: &Path, passphrase: &Passphrase) -> Result<(), KeyFileError> {
-        keyfile::replace(path, &self.sealed(passphrase))
-    }
-
-    /// Unlocks the owner key file with `passphrase`.
-    pub fn unlock(path: &Path, passphrase: &Passphrase) -> Result<Self, OwnerKeyError> {
-        let file = read_file(path)?;
+    /// Unlocks what [`Owner::to_key_file`] wrote with `passphrase`; `origin` names where it
+    /// came from, for errors (it is not read here).
+    pub fn from_key_file(
+        text: &[u8],
+        origin: &Path,
+        passphrase: &Passphrase,
+    ) -> Result<Self, OwnerKeyError> {
+        let file = parse_file(text, origin)?;
         let malformed = |problem: String| KeyFileError::Malformed {
-            path: path.to_owned(),
+            path: origin.to_owned(),
             problem,
         };
         let sealed =
@@ -195,7 +190,7 @@ impl Owner {
             .open(passphrase, &sealed, &file.aad())
             .map_err(|e| match e {
                 VaultError::WrongPassphrase => OwnerKeyError::WrongPassphrase {
-                    path: path.to_owned(),
+                    path: origin.to_owned(),
                 },
                 VaultError::Malformed(problem) => malformed(problem).into(),
             })?;
@@ -221,13 +216,12 @@ impl fmt::Debug for Owner {
     }
 }
 
-fn read_file(path: &Path) -> Result<OwnerFile, KeyFileError> {
+fn parse_file(text: &[u8], origin: &Path) -> Result<OwnerFile, KeyFileError> {
     let malformed = |problem: String| KeyFileError::Malformed {
-        path: path.to_owned(),
+        path: origin.to_owned(),
         problem,
     };
-    let text = keyfile::read(path)?;
-    let file: OwnerFile = serde_json::from_slice(&text).map_err(|e| malformed(e.to_string()))?;
+    let file: OwnerFile = serde_json::from_slice(text).map_err(|e| malformed(e.to_string()))?;
     if file.v != FILE_VERSION || file.kdf != "argon2id" {
         return Err(malformed(format!(
             "version {} with {} is not version {FILE_VERSION} with argon2id",
@@ -237,13 +231,9 @@ fn read_file(path: &Path) -> Result<OwnerFile, KeyFileError> {
     Ok(file)
 }
 
-/// The public key in an owner key file, read without the passphrase; `None` when there is no
-/// file.
-pub fn read_public(path: &Path) -> Result<Option<OwnerKey>, KeyFileError> {
-    if !path.exists() {
-        return Ok(None);
-    }
-    read_file(path).map(|f| Some(f.public))
+/// The public key in what [`Owner::to_key_file`] wrote, read without the passphrase.
+pub fn public_in_key_file(text: &[u8], origin: &Path) -> Result<OwnerKey, KeyFileError> {
+    parse_file(text, origin).map(|f| f.public)
 }
 
 /// Checks that `signature` is `key`'s over `act` on `agent` for this relay and connection.
@@ -274,8 +264,6 @@ pub fn fingerprint(key: &OwnerKey) -> Fingerprint {
 
 #[cfg(test)]
 mod tests {
-    use std::os::unix::fs::PermissionsExt;
-
     use super::*;
     use crate::protocol::Policy;
 
@@ -285,49 +273,35 @@ mod tests {
 
     #[test]
     fn the_file_opens_only_with_its_passphrase() {
-        let dir = tempfile::tempdir().unwrap();
-        let path = dir.path().join("owner.key");
+        let origin = Path::new("owner.key");
         let owner = Owner::generate();
-        owner
-            .save_new(&path, &pass("correct horse battery"))
-            .unwrap();
-        assert_eq!(
-            std::fs::metadata(&path).unwrap().permissions().mode() & 0o777,
-            0o600
-        );
-        assert_eq!(read_public(&path).unwrap(), Some(owner.public()));
-        let text = std::fs::read_to_string(&path).unwrap();
-        assert!(!text.contains(&b64::encode(owner.signing.as_bytes())));
+        let text = owner.to_key_file(&pass("correct horse battery"));
+        assert_eq!(public_in_key_file(&text, origin).unwrap(), owner.public());
+        assert!(!String::from_utf8_lossy(&text).contains(&b64::encode(owner.signing.as_bytes())));
         assert!(matches!(
-            Owner::unlock(&path, &pass("wrong horse battery")),
+            Owner::from_key_file(&text, origin, &pass("wrong horse battery")),
             Err(OwnerKeyError::WrongPassphrase { .. })
         ));
-        let unlocked = Owner::unlock(&path, &pass("correct horse battery")).unwrap();
+        let unlocked = Owner::from_key_file(&text, origin, &pass("correct horse battery")).unwrap();
         assert_eq!(unlocked.public(), owner.public());
-        assert!(matches!(
-            Owner::generate().save_new(&path, &pass("another passphrase")),
-            Err(KeyFileError::Exists { .. })
-        ));
     }
 
     #[test]
     fn an_altered_file_does_not_unlock() {
-        let dir = tempfile::tempdir().unwrap();
-        let path = dir.path().join("owner.key");
-        Owner::generate()
-            .save_new(&path, &pass("correct horse battery"))
-            .unwrap();
-        let mut file: OwnerFile = serde_json::from_slice(&std::fs::read(&path).unwrap()).unwrap();
+        let origin = Path::new("owner.key");
+        let text = Owner::generate().to_key_file(&pass("correct horse battery"));
+        let mut file: OwnerFile = serde_json::from_slice(&text).unwrap();
         // Swapping in another public key (to make the relay trust it) breaks the seal.
         file.public = Owner::generate().public();
-        std::fs::write(&path, serde_json::to_vec(&file).unwrap()).unwrap();
+        let altered = serde_json::to_vec(&file).unwrap();
         assert!(matches!(
-            Owner::unlock(&path, &pass("correct horse battery")),
+            Owner::from_key_file(&altered, origin, &pass("correct horse battery")),
             Err(OwnerKeyError::WrongPassphrase { .. })
         ));
         file.m_kib = super::vault::MAX_M_KIB + 1;
-        std::fs::write(&path, serde_json::to_vec(&file).unwrap()).unwrap();
-        let err = Owner::unlock(&path, &pass("correct horse battery")).unwrap_err();
+        let altered = serde_json::to_vec(&file).unwrap();
+        let err =
+            Owner::from_key_file(&altered, origin, &pass("correct horse battery")).unwrap_err();
         assert!(err.to_string().contains("m_kib"), "{err}");
     }
 

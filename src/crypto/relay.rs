@@ -1,4 +1,5 @@
-//! A relay's own key: Ed25519, made at the relay's first start and kept in a 0600 file. It
+//! A relay's own key: Ed25519, made at the relay's first start and kept in a 0600 file (by
+//! `keys/`). It
 //! signs the agents' keys the relay vouches for, so other relays and remote clients can check
 //! them against the key they pinned for the relay.
 
@@ -9,8 +10,8 @@ use ed25519_dalek::{Signature, Signer, SigningKey, VerifyingKey};
 use serde::{Deserialize, Serialize};
 use zeroize::{Zeroize, Zeroizing};
 
+use super::KeyFileError;
 use super::sign::{Domain, VerifyError, domain_bytes};
-use super::{KeyFileError, keyfile};
 use crate::protocol::{
     AgentName, Fingerprint, PublicKeys, RelayKey, RelayName, agent_keys_payload, b64,
 };
@@ -31,26 +32,6 @@ struct RelayKeyFile {
 }
 
 impl RelayIdentity {
-    /// Reads the key file at `path`, or makes a new key there when there is none. The flag
-    /// says whether it was made now.
-    pub fn load_or_create(path: &Path) -> Result<(Self, bool), KeyFileError> {
-        match Self::load(path) {
-            Ok(identity) => Ok((identity, false)),
-            Err(KeyFileError::Io { source, .. })
-                if source.kind() == std::io::ErrorKind::NotFound =>
-            {
-                let identity = Self::generate();
-                match identity.save_new(path) {
-                    Ok(()) => Ok((identity, true)),
-                    // Another process made it first: use theirs.
-                    Err(KeyFileError::Exists { .. }) => Ok((Self::load(path)?, false)),
-                    Err(e) => Err(e),
-                }
-            }
-            Err(e) => Err(e),
-        }
-    }
-
     /// A fresh key from the OS random number generator.
     pub fn generate() -> Self {
         let mut seed = Zeroizing::new([0u8; 32]);
@@ -60,26 +41,26 @@ impl RelayIdentity {
         }
     }
 
-    /// Writes a new key file with mode 0600; refuses to overwrite one.
-    pub fn save_new(&self, path: &Path) -> Result<(), KeyFileError> {
+    /// What its key file holds (written by `keys/`).
+    pub fn to_key_file(&self) -> Zeroizing<Vec<u8>> {
         let mut file = RelayKeyFile {
             v: FILE_VERSION,
             relay_key: b64::encode(self.signing.as_bytes()),
         };
         let text = Zeroizing::new(serde_json::to_vec(&file).expect("a key file always serializes"));
         file.relay_key.zeroize();
-        keyfile::write_new(path, &text)
+        text
     }
 
-    /// Reads a key file, refusing one that other users can read.
-    pub fn load(path: &Path) -> Result<Self, KeyFileError> {
+    /// Parses what [`RelayIdentity::to_key_file`] wrote; `origin` names where it came from,
+    /// for errors (it is not read here).
+    pub fn from_key_file(text: &[u8], origin: &Path) -> Result<Self, KeyFileError> {
         let malformed = |problem: &str| KeyFileError::Malformed {
-            path: path.to_owned(),
+            path: origin.to_owned(),
             problem: problem.to_owned(),
         };
-        let text = keyfile::read(path)?;
         let mut file: RelayKeyFile =
-            serde_json::from_slice(&text).map_err(|e| malformed(&e.to_string()))?;
+            serde_json::from_slice(text).map_err(|e| malformed(&e.to_string()))?;
         if file.v != FILE_VERSION {
             return Err(malformed(&format!(
                 "version {} is not {FILE_VERSION}",
@@ -152,27 +133,14 @@ pub fn verify_agent_keys(
 
 #[cfg(test)]
 mod tests {
-    use std::fs;
-    use std::os::unix::fs::PermissionsExt;
-
     use super::*;
 
     #[test]
-    fn made_once_with_mode_0600_then_loaded() {
-        let dir = tempfile::tempdir().unwrap();
-        let path = dir.path().join("relay.db.key");
-        let (made, created) = RelayIdentity::load_or_create(&path).unwrap();
-        assert!(created);
-        assert_eq!(
-            fs::metadata(&path).unwrap().permissions().mode() & 0o777,
-            0o600
-        );
-        let (again, created) = RelayIdentity::load_or_create(&path).unwrap();
-        assert!(!created);
+    fn key_file_round_trip_and_debug_shows_no_secret() {
+        let made = RelayIdentity::generate();
+        let text = made.to_key_file();
+        let again = RelayIdentity::from_key_file(&text, Path::new("relay.db.key")).unwrap();
         assert_eq!(again.key(), made.key());
-        fs::set_permissions(&path, fs::Permissions::from_mode(0o640)).unwrap();
-        let err = RelayIdentity::load_or_create(&path).unwrap_err();
-        assert!(err.to_string().contains("chmod 600"), "{err}");
         let shown = format!("{made:?}");
         assert!(!shown.contains(&b64::encode(made.signing.as_bytes())));
         assert!(shown.contains(made.fingerprint().as_str()));

@@ -10,7 +10,8 @@ use zeroize::{Zeroize, Zeroizing};
 
 use crate::client::consent::{self as relay_consent, Change, ConsentState, OwnerKeyProblem};
 use crate::client::{ClientError, Connection, RelayUrl};
-use crate::crypto::{KeyFileError, Owner, OwnerKeyError, Passphrase, PublicIdentity, owner};
+use crate::crypto::{KeyFileError, Owner, OwnerKeyError, Passphrase, PublicIdentity};
+use crate::keys::read_owner_public;
 use crate::mailbox::Mailbox;
 use crate::protocol::{AgentName, Fingerprint, RequestCode, ValidationError};
 
@@ -126,7 +127,7 @@ async fn connect(
     relay: &RelayUrl,
     owner_key: &std::path::Path,
 ) -> Result<Connection, ActionError> {
-    let offer = owner::read_public(owner_key)?;
+    let offer = read_owner_public(owner_key)?;
     Ok(Connection::connect_control(relay, mailbox.name(), mailbox.identity(), offer).await?)
 }
 
@@ -186,7 +187,7 @@ pub async fn apply(
         Action::Unblock => Change::Unblock(agent),
         Action::Remove => Change::Remove(agent),
     };
-    let local = owner::read_public(owner_key)?;
+    let local = read_owner_public(owner_key)?;
     let mut conn = connect(mailbox, relay, owner_key).await?;
     let result = async {
         relay_consent::check_owner(&conn, mailbox.name(), local)?;

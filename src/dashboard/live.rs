@@ -55,7 +55,7 @@ pub async fn forward(mailbox: Mailbox, live: broadcast::Sender<LiveMail>) {
             Ok(_) | Err(broadcast::error::RecvError::Lagged(_)) => continue,
             Err(broadcast::error::RecvError::Closed) => return,
         };
-        let stored = match mailbox.store().call(move |s| s.message(&id)).await {
+        let stored = match mailbox.message(id).await {
             Ok(Some(stored)) => stored,
             Ok(None) => continue,
             Err(e) => {

@@ -26,7 +26,7 @@ use super::live::{self, LiveMail};
 use super::pages::{self, AgentRow, Notice};
 use super::relay_status;
 use crate::client::RelayUrl;
-use crate::mailbox::{Mailbox, RelayStatus};
+use crate::mailbox::{AgentStatus, Mailbox, RelayStatus};
 use crate::protocol::{AgentName, MessageId, ThreadId};
 use crate::store::{InboxQuery, MAX_QUERY_CHARS};
 
@@ -146,17 +146,11 @@ fn message_id(raw: &str) -> Result<MessageId, PageError> {
 async fn rows(app: &App) -> Result<Vec<AgentRow>, PageError> {
     let mut rows = Vec::new();
     for (name, mailbox) in &app.agents {
-        let (identity, task, unread) = mailbox
-            .store()
-            .call(|s| {
-                Ok((
-                    s.identity_text()?,
-                    s.current_task()?,
-                    s.unread_summary()?.count,
-                ))
-            })
-            .await
-            .map_err(internal)?;
+        let AgentStatus {
+            identity,
+            current_task: task,
+        } = mailbox.agent_status().await.map_err(internal)?;
+        let unread = mailbox.unread_summary().await.map_err(internal)?.count;
         let status = mailbox.status();
         rows.push(AgentRow {
             name: name.clone(),
@@ -202,11 +196,7 @@ async fn inbox(State(app): State<AppState>, Path(name): Path<String>) -> Page {
         limit: INBOX_LIMIT,
         ..InboxQuery::default()
     };
-    let items = mailbox
-        .store()
-        .call(move |s| s.inbox(&query))
-        .await
-        .map_err(internal)?;
+    let items = mailbox.inbox(query).await.map_err(internal)?;
     Ok(pages::inbox(&name, &items))
 }
 
@@ -228,8 +218,7 @@ async fn attachment(
     let (name, mailbox) = agent(&app, &name)?;
     let id = message_id(&id)?;
     let stored = mailbox
-        .store()
-        .call(move |s| s.message(&id))
+        .message(id)
         .await
         .map_err(internal)?
         .ok_or_else(|| not_found(format!("{name} has no message {id}")))?;
@@ -256,11 +245,13 @@ async fn thread(State(app): State<AppState>, Path((name, id)): Path<(String, Str
     let id: ThreadId = id
         .parse()
         .map_err(|_| not_found(format!("{id:?} is not a thread id")))?;
-    let items = mailbox
-        .store()
-        .call(move |s| s.thread(&id))
+    let items: Vec<_> = mailbox
+        .thread(id)
         .await
-        .map_err(internal)?;
+        .map_err(internal)?
+        .into_iter()
+        .map(|(m, _)| m)
+        .collect();
     if items.is_empty() {
         return Err(not_found(format!("{name} has no thread {id}")));
     }
@@ -269,11 +260,7 @@ async fn thread(State(app): State<AppState>, Path((name, id)): Path<(String, Str
 
 async fn sent(State(app): State<AppState>, Path(name): Path<String>) -> Page {
     let (name, mailbox) = agent(&app, &name)?;
-    let items = mailbox
-        .store()
-        .call(|s| s.sent(None, SENT_LIMIT))
-        .await
-        .map_err(internal)?;
+    let items = mailbox.sent(None, SENT_LIMIT).await.map_err(internal)?;
     Ok(pages::sent(&name, &items))
 }
 
@@ -286,11 +273,7 @@ async fn contacts_page(
     let consent = consent::read(mailbox, &app.relay, &app.owner_key)
         .await
         .map_err(|e| e.to_string());
-    let pinned = mailbox
-        .store()
-        .call(|s| s.contacts())
-        .await
-        .map_err(internal)?;
+    let pinned = mailbox.pinned_contacts().await.map_err(internal)?;
     Ok(pages::contacts(
         name,
         app.auth.csrf(),
@@ -349,10 +332,8 @@ async fn memories(
 ) -> Page {
     let (name, mailbox) = agent(&app, &name)?;
     let query: String = search.q.trim().chars().take(MAX_QUERY_CHARS).collect();
-    let q = query.clone();
     let found = mailbox
-        .store()
-        .call(move |s| s.recall((!q.is_empty()).then_some(q.as_str()), MEMORY_LIMIT))
+        .recall((!query.is_empty()).then(|| query.clone()), MEMORY_LIMIT)
         .await
         .map_err(internal)?;
     Ok(pages::memories(&name, &query, &found))

@@ -13,9 +13,9 @@ use std::collections::BTreeMap;
 
 use tokio::sync::broadcast;
 
-use crate::mailbox::{Mailbox, MailboxEvent};
+use crate::mailbox::{Mailbox, MailboxError, MailboxEvent};
 use crate::protocol::{AgentName, Bounce, ConsentEvent, MessageId, ReceiptKind};
-use crate::store::{ReceiptRecord, StoreError, Trust};
+use crate::store::{ReceiptRecord, Trust};
 use frame::{SenderFacts, fence_line, frame_message, mcp_reply_hint};
 
 /// Rings kept for slow sinks before the oldest are dropped (the inbox still has the mail).
@@ -101,7 +101,7 @@ async fn mail_ring(
     mailbox: &Mailbox,
     id: MessageId,
     trust: Trust,
-) -> Result<Option<Ring>, StoreError> {
+) -> Result<Option<Ring>, MailboxError> {
     let Some((stored, contact)) = mailbox.message_and_sender(id).await? else {
         return Ok(None);
     };
@@ -134,7 +134,7 @@ async fn receipt_ring(
     mailbox: &Mailbox,
     of: MessageId,
     record: &ReceiptRecord,
-) -> Result<Ring, StoreError> {
+) -> Result<Ring, MailboxError> {
     // The subject may quote another agent ("Re: ..."): fenced.
     let subject = mailbox
         .message_and_sender(of)

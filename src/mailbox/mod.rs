@@ -7,8 +7,11 @@
 //! commit, mail stored by another process for the same agent is announced too, and nothing
 //! is announced twice.
 
+mod ask;
 mod compose;
+mod consent;
 mod lock;
+mod memory;
 mod peers;
 mod reading;
 mod receipts;
@@ -26,20 +29,20 @@ use tokio_util::sync::CancellationToken;
 
 pub use compose::{ComposeError, reply};
 pub use lock::ConnectionLock;
+pub use memory::AgentStatus;
 pub use receipts::AckOutcome;
 pub use send::SendOutcome;
 pub use wait::Delivered;
 
 use crate::agent::Agent;
 use crate::client::{
-    ClientError, ClientEvent, MakeFrame, RelayUrl, SessionConfig, SessionHandle, spawn_session,
+    ClientError, ClientEvent, RelayUrl, SessionConfig, SessionHandle, spawn_session,
 };
 use crate::crypto::Identity;
 use crate::protocol::{
-    Address, AgentName, Bounce, ConsentEvent, MessageId, OwnerKey, RelayName, ServerFrame,
-    ValidationError,
+    Address, AgentName, Bounce, ConsentEvent, MessageId, OwnerKey, RelayName, ValidationError,
 };
-use crate::store::{Contact, ReceiptRecord, StoreError, StoreHandle, StoredMessage, Trust};
+use crate::store::{ReceiptRecord, StoreError, StoreHandle, Trust};
 
 /// Events kept for slow subscribers before the oldest are dropped (they re-read the store).
 const EVENT_BACKLOG: usize = 1024;
@@ -227,11 +230,6 @@ impl Mailbox {
         &self.0.identity
     }
 
-    /// The agent's store.
-    pub fn store(&self) -> &StoreHandle {
-        &self.0.store
-    }
-
     /// The relay this mailbox uses.
     pub fn relay(&self) -> &RelayUrl {
         &self.0.relay
@@ -240,23 +238,6 @@ impl Mailbox {
     /// The agent's folder.
     pub fn dir(&self) -> &std::path::Path {
         &self.0.dir
-    }
-
-    /// A stored message and its sender's pinned contact, if both are known.
-    pub async fn message_and_sender(
-        &self,
-        id: MessageId,
-    ) -> Result<Option<(StoredMessage, Option<Contact>)>, StoreError> {
-        self.0
-            .store
-            .call(move |s| {
-                let Some(stored) = s.message(&id)? else {
-                    return Ok(None);
-                };
-                let contact = s.contact(&stored.message.from)?;
-                Ok(Some((stored, contact)))
-            })
-            .await
     }
 
     /// A new subscription to the mailbox's events.
@@ -272,18 +253,6 @@ impl Mailbox {
     /// Watches the relay status.
     pub fn watch_status(&self) -> tokio::sync::watch::Receiver<RelayStatus> {
         self.0.status.subscribe()
-    }
-
-    /// Sends a request (consent, lookup) over the relay connection. Only the process that
-    /// holds the connection can.
-    pub async fn relay_call(&self, make: MakeFrame) -> Result<ServerFrame, MailboxError> {
-        let session = self.session().await;
-        match session {
-            Some(s) => Ok(s.call(make).await?),
-            None => Err(MailboxError::ConnectionElsewhere {
-                pid: self.0.lock.holder(),
-            }),
-        }
     }
 
     /// Stops the relay connection and the watcher.

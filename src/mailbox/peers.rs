@@ -2,28 +2,10 @@
 //! session through the typed calls in `client` (the CLI makes the same calls over a control
 //! connection).
 
-use std::sync::Arc;
-
 use super::{Mailbox, MailboxError};
 use crate::client::whois::Whois;
-use crate::client::{Ask, ClientError, MakeFrame, RelayUrl, SessionHandle, directory, presence};
-use crate::protocol::{Address, AgentName, DirectoryEntry, Online, ServerFrame};
-
-/// The held session, asked like a connection.
-struct Session {
-    handle: Arc<SessionHandle>,
-    relay: RelayUrl,
-}
-
-impl Ask for Session {
-    async fn ask(&mut self, make: MakeFrame) -> Result<ServerFrame, ClientError> {
-        self.handle.call(make).await
-    }
-
-    fn relay_url(&self) -> &RelayUrl {
-        &self.relay
-    }
-}
+use crate::client::{directory, presence};
+use crate::protocol::{Address, AgentName, DirectoryEntry, Online};
 
 impl Mailbox {
     /// The agents listed in the relay's directory, with their own descriptions (another
@@ -49,18 +31,5 @@ impl Mailbox {
             crate::client::whois::whois(&mut self.asking().await?, &self.0.store, trusted, address)
                 .await?,
         )
-    }
-
-    /// The held session, or why there is none here.
-    async fn asking(&self) -> Result<Session, MailboxError> {
-        match self.session().await {
-            Some(handle) => Ok(Session {
-                handle,
-                relay: self.0.relay.clone(),
-            }),
-            None => Err(MailboxError::ConnectionElsewhere {
-                pid: self.0.lock.holder(),
-            }),
-        }
     }
 }

@@ -1,15 +1,93 @@
-//! Reading received mail: listing, reading and marking read. Marking read is where read
-//! receipts start (when the owner turned them on, the store queues one per message read in
-//! the same transaction), so every path that marks mail read goes through here.
+//! Reading mail: listing, searching, threads, reading and marking read, and what each client
+//! session was shown. Marking read is where read receipts start (when the owner turned them
+//! on, the store queues one per message read in the same transaction), so every path that
+//! marks mail read goes through here.
 
 use super::{Mailbox, MailboxError};
-use crate::protocol::MessageId;
-use crate::store::{Contact, InboxQuery, StoredMessage};
+use crate::protocol::{MessageId, ThreadId};
+use crate::store::{Contact, InboxQuery, SessionKey, StoredMessage, UnreadSummary, Via};
 
 impl Mailbox {
     /// Received messages matching `query`: unread first, newest first.
     pub async fn inbox(&self, query: InboxQuery) -> Result<Vec<StoredMessage>, MailboxError> {
         Ok(self.0.store.call(move |s| s.inbox(&query)).await?)
+    }
+
+    /// How much received mail is unread, and from whom the newest is.
+    pub async fn unread_summary(&self) -> Result<UnreadSummary, MailboxError> {
+        Ok(self.0.store.call(|s| s.unread_summary()).await?)
+    }
+
+    /// Mail, received and sent, matching the words of `query`; best first, at most `limit`.
+    pub async fn search(
+        &self,
+        query: String,
+        limit: usize,
+    ) -> Result<Vec<StoredMessage>, MailboxError> {
+        Ok(self
+            .0
+            .store
+            .call(move |s| s.search_messages(&query, limit))
+            .await?)
+    }
+
+    /// One message, as stored, without marking it read; `None` when there is no such message.
+    pub async fn message(&self, id: MessageId) -> Result<Option<StoredMessage>, MailboxError> {
+        Ok(self.0.store.call(move |s| s.message(&id)).await?)
+    }
+
+    /// A stored message and its sender's pinned contact, if both are known; not marked read.
+    pub async fn message_and_sender(
+        &self,
+        id: MessageId,
+    ) -> Result<Option<(StoredMessage, Option<Contact>)>, MailboxError> {
+        Ok(self
+            .0
+            .store
+            .call(move |s| {
+                let Some(stored) = s.message(&id)? else {
+                    return Ok(None);
+                };
+                let contact = s.contact(&stored.message.from)?;
+                Ok(Some((stored, contact)))
+            })
+            .await?)
+    }
+
+    /// Every message of a thread, in and out, oldest first, each with its sender's pinned
+    /// contact; empty when there is no such thread. Nothing is marked read.
+    pub async fn thread(
+        &self,
+        id: ThreadId,
+    ) -> Result<Vec<(StoredMessage, Option<Contact>)>, MailboxError> {
+        Ok(self
+            .0
+            .store
+            .call(move |s| {
+                let messages = s.thread(&id)?;
+                let mut with_contacts = Vec::with_capacity(messages.len());
+                for m in messages {
+                    let contact = s.contact(&m.message.from)?;
+                    with_contacts.push((m, contact));
+                }
+                Ok(with_contacts)
+            })
+            .await?)
+    }
+
+    /// Records that `ids` were put in front of the client session `session`'s model (so its
+    /// hooks do not show them again).
+    pub async fn mark_shown(
+        &self,
+        session: SessionKey,
+        ids: Vec<MessageId>,
+        via: Via,
+    ) -> Result<(), MailboxError> {
+        Ok(self
+            .0
+            .store
+            .call(move |s| s.mark_shown(&session, &ids, via))
+            .await?)
     }
 
     /// One message with its sender's pinned contact, marked read (as it was before marking

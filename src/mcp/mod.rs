@@ -4,6 +4,7 @@
 //! relay socket itself.
 
 mod era;
+mod errors;
 mod http;
 mod notice;
 mod peers;

@@ -1,5 +1,5 @@
 //! The prompts. Their texts live in `prompts/*.md` (edit them without touching Rust); this
-//! file fills in the `{{placeholders}}` from the store.
+//! file fills in the `{{placeholders}}` from the mailbox.
 
 use rmcp::handler::server::wrapper::Parameters;
 use rmcp::model::{GetPromptResult, PromptMessage, Role};
@@ -9,6 +9,7 @@ use serde::Deserialize;
 
 use super::server::MailslotServer;
 use crate::doorbell::digest::unread_digest;
+use crate::mailbox::AgentStatus;
 use crate::protocol::MessageId;
 use crate::store::InboxQuery;
 
@@ -39,18 +40,15 @@ pub struct ReplyPromptArgs {
 impl MailslotServer {
     /// The framed digest of unread mail.
     pub(super) async fn unread_digest(&self) -> Result<String, ErrorData> {
-        let (unread, total) = self
+        let unread = self
             .mailbox
-            .store()
-            .call(|s| {
-                let unread = s.inbox(&InboxQuery {
-                    limit: DIGEST_ITEMS,
-                    ..InboxQuery::default()
-                })?;
-                Ok((unread, s.unread_summary()?.count))
+            .inbox(InboxQuery {
+                limit: DIGEST_ITEMS,
+                ..InboxQuery::default()
             })
             .await
             .map_err(internal)?;
+        let total = self.mailbox.unread_summary().await.map_err(internal)?.count;
         Ok(unread_digest(
             &unread,
             total,
@@ -65,25 +63,15 @@ impl MailslotServer {
     /// mail, so that it never starts cold after a context reset.
     #[prompt(name = "startup")]
     async fn startup(&self) -> Result<GetPromptResult, ErrorData> {
-        let (identity, task, memories) = self
+        let (
+            AgentStatus {
+                identity,
+                current_task: task,
+            },
+            memories,
+        ) = self
             .mailbox
-            .store()
-            .call(|s| {
-                let task = s.current_task()?;
-                // The memories that match the current task first, then the most recent.
-                let mut found = match &task {
-                    Some(t) => s.recall(Some(t), STARTUP_MEMORIES).unwrap_or_default(),
-                    None => Vec::new(),
-                };
-                for r in s.recall(None, STARTUP_MEMORIES)? {
-                    if found.len() < STARTUP_MEMORIES
-                        && !found.iter().any(|f| f.memory.id == r.memory.id)
-                    {
-                        found.push(r);
-                    }
-                }
-                Ok((s.identity_text()?, task, found))
-            })
+            .startup(STARTUP_MEMORIES)
             .await
             .map_err(internal)?;
         let memories = if memories.is_empty() {
@@ -144,8 +132,7 @@ impl MailslotServer {
         })?;
         let thread = self
             .mailbox
-            .store()
-            .call(move |s| s.message(&id))
+            .message(id)
             .await
             .map_err(internal)?
             .ok_or_else(|| ErrorData::invalid_params(format!("no message with id {id}"), None))?

@@ -11,7 +11,7 @@ use super::peers::DirectoryView;
 use super::tools::ThreadView;
 use super::views::{MemoryView, MessageSummary, MessageView};
 use crate::doorbell::frame::frame_data;
-use crate::mailbox::Mailbox;
+use crate::mailbox::{AgentStatus, Mailbox};
 use crate::protocol::{MessageId, ThreadId};
 use crate::store::InboxQuery;
 
@@ -55,13 +55,10 @@ pub async fn list(mailbox: &Mailbox) -> Result<Vec<Resource>, ErrorData> {
             .with_mime_type("application/json"),
     ];
     let recent = mailbox
-        .store()
-        .call(|s| {
-            s.inbox(&InboxQuery {
-                unread_only: false,
-                limit: LISTED_MESSAGES,
-                ..InboxQuery::default()
-            })
+        .inbox(InboxQuery {
+            unread_only: false,
+            limit: LISTED_MESSAGES,
+            ..InboxQuery::default()
         })
         .await
         .map_err(internal)?;
@@ -124,20 +121,15 @@ pub async fn read(mailbox: &Mailbox, uri: &str) -> Result<ResourceContents, Erro
             Ok(json(&DirectoryView::of(entries), uri))
         }
         MEMORY => {
-            let found = mailbox
-                .store()
-                .call(|s| s.recall(None, 50))
-                .await
-                .map_err(internal)?;
+            let found = mailbox.recall(None, 50).await.map_err(internal)?;
             let views: Vec<MemoryView> = found.iter().map(MemoryView::recalled).collect();
             Ok(json(&views, uri))
         }
         IDENTITY => {
-            let (identity, current_task) = mailbox
-                .store()
-                .call(|s| Ok((s.identity_text()?, s.current_task()?)))
-                .await
-                .map_err(internal)?;
+            let AgentStatus {
+                identity,
+                current_task,
+            } = mailbox.agent_status().await.map_err(internal)?;
             Ok(json(
                 &IdentityView {
                     address: mailbox.address().to_string(),
@@ -176,28 +168,22 @@ pub async fn read(mailbox: &Mailbox, uri: &str) -> Result<ResourceContents, Erro
 
 /// The inbox digest: unread mail, then a few recent read ones.
 async fn inbox_digest(mailbox: &Mailbox) -> Result<InboxDigest, ErrorData> {
-    let (unread, recent) = mailbox
-        .store()
-        .call(|s| {
-            let unread = s.inbox(&InboxQuery {
-                limit: 50,
-                ..InboxQuery::default()
-            })?;
-            let recent = s.inbox(&InboxQuery {
-                unread_only: false,
-                limit: 60,
-                ..InboxQuery::default()
-            })?;
-            Ok((unread, recent))
+    let unread = mailbox
+        .inbox(InboxQuery {
+            limit: 50,
+            ..InboxQuery::default()
         })
         .await
         .map_err(internal)?;
-    let count = mailbox
-        .store()
-        .call(|s| s.unread_summary())
+    let recent = mailbox
+        .inbox(InboxQuery {
+            unread_only: false,
+            limit: 60,
+            ..InboxQuery::default()
+        })
         .await
-        .map_err(internal)?
-        .count;
+        .map_err(internal)?;
+    let count = mailbox.unread_summary().await.map_err(internal)?.count;
     Ok(InboxDigest {
         agent: mailbox.address().to_string(),
         unread: count,
@@ -215,19 +201,7 @@ async fn inbox_digest(mailbox: &Mailbox) -> Result<InboxDigest, ErrorData> {
 
 /// A thread with the newest context snapshot; an error string when it does not exist.
 pub async fn thread_view(mailbox: &Mailbox, id: ThreadId) -> Result<ThreadView, String> {
-    let found = mailbox
-        .store()
-        .call(move |s| {
-            let messages = s.thread(&id)?;
-            let mut with_contacts = Vec::with_capacity(messages.len());
-            for m in messages {
-                let contact = s.contact(&m.message.from)?;
-                with_contacts.push((m, contact));
-            }
-            Ok(with_contacts)
-        })
-        .await
-        .map_err(|e| e.to_string())?;
+    let found = mailbox.thread(id).await.map_err(|e| e.to_string())?;
     if found.is_empty() {
         return Err(format!(
             "no thread with id {id}; copy thread_id from a message in the inbox"

@@ -80,12 +80,7 @@ impl MailslotServer {
         let Some(session) = self.client_session.clone() else {
             return;
         };
-        if let Err(e) = self
-            .mailbox
-            .store()
-            .call(move |s| s.mark_shown(&session, &ids, Via::Tool))
-            .await
-        {
+        if let Err(e) = self.mailbox.mark_shown(session, ids, Via::Tool).await {
             tracing::warn!(error = %e, "cannot record what a tool result showed");
         }
     }
@@ -125,7 +120,7 @@ impl MailslotServer {
     }
 
     async fn footer_line(&self) -> Option<String> {
-        match self.mailbox.store().call(|s| s.unread_summary()).await {
+        match self.mailbox.unread_summary().await {
             Ok(summary) => footer(&summary),
             Err(e) => Some(format!("[mailslot] cannot read the inbox: {e}")),
         }

@@ -1,6 +1,6 @@
 //! The tools. Each is a thin adapter: validate the model's arguments (errors name the field
-//! and the fix), call the mailbox or the store, return a JSON view. The sender of every
-//! message is this agent: no argument can change it.
+//! and the fix), call the mailbox, return a JSON view (domain errors become tool errors in
+//! `errors.rs`). The sender of every message is this agent: no argument can change it.
 
 use rmcp::handler::server::wrapper::Parameters;
 use rmcp::{Json, tool, tool_router};
@@ -8,13 +8,15 @@ use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
+use super::errors::{Doing, no_message};
 use super::peers::{DirectoryView, PresenceView, WhoisView};
 use super::server::MailslotServer;
 use super::views::{MemoryView, MessageSummary, MessageView, SentView};
-use crate::mailbox::{AckOutcome, MailboxError, SendOutcome, reply as compose_reply};
+use crate::client::consent::{ConsentState, ContactRequest};
+use crate::mailbox::{AckOutcome, AgentStatus, SendOutcome, reply as compose_reply};
 use crate::protocol::{
-    Address, AgentName, ClientFrame, Importance, MAX_ANSWER_CHARS, MAX_PRESENCE_AGENTS, MemoryId,
-    Message, MessageId, RequestView, ServerFrame, ThreadId, validate_note,
+    Address, AgentName, Importance, MAX_PRESENCE_AGENTS, MemoryId, Message, MessageId, RequestView,
+    ThreadId,
 };
 use crate::store::{InboxQuery, MAX_STATUS_BYTES, SentState};
 
@@ -439,20 +441,13 @@ impl MailslotServer {
     async fn deliver(&self, mut message: Message) -> Result<Json<SendResult>, String> {
         message.from = self.mailbox.address().clone();
         let (id, thread) = (message.id, message.thread);
-        let outcome = self.mailbox.send(message).await;
-        let (status, detail) = match outcome {
+        let (status, detail) = match self.mailbox.send(message).await {
             Ok(SendOutcome::Sent) => (
                 "sent",
                 format!("the relay at {} took it", self.mailbox.relay().authority()),
             ),
             Ok(SendOutcome::Queued { reason }) => ("queued", reason),
-            Err(MailboxError::NotSent(reason)) => {
-                return Err(self.not_sent(&reason).await);
-            }
-            Err(MailboxError::Invalid(e)) => {
-                return Err(format!("{e}. Nothing was sent."));
-            }
-            Err(e) => return Err(e.to_string()),
+            Err(e) => return Err(self.tool_error(e, Doing::Sending).await),
         };
         Ok(Json(SendResult {
             message_id: id.to_string(),
@@ -462,42 +457,13 @@ impl MailslotServer {
         }))
     }
 
-    /// A permanent refusal, with what the model can do about it.
-    async fn not_sent(&self, reason: &str) -> String {
-        let known = self
-            .mailbox
-            .store()
-            .call(|s| s.contacts())
-            .await
-            .map(|c| {
-                c.iter()
-                    .map(|c| c.address.to_string())
-                    .collect::<Vec<_>>()
-                    .join(", ")
-            })
-            .unwrap_or_default();
-        let known = if known.is_empty() {
-            "none yet".to_owned()
-        } else {
-            known
-        };
-        format!(
-            "not sent: {reason} (relay {}). Known contacts: {known}. Check the address with the user; a stranger may first need request_contact. The message is kept in your sent mail, marked failed.",
-            self.mailbox.relay().authority()
-        )
-    }
-
     async fn original(&self, raw: &str) -> Result<Message, String> {
         let id = parse_message_id("message_id", raw)?;
-        self.mailbox
-            .store()
-            .call(move |s| s.message(&id))
-            .await
-            .map_err(|e| e.to_string())?
-            .map(|m| m.message)
-            .ok_or_else(|| {
-                format!("no message with id {id}; list messages with the inbox or search tool")
-            })
+        match self.mailbox.message(id).await {
+            Ok(Some(m)) => Ok(m.message),
+            Ok(None) => Err(no_message(&id)),
+            Err(e) => Err(self.tool_error(e, Doing::Local).await),
+        }
     }
 
     async fn reply_to(&self, args: ReplyArgs, all: bool) -> Result<Json<SendResult>, String> {
@@ -515,8 +481,7 @@ impl MailslotServer {
     pub(super) async fn message_list(&self, messages: Vec<MessageSummary>) -> MessageList {
         let unread = self
             .mailbox
-            .store()
-            .call(|s| s.unread_summary())
+            .unread_summary()
             .await
             .map(|u| u.count)
             .unwrap_or_default();
@@ -624,7 +589,10 @@ impl MailslotServer {
             importance: parse_importance("importance", args.importance.as_deref())?,
             limit: limit("limit", args.limit, 20)?,
         };
-        let found = self.mailbox.inbox(query).await.map_err(|e| e.to_string())?;
+        let found = match self.mailbox.inbox(query).await {
+            Ok(found) => found,
+            Err(e) => return Err(self.tool_error(e, Doing::Local).await),
+        };
         self.shown(found.iter().map(|m| m.message.id).collect())
             .await;
         let list = found.iter().map(MessageSummary::of).collect();
@@ -644,14 +612,11 @@ impl MailslotServer {
         Parameters(args): Parameters<MessageArgs>,
     ) -> Result<Json<MessageView>, String> {
         let id = parse_message_id("message_id", &args.message_id)?;
-        let (stored, contact) = self
-            .mailbox
-            .read(id)
-            .await
-            .map_err(|e| e.to_string())?
-            .ok_or_else(|| {
-                format!("no message with id {id}; list messages with the inbox or search tool")
-            })?;
+        let (stored, contact) = match self.mailbox.read(id).await {
+            Ok(Some(found)) => found,
+            Ok(None) => return Err(no_message(&id)),
+            Err(e) => return Err(self.tool_error(e, Doing::Local).await),
+        };
         Ok(Json(MessageView::of(&stored, contact.as_ref())))
     }
 
@@ -678,15 +643,18 @@ impl MailslotServer {
             }
             n => n,
         };
-        let delivered = self
+        let waited = self
             .mailbox
             .wait_for_unread(
                 std::time::Duration::from_secs(secs.into()),
                 WAIT_MESSAGES,
                 &self.stop,
             )
-            .await
-            .map_err(|e| e.to_string())?;
+            .await;
+        let delivered = match waited {
+            Ok(delivered) => delivered,
+            Err(e) => return Err(self.tool_error(e, Doing::Local).await),
+        };
         let timed_out = delivered.is_empty();
         let note = if timed_out {
             format!("no mail in {secs} s; call wait_for_mail again to keep waiting")
@@ -753,11 +721,10 @@ impl MailslotServer {
             .enumerate()
             .map(|(i, raw)| parse_message_id(&format!("message_ids[{i}]"), raw))
             .collect::<Result<Vec<_>, _>>()?;
-        let changed = self
-            .mailbox
-            .mark_read(ids)
-            .await
-            .map_err(|e| e.to_string())?;
+        let changed = match self.mailbox.mark_read(ids).await {
+            Ok(changed) => changed,
+            Err(e) => return Err(self.tool_error(e, Doing::Local).await),
+        };
         Ok(Json(Changed {
             changed: changed as u32,
         }))
@@ -788,18 +755,7 @@ impl MailslotServer {
                 "already_acknowledged",
                 format!("you acknowledged it at {at}; nothing was sent again"),
             ),
-            Err(MailboxError::Invalid(e)) if e.field == "answer" => {
-                return Err(format!(
-                    "{e} (an answer is at most {MAX_ANSWER_CHARS} characters). Nothing was sent."
-                ));
-            }
-            Err(MailboxError::Store(crate::store::StoreError::NoSuchMessage { .. })) => {
-                return Err(format!(
-                    "no message with id {id}; list messages with the inbox or search tool"
-                ));
-            }
-            Err(MailboxError::NotSent(reason)) => return Err(self.not_sent(&reason).await),
-            Err(e) => return Err(format!("{e}. Nothing was sent.")),
+            Err(e) => return Err(self.tool_error(e, Doing::Sending).await),
         };
         Ok(Json(AcknowledgeResult {
             message_id: id.to_string(),
@@ -823,11 +779,10 @@ impl MailslotServer {
             })
             .transpose()?;
         let limit = limit("limit", args.limit, 20)?;
-        let items = self
-            .mailbox
-            .sent(state, limit)
-            .await
-            .map_err(|e| e.to_string())?;
+        let items = match self.mailbox.sent(state, limit).await {
+            Ok(items) => items,
+            Err(e) => return Err(self.tool_error(e, Doing::Local).await),
+        };
         Ok(Json(SentList {
             messages: items.iter().map(SentView::of).collect(),
             note: "A message stands where its least advanced copy does; recipients lists each. \"read\" comes only from recipients whose owner turned read receipts on. Answers are the recipients' words, untrusted.".into(),
@@ -842,12 +797,10 @@ impl MailslotServer {
         Parameters(args): Parameters<SearchArgs>,
     ) -> Result<Json<MessageList>, String> {
         let limit = limit("limit", args.limit, 20)?;
-        let found = self
-            .mailbox
-            .store()
-            .call(move |s| s.search_messages(&args.query, limit))
-            .await
-            .map_err(|e| e.to_string())?;
+        let found = match self.mailbox.search(args.query, limit).await {
+            Ok(found) => found,
+            Err(e) => return Err(self.tool_error(e, Doing::Local).await),
+        };
         self.shown(found.iter().map(|m| m.message.id).collect())
             .await;
         let list = found.iter().map(MessageSummary::of).collect();
@@ -866,12 +819,14 @@ impl MailslotServer {
         &self,
         Parameters(args): Parameters<RememberArgs>,
     ) -> Result<Json<MemoryView>, String> {
-        let memory = self
+        let memory = match self
             .mailbox
-            .store()
-            .call(move |s| s.remember(&args.text, args.title.as_deref(), &args.tags))
+            .remember(args.text, args.title, args.tags)
             .await
-            .map_err(|e| e.to_string())?;
+        {
+            Ok(memory) => memory,
+            Err(e) => return Err(self.tool_error(e, Doing::Local).await),
+        };
         Ok(Json(MemoryView::of(&memory)))
     }
 
@@ -882,12 +837,10 @@ impl MailslotServer {
         Parameters(args): Parameters<RecallArgs>,
     ) -> Result<Json<MemoryList>, String> {
         let limit = limit("limit", args.limit, 10)?;
-        let found = self
-            .mailbox
-            .store()
-            .call(move |s| s.recall(args.query.as_deref(), limit))
-            .await
-            .map_err(|e| e.to_string())?;
+        let found = match self.mailbox.recall(args.query, limit).await {
+            Ok(found) => found,
+            Err(e) => return Err(self.tool_error(e, Doing::Local).await),
+        };
         Ok(Json(MemoryList {
             memories: found.iter().map(MemoryView::recalled).collect(),
         }))
@@ -911,12 +864,10 @@ impl MailslotServer {
                 args.memory_id
             )
         })?;
-        let gone = self
-            .mailbox
-            .store()
-            .call(move |s| s.forget(&id))
-            .await
-            .map_err(|e| e.to_string())?;
+        let gone = match self.mailbox.forget(id).await {
+            Ok(gone) => gone,
+            Err(e) => return Err(self.tool_error(e, Doing::Local).await),
+        };
         if !gone {
             return Err(format!("no memory with id {id}; list memories with recall"));
         }
@@ -949,23 +900,20 @@ impl MailslotServer {
                 ));
             }
         }
-        let status = self
+        let status = match self
             .mailbox
-            .store()
-            .call(move |s| {
-                if let Some(v) = &args.identity {
-                    s.set_identity_text(v)?;
-                }
-                if let Some(v) = &args.current_task {
-                    s.set_current_task(v)?;
-                }
-                Ok(Status {
-                    identity: s.identity_text()?,
-                    current_task: s.current_task()?,
-                })
-            })
+            .set_agent_status(args.identity, args.current_task)
             .await
-            .map_err(|e| e.to_string())?;
+        {
+            Ok(AgentStatus {
+                identity,
+                current_task,
+            }) => Status {
+                identity,
+                current_task,
+            },
+            Err(e) => return Err(self.tool_error(e, Doing::Local).await),
+        };
         Ok(Json(status))
     }
 
@@ -984,32 +932,20 @@ impl MailslotServer {
     ) -> Result<Json<ContactRequestResult>, String> {
         let to = AgentName::new(args.agent.trim())
             .map_err(|e| format!("agent {}: write an agent name like \"bob\"", e.problem))?;
-        validate_note(&args.note).map_err(|e| e.to_string())?;
-        let note = args.note;
-        let target = to.clone();
-        let answer = self
-            .mailbox
-            .relay_call(Box::new(move |reference| ClientFrame::Connect {
-                reference,
-                to: target,
-                note,
-            }))
-            .await
-            .map_err(|e| format!("{e}. Try again later."))?;
-        // The code in the answer is for this agent's owner only: it never reaches the model.
-        let result = match answer {
-            ServerFrame::Requested { expires_at, .. } => ContactRequestResult {
+        let result = match self.mailbox.request_contact(to.clone(), args.note).await {
+            // The code is for this agent's owner only: it never reaches the model.
+            Ok(ContactRequest::Pending { expires_at, .. }) => ContactRequestResult {
                 status: "pending".into(),
                 detail: format!(
                     "asked {to}; your owner sees the verification code with `mailslot --agent {me} requests` and passes it to {to}'s owner, who approves it. You will be told the outcome. It lapses at {expires_at}.",
                     me = self.mailbox.name()
                 ),
             },
-            ServerFrame::Done { detail, .. } => ContactRequestResult {
+            Ok(ContactRequest::Done(detail)) => ContactRequestResult {
                 status: "done".into(),
                 detail,
             },
-            other => return Err(format!("the relay answered unexpectedly: {other:?}")),
+            Err(e) => return Err(self.tool_error(e, Doing::Asking).await),
         };
         Ok(Json(result))
     }
@@ -1018,11 +954,10 @@ impl MailslotServer {
     /// whom this agent could write to (a stranger may first need request_contact).
     #[tool(annotations(title = "Directory", read_only_hint = true, open_world_hint = true))]
     async fn directory(&self) -> Result<Json<DirectoryView>, String> {
-        let entries = self
-            .mailbox
-            .directory()
-            .await
-            .map_err(|e| format!("{e}. Try again later."))?;
+        let entries = match self.mailbox.directory().await {
+            Ok(entries) => entries,
+            Err(e) => return Err(self.tool_error(e, Doing::Asking).await),
+        };
         Ok(Json(DirectoryView::of(entries)))
     }
 
@@ -1055,11 +990,10 @@ impl MailslotServer {
             ),
             None => None,
         };
-        let online = self
-            .mailbox
-            .presence(agents)
-            .await
-            .map_err(|e| format!("{e}. Try again later."))?;
+        let online = match self.mailbox.presence(agents).await {
+            Ok(online) => online,
+            Err(e) => return Err(self.tool_error(e, Doing::Asking).await),
+        };
         Ok(Json(PresenceView::of(online)))
     }
 
@@ -1073,43 +1007,35 @@ impl MailslotServer {
         let address = Address::parse(args.address.trim()).map_err(|e| {
             format!("address {}: write an agent name like \"bob\" or an address like \"bob@relay.example.com\"", e.problem)
         })?;
-        let whois = self
-            .mailbox
-            .whois(&address)
-            .await
-            .map_err(|e| format!("{e}. Try again later."))?;
+        let whois = match self.mailbox.whois(&address).await {
+            Ok(whois) => whois,
+            Err(e) => return Err(self.tool_error(e, Doing::Asking).await),
+        };
         Ok(Json(WhoisView::of(whois)))
     }
 
     /// Contacts, blocks, pending requests (never their codes) and pinned keys.
     #[tool(annotations(title = "Contacts", read_only_hint = true, open_world_hint = true))]
     async fn contacts(&self) -> Result<Json<ContactsView>, String> {
-        let known_keys = self
-            .mailbox
-            .store()
-            .call(|s| s.contacts())
-            .await
-            .map_err(|e| e.to_string())?
-            .into_iter()
-            .map(|c| KnownKey {
-                address: c.address.to_string(),
-                fingerprint: c.fingerprint.to_string(),
-                key_changes: c.key_changes,
-            })
-            .collect();
+        let known_keys = match self.mailbox.pinned_contacts().await {
+            Ok(pinned) => pinned
+                .into_iter()
+                .map(|c| KnownKey {
+                    address: c.address.to_string(),
+                    fingerprint: c.fingerprint.to_string(),
+                    key_changes: c.key_changes,
+                })
+                .collect(),
+            Err(e) => return Err(self.tool_error(e, Doing::Local).await),
+        };
         let relay = self.mailbox.status().describe(self.mailbox.relay());
-        let state = self
-            .mailbox
-            .relay_call(Box::new(|reference| ClientFrame::Consent { reference }))
-            .await;
-        let view = match state {
-            Ok(ServerFrame::ConsentState {
+        let view = match self.mailbox.consent_state().await {
+            Ok(ConsentState {
                 policy,
                 incoming,
                 outgoing,
                 contacts,
                 blocked,
-                ..
             }) => ContactsView {
                 policy: Some(policy.to_string()),
                 contacts: Some(contacts.iter().map(ToString::to_string).collect()),
@@ -1119,7 +1045,6 @@ impl MailslotServer {
                 known_keys,
                 relay,
             },
-            Ok(other) => return Err(format!("the relay answered unexpectedly: {other:?}")),
             Err(e) => ContactsView {
                 policy: None,
                 contacts: None,

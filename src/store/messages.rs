@@ -298,13 +298,22 @@ impl Store {
 
     /// Received messages: unread first, newest first within each group.
     pub fn inbox(&self, q: &InboxQuery) -> Result<Vec<StoredMessage>, StoreError> {
-        let mut stmt = self.conn.prepare_cached(&format!(
-            "SELECT {COLUMNS} FROM messages
-             WHERE direction = 'in'
-               AND (?1 = 0 OR read_at IS NULL)
-               AND (?2 IS NULL OR sender = ?2)
+        // Each group is read in index order and cut at the limit before any row is built: the
+        // columns (the JSON, the bounce and receipt subqueries) are computed for the listed
+        // messages only, not for every received one. `messages_read` must be named: the
+        // planner otherwise takes `messages_inbox` and sorts every read message.
+        const FILTERS: &str = "(?2 IS NULL OR sender = ?2)
                AND (?3 IS NULL OR thread_id = ?3)
-               AND (?5 IS NULL OR importance >= ?5)
+               AND (?5 IS NULL OR importance >= ?5)";
+        let mut stmt = self.conn.prepare_cached(&format!(
+            "SELECT {COLUMNS} FROM messages WHERE seq IN (
+                 SELECT seq FROM (SELECT seq FROM messages
+                     WHERE direction = 'in' AND read_at IS NULL AND {FILTERS}
+                     ORDER BY seq DESC LIMIT ?4)
+                 UNION ALL
+                 SELECT seq FROM (SELECT seq FROM messages INDEXED BY messages_read
+                     WHERE ?1 = 0 AND direction = 'in' AND read_at IS NOT NULL AND {FILTERS}
+                     ORDER BY seq DESC LIMIT ?4))
              ORDER BY read_at IS NOT NULL, seq DESC
              LIMIT ?4"
         ))?;
@@ -389,39 +398,43 @@ impl Store {
         let Some(fts) = fts_query(query)? else {
             return Ok(Vec::new());
         };
-        let mut stmt = self.conn.prepare_cached(&format!(
-            "SELECT {COLUMNS}, hit.rank, sent_at
+        // Ranked on the index and the send time alone; only the messages returned are read
+        // whole (their JSON, bounces and receipts), not every candidate.
+        let mut stmt = self.conn.prepare_cached(
+            "SELECT m.seq, hit.rank, m.sent_at
              FROM (SELECT rowid, rank FROM messages_fts WHERE messages_fts MATCH ?1 ORDER BY rank LIMIT ?2) AS hit
-             JOIN messages m ON m.seq = hit.rowid AND m.is_receipt = 0"
-        ))?;
+             JOIN messages m ON m.seq = hit.rowid AND m.is_receipt = 0",
+        )?;
         let now = now_millis();
         let mut scored = Vec::new();
         let rows = stmt.query_map(params![fts, CANDIDATES as i64], |row| {
             Ok((
-                from_row(row)?,
-                row.get::<_, f64>(COLUMN_COUNT)?,
-                row.get::<_, i64>(COLUMN_COUNT + 1)?,
+                row.get::<_, i64>(0)?,
+                row.get::<_, f64>(1)?,
+                row.get::<_, i64>(2)?,
             ))
         })?;
         for row in rows {
-            let (raw, bm25, sent_at) = row?;
-            scored.push((blended_score(bm25, from_ms(sent_at)?, now), raw));
+            let (seq, bm25, sent_at) = row?;
+            scored.push((blended_score(bm25, from_ms(sent_at)?, now), seq));
         }
         scored.sort_by(|a, b| b.0.total_cmp(&a.0));
+        let mut by_seq = self
+            .conn
+            .prepare_cached(&format!("SELECT {COLUMNS} FROM messages WHERE seq = ?1"))?;
         scored
             .into_iter()
             .take(limit)
-            .map(|(_, raw)| decode(raw))
+            .map(|(_, seq)| decode(by_seq.query_row([seq], from_row)?))
             .collect()
     }
 
     /// The unread count and the newest unread message's sender.
     pub fn unread_summary(&self) -> Result<UnreadSummary, StoreError> {
-        let count: u32 = self.conn.query_row(
-            "SELECT count(*) FROM messages WHERE direction = 'in' AND read_at IS NULL",
-            [],
-            |r| r.get(0),
-        )?;
+        // Kept by triggers (migration 6): counting the unread rows grows with them.
+        let count: u32 = self
+            .conn
+            .query_row("SELECT count FROM unread", [], |r| r.get(0))?;
         let newest_from = self
             .conn
             .query_row(

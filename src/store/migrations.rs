@@ -157,6 +157,34 @@ const MIGRATIONS: &[&str] = &[
         PRIMARY KEY (message_id, recipient, kind)
     ) STRICT, WITHOUT ROWID;
     "#,
+    // 6: the inbox at volume. Read received mail newest first without sorting it all (the
+    // inbox lists it after the unread, which `messages_inbox` already serves in order), and
+    // the unread count kept by triggers, so the notice on every tool result does not count
+    // every unread message each time.
+    r#"
+    CREATE INDEX messages_read ON messages(seq) WHERE direction = 'in' AND read_at IS NOT NULL;
+    CREATE TABLE unread (
+        id    INTEGER PRIMARY KEY CHECK (id = 1),
+        count INTEGER NOT NULL CHECK (count >= 0)
+    ) STRICT;
+    INSERT INTO unread (id, count)
+        VALUES (1, (SELECT count(*) FROM messages WHERE direction = 'in' AND read_at IS NULL));
+    CREATE TRIGGER unread_insert AFTER INSERT ON messages
+        WHEN new.direction = 'in' AND new.read_at IS NULL
+    BEGIN
+        UPDATE unread SET count = count + 1;
+    END;
+    CREATE TRIGGER unread_read AFTER UPDATE OF read_at ON messages
+        WHEN new.direction = 'in' AND (old.read_at IS NULL) <> (new.read_at IS NULL)
+    BEGIN
+        UPDATE unread SET count = count + iif(new.read_at IS NULL, 1, -1);
+    END;
+    CREATE TRIGGER unread_delete AFTER DELETE ON messages
+        WHEN old.direction = 'in' AND old.read_at IS NULL
+    BEGIN
+        UPDATE unread SET count = count - 1;
+    END;
+    "#,
 ];
 
 /// The schema version this build writes.

@@ -8,7 +8,7 @@ use std::path::Path;
 
 use zeroize::Zeroizing;
 
-use super::KeyFileError;
+use crate::crypto::KeyFileError;
 
 /// Largest key file read.
 const MAX_BYTES: u64 = 4096;
