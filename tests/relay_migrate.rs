@@ -128,6 +128,14 @@ async fn a_sqlite_relay_moves_to_postgres_with_its_names_consent_and_mail() {
     carol_conn.retire(&carol.identity).await.unwrap();
     carol_conn.close().await;
 
+    // erin rotated her keys: the statement moves with her.
+    let erin = TestAgent::new("erin");
+    let erin_next = mailslot::crypto::Identity::generate();
+    let rotation = mailslot::crypto::sign_rotation(&erin.name, &erin.identity, &erin_next);
+    let mut erin_conn = erin.connect(&sqlite).await;
+    erin_conn.rotate_keys(rotation.clone()).await.unwrap();
+    erin_conn.close().await;
+
     let relay_id = sqlite.relay.relay_id().to_owned();
     let db = sqlite.db();
     // Kept, so the stopped relay's folder outlives the migration.
@@ -142,7 +150,7 @@ async fn a_sqlite_relay_moves_to_postgres_with_its_names_consent_and_mail() {
     );
     let report: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
     assert_eq!(report["relay_id"], relay_id.as_str(), "{report}");
-    assert_eq!(report["agents"], 4, "{report}");
+    assert_eq!(report["agents"], 5, "{report}");
     assert_eq!(report["retired"], 1, "{report}");
     assert_eq!(report["contacts"], 1, "{report}");
     assert_eq!(report["requests"], 1, "{report}");
@@ -157,6 +165,14 @@ async fn a_sqlite_relay_moves_to_postgres_with_its_names_consent_and_mail() {
     assert_eq!(
         storage.owner(bob.name.clone()).await.unwrap(),
         Some(bob.owner.public())
+    );
+    assert_eq!(
+        storage.keys(erin.name.clone()).await.unwrap(),
+        Some(erin_next.public().to_keys())
+    );
+    assert_eq!(
+        storage.rotations(erin.name.clone()).await.unwrap(),
+        vec![rotation]
     );
     let listed = storage.directory(10).await.unwrap();
     assert_eq!(listed.len(), 1, "{listed:?}");
@@ -223,7 +239,7 @@ async fn a_sqlite_relay_moves_to_postgres_with_its_names_consent_and_mail() {
     let said = String::from_utf8_lossy(&again.stderr);
     assert!(!again.status.success(), "{said}");
     assert!(
-        said.contains("already holds a relay (4 agents") && said.contains("empty database"),
+        said.contains("already holds a relay (5 agents") && said.contains("empty database"),
         "{said}"
     );
 
@@ -266,6 +282,7 @@ async fn a_failed_migration_leaves_the_database_as_it_was() {
                 listing: None,
                 owner: Some(a.owner.public()),
                 retired_until_ms: None,
+                rotations: Vec::new(),
             })
             .to_vec();
         let copy = WaitingCopy {

@@ -12,7 +12,9 @@ use std::collections::HashMap;
 use std::sync::Arc;
 
 use mailslot::crypto::{Identity, Owner};
-use mailslot::protocol::{AgentName, MessageId, Policy, PublicKeys, RequestCode, Seq};
+use mailslot::protocol::{
+    AgentName, KeyRotation, MAX_ROTATIONS, MessageId, Policy, PublicKeys, RequestCode, Seq,
+};
 use mailslot::relay::storage::{
     Accepted, AckOutcome, ConsentChange, ConsentLedger, ConsentOutcome, Copy, Epoch,
     PostgresStorage, Queue, Quota, Registration, Registry, SqliteStorage, Storage,
@@ -527,6 +529,64 @@ async fn a_retired_name_is_held_then_free<B: Backend>(b: B) {
     assert!(state.blocked.is_empty(), "a retired agent's blocks went");
 }
 
+/// A statement moving `agent` from `old` to `new` (the storage keeps it; signatures are
+/// the relay's to check, not the storage's).
+fn rotation(agent: &AgentName, old: &PublicKeys, new: &PublicKeys, at_ms: i64) -> KeyRotation {
+    KeyRotation {
+        agent: agent.clone(),
+        old: old.clone(),
+        new: new.clone(),
+        at_ms,
+        old_signature: vec![1; 64],
+        new_signature: vec![2; 64],
+    }
+}
+
+async fn keys_rotate_only_from_the_registered_ones<B: Backend>(b: B) {
+    let s = b.open().await;
+    let bob = name("bob");
+    let k0 = keys();
+    s.register(bob.clone(), k0.clone(), None).await.unwrap();
+    assert!(s.rotations(bob.clone()).await.unwrap().is_empty());
+    let k1 = keys();
+    let first = rotation(&bob, &k0, &k1, 1);
+    assert!(s.rotate(first.clone()).await.unwrap());
+    assert_eq!(s.keys(bob.clone()).await.unwrap(), Some(k1.clone()));
+    // A replay of the same step, or a step from keys that are not registered, changes nothing.
+    assert!(!s.rotate(first.clone()).await.unwrap(), "replayed");
+    assert!(
+        !s.rotate(rotation(&bob, &k0, &keys(), 2)).await.unwrap(),
+        "stale"
+    );
+    assert!(
+        !s.rotate(rotation(&name("nobody"), &k0, &keys(), 2))
+            .await
+            .unwrap()
+    );
+    assert_eq!(s.keys(bob.clone()).await.unwrap(), Some(k1.clone()));
+    // The chain grows oldest first and keeps the last MAX_ROTATIONS steps, durably.
+    let mut at = k1;
+    for i in 0..MAX_ROTATIONS {
+        let next = keys();
+        assert!(
+            s.rotate(rotation(&bob, &at, &next, 10 + i as i64))
+                .await
+                .unwrap()
+        );
+        at = next;
+    }
+    drop(s);
+    let s = b.open().await;
+    let chain = s.rotations(bob.clone()).await.unwrap();
+    assert_eq!(chain.len(), MAX_ROTATIONS);
+    assert_eq!(chain[0].at_ms, 10, "the oldest went");
+    assert_eq!(chain.last().unwrap().new, at);
+    assert_eq!(s.keys(bob.clone()).await.unwrap(), Some(at));
+    // A retired name's chain goes with it.
+    assert!(s.retire(bob.clone(), 0).await.unwrap());
+    assert!(s.rotations(bob).await.unwrap().is_empty());
+}
+
 /// The contract's cases for one backend; `$make(test_name)` gives `Option<B>` (`None`: the
 /// backend is not available here and the case is skipped).
 macro_rules! contract {
@@ -593,6 +653,14 @@ macro_rules! contract {
                     return;
                 };
                 super::expired_copies_go(b).await;
+            }
+            #[tokio::test]
+            async fn keys_rotate_only_from_the_registered_ones() {
+                let Some(b) = $make(stringify!(keys_rotate_only_from_the_registered_ones)).await
+                else {
+                    return;
+                };
+                super::keys_rotate_only_from_the_registered_ones(b).await;
             }
             #[tokio::test]
             async fn a_retired_name_is_held_then_free() {

@@ -14,6 +14,9 @@ use crate::protocol::{Address, AgentName, OwnerKey};
 use crate::store::{Store, StoreError};
 
 const KEY_FILE: &str = "identity.key";
+/// The keys a rotation moves to, written before the relay hears of them and renamed over
+/// [`KEY_FILE`] once it has, so an interrupted rotation resumes with the same keys.
+const NEXT_KEY_FILE: &str = "identity.key.next";
 const STORE_FILE: &str = "store.db";
 
 /// Why an agent could not be opened or created.
@@ -100,6 +103,31 @@ impl Agent {
             },
             created,
         ))
+    }
+
+    /// The keys an unfinished rotation moves to: read if a rotation was interrupted, else
+    /// made now (keeping the current sealing keys to open mail sealed to them) and written.
+    pub fn next_identity(&self) -> Result<Identity, AgentError> {
+        let path = self.dir.join(NEXT_KEY_FILE);
+        match Identity::load(&path) {
+            Ok(next) => Ok(next),
+            Err(KeyFileError::Io { source, .. })
+                if source.kind() == std::io::ErrorKind::NotFound =>
+            {
+                let next = self.identity.rotated();
+                next.save_new(&path)?;
+                Ok(next)
+            }
+            Err(e) => Err(e.into()),
+        }
+    }
+
+    /// Finishes a rotation the relay accepted: the next keys become the agent's keys.
+    pub fn commit_next_identity(&mut self, next: Identity) -> Result<(), AgentError> {
+        next.replace_file(&self.dir.join(KEY_FILE))?;
+        let _ = fs::remove_file(self.dir.join(NEXT_KEY_FILE));
+        self.identity = next;
+        Ok(())
     }
 
     /// The agent's address. Without a relay, the bare name.

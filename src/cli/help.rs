@@ -15,7 +15,16 @@ const FAMILIES: &[(&str, &[&str])] = &[
     (
         "The agent",
         &[
-            "init", "register", "whoami", "doing", "status", "doctor", "export", "import", "retire",
+            "init",
+            "register",
+            "whoami",
+            "doing",
+            "status",
+            "doctor",
+            "export",
+            "import",
+            "rotate-keys",
+            "retire",
         ],
     ),
     (

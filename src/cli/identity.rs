@@ -155,6 +155,69 @@ pub(super) fn retire(ctx: &Ctx) -> anyhow::Result<()> {
     Ok(())
 }
 
+#[derive(serde::Serialize)]
+struct RotationReport {
+    old: crate::protocol::Fingerprint,
+    new: crate::protocol::Fingerprint,
+    announced: Vec<Announced>,
+}
+
+#[derive(serde::Serialize)]
+struct Announced {
+    peer: crate::protocol::Address,
+    status: &'static str,
+    detail: Option<String>,
+}
+
+/// `rotate-keys`: new keys, signed by the old ones, registered, announced to pinned peers.
+pub(super) fn rotate_keys(ctx: &Ctx) -> anyhow::Result<()> {
+    use crate::mailbox::SendOutcome;
+    let agent = ctx.open_agent()?;
+    let url = ctx.relay_url()?;
+    let rotated = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(1)
+        .enable_all()
+        .build()?
+        .block_on(crate::mailbox::rotate_keys(agent, url))?;
+    let announced = rotated
+        .announced
+        .into_iter()
+        .map(|(peer, outcome)| {
+            let (status, detail) = match outcome {
+                Ok(SendOutcome::Sent) => ("sent", None),
+                Ok(SendOutcome::Queued { reason }) => ("queued", Some(reason)),
+                Err(reason) => ("failed", Some(reason)),
+            };
+            Announced {
+                peer,
+                status,
+                detail,
+            }
+        })
+        .collect();
+    let report = RotationReport {
+        old: rotated.old,
+        new: rotated.new,
+        announced,
+    };
+    output::emit(ctx.json, &report, |r| {
+        let mut text = format!(
+            "The agent's keys are now {} (were {}); the old sealing key is kept to open mail sealed to it.",
+            r.new, r.old
+        );
+        if r.announced.is_empty() {
+            text.push_str("\nNo peer's keys were pinned: nobody to tell.");
+        }
+        for a in &r.announced {
+            text.push_str(&format!("\n  {:<8} {}", a.status, a.peer));
+            if let Some(d) = &a.detail {
+                text.push_str(&format!(" ({d})"));
+            }
+        }
+        text
+    })
+}
+
 pub(super) fn whoami(ctx: &Ctx, set: Option<String>) -> anyhow::Result<()> {
     let mut agent = ctx.open_agent()?;
     if let Some(text) = set {

@@ -128,3 +128,41 @@ pub(super) fn trust_relay(
         _ => format!("{}'s key {} is pinned", t.relay, t.fingerprint),
     })
 }
+
+#[derive(Serialize)]
+struct TrustedContact {
+    address: Address,
+    fingerprint: Fingerprint,
+    was: Fingerprint,
+}
+
+/// `contacts trust ADDRESS --fingerprint FP`: the owner accepts keys a peer presented that
+/// its pinned keys did not sign. Checked before the passphrase is asked for.
+pub(super) fn trust_contact(
+    ctx: &Ctx,
+    address: Address,
+    fingerprint: Fingerprint,
+) -> anyhow::Result<()> {
+    let mut agent = ctx.open_agent()?;
+    let seen = agent.store.presented_changes(&address)?;
+    if !seen.contains(&fingerprint) {
+        // The domain's refusal names what was seen; nothing changes.
+        crate::mailbox::trust_presented_key(&mut agent, &address, &fingerprint)?;
+    }
+    super::owner::unlock(ctx)?;
+    let was = crate::mailbox::trust_presented_key(&mut agent, &address, &fingerprint)?;
+    output::emit(
+        ctx.json,
+        &TrustedContact {
+            address,
+            fingerprint,
+            was,
+        },
+        |t| {
+            format!(
+                "{}'s keys {} are pinned (they were {}); mail from it is verified against them from now on",
+                t.address, t.fingerprint, t.was
+            )
+        },
+    )
+}

@@ -85,6 +85,10 @@ pub enum Command {
     },
     /// Give up the agent's name on the relay (interactive: asks you to type the name)
     Retire,
+    /// Make new keys for the agent, signed by the old ones, register them with the relay and
+    /// announce them to every peer whose keys it pinned (they re-pin on the signature)
+    #[command(name = "rotate-keys")]
+    RotateKeys,
     /// Register the agent's name with the relay now (a relay with closed registration needs
     /// an invite from its operator)
     Register {
@@ -341,8 +345,12 @@ pub enum Command {
         #[arg(value_name = "AGENT")]
         peer: AgentName,
     },
-    /// Show contacts, blocks and the policy
-    Contacts,
+    /// Show contacts, blocks and the policy; `contacts trust` accepts a peer's changed keys
+    Contacts {
+        /// Accept keys a peer presented that its pinned keys did not sign
+        #[command(subcommand)]
+        action: Option<ContactsCommand>,
+    },
     /// Look up an agent's keys and pin them, showing the fingerprint to compare with its
     /// owner; NAME@HOST is looked up at the relay HOST, checked against that relay's key
     Keys {
@@ -466,6 +474,21 @@ pub enum Command {
         /// Write mailslot.1 and mailslot-COMMAND.1 pages into this folder instead
         #[arg(long, value_name = "DIR")]
         dir: Option<PathBuf>,
+    },
+}
+
+/// `contacts` subcommands.
+#[derive(Debug, Subcommand)]
+pub enum ContactsCommand {
+    /// Pin the keys a peer presented after a change its old keys did not sign, once its owner
+    /// confirmed the fingerprint (asks for the owner passphrase at a terminal)
+    Trust {
+        /// The peer, as its mail names it
+        #[arg(value_name = "ADDRESS")]
+        address: Address,
+        /// The fingerprint its owner confirmed (one the peer presented)
+        #[arg(long, value_name = "FINGERPRINT", value_parser = parse_fingerprint)]
+        fingerprint: Fingerprint,
     },
 }
 
@@ -647,6 +670,7 @@ fn dispatch(cli: Cli) -> anyhow::Result<ExitCode> {
         Command::Init { offline } => identity::init(&ctx, offline),
         Command::Register { invite } => identity::register(&ctx, invite),
         Command::Retire => identity::retire(&ctx),
+        Command::RotateKeys => identity::rotate_keys(&ctx),
         Command::Whoami { set } => identity::whoami(&ctx, set),
         Command::Doing { set } => identity::doing(&ctx, set),
         Command::Status => identity::status(&ctx),
@@ -714,7 +738,14 @@ fn dispatch(cli: Cli) -> anyhow::Result<ExitCode> {
         Command::Block { peer } => consent::change(&ctx, Change::Block(peer)),
         Command::Unblock { peer } => consent::change(&ctx, Change::Unblock(peer)),
         Command::Uncontact { peer } => consent::change(&ctx, Change::Remove(peer)),
-        Command::Contacts => consent::contacts(&ctx),
+        Command::Contacts { action: None } => consent::contacts(&ctx),
+        Command::Contacts {
+            action:
+                Some(ContactsCommand::Trust {
+                    address,
+                    fingerprint,
+                }),
+        } => keys::trust_contact(&ctx, address, fingerprint),
         Command::Keys { address } => keys::keys(&ctx, address),
         Command::TrustRelay { host, fingerprint } => keys::trust_relay(&ctx, host, fingerprint),
         Command::Owner(OwnerCommand::Init) => owner::init(&ctx),

@@ -7,13 +7,16 @@ use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 
-use anyhow::Context;
+use anyhow::{Context, bail};
 use serde::Serialize;
 
 use super::Ctx;
 use super::local_relay::{self, RelayFiles};
 use super::output::{self, outln};
-use crate::relay::storage::{CheckReport, Moved, SqliteStorage, is_postgres_url, redact_url};
+use crate::protocol::AgentName;
+use crate::relay::storage::{
+    CheckReport, Moved, PostgresStorage, SqliteStorage, is_postgres_url, redact_url,
+};
 use crate::relay::{Relay, RelayConfig, make_invites, make_postgres_invites};
 
 /// The exit code of `relay check` when it found damage.
@@ -64,6 +67,17 @@ pub enum RelayAction {
         /// How many
         #[arg(long, default_value_t = 1, value_parser = clap::value_parser!(u32).range(1..=1000))]
         count: u32,
+    },
+    /// Free an agent's name at once on a stopped relay, for an owner who lost the agent's key
+    /// (nothing can sign a rotation then); the owner registers it again with new keys, and
+    /// its peers confirm the new fingerprint (`mailslot contacts trust`)
+    Release {
+        /// The agent
+        #[arg(value_name = "AGENT")]
+        name: AgentName,
+        /// The relay's database: a file, or a postgres:// URL [default: <home>/relay/relay.db]
+        #[arg(long, value_name = "PATH|URL")]
+        db: Option<PathBuf>,
     },
     /// Verify a stopped relay's database and spool; exits 3 when something is damaged
     Check {
@@ -138,6 +152,9 @@ pub(super) fn run(ctx: &Ctx, args: RelayArgs) -> anyhow::Result<ExitCode> {
             invite(ctx, &chosen.unwrap_or(db), count)
         }
         Some(RelayAction::Migrate { from, to }) => migrate(ctx, &from.unwrap_or(db), &to),
+        Some(RelayAction::Release { name, db: chosen }) => {
+            release(ctx, &chosen.unwrap_or(db), &name)
+        }
         None => serve(ctx, args, db),
     }
     .map(|()| ExitCode::SUCCESS)
@@ -224,6 +241,52 @@ fn shown(db: &Path) -> String {
         Some(url) => redact_url(url),
         None => db.display().to_string(),
     }
+}
+
+#[derive(Serialize)]
+struct Released {
+    agent: AgentName,
+    dropped: u64,
+}
+
+/// `relay release NAME`: on SQLite under the relay's lock (a running relay remembers the
+/// names it has seen); on PostgreSQL the operator stops the nodes first.
+fn release(ctx: &Ctx, db: &Path, name: &AgentName) -> anyhow::Result<()> {
+    let runtime = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()?;
+    let dropped = match postgres_url(db) {
+        Some(url) => runtime.block_on(async {
+            let storage = PostgresStorage::connect(url).await?;
+            crate::relay::release(&storage, name).await
+        })?,
+        None => {
+            let _lock = RelayFiles::for_db(db)
+                .lock()
+                .context("relay release changes the database offline: stop the relay first (`mailslot relay stop`)")?;
+            let storage = SqliteStorage::open(db)?;
+            runtime.block_on(crate::relay::release(&storage, name))?
+        }
+    };
+    let Some(dropped) = dropped else {
+        bail!(
+            "no agent named {name} is registered in {}; nothing changed",
+            shown(db)
+        );
+    };
+    output::emit(
+        ctx.json,
+        &Released {
+            agent: name.clone(),
+            dropped,
+        },
+        |r| {
+            format!(
+                "{} is free: its keys, contacts, blocks, listing and owner key are gone, and {} queued message(s) for it were dropped.\nThe owner registers it again with new keys (`mailslot --agent {} register`, after moving the old agent folder aside); its peers see an unsigned key change and confirm the new fingerprint with the owner (`mailslot contacts trust`).",
+                r.agent, r.dropped, r.agent
+            )
+        },
+    )
 }
 
 fn invite(ctx: &Ctx, db: &Path, count: u32) -> anyhow::Result<()> {

@@ -14,9 +14,9 @@ use super::{ClientError, RelayUrl, refusal};
 use crate::crypto::sign::{self, Domain};
 use crate::crypto::{Identity, Owner};
 use crate::protocol::{
-    AgentName, ClientFrame, ErrorCode, FRAME_OVERHEAD, InviteToken, Limits, MessageId, OwnerAct,
-    OwnerKey, PROTOCOL_VERSION, PublicKeys, SealedEnvelope, Seq, ServerFrame, hello_payload,
-    retire_payload,
+    AgentName, ClientFrame, ErrorCode, FRAME_OVERHEAD, InviteToken, KeyRotation, Limits, MessageId,
+    OwnerAct, OwnerKey, PROTOCOL_VERSION, PublicKeys, SealedEnvelope, Seq, ServerFrame,
+    hello_payload, retire_payload,
 };
 
 /// How long to wait for the relay to answer the connection or a request.
@@ -292,6 +292,15 @@ impl Connection {
 
     /// The keys the relay has registered for `agent`.
     pub async fn lookup(&mut self, agent: &AgentName) -> Result<PublicKeys, ClientError> {
+        Ok(self.lookup_with_rotations(agent).await?.0)
+    }
+
+    /// The keys the relay has registered for `agent`, with the signed rotations that led to
+    /// them (oldest first; unchecked: see `crypto::follows`).
+    pub async fn lookup_with_rotations(
+        &mut self,
+        agent: &AgentName,
+    ) -> Result<(PublicKeys, Vec<KeyRotation>), ClientError> {
         match self
             .call(|reference| ClientFrame::Lookup {
                 reference,
@@ -299,9 +308,27 @@ impl Connection {
             })
             .await?
         {
-            ServerFrame::Keys { keys, .. } => Ok(keys),
+            ServerFrame::Keys {
+                keys, rotations, ..
+            } => Ok((keys, rotations)),
             other => Err(ClientError::Protocol(format!(
                 "expected keys, got {other:?}"
+            ))),
+        }
+    }
+
+    /// Replaces this agent's registered keys with `rotation.new`; the relay's sentence.
+    pub async fn rotate_keys(&mut self, rotation: KeyRotation) -> Result<String, ClientError> {
+        match self
+            .call(|reference| ClientFrame::RotateKeys {
+                reference,
+                rotation,
+            })
+            .await?
+        {
+            ServerFrame::Done { detail, .. } => Ok(detail),
+            other => Err(ClientError::Protocol(format!(
+                "expected done, got {other:?}"
             ))),
         }
     }

@@ -2,8 +2,8 @@
 //! open and verify, and commit to the store. Only after this returns may the caller ack.
 
 use super::{ClientError, Connection};
-use crate::crypto::{Identity, OpenError, PublicIdentity, open};
-use crate::protocol::{Address, Limits, MessageId, SealedEnvelope};
+use crate::crypto::{Identity, OpenError, PublicIdentity, follows, open};
+use crate::protocol::{Address, Fingerprint, Limits, MessageId, SealedEnvelope};
 use crate::store::{Direction, ReceiptOutcome, ReceiptRecord, StoreHandle, Trust};
 
 /// What became of a delivery.
@@ -24,6 +24,16 @@ pub enum Received {
         of: MessageId,
         /// What was recorded.
         record: ReceiptRecord,
+    },
+    /// The sender announced new keys: re-pinned when a statement signed by the pinned keys
+    /// leads to them (`accepted`), else recorded as a change for the owner to settle.
+    Rotated {
+        /// The sender.
+        from: Address,
+        /// The keys it announced.
+        fingerprint: Fingerprint,
+        /// Whether they are pinned now.
+        accepted: bool,
     },
     /// Already stored (a redelivery, or a receipt already recorded); nothing changed.
     Duplicate(MessageId),
@@ -103,14 +113,16 @@ pub async fn receive(
     let limits = Limits::default();
     let (message, trust) = match open(&envelope, me, identity, &keys, &limits) {
         Ok(message) => (message, Trust::Verified),
-        // The pinned key no longer verifies: the sender may have new keys. Never accept them
-        // silently: record the change and mark the mail.
+        // The pinned key no longer verifies: the sender may have new keys. They are pinned
+        // only when a rotation signed by the pinned keys leads to them; any other change is
+        // recorded, the mail marked, and the pin stays until the owner settles it.
         Err(OpenError::Signature(_)) if !pinned_now => {
-            let current = match conn.lookup(from.name()).await {
-                Ok(raw) => keys_from(raw)?,
+            let (raw, mut chain) = match conn.lookup_with_rotations(from.name()).await {
+                Ok(found) => found,
                 Err(ClientError::Refused { message, .. }) => return Ok(unreadable(message)),
                 Err(e) => return Err(e),
             };
+            let current = keys_from(raw.clone())?;
             if current == keys {
                 return Ok(unreadable(
                     "the signature does not match the sender's key".into(),
@@ -118,11 +130,17 @@ pub async fn receive(
             }
             match open(&envelope, me, identity, &current, &limits) {
                 Ok(message) => {
+                    chain.extend(message.rotation.clone());
                     let (pinned_as, current) = (pinned_as.clone(), current.clone());
-                    store
-                        .call(move |s| s.check_and_pin(&pinned_as, &current))
-                        .await?;
-                    (message, Trust::KeyChanged)
+                    if follows(from.name(), &keys.to_keys(), &raw, &chain) {
+                        store.call(move |s| s.repin(&pinned_as, &current)).await?;
+                        (message, Trust::Verified)
+                    } else {
+                        store
+                            .call(move |s| s.check_and_pin(&pinned_as, &current))
+                            .await?;
+                        (message, Trust::KeyChanged)
+                    }
                 }
                 Err(e) => return Ok(unreadable(e.to_string())),
             }
@@ -134,6 +152,19 @@ pub async fn receive(
         store
             .call(move |s| s.check_and_pin(&pinned_as, &keys))
             .await?;
+    }
+    if let Some(rotation) = &message.rotation {
+        // The announcement itself: what it changed happened above.
+        let fingerprint = PublicIdentity::try_from(rotation.new.clone())
+            .map_err(|e| {
+                ClientError::Protocol(format!("a rotation with invalid keys opened: {e}"))
+            })?
+            .fingerprint();
+        return Ok(Received::Rotated {
+            from,
+            fingerprint,
+            accepted: trust == Trust::Verified,
+        });
     }
     if let Some(receipt) = message.receipt.clone() {
         // A receipt changes what the sender's store says about its mail: only a verified

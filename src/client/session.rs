@@ -264,7 +264,9 @@ async fn serve(
                             emit(ClientEvent::NewMail { id, trust });
                         }
                         Received::Receipt { of, record } => emit(ClientEvent::Receipt { of, record }),
-                        Received::Duplicate(_) | Received::Unreadable { .. } => {}
+                        Received::Duplicate(_)
+                        | Received::Unreadable { .. }
+                        | Received::Rotated { .. } => {}
                     }
                     conn.committed(seq).await?;
                 }

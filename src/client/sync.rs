@@ -22,6 +22,9 @@ pub struct SyncReport {
     pub received: Vec<MessageId>,
     /// Sent messages a recipient's receipt (read, acknowledged) was recorded for now.
     pub receipts: Vec<MessageId>,
+    /// Peers that announced new keys, and whether they are pinned now (see
+    /// [`super::Received::Rotated`]).
+    pub rotated: Vec<(Address, bool)>,
     /// Redeliveries of messages already stored.
     pub duplicates: u32,
     /// Deliveries refused as unreadable, with the sender and reason.
@@ -77,6 +80,9 @@ pub async fn sync_with_progress(
                 match receive(&mut conn, store, &me, identity, envelope).await? {
                     Received::New { id, .. } => report.received.push(id),
                     Received::Receipt { of, .. } => report.receipts.push(of),
+                    Received::Rotated { from, accepted, .. } => {
+                        report.rotated.push((from, accepted))
+                    }
                     Received::Duplicate(_) => report.duplicates += 1,
                     Received::Unreadable { from, id, reason } => {
                         report.unreadable.push((from, id, reason))

@@ -9,7 +9,7 @@ use hpke::{Deserializable, Kem, Serializable};
 use serde::{Deserialize, Serialize};
 use zeroize::{Zeroize, Zeroizing};
 
-use crate::protocol::{Fingerprint, PublicKeys, ValidationError, b64};
+use crate::protocol::{Fingerprint, MAX_ROTATIONS, PublicKeys, ValidationError, b64};
 
 type SealSecret = <X25519HkdfSha256 as Kem>::PrivateKey;
 pub(crate) type SealPublic = <X25519HkdfSha256 as Kem>::PublicKey;
@@ -58,6 +58,9 @@ pub struct Identity {
     signing: SigningKey,
     sealing: SealSecret,
     public: PublicIdentity,
+    /// Sealing keys given up by rotations, newest first: mail sealed to them before peers
+    /// re-pinned still opens.
+    retired_sealing: Vec<SealSecret>,
 }
 
 /// The public half, which relays and contacts hold.
@@ -74,6 +77,8 @@ struct KeyFile {
     v: u8,
     signing_key: String,
     sealing_key: String,
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    retired_sealing_keys: Vec<String>,
 }
 
 fn random_32() -> Zeroizing<[u8; 32]> {
@@ -99,7 +104,25 @@ impl Identity {
             signing,
             sealing,
             public,
+            retired_sealing: Vec::new(),
         }
+    }
+
+    /// Fresh keys that replace these: the new identity keeps this one's sealing key (and the
+    /// ones it kept, up to [`MAX_ROTATIONS`]) to open mail sealed to them.
+    pub fn rotated(&self) -> Self {
+        let mut next = Self::generate();
+        next.retired_sealing = std::iter::once(&self.sealing)
+            .chain(&self.retired_sealing)
+            .take(MAX_ROTATIONS)
+            .cloned()
+            .collect();
+        next
+    }
+
+    /// The sealing keys to try on mail, current first.
+    pub(crate) fn sealing_keys(&self) -> impl Iterator<Item = &SealSecret> {
+        std::iter::once(&self.sealing).chain(&self.retired_sealing)
     }
 
     /// The public keys.
@@ -116,10 +139,6 @@ impl Identity {
         &self.signing
     }
 
-    pub(crate) fn sealing_key(&self) -> &SealSecret {
-        &self.sealing
-    }
-
     /// What a key file holds (the private keys): written by `keys/`, and sealed under a
     /// passphrase in an export.
     pub fn to_key_file(&self) -> Zeroizing<Vec<u8>> {
@@ -127,10 +146,18 @@ impl Identity {
             v: KEY_FILE_VERSION,
             signing_key: b64::encode(self.signing.as_bytes()),
             sealing_key: b64::encode(&self.sealing.to_bytes()),
+            retired_sealing_keys: self
+                .retired_sealing
+                .iter()
+                .map(|k| b64::encode(&k.to_bytes()))
+                .collect(),
         };
         let text = Zeroizing::new(serde_json::to_vec(&file).expect("a key file always serializes"));
         file.signing_key.zeroize();
         file.sealing_key.zeroize();
+        file.retired_sealing_keys
+            .iter_mut()
+            .for_each(Zeroize::zeroize);
         text
     }
 
@@ -155,15 +182,32 @@ impl Identity {
         let sealing = Zeroizing::new(
             b64::decode(&file.sealing_key).map_err(|_| malformed("sealing_key is not base64"))?,
         );
+        let retired = file
+            .retired_sealing_keys
+            .iter()
+            .take(MAX_ROTATIONS)
+            .map(|k| {
+                let bytes = Zeroizing::new(
+                    b64::decode(k).map_err(|_| malformed("retired_sealing_keys is not base64"))?,
+                );
+                SealSecret::from_bytes(&bytes)
+                    .map_err(|_| malformed("retired_sealing_keys holds a key that is not X25519"))
+            })
+            .collect::<Result<Vec<_>, _>>()?;
         file.signing_key.zeroize();
         file.sealing_key.zeroize();
+        file.retired_sealing_keys
+            .iter_mut()
+            .for_each(Zeroize::zeroize);
         let signing: &[u8; 32] = signing
             .as_slice()
             .try_into()
             .map_err(|_| malformed("signing_key is not 32 bytes"))?;
         let sealing = SealSecret::from_bytes(&sealing)
             .map_err(|_| malformed("sealing_key is not an X25519 key"))?;
-        Ok(Self::from_parts(SigningKey::from_bytes(signing), sealing))
+        let mut identity = Self::from_parts(SigningKey::from_bytes(signing), sealing);
+        identity.retired_sealing = retired;
+        Ok(identity)
     }
 }
 

@@ -5,6 +5,7 @@
 mod identity;
 pub mod owner;
 mod relay;
+mod rotation;
 mod seal;
 pub mod sign;
 pub mod vault;
@@ -12,6 +13,7 @@ pub mod vault;
 pub use identity::{Identity, KeyFileError, PublicIdentity};
 pub use owner::{Owner, OwnerKeyError, Passphrase};
 pub use relay::{RelayIdentity, relay_fingerprint, verify_agent_keys};
+pub use rotation::{RotationError, follows, sign_rotation, verify_rotation};
 pub use seal::{OpenError, SealError, open, seal};
 
 /// The SHA-256 of `bytes`: what a relay keeps of a secret it must recognise but not hold (an

@@ -205,16 +205,22 @@ pub fn open(
         .find(|k| &k.to == me)
         .ok_or_else(|| OpenError::NotForMe(me.clone()))?;
     let enc = EncappedKey::from_bytes(&wrap.enc).map_err(|_| OpenError::Decrypt)?;
+    // Mail sealed before a rotation reached the sender opens with the key it replaced.
     let content_key = Zeroizing::new(
-        hpke::single_shot_open::<HpkeChaCha, HkdfSha256, X25519HkdfSha256>(
-            &OpModeR::Base,
-            identity.sealing_key(),
-            &enc,
-            KEY_WRAP_INFO,
-            &wrap.key,
-            &wrap_aad(&envelope.id, me),
-        )
-        .map_err(|_| OpenError::Decrypt)?,
+        identity
+            .sealing_keys()
+            .find_map(|key| {
+                hpke::single_shot_open::<HpkeChaCha, HkdfSha256, X25519HkdfSha256>(
+                    &OpModeR::Base,
+                    key,
+                    &enc,
+                    KEY_WRAP_INFO,
+                    &wrap.key,
+                    &wrap_aad(&envelope.id, me),
+                )
+                .ok()
+            })
+            .ok_or(OpenError::Decrypt)?,
     );
     let content_key: [u8; CONTENT_KEY_LEN] = content_key
         .as_slice()
@@ -284,7 +290,7 @@ mod tests {
         let wrap = &to_bob.keys[0];
         let key = hpke::single_shot_open::<HpkeChaCha, HkdfSha256, X25519HkdfSha256>(
             &OpModeR::Base,
-            bob.sealing_key(),
+            bob.sealing_keys().next().unwrap(),
             &EncappedKey::from_bytes(&wrap.enc).unwrap(),
             KEY_WRAP_INFO,
             &wrap.key,

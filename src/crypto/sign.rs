@@ -23,6 +23,8 @@ pub enum Domain {
     Retire,
     /// A relay vouching for one of its agents' keys.
     AgentKeys,
+    /// An agent moving from one key pair to another (signed by both).
+    Rotation,
 }
 
 impl Domain {
@@ -34,6 +36,7 @@ impl Domain {
             Domain::Owner => b"mailslot/v1/owner\0",
             Domain::Retire => b"mailslot/v1/retire\0",
             Domain::AgentKeys => b"mailslot/v1/agent-keys\0",
+            Domain::Rotation => b"mailslot/v1/key-rotation\0",
         }
     }
 }

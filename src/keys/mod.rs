@@ -23,6 +23,11 @@ impl Identity {
     pub fn load(path: &Path) -> Result<Self, KeyFileError> {
         Self::from_key_file(&file::read(path)?, path)
     }
+
+    /// Replaces the key file in one step (a key rotation finishing).
+    pub fn replace_file(&self, path: &Path) -> Result<(), KeyFileError> {
+        file::replace(path, &self.to_key_file())
+    }
 }
 
 impl Owner {

@@ -15,6 +15,7 @@ mod memory;
 mod peers;
 mod reading;
 mod receipts;
+mod rotate;
 mod send;
 mod wait;
 mod watch;
@@ -31,6 +32,7 @@ pub use compose::{ComposeError, reply};
 pub use lock::ConnectionLock;
 pub use memory::AgentStatus;
 pub use receipts::AckOutcome;
+pub use rotate::{Rotated, rotate_keys, trust_presented_key};
 pub use send::SendOutcome;
 pub use wait::Delivered;
 
@@ -136,6 +138,18 @@ pub enum MailboxError {
     /// Starting a thread or opening a file failed.
     #[error("{0}")]
     Io(#[from] std::io::Error),
+    /// The agent's files (its keys) could not be read or written.
+    #[error(transparent)]
+    Agent(#[from] crate::agent::AgentError),
+    /// Keys change only while no session uses them.
+    #[error(
+        "a mailslot process{} holds this agent's relay connection; stop it (close the MCP client that runs `mailslot mcp`), then run this again: keys change only while no session uses them",
+        pid.map(|p| format!(" (pid {p})")).unwrap_or_default()
+    )]
+    KeysInUse {
+        /// That process, if known.
+        pid: Option<u32>,
+    },
 }
 
 /// The relay connection, if this process holds it.

@@ -6,8 +6,8 @@ use serde::{Deserialize, Serialize};
 use jiff::Timestamp;
 
 use super::{
-    AgentName, ConsentEvent, InviteToken, MessageId, OwnerAct, OwnerKey, Policy, PublicKeys,
-    RequestCode, RequestView, SealedEnvelope, b64,
+    AgentName, ConsentEvent, InviteToken, KeyRotation, MessageId, OwnerAct, OwnerKey, Policy,
+    PublicKeys, RequestCode, RequestView, SealedEnvelope, b64,
 };
 
 /// The protocol version this build speaks.
@@ -70,6 +70,10 @@ pub enum ServerFrame {
         agent: AgentName,
         /// Its registered keys.
         keys: PublicKeys,
+        /// Its last rotations (at most [`super::MAX_ROTATIONS`], oldest first): the signed
+        /// steps from keys a peer may have pinned to these.
+        #[serde(default, skip_serializing_if = "Vec::is_empty")]
+        rotations: Vec<KeyRotation>,
     },
     /// A contact request was created; the code is for the requester's owner only.
     Requested {
@@ -202,6 +206,15 @@ pub enum ClientFrame {
         reference: String,
         /// The agent.
         agent: AgentName,
+    },
+    /// Replace this agent's keys: `rotation` is signed by the registered keys and the new
+    /// ones. Answered with `done`.
+    RotateKeys {
+        /// Echoed in the answer.
+        #[serde(rename = "ref")]
+        reference: String,
+        /// The signed statement.
+        rotation: KeyRotation,
     },
     /// Ask `to` to accept mail from this agent.
     Connect {
@@ -362,6 +375,7 @@ impl ClientFrame {
         match self {
             ClientFrame::Send { reference, .. }
             | ClientFrame::Lookup { reference, .. }
+            | ClientFrame::RotateKeys { reference, .. }
             | ClientFrame::Connect { reference, .. }
             | ClientFrame::Approve { reference, .. }
             | ClientFrame::Deny { reference, .. }
@@ -569,6 +583,9 @@ pub enum ErrorCode {
     BadInvite,
     /// The name was retired; it is held for a grace period, then free.
     NameRetired,
+    /// A key rotation whose signatures do not verify, or whose old keys are not the ones
+    /// registered now.
+    BadRotation,
     /// The relay failed; retry later.
     Internal,
 }
@@ -603,6 +620,7 @@ impl ErrorCode {
             ErrorCode::RegistrationClosed => "registration_closed",
             ErrorCode::BadInvite => "bad_invite",
             ErrorCode::NameRetired => "name_retired",
+            ErrorCode::BadRotation => "bad_rotation",
             ErrorCode::Internal => "internal",
         }
     }

@@ -7,7 +7,9 @@ use serde::{Deserialize, Serialize};
 use serde_json::Value;
 use sha2::{Digest, Sha256};
 
-use super::{Address, Importance, Limits, MessageId, Receipt, ThreadId, ValidationError, b64};
+use super::{
+    Address, Importance, KeyRotation, Limits, MessageId, Receipt, ThreadId, ValidationError, b64,
+};
 
 /// A message. Fields are public for building; [`Message::validate`] runs at every boundary
 /// (sealing, opening, storing), so an invalid one never travels or lands.
@@ -59,6 +61,10 @@ pub struct Message {
     /// message, never shown as mail.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub receipt: Option<Receipt>,
+    /// Set when this letter announces the sender's new keys (it is signed by them): the
+    /// recipient re-pins on a valid statement, and never shows it as mail.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub rotation: Option<KeyRotation>,
 }
 
 /// A file carried inside a message.
@@ -193,6 +199,7 @@ impl Message {
             importance: Importance::Normal,
             ack_required: false,
             receipt: None,
+            rotation: None,
         }
     }
 
@@ -203,6 +210,19 @@ impl Message {
         m.in_reply_to = Some(receipt.of);
         m.receipt = Some(receipt);
         m
+    }
+
+    /// The announcement of `rotation` (the keys `from` moved to) to one contact.
+    pub fn rotation(from: Address, to: Address, rotation: KeyRotation) -> Self {
+        let mut m = Self::new(from, vec![to], "", "");
+        m.rotation = Some(rotation);
+        m
+    }
+
+    /// Whether this is a notice (a receipt, a key rotation) rather than mail: recorded or
+    /// acted on, never listed.
+    pub fn is_notice(&self) -> bool {
+        self.receipt.is_some() || self.rotation.is_some()
     }
 
     /// Every recipient: to, then cc, then bcc.
@@ -298,17 +318,38 @@ impl Message {
         if let Some(receipt) = &self.receipt {
             self.validate_receipt(receipt)?;
         }
+        if let Some(rotation) = &self.rotation {
+            self.validate_notice("rotation")?;
+            if &rotation.agent != self.from.name() || self.receipt.is_some() {
+                return Err(ValidationError::new(
+                    "rotation",
+                    "announces the sender's own keys, and nothing else",
+                ));
+            }
+        }
         Ok(())
     }
 
-    /// A receipt goes to one agent (the sender of the message it is about) and carries
-    /// nothing but itself, so it can never smuggle mail past the inbox.
+    /// A receipt is a notice to the sender of the message it names.
     fn validate_receipt(&self, receipt: &Receipt) -> Result<(), ValidationError> {
         receipt.validate().map_err(|e| e.within("receipt"))?;
-        if self.to.len() != 1 || !self.cc.is_empty() || !self.bcc.is_empty() {
+        self.validate_notice("receipt")?;
+        if self.in_reply_to != Some(receipt.of) {
             return Err(ValidationError::new(
                 "receipt",
-                "goes to exactly one recipient in to (the sender of the message it is about)",
+                "in_reply_to must name the message the receipt is about",
+            ));
+        }
+        Ok(())
+    }
+
+    /// A notice (a receipt, a key rotation) goes to one agent and carries nothing but
+    /// itself, so it can never smuggle mail past the inbox.
+    fn validate_notice(&self, field: &str) -> Result<(), ValidationError> {
+        if self.to.len() != 1 || !self.cc.is_empty() || !self.bcc.is_empty() {
+            return Err(ValidationError::new(
+                field,
+                "goes to exactly one recipient in to",
             ));
         }
         let carries_mail = !self.subject.is_empty()
@@ -320,14 +361,8 @@ impl Message {
             || !self.importance.is_normal();
         if carries_mail {
             return Err(ValidationError::new(
-                "receipt",
+                field,
                 "carries no subject, body, data, context, attachments, importance or ack_required",
-            ));
-        }
-        if self.in_reply_to != Some(receipt.of) {
-            return Err(ValidationError::new(
-                "receipt",
-                "in_reply_to must name the message the receipt is about",
             ));
         }
         Ok(())

@@ -17,6 +17,7 @@ mod limits;
 mod message;
 mod owner;
 mod receipt;
+mod rotation;
 
 pub use address::{Address, AgentName, MAX_NAME_LEN, RelayName};
 pub use consent::{ConsentEvent, MAX_NOTE_CHARS, Policy, RequestCode, RequestView, validate_note};
@@ -40,3 +41,4 @@ pub use limits::Limits;
 pub use message::{Attachment, Message, now_millis};
 pub use owner::{OwnerAct, OwnerKey, owner_payload};
 pub use receipt::{MAX_ANSWER_CHARS, Receipt, ReceiptKind, validate_answer};
+pub use rotation::{KeyRotation, MAX_ROTATIONS, rotation_payload};

@@ -20,7 +20,7 @@ use super::{discovery, session};
 use crate::crypto::PublicIdentity;
 use crate::crypto::sign::{self, Domain};
 use crate::protocol::{
-    AgentName, ErrorCode, Fingerprint, InviteToken, PublicKeys, WELL_KNOWN_PATH, b64,
+    AgentName, ErrorCode, Fingerprint, InviteToken, KeyRotation, PublicKeys, WELL_KNOWN_PATH, b64,
     register_payload,
 };
 
@@ -143,6 +143,9 @@ struct AgentRecord {
     name: AgentName,
     keys: PublicKeys,
     fingerprint: Fingerprint,
+    /// The signed steps from its earlier keys (see `protocol::KeyRotation`).
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    rotations: Vec<KeyRotation>,
 }
 
 async fn register<S: Storage>(
@@ -185,6 +188,7 @@ async fn register<S: Storage>(
         name: req.name.clone(),
         keys: req.keys.clone(),
         fingerprint: identity.fingerprint(),
+        rotations: Vec::new(),
     };
     // Only a new name takes from the IP's allowance (and needs an invite on a closed relay).
     let invite = match state.storage.keys(req.name.clone()).await {
@@ -267,12 +271,20 @@ async fn lookup<S: Storage>(
     Path(name): Path<String>,
 ) -> Response {
     match registered(&state, &name, "this relay").await {
-        Ok((name, keys, fingerprint)) => Json(AgentRecord {
-            name,
-            keys,
-            fingerprint,
-        })
-        .into_response(),
+        Ok((name, keys, fingerprint)) => match state.storage.rotations(name.clone()).await {
+            Ok(rotations) => Json(AgentRecord {
+                name,
+                keys,
+                fingerprint,
+                rotations,
+            })
+            .into_response(),
+            Err(e) => error(
+                StatusCode::SERVICE_UNAVAILABLE,
+                ErrorCode::Internal,
+                e.to_string(),
+            ),
+        },
         Err(refusal) => refusal,
     }
 }

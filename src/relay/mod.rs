@@ -17,6 +17,7 @@ mod online;
 mod presence;
 mod registration;
 mod retire;
+mod rotate;
 mod session;
 mod state;
 pub mod storage;
@@ -35,6 +36,7 @@ pub use config::{RegistrationMode, RelayConfig, RelayConfigError};
 pub use migrate::migrate;
 use presence::{Cluster, Hub, Presence};
 pub use registration::{make_invites, make_postgres_invites};
+pub use retire::release;
 use state::RelayState;
 
 use crate::crypto::{KeyFileError, RelayIdentity};

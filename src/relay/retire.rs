@@ -84,7 +84,7 @@ pub async fn handle<S: Storage>(
     }
     state.forget_registered(agent);
     state.presence.retire(agent);
-    let dropped = match drop_queue(state, agent).await {
+    let dropped = match drop_queue(&state.storage, agent).await {
         Ok(n) => n,
         Err(e) => return Ok(internal(e)),
     };
@@ -98,17 +98,27 @@ pub async fn handle<S: Storage>(
     })
 }
 
-/// Acknowledges everything queued for `agent`, as its last session would have.
-async fn drop_queue<S: Storage>(
-    state: &RelayState<S>,
+/// The operator frees `agent`'s name at once, for an owner who lost its key (nothing can sign
+/// a rotation then): as a retirement that is over when it starts, so the owner can register
+/// the name again with new keys. Run on a stopped relay (its nodes keep names they have seen
+/// in memory). `None` when there is no such agent; else the queued copies dropped.
+pub async fn release<S: Storage>(
+    storage: &S,
     agent: &AgentName,
-) -> Result<u64, StorageError> {
+) -> Result<Option<u64>, StorageError> {
+    if !storage.retire(agent.clone(), 0).await? {
+        return Ok(None);
+    }
+    let dropped = drop_queue(storage, agent).await?;
+    tracing::warn!(%agent, dropped, "released by the operator");
+    Ok(Some(dropped))
+}
+
+/// Acknowledges everything queued for `agent`, as its last session would have.
+async fn drop_queue<S: Storage>(storage: &S, agent: &AgentName) -> Result<u64, StorageError> {
     let mut last = 0;
     loop {
-        let batch = state
-            .storage
-            .pending(agent.clone(), last, DRAIN_BATCH)
-            .await?;
+        let batch = storage.pending(agent.clone(), last, DRAIN_BATCH).await?;
         match batch.last() {
             Some(q) => last = q.seq,
             None => break,
@@ -118,8 +128,8 @@ async fn drop_queue<S: Storage>(
         return Ok(0);
     }
     // A claim of its own: the retired agent's sessions, wherever they are, are over.
-    let epoch = state.storage.claim(agent.clone()).await?;
-    match state.storage.ack(agent.clone(), last, epoch).await? {
+    let epoch = storage.claim(agent.clone()).await?;
+    match storage.ack(agent.clone(), last, epoch).await? {
         AckOutcome::Applied(n) => Ok(n),
         AckOutcome::Fenced => Ok(0),
     }

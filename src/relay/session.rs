@@ -606,10 +606,19 @@ async fn handle<S: Storage>(
             reference,
             agent: wanted,
         } => match state.storage.keys(wanted.clone()).await {
-            Ok(Some(keys)) => ServerFrame::Keys {
-                reference,
-                agent: wanted,
-                keys,
+            Ok(Some(keys)) => match state.storage.rotations(wanted.clone()).await {
+                Ok(rotations) => ServerFrame::Keys {
+                    reference,
+                    agent: wanted,
+                    keys,
+                    rotations,
+                },
+                Err(e) => error_frame(
+                    Some(reference),
+                    ErrorCode::Internal,
+                    e.to_string(),
+                    Some(Duration::from_secs(1)),
+                ),
             },
             Ok(None) => error_frame(
                 Some(reference),
@@ -642,12 +651,15 @@ async fn handle<S: Storage>(
                         Ok(answer) => answer,
                         Err(other) => match super::online::handle(state, agent, other).await {
                             Ok(answer) => answer,
-                            Err(unhandled) => error_frame(
-                                None,
-                                ErrorCode::UnexpectedFrame,
-                                format!("unexpected frame {unhandled:?}"),
-                                None,
-                            ),
+                            Err(other) => match super::rotate::handle(state, agent, other).await {
+                                Ok(answer) => answer,
+                                Err(unhandled) => error_frame(
+                                    None,
+                                    ErrorCode::UnexpectedFrame,
+                                    format!("unexpected frame {unhandled:?}"),
+                                    None,
+                                ),
+                            },
                         },
                     },
                 },
@@ -735,6 +747,20 @@ mod tests {
 
         async fn owner(&self, name: AgentName) -> Result<Option<OwnerKey>, StorageError> {
             self.inner.owner(name).await
+        }
+
+        async fn rotate(
+            &self,
+            rotation: crate::protocol::KeyRotation,
+        ) -> Result<bool, StorageError> {
+            self.inner.rotate(rotation).await
+        }
+
+        async fn rotations(
+            &self,
+            name: AgentName,
+        ) -> Result<Vec<crate::protocol::KeyRotation>, StorageError> {
+            self.inner.rotations(name).await
         }
 
         async fn retire(&self, name: AgentName, until_ms: i64) -> Result<bool, StorageError> {

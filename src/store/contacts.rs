@@ -99,6 +99,81 @@ impl Store {
         Ok(outcome)
     }
 
+    /// Pins `keys` for `address` in place of what was pinned: the peer rotated its keys with
+    /// a statement signed by the pinned ones. Changes recorded for these keys are settled;
+    /// others stay.
+    pub fn repin(&mut self, address: &Address, keys: &PublicIdentity) -> Result<(), StoreError> {
+        let fingerprint = keys.fingerprint();
+        let keys_json = serde_json::to_string(keys).expect("keys always serialize");
+        let tx = self.write_tx()?;
+        tx.execute(
+            "UPDATE contacts SET keys = ?2, fingerprint = ?3, last_seen = ?4 WHERE address = ?1",
+            params![
+                address.to_string(),
+                keys_json,
+                fingerprint.as_str(),
+                to_ms(now_millis())
+            ],
+        )?;
+        tx.execute(
+            "DELETE FROM key_changes WHERE address = ?1 AND presented = ?2",
+            params![address.to_string(), fingerprint.as_str()],
+        )?;
+        tx.commit()?;
+        tracing::info!(%address, %fingerprint, "re-pinned after a signed key rotation");
+        Ok(())
+    }
+
+    /// Pins the keys `address` presented with `fingerprint` (a change recorded earlier), on
+    /// the owner's word; every recorded change for `address` is settled. `Ok(None)` when no
+    /// change to `fingerprint` was seen: nothing changed.
+    pub fn trust_presented(
+        &mut self,
+        address: &Address,
+        fingerprint: &Fingerprint,
+    ) -> Result<Option<Fingerprint>, StoreError> {
+        let tx = self.write_tx()?;
+        let found: Option<(String, String)> = tx
+            .query_row(
+                "SELECT k.presented_keys, c.fingerprint FROM key_changes k
+                 JOIN contacts c ON c.address = k.address
+                 WHERE k.address = ?1 AND k.presented = ?2 ORDER BY k.seen_at DESC LIMIT 1",
+                params![address.to_string(), fingerprint.as_str()],
+                |r| Ok((r.get(0)?, r.get(1)?)),
+            )
+            .optional()?;
+        let Some((keys_json, before)) = found else {
+            return Ok(None);
+        };
+        tx.execute(
+            "UPDATE contacts SET keys = ?2, fingerprint = ?3, last_seen = ?4 WHERE address = ?1",
+            params![
+                address.to_string(),
+                keys_json,
+                fingerprint.as_str(),
+                to_ms(now_millis())
+            ],
+        )?;
+        tx.execute(
+            "DELETE FROM key_changes WHERE address = ?1",
+            [address.to_string()],
+        )?;
+        tx.commit()?;
+        tracing::warn!(%address, %fingerprint, "the owner accepted a key change");
+        Fingerprint::parse(&before).map(Some).map_err(corrupt)
+    }
+
+    /// The fingerprints `address` presented that differ from its pinned keys and are not
+    /// settled, newest first.
+    pub fn presented_changes(&self, address: &Address) -> Result<Vec<Fingerprint>, StoreError> {
+        let mut stmt = self.conn.prepare_cached(
+            "SELECT presented FROM key_changes WHERE address = ?1 GROUP BY presented ORDER BY max(seen_at) DESC",
+        )?;
+        let rows = stmt.query_map([address.to_string()], |r| r.get::<_, String>(0))?;
+        rows.map(|fp| Fingerprint::parse(&fp?).map_err(corrupt))
+            .collect()
+    }
+
     /// The keys pinned for `address`.
     pub fn pinned_keys(&self, address: &Address) -> Result<Option<PublicIdentity>, StoreError> {
         let json: Option<String> = self

@@ -250,7 +250,7 @@ pub(super) fn insert_batch(
             trust.as_str(),
             json,
             m.importance.rank(),
-            m.receipt.is_some(),
+            m.is_notice(),
         ])?;
         // The thread row may follow its first message: the foreign key is deferred.
         if n == 1 {

@@ -3,7 +3,7 @@
 use std::future::Future;
 
 use super::StorageError;
-use crate::protocol::{AgentName, OwnerKey, PublicKeys};
+use crate::protocol::{AgentName, KeyRotation, OwnerKey, PublicKeys};
 
 /// The outcome of a registration.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -41,6 +41,20 @@ pub trait Registry: Send + Sync + 'static {
         name: AgentName,
     ) -> impl Future<Output = Result<Option<PublicKeys>, StorageError>> + Send;
 
+    /// Replaces `rotation.agent`'s keys with `rotation.new` if they are `rotation.old` now,
+    /// and keeps the statement (the last [`crate::protocol::MAX_ROTATIONS`]); returns whether
+    /// it did. The caller has checked the signatures.
+    fn rotate(
+        &self,
+        rotation: KeyRotation,
+    ) -> impl Future<Output = Result<bool, StorageError>> + Send;
+
+    /// The rotations kept for `name`, oldest first (none for an unknown or retired name).
+    fn rotations(
+        &self,
+        name: AgentName,
+    ) -> impl Future<Output = Result<Vec<KeyRotation>, StorageError>> + Send;
+
     /// Retires `name` (its own request): until `until_ms` the name is held but answers as
     /// unknown, then it is free; contacts, blocks, requests, listing and owner key go at once.
     /// Returns whether there was such an agent. Mail still queued for it is the caller's.
@@ -77,4 +91,26 @@ pub trait Registry: Send + Sync + 'static {
         &self,
         limit: usize,
     ) -> impl Future<Output = Result<Vec<(AgentName, PublicKeys, String)>, StorageError>> + Send;
+}
+
+/// The rotations column as both backends keep it: a JSON array, oldest first; `NULL` is none.
+pub(super) fn rotations_from_column(
+    name: &str,
+    column: Option<&str>,
+) -> Result<Vec<KeyRotation>, StorageError> {
+    column.map_or(Ok(Vec::new()), |json| {
+        serde_json::from_str(json).map_err(|e| {
+            StorageError::Database(format!(
+                "the stored key rotations of {name} are invalid: {e}"
+            ))
+        })
+    })
+}
+
+/// The rotations column after `rotation`: appended, the oldest dropped past the limit.
+pub(super) fn rotations_column_with(mut kept: Vec<KeyRotation>, rotation: KeyRotation) -> String {
+    kept.push(rotation);
+    let excess = kept.len().saturating_sub(crate::protocol::MAX_ROTATIONS);
+    kept.drain(..excess);
+    serde_json::to_string(&kept).expect("rotations always serialize")
 }

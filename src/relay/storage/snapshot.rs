@@ -5,7 +5,9 @@
 use serde::Serialize;
 
 use super::{InviteDigest, StorageError};
-use crate::protocol::{AgentName, Bounce, MessageId, OwnerKey, Policy, PublicKeys, RequestCode};
+use crate::protocol::{
+    AgentName, Bounce, KeyRotation, MessageId, OwnerKey, Policy, PublicKeys, RequestCode,
+};
 
 /// A registered name, or a retired one still held.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -24,6 +26,8 @@ pub struct AgentRecord {
     pub owner: Option<OwnerKey>,
     /// Until when its retired name is held (Unix ms); `None` while it is in use.
     pub retired_until_ms: Option<i64>,
+    /// Its last key rotations, oldest first.
+    pub rotations: Vec<KeyRotation>,
 }
 
 /// An invite not used yet.

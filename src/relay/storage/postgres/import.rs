@@ -86,10 +86,17 @@ async fn tables(tx: &Transaction<'_>, s: &Snapshot) -> Result<Moved, StorageErro
         .map(|r| r.owner.as_ref().map(|k| k.as_bytes().as_slice()))
         .collect();
     let retired: Vec<Option<i64>> = a.iter().map(|r| r.retired_until_ms).collect();
+    let rotations: Vec<Option<String>> = a
+        .iter()
+        .map(|r| {
+            (!r.rotations.is_empty())
+                .then(|| serde_json::to_string(&r.rotations).expect("rotations always serialize"))
+        })
+        .collect();
     tx.execute(
-        "INSERT INTO agents (name, signing, sealing, registered_at, policy, listing, owner, retired_until)
-         SELECT * FROM unnest($1::text[], $2::bytea[], $3::bytea[], $4::bigint[], $5::text[], $6::text[], $7::bytea[], $8::bigint[])",
-        &[&names, &signing, &sealing, &registered, &policy, &listing, &owner, &retired],
+        "INSERT INTO agents (name, signing, sealing, registered_at, policy, listing, owner, retired_until, rotations)
+         SELECT * FROM unnest($1::text[], $2::bytea[], $3::bytea[], $4::bigint[], $5::text[], $6::text[], $7::bytea[], $8::bigint[], $9::text[])",
+        &[&names, &signing, &sealing, &registered, &policy, &listing, &owner, &retired, &rotations],
     )
     .await?;
 

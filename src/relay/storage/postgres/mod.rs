@@ -31,7 +31,8 @@ use super::{
     Registration, Registry, Snapshot, Storage, StorageError, StorageMetrics,
 };
 use crate::protocol::{
-    AgentName, Bounce, BounceKey, MessageId, OwnerKey, Policy, PublicKeys, RequestCode, Seq,
+    AgentName, Bounce, BounceKey, KeyRotation, MessageId, OwnerKey, Policy, PublicKeys,
+    RequestCode, Seq,
 };
 
 /// PostgreSQL-backed relay storage: one per relay node.
@@ -198,6 +199,14 @@ impl Registry for PostgresStorage {
 
     async fn keys(&self, name: AgentName) -> Result<Option<PublicKeys>, StorageError> {
         registry::keys(&self.client().await?, &name).await
+    }
+
+    async fn rotate(&self, rotation: KeyRotation) -> Result<bool, StorageError> {
+        registry::rotate(&mut self.client().await?, rotation).await
+    }
+
+    async fn rotations(&self, name: AgentName) -> Result<Vec<KeyRotation>, StorageError> {
+        registry::rotations(&self.client().await?, &name).await
     }
 
     async fn retire(&self, name: AgentName, until_ms: i64) -> Result<bool, StorageError> {

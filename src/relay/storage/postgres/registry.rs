@@ -5,7 +5,8 @@
 use deadpool_postgres::{Client, GenericClient, Transaction};
 
 use super::now_ms;
-use crate::protocol::{AgentName, OwnerKey, PublicKeys};
+use crate::protocol::{AgentName, KeyRotation, OwnerKey, PublicKeys};
+use crate::relay::storage::registry::{rotations_column_with, rotations_from_column};
 use crate::relay::storage::{InviteDigest, Registration, StorageError};
 
 /// The advisory lock class of names (with `hashtext(name)`), ASCII "na".
@@ -116,6 +117,64 @@ pub(super) async fn keys(
     }))
 }
 
+/// Moves `rotation.agent` to its new keys if it holds the old ones now (see
+/// [`crate::relay::storage::Registry::rotate`]).
+pub(super) async fn rotate(
+    client: &mut Client,
+    rotation: KeyRotation,
+) -> Result<bool, StorageError> {
+    let name = rotation.agent.clone();
+    let tx = client.transaction().await?;
+    lock_names(&tx, &[&name]).await?;
+    let Some(row) = tx
+        .query_opt(
+            "SELECT rotations FROM agents
+             WHERE name = $1 AND signing = $2 AND sealing = $3 AND retired_until IS NULL",
+            &[
+                &name.as_str(),
+                &rotation.old.signing.as_slice(),
+                &rotation.old.sealing.as_slice(),
+            ],
+        )
+        .await?
+    else {
+        return Ok(false);
+    };
+    let kept: Option<String> = row.try_get(0)?;
+    let new = rotation.new.clone();
+    let column = rotations_column_with(
+        rotations_from_column(name.as_str(), kept.as_deref())?,
+        rotation,
+    );
+    tx.execute(
+        "UPDATE agents SET signing = $2, sealing = $3, rotations = $4 WHERE name = $1",
+        &[
+            &name.as_str(),
+            &new.signing.as_slice(),
+            &new.sealing.as_slice(),
+            &column,
+        ],
+    )
+    .await?;
+    tx.commit().await?;
+    Ok(true)
+}
+
+/// The rotations kept for `name` (none when it is unknown or retired).
+pub(super) async fn rotations(
+    client: &Client,
+    name: &AgentName,
+) -> Result<Vec<KeyRotation>, StorageError> {
+    let stmt = client
+        .prepare_cached("SELECT rotations FROM agents WHERE name = $1 AND retired_until IS NULL")
+        .await?;
+    let column: Option<String> = match client.query_opt(&stmt, &[&name.as_str()]).await? {
+        Some(row) => row.try_get(0)?,
+        None => None,
+    };
+    rotations_from_column(name.as_str(), column.as_deref())
+}
+
 /// Retires `name` until `until_ms` (see [`crate::relay::storage::Storage::retire`]).
 pub(super) async fn retire(
     client: &mut Client,
@@ -126,7 +185,7 @@ pub(super) async fn retire(
     lock_names(&tx, &[name]).await?;
     let changed = tx
         .execute(
-            "UPDATE agents SET retired_until = $2, listing = NULL, owner = NULL, policy = NULL WHERE name = $1 AND retired_until IS NULL",
+            "UPDATE agents SET retired_until = $2, listing = NULL, owner = NULL, policy = NULL, rotations = NULL WHERE name = $1 AND retired_until IS NULL",
             &[&name.as_str(), &until_ms],
         )
         .await?;

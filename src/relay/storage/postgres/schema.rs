@@ -117,6 +117,11 @@ ALTER TABLE queue ALTER COLUMN envelope SET STORAGE EXTERNAL;
 -- stored again, and the recipient's client keeps one (it deduplicates by message id).
 ALTER TABLE acked_copies SET UNLOGGED;
 "#,
+    r#"
+-- The agent's last key rotations (a JSON array of signed statements, oldest first), handed
+-- out with its keys so peers that pinned an older key can follow the chain.
+ALTER TABLE agents ADD COLUMN rotations TEXT;
+"#,
 ];
 
 /// The advisory lock key under which migrations run ("mailslot" in ASCII, as a number).

@@ -4,7 +4,10 @@
 use rusqlite::{Connection, OptionalExtension, params};
 
 use super::now_ms;
-use crate::protocol::{AgentName, OwnerKey, Policy, PublicKeys, RequestCode, RequestView};
+use crate::protocol::{
+    AgentName, KeyRotation, OwnerKey, Policy, PublicKeys, RequestCode, RequestView,
+};
+use crate::relay::storage::registry::{rotations_column_with, rotations_from_column};
 use crate::relay::storage::{
     ConsentChange, ConsentOutcome, InviteDigest, Registration, StorageError,
 };
@@ -54,6 +57,57 @@ pub(super) fn register(
     })
 }
 
+/// Moves `rotation.agent` to its new keys if it holds the old ones now (see
+/// [`crate::relay::storage::Registry::rotate`]).
+pub(super) fn rotate(
+    tx: &rusqlite::Transaction<'_>,
+    rotation: KeyRotation,
+) -> Result<bool, StorageError> {
+    let name = rotation.agent.clone();
+    let kept: Option<Option<String>> = tx
+        .query_row(
+            "SELECT rotations FROM agents
+             WHERE name = ?1 AND signing = ?2 AND sealing = ?3 AND retired_until IS NULL",
+            params![
+                name.as_str(),
+                rotation.old.signing.as_slice(),
+                rotation.old.sealing.as_slice()
+            ],
+            |r| r.get(0),
+        )
+        .optional()?;
+    let Some(kept) = kept else {
+        return Ok(false);
+    };
+    let new = rotation.new.clone();
+    let column = rotations_column_with(
+        rotations_from_column(name.as_str(), kept.as_deref())?,
+        rotation,
+    );
+    tx.execute(
+        "UPDATE agents SET signing = ?2, sealing = ?3, rotations = ?4 WHERE name = ?1",
+        params![
+            name.as_str(),
+            new.signing.as_slice(),
+            new.sealing.as_slice(),
+            column
+        ],
+    )?;
+    Ok(true)
+}
+
+/// The rotations kept for `name` (none when it is unknown or retired).
+pub(super) fn rotations(
+    conn: &Connection,
+    name: &AgentName,
+) -> Result<Vec<KeyRotation>, StorageError> {
+    let column: Option<Option<String>> = conn
+        .prepare_cached("SELECT rotations FROM agents WHERE name = ?1 AND retired_until IS NULL")?
+        .query_row([name.as_str()], |r| r.get(0))
+        .optional()?;
+    rotations_from_column(name.as_str(), column.flatten().as_deref())
+}
+
 /// Retires `name` until `until_ms`: its keys stop answering lookups and hellos, and its
 /// contacts, blocks, requests, listing and owner key go; the row stays to hold the name.
 /// Returns whether there was such an agent.
@@ -63,7 +117,7 @@ pub(super) fn retire(
     until_ms: i64,
 ) -> Result<bool, StorageError> {
     let changed = tx.execute(
-        "UPDATE agents SET retired_until = ?2, listing = NULL, owner = NULL, policy = NULL WHERE name = ?1 AND retired_until IS NULL",
+        "UPDATE agents SET retired_until = ?2, listing = NULL, owner = NULL, policy = NULL, rotations = NULL WHERE name = ?1 AND retired_until IS NULL",
         params![name.as_str(), until_ms],
     )?;
     if changed == 0 {

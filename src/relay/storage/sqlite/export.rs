@@ -15,6 +15,7 @@ use rusqlite::{Connection, OpenFlags, OptionalExtension};
 use super::queue::{QueueIndex, WaitingRow};
 use super::{now_ms, scan, schema, spool, spool_dir};
 use crate::protocol::{AgentName, Bounce, MessageId, OwnerKey, Policy, PublicKeys, RequestCode};
+use crate::relay::storage::registry::rotations_from_column;
 use crate::relay::storage::{
     AgentRecord, InviteRecord, RelationKind, RelationRecord, RequestRecord, Snapshot, StorageError,
     WaitingCopy,
@@ -103,7 +104,7 @@ fn key32(table: &str, what: &str, raw: Vec<u8>) -> Result<[u8; 32], StorageError
 /// Registered agents, and retired names still held (a name past its hold is free: it stays).
 fn agents(conn: &Connection, now: i64) -> Result<Vec<AgentRecord>, StorageError> {
     let mut stmt = conn.prepare(
-        "SELECT name, signing, sealing, registered_at, policy, listing, owner, retired_until
+        "SELECT name, signing, sealing, registered_at, policy, listing, owner, retired_until, rotations
          FROM agents WHERE retired_until IS NULL OR retired_until > ?1 ORDER BY name",
     )?;
     let mut rows = stmt.query([now])?;
@@ -129,6 +130,10 @@ fn agents(conn: &Connection, now: i64) -> Result<Vec<AgentRecord>, StorageError>
                 .map(|k| key32("agents", "owner key", k).map(OwnerKey::from_bytes))
                 .transpose()?,
             retired_until_ms: r.get(7)?,
+            rotations: rotations_from_column(
+                &r.get::<_, String>(0)?,
+                r.get::<_, Option<String>>(8)?.as_deref(),
+            )?,
         });
     }
     Ok(agents)

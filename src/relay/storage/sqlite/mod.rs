@@ -43,7 +43,8 @@ impl From<rusqlite::Error> for StorageError {
     }
 }
 use crate::protocol::{
-    AgentName, Bounce, BounceKey, MessageId, OwnerKey, Policy, PublicKeys, RequestCode, Seq,
+    AgentName, Bounce, BounceKey, KeyRotation, MessageId, OwnerKey, Policy, PublicKeys,
+    RequestCode, Seq,
 };
 
 const READERS: usize = 4;
@@ -344,6 +345,14 @@ impl Registry for SqliteStorage {
             .transpose()
         })
         .await
+    }
+
+    async fn rotate(&self, rotation: KeyRotation) -> Result<bool, StorageError> {
+        self.write(move |tx| consent::rotate(tx, rotation)).await
+    }
+
+    async fn rotations(&self, name: AgentName) -> Result<Vec<KeyRotation>, StorageError> {
+        self.read(move |conn| consent::rotations(conn, &name)).await
     }
 
     async fn retire(&self, name: AgentName, until_ms: i64) -> Result<bool, StorageError> {

@@ -155,6 +155,11 @@ CREATE TABLE bounces (
     PRIMARY KEY (sender, message_id, recipient)
 ) STRICT, WITHOUT ROWID;
 "#,
+    r#"
+-- The agent's last key rotations (a JSON array of signed statements, oldest first), handed
+-- out with its keys so peers that pinned an older key can follow the chain.
+ALTER TABLE agents ADD COLUMN rotations TEXT;
+"#,
 ];
 
 /// The last schema with the `queue` table: a database at or below it has its queue moved to

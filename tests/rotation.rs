@@ -1,0 +1,220 @@
+//! Key rotation against a real relay and the real CLI: new keys signed by the old ones are
+//! re-pinned by peers without a word; keys that nothing signed stay an alarm until the owner
+//! accepts them.
+
+mod common;
+
+use std::path::Path;
+
+use common::{TestAgent, TestRelay, mailslot_cli};
+use mailslot::agent::Agent;
+use mailslot::config::Paths;
+use mailslot::protocol::AgentName;
+use serde_json::Value;
+
+async fn cli_json(home: &Path, relay: &TestRelay, agent: &str, args: &[&str]) -> Value {
+    let mut all = vec!["--agent", agent, "--json"];
+    all.extend_from_slice(args);
+    let out = mailslot_cli(home, relay.url.as_str(), &all).await;
+    serde_json::from_str(&out).unwrap_or_else(|e| panic!("{args:?}: {e}: {out}"))
+}
+
+async fn send(home: &Path, relay: &TestRelay, from: &str, to: &str, subject: &str) -> String {
+    let sent = cli_json(
+        home,
+        relay,
+        from,
+        &["send", "--to", to, "--subject", subject, "--body", "text"],
+    )
+    .await;
+    assert_eq!(sent["status"], "sent", "{sent}");
+    sent["id"].as_str().unwrap().to_owned()
+}
+
+/// What `read` says of one message: its trust.
+async fn trust_of(home: &Path, relay: &TestRelay, agent: &str, id: &str) -> Value {
+    cli_json(home, relay, agent, &["read", id]).await["trust"].clone()
+}
+
+fn open(home: &Path, name: &str) -> Agent {
+    let paths = Paths::new(Some(home.to_owned()), None).unwrap();
+    Agent::open_or_create(&paths, &AgentName::new(name).unwrap())
+        .unwrap()
+        .0
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_signed_rotation_is_followed_silently_and_old_mail_still_opens() {
+    let relay = TestRelay::start(|_| {}).await;
+    let home = tempfile::tempdir().unwrap();
+    let home = home.path();
+    for name in ["alice", "bob"] {
+        cli_json(home, &relay, name, &["init"]).await;
+    }
+    // Each pins the other.
+    send(home, &relay, "alice", "bob", "before").await;
+    cli_json(home, &relay, "bob", &["sync"]).await;
+    let before = open(home, "bob").identity.fingerprint();
+
+    let rotated = cli_json(home, &relay, "bob", &["rotate-keys"]).await;
+    assert_eq!(rotated["old"], before.as_str());
+    let new = rotated["new"].as_str().unwrap().to_owned();
+    assert_ne!(new, before.as_str());
+    assert_eq!(open(home, "bob").identity.fingerprint().as_str(), new);
+    assert_eq!(rotated["announced"][0]["peer"], "alice");
+    assert_eq!(rotated["announced"][0]["status"], "sent", "{rotated}");
+
+    // Alice has not heard yet: her mail is sealed to bob's old keys, and bob still opens it.
+    let to_old = send(home, &relay, "alice", "bob", "sealed to the old keys").await;
+    let synced = cli_json(home, &relay, "bob", &["sync"]).await;
+    assert!(synced.to_string().contains(&to_old), "{synced}");
+    assert_eq!(trust_of(home, &relay, "bob", &to_old).await, "verified");
+
+    // Alice takes the announcement: the pin moves, and no change is recorded.
+    cli_json(home, &relay, "alice", &["sync"]).await;
+    let alice = open(home, "alice");
+    let bob_addr = "bob".parse().unwrap();
+    let pinned = alice.store.contact(&bob_addr).unwrap().unwrap();
+    assert_eq!(pinned.fingerprint.as_str(), new);
+    assert_eq!(pinned.key_changes, 0, "a signed rotation is no alarm");
+    drop(alice);
+    let after = send(home, &relay, "bob", "alice", "signed by the new keys").await;
+    cli_json(home, &relay, "alice", &["sync"]).await;
+    assert_eq!(trust_of(home, &relay, "alice", &after).await, "verified");
+    // The rotation notice is no mail.
+    let inbox = cli_json(home, &relay, "alice", &["inbox", "--all"]).await;
+    assert_eq!(inbox.as_array().unwrap().len(), 1, "{inbox}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_unsigned_key_change_stays_an_alarm_until_the_owner_trusts_the_fingerprint() {
+    let relay = TestRelay::start(|_| {}).await;
+    let home = tempfile::tempdir().unwrap();
+    let home = home.path();
+    cli_json(home, &relay, "alice", &["init"]).await;
+    let carol = TestAgent::new("carol");
+    carol.connect(&relay).await.close().await;
+    send(home, &relay, "alice", "carol", "pins carol").await;
+
+    // Carol's owner lost her key: the operator releases the name on the stopped relay (the
+    // documented procedure), and whoever registers it next has keys nothing signed.
+    let stopped = relay.stop().await;
+    let db = stopped.db();
+    let released = mailslot_cli(
+        home,
+        "ws://127.0.0.1:9",
+        &[
+            "--json",
+            "relay",
+            "release",
+            "carol",
+            "--db",
+            db.to_str().unwrap(),
+        ],
+    )
+    .await;
+    let released: Value = serde_json::from_str(&released).unwrap();
+    assert_eq!(released["agent"], "carol");
+    let relay = stopped.restart().await;
+    let impostor = TestAgent::new("carol");
+    let alice_addr = "alice".parse().unwrap();
+    let mail = mailslot::protocol::Message::new(
+        impostor.address(),
+        vec![alice_addr],
+        "from the new carol",
+        "trust me",
+    );
+    let id = mail.id.to_string();
+    impostor.send(&relay, mail).await;
+    cli_json(home, &relay, "alice", &["sync"]).await;
+    assert_eq!(trust_of(home, &relay, "alice", &id).await, "key_changed");
+    let carol_addr = "carol".parse().unwrap();
+    let contact = open(home, "alice")
+        .store
+        .contact(&carol_addr)
+        .unwrap()
+        .unwrap();
+    assert_eq!(
+        contact.fingerprint,
+        carol.identity.fingerprint(),
+        "the pin stays"
+    );
+    assert_eq!(contact.key_changes, 1);
+
+    // Only the owner settles it: without a terminal there is no passphrase, and nothing moves.
+    let presented = impostor.identity.fingerprint();
+    let out = std::process::Command::new(env!("CARGO_BIN_EXE_mailslot"))
+        .args([
+            "--agent",
+            "alice",
+            "contacts",
+            "trust",
+            "carol",
+            "--fingerprint",
+        ])
+        .arg(presented.as_str())
+        .env_clear()
+        .env("MAILSLOT_HOME", home)
+        .env("MAILSLOT_RELAY", relay.url.as_str())
+        .stdin(std::process::Stdio::null())
+        .output()
+        .unwrap();
+    assert!(!out.status.success());
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        err.contains("terminal") || err.contains("owner init"),
+        "{err}"
+    );
+    // A fingerprint carol never presented is refused, naming the one she did.
+    let mut alice = open(home, "alice");
+    let wrong = TestAgent::new("x").identity.fingerprint();
+    let refused = mailslot::mailbox::trust_presented_key(&mut alice, &carol_addr, &wrong)
+        .unwrap_err()
+        .to_string();
+    assert!(refused.contains(presented.as_str()), "{refused}");
+    // The owner's word (what the CLI does after the passphrase) moves the pin.
+    let was = mailslot::mailbox::trust_presented_key(&mut alice, &carol_addr, &presented).unwrap();
+    assert_eq!(was, carol.identity.fingerprint());
+    let contact = alice.store.contact(&carol_addr).unwrap().unwrap();
+    assert_eq!(contact.fingerprint, presented);
+    assert_eq!(contact.key_changes, 0);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_relay_takes_a_rotation_only_signed_by_the_registered_keys_for_the_session() {
+    use mailslot::client::ClientError;
+    use mailslot::crypto::{Identity, sign_rotation};
+    use mailslot::protocol::ErrorCode;
+    let relay = TestRelay::start(|_| {}).await;
+    let bob = TestAgent::new("bob");
+    let carol = TestAgent::new("carol");
+    carol.connect(&relay).await.close().await;
+    let mut conn = bob.connect(&relay).await;
+    let next = Identity::generate();
+    let refused = |r: Result<String, ClientError>| match r {
+        Err(ClientError::Refused { code, message, .. }) => {
+            assert_eq!(code, ErrorCode::BadRotation, "{message}");
+            message
+        }
+        other => panic!("expected a refusal, got {other:?}"),
+    };
+    // Signed by keys that are not bob's registered ones.
+    let stranger = Identity::generate();
+    let mut forged = sign_rotation(&bob.name, &stranger, &next);
+    forged.old = bob.identity.public().to_keys();
+    let why = refused(conn.rotate_keys(forged).await);
+    assert!(why.contains("old_signature"), "{why}");
+    // Carol's statement on bob's session.
+    let why = refused(
+        conn.rotate_keys(sign_rotation(&carol.name, &carol.identity, &next))
+            .await,
+    );
+    assert!(why.contains("carol"), "{why}");
+    // Bob's own goes through once; the same statement again finds other keys registered.
+    let own = sign_rotation(&bob.name, &bob.identity, &next);
+    conn.rotate_keys(own.clone()).await.unwrap();
+    refused(conn.rotate_keys(own.clone()).await);
+    let (keys, chain) = conn.lookup_with_rotations(&bob.name).await.unwrap();
+    assert_eq!(keys, next.public().to_keys());
+    assert_eq!(chain, vec![own]);
+}
