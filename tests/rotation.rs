@@ -218,3 +218,37 @@ async fn the_relay_takes_a_rotation_only_signed_by_the_registered_keys_for_the_s
     assert_eq!(keys, next.public().to_keys());
     assert_eq!(chain, vec![own]);
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_running_mcp_session_follows_a_signed_rotation_without_an_alarm() {
+    use common::mcp::{Era, spawn_mcp};
+    use serde_json::json;
+    let relay = TestRelay::start(|_| {}).await;
+    let home = tempfile::tempdir().unwrap();
+    let home = home.path();
+    cli_json(home, &relay, "bob", &["init"]).await;
+    let mut alice = spawn_mcp(home, "alice", &relay.url, Era::Legacy).await;
+    // Bob pins alice by writing to her; her session pins bob by opening it.
+    let before = send(home, &relay, "bob", "alice", "before").await;
+    let rung = alice.channel_event().await;
+    assert_eq!(rung["meta"]["message_id"], before.as_str());
+    let old = open(home, "bob").identity.fingerprint();
+    let whois = alice.ok("whois", json!({ "address": "bob" })).await;
+    assert_eq!(whois["fingerprint"], old.as_str(), "{whois}");
+
+    let rotated = cli_json(home, &relay, "bob", &["rotate-keys"]).await;
+    assert_eq!(rotated["announced"][0]["status"], "sent", "{rotated}");
+    let new = rotated["new"].as_str().unwrap().to_owned();
+    let after = send(home, &relay, "bob", "alice", "after").await;
+
+    // The notice rings nothing: the next event is bob's mail, signed by his new keys and
+    // verified against the pin the notice moved.
+    let rung = alice.channel_event().await;
+    assert_eq!(rung["meta"]["message_id"], after.as_str(), "{rung}");
+    assert_eq!(rung["meta"]["trust"], "verified", "{rung}");
+    let read = alice.ok("read", json!({ "message_id": after })).await;
+    assert_eq!(read["trust"], "verified", "{read}");
+    let whois = alice.ok("whois", json!({ "address": "bob" })).await;
+    assert_eq!(whois["fingerprint"], new.as_str(), "{whois}");
+    assert!(whois.get("key_warning").is_none(), "{whois}");
+}
