@@ -70,6 +70,7 @@ async fn surface_is_complete(c: &McpClient) {
     let resources = c.client.list_all_resources().await.unwrap();
     for uri in [
         "mailslot://inbox",
+        "mailslot://sent",
         "mailslot://memory",
         "mailslot://identity",
         "mailslot://directory",

@@ -1177,7 +1177,7 @@ async fn bounces_on_the_wire_are_pushed_listed_bounded_and_only_the_senders_to_f
         .then_some(())
     })
     .await;
-    let key = mailslot::protocol::BounceKey {
+    let key = mailslot::protocol::CopyKey {
         id,
         to: bob.name.clone(),
     };

@@ -13,10 +13,10 @@ use std::sync::Arc;
 
 use mailslot::crypto::{Identity, Owner};
 use mailslot::protocol::{
-    AgentName, KeyRotation, MAX_ROTATIONS, MessageId, Policy, PublicKeys, RequestCode, Seq,
+    AgentName, CopyKey, KeyRotation, MAX_ROTATIONS, MessageId, Policy, PublicKeys, RequestCode, Seq,
 };
 use mailslot::relay::storage::{
-    Accepted, AckOutcome, ConsentChange, ConsentLedger, ConsentOutcome, Copy, Epoch,
+    Accepted, AckOutcome, ConsentChange, ConsentLedger, ConsentOutcome, Copy, CopyStatus, Epoch,
     PostgresStorage, Queue, Quota, Registration, Registry, SqliteStorage, Storage,
 };
 
@@ -501,6 +501,88 @@ async fn expired_copies_go<B: Backend>(b: B) {
     assert!(s.bounces(alice, 10).await.unwrap().is_empty());
 }
 
+async fn copy_statuses_say_queued_bounced_or_gone<B: Backend>(b: B) {
+    let s = b.open().await;
+    let [alice, bob, carol] = agents(&s, &["alice", "bob", "carol"])
+        .await
+        .try_into()
+        .unwrap();
+    let now = jiff::Timestamp::now().as_millisecond();
+    let (both, soon) = (MessageId::new(), MessageId::new());
+    s.accept(
+        alice.clone(),
+        both,
+        copies(&[&bob, &carol], "both"),
+        ROOMY,
+        far_future(),
+        Policy::Open,
+    )
+    .await
+    .unwrap();
+    s.accept(
+        alice.clone(),
+        soon,
+        copies(&[&bob], "soon"),
+        ROOMY,
+        // Past already (expiry has not run yet): a reopen must not bring it back.
+        now - 1_000,
+        Policy::Open,
+    )
+    .await
+    .unwrap();
+    let key = |id: MessageId, to: &AgentName| CopyKey { id, to: to.clone() };
+    let asked = vec![
+        key(both, &bob),
+        key(both, &carol),
+        key(soon, &bob),
+        key(MessageId::new(), &bob),
+    ];
+    use CopyStatus::{Bounced, Gone, Queued};
+    assert_eq!(
+        s.copy_statuses(alice.clone(), asked.clone()).await.unwrap(),
+        vec![Queued, Queued, Queued, Gone],
+        "a copy never stored is gone"
+    );
+    assert_eq!(
+        s.copy_statuses(carol.clone(), vec![key(both, &bob)])
+            .await
+            .unwrap(),
+        vec![Gone],
+        "only the sender's own copies count"
+    );
+
+    // Bob takes the first message: his copy is gone, carol's still queued.
+    let epoch = s.claim(bob.clone()).await.unwrap();
+    let queued = s.pending(bob.clone(), 0, 10).await.unwrap();
+    assert_eq!(
+        s.ack(bob.clone(), queued[0].seq, epoch).await.unwrap(),
+        AckOutcome::Applied(1)
+    );
+    // The second one expires: bounced, in the same write that took it out of the queue.
+    assert_eq!(s.expire(now).await.unwrap().len(), 1);
+    let expected = vec![Gone, Queued, Bounced, Gone];
+    assert_eq!(
+        s.copy_statuses(alice.clone(), asked.clone()).await.unwrap(),
+        expected
+    );
+
+    // What it says is what the relay keeps: the same after a reopen.
+    drop(s);
+    let s = b.open().await;
+    assert_eq!(
+        s.copy_statuses(alice.clone(), asked.clone()).await.unwrap(),
+        expected
+    );
+    // A bounce the sender acknowledged is gone too (its client recorded it before).
+    s.ack_bounces(alice.clone(), vec![key(soon, &bob)])
+        .await
+        .unwrap();
+    assert_eq!(
+        s.copy_statuses(alice, asked).await.unwrap(),
+        vec![Gone, Queued, Gone, Gone]
+    );
+}
+
 async fn a_retired_name_is_held_then_free<B: Backend>(b: B) {
     let s = b.open().await;
     let [alice, bob] = agents(&s, &["alice", "bob"]).await.try_into().unwrap();
@@ -653,6 +735,14 @@ macro_rules! contract {
                     return;
                 };
                 super::expired_copies_go(b).await;
+            }
+            #[tokio::test]
+            async fn copy_statuses_say_queued_bounced_or_gone() {
+                let Some(b) = $make(stringify!(copy_statuses_say_queued_bounced_or_gone)).await
+                else {
+                    return;
+                };
+                super::copy_statuses_say_queued_bounced_or_gone(b).await;
             }
             #[tokio::test]
             async fn keys_rotate_only_from_the_registered_ones() {

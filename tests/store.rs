@@ -400,7 +400,7 @@ fn outbox_queues_atomically_with_the_sent_copy() {
     assert_eq!(store.outbox_len().unwrap(), 0);
     let other = Message::new(addr("alice"), vec![addr("bob")], "second", "hi");
     store.queue_outgoing(&other).unwrap();
-    store.outbox_done(&other.id).unwrap();
+    store.outbox_done(&other.id, "test-relay").unwrap();
     assert_eq!(store.outbox_len().unwrap(), 0);
 }
 
@@ -430,8 +430,8 @@ fn sent_mail_lists_each_message_with_where_it_stands() {
     store
         .outbox_failed(&failed.id, "no agent named bob", true)
         .unwrap();
-    store.outbox_done(&accepted.id).unwrap();
-    store.outbox_done(&bounced.id).unwrap();
+    store.outbox_done(&accepted.id, "test-relay").unwrap();
+    store.outbox_done(&bounced.id, "test-relay").unwrap();
     let bounce = mailslot::protocol::Bounce {
         id: bounced.id,
         to: AgentName::new("bob").unwrap(),
@@ -513,7 +513,8 @@ fn a_store_from_before_the_unread_count_starts_with_its_unread_mail_counted() {
     let conn = rusqlite::Connection::open(&path).unwrap();
     conn.execute_batch(
         "DROP INDEX messages_read; DROP TRIGGER unread_insert; DROP TRIGGER unread_read;
-         DROP TRIGGER unread_delete; DROP TABLE unread; PRAGMA user_version = 5;",
+         DROP TRIGGER unread_delete; DROP TABLE unread; DROP TABLE deliveries;
+         PRAGMA user_version = 5;",
     )
     .unwrap();
     drop(conn);
@@ -820,7 +821,7 @@ fn receipts_count_once_and_only_from_recipients_of_sent_mail() {
     let (_dir, mut store) = temp_store();
     let sent = Message::new(addr("me"), vec![addr("bob"), addr("carol")], "plan", "b");
     store.queue_outgoing(&sent).unwrap();
-    store.outbox_done(&sent.id).unwrap();
+    store.outbox_done(&sent.id, "test-relay").unwrap();
     let received = mail("bob", "theirs", "x");
     store
         .insert_message(&received, Direction::In, Trust::Verified)
@@ -957,4 +958,127 @@ fn an_acknowledgement_is_queued_once() {
         store.acknowledge(&me, &MessageId::new(), None).unwrap_err(),
         StoreError::NoSuchMessage { .. }
     ));
+}
+
+#[test]
+fn deliveries_are_recorded_once_per_copy_and_close_on_bounce_or_receipt() {
+    use mailslot::protocol::{CopyFate, CopyState};
+    let (_dir, mut store) = temp_store();
+    let to_both = Message::new(addr("me"), vec![addr("bob"), addr("carol")], "both", "b");
+    let to_dave = Message::new(addr("me"), vec![addr("dave")], "dave", "b");
+    let elsewhere = Message::new(addr("me"), vec![addr("erin")], "other relay", "b");
+    for m in [&to_both, &to_dave, &elsewhere] {
+        store.queue_outgoing(m).unwrap();
+    }
+    store.outbox_done(&to_both.id, "relay-a").unwrap();
+    store.outbox_done(&to_dave.id, "relay-a").unwrap();
+    store.outbox_done(&elsewhere.id, "relay-b").unwrap();
+    let name = |s: &str| AgentName::new(s).unwrap();
+    let open = |store: &Store| -> Vec<(MessageId, AgentName)> {
+        store
+            .open_copies("relay-a", None, 10)
+            .unwrap()
+            .into_iter()
+            .map(|o| (o.key.id, o.key.to))
+            .collect()
+    };
+    assert_eq!(
+        open(&store),
+        [
+            (to_both.id, name("bob")),
+            (to_both.id, name("carol")),
+            (to_dave.id, name("dave")),
+        ],
+        "each copy the relay took, in order; another relay's copies are not asked about there"
+    );
+    // Paged: after the first, the rest.
+    let first = store.open_copies("relay-a", None, 1).unwrap();
+    assert_eq!(first.len(), 1);
+    assert_eq!(
+        store
+            .open_copies("relay-a", Some(&first[0]), 10)
+            .unwrap()
+            .len(),
+        2
+    );
+
+    let state = |id, to: &str, state| CopyState {
+        id,
+        to: name(to),
+        state,
+    };
+    let at = now_millis();
+    let answer = [
+        state(to_both.id, "bob", CopyFate::Gone),
+        state(to_both.id, "carol", CopyFate::Waiting),
+        state(to_dave.id, "dave", CopyFate::Unknown),
+    ];
+    let delivered = store.record_copy_states(&answer, at).unwrap();
+    assert_eq!(delivered.len(), 1);
+    assert_eq!(
+        (delivered[0].id, &delivered[0].to, delivered[0].at),
+        (to_both.id, &addr("bob"), at)
+    );
+    assert!(
+        store
+            .record_copy_states(&answer, now_millis())
+            .unwrap()
+            .is_empty(),
+        "a second answer records nothing again"
+    );
+    assert_eq!(open(&store), [(to_both.id, name("carol"))]);
+
+    let state_of = |store: &Store, id: MessageId| {
+        let item = store
+            .sent(None, 10)
+            .unwrap()
+            .into_iter()
+            .find(|i| i.stored.message.id == id)
+            .unwrap();
+        let filtered = store
+            .sent(Some(item.state), 10)
+            .unwrap()
+            .iter()
+            .any(|i| i.stored.message.id == id);
+        assert!(filtered, "the state filter agrees for {id}");
+        item
+    };
+    let both = state_of(&store, to_both.id);
+    assert_eq!(both.state, SentState::Sent, "carol has not taken hers");
+    assert_eq!(
+        both.recipients
+            .iter()
+            .map(|r| (r.state, r.at))
+            .collect::<Vec<_>>(),
+        [(SentState::Delivered, Some(at)), (SentState::Sent, None)]
+    );
+    assert_eq!(
+        state_of(&store, to_dave.id).state,
+        SentState::Sent,
+        "unknown is not delivered"
+    );
+
+    // Carol reads it: her copy closes, and the message is delivered (bob) and read (carol).
+    let read = receipt(to_both.id, ReceiptKind::Read, None);
+    store
+        .record_receipt(&addr("carol"), &read, now_millis())
+        .unwrap();
+    assert!(open(&store).is_empty());
+    assert_eq!(state_of(&store, to_both.id).state, SentState::Delivered);
+    let stored = store.message(&to_both.id).unwrap().unwrap();
+    assert_eq!(stored.delivered, [(name("bob"), at)]);
+
+    // A bounce closes its copy too.
+    let later = Message::new(addr("me"), vec![addr("bob")], "later", "b");
+    store.queue_outgoing(&later).unwrap();
+    store.outbox_done(&later.id, "relay-a").unwrap();
+    store
+        .record_bounces(&[mailslot::protocol::Bounce {
+            id: later.id,
+            to: name("bob"),
+            expired_at: now_millis(),
+        }])
+        .unwrap();
+    assert!(open(&store).is_empty());
+    assert_eq!(state_of(&store, later.id).state, SentState::Bounced);
 }

@@ -342,6 +342,17 @@ pub(super) fn sent(ctx: &Ctx, state: Option<SentState>, limit: u32) -> anyhow::R
                 output::one_line(&i.subject, 60),
                 i.id
             ));
+            // One recipient without an answer: its time on a line of its own.
+            if let [only] = i.recipients.as_slice()
+                && only.answer.is_none()
+                && let Some(at) = only.at
+            {
+                lines.push(format!(
+                    "    {} at {}",
+                    only.state.as_str(),
+                    output::when(at)
+                ));
+            }
             if let Some(error) = &i.last_error {
                 lines.push(format!("    {error}"));
             }

@@ -166,6 +166,12 @@ impl Connection {
         self.waiting
     }
 
+    /// The relay's id, from its challenge: the same across its restarts and nodes, and moved
+    /// with its data by `relay migrate`.
+    pub fn relay_id(&self) -> &str {
+        &self.relay
+    }
+
     /// The relay this connection is to.
     pub fn url(&self) -> &RelayUrl {
         &self.url

@@ -6,6 +6,7 @@ mod ask;
 mod bounces;
 mod connection;
 pub mod consent;
+mod deliveries;
 pub mod directory;
 mod discovery;
 mod inbound;

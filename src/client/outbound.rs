@@ -46,7 +46,8 @@ pub async fn flush(
             let id = item.message.id;
             match send_one(conn, store, identity, &item.message).await {
                 Ok(()) => {
-                    store.call(move |s| s.outbox_done(&id)).await?;
+                    let relay = conn.relay_id().to_owned();
+                    store.call(move |s| s.outbox_done(&id, &relay)).await?;
                     report.sent.push(id);
                 }
                 Err(e) => {

@@ -10,6 +10,7 @@ use tokio::sync::{Notify, broadcast, mpsc, oneshot, watch};
 use tokio::task::JoinHandle;
 
 use super::bounces;
+use super::deliveries;
 use super::inbound::{Received, receive};
 use super::outbound::flush;
 use super::{ClientError, Connection, RelayUrl, refusal};
@@ -17,7 +18,7 @@ use crate::crypto::Identity;
 use crate::protocol::{
     Address, AgentName, Bounce, ClientFrame, ConsentEvent, MessageId, OwnerKey, ServerFrame,
 };
-use crate::store::{ReceiptRecord, StoreHandle, Trust};
+use crate::store::{Delivery, OpenCopy, ReceiptRecord, StoreHandle, Trust};
 
 /// Keepalive interval (the relay closes sockets silent for 90 s).
 const PING_EVERY: Duration = Duration::from_secs(30);
@@ -28,6 +29,10 @@ const BACKOFF_MAX: Duration = Duration::from_secs(30);
 const EVENT_BACKLOG: usize = 1024;
 /// Requests waiting for the connection.
 const CALL_QUEUE: usize = 64;
+/// How soon after a send the relay is asked whether its copies were taken, and the longest
+/// wait between such checks while copies are open (the wait doubles from one to the other).
+const CHECK_SOON: Duration = Duration::from_secs(2);
+const CHECK_MAX: Duration = Duration::from_secs(60);
 
 /// What the session reports.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -73,6 +78,9 @@ pub enum ClientEvent {
     Consent(ConsentEvent),
     /// Copies of sent messages expired on the relay undelivered (recorded in the store now).
     Bounced(Vec<Bounce>),
+    /// Recipients took their copies of sent messages, as the relay said (recorded in the
+    /// store now, each once).
+    Delivered(Vec<Delivery>),
     /// A recipient read or acknowledged a sent message (recorded in the store now).
     Receipt {
         /// The sent message.
@@ -246,9 +254,12 @@ async fn serve(
     let me = Address::local(config.agent.clone());
     send_outbox(&mut conn, config, emit).await?;
     collect_bounces(&mut conn, config, emit).await?;
+    let mut checks = Checks::default();
+    check_deliveries(&mut conn, config, emit, &mut checks).await?;
     let mut ping = tokio::time::interval(PING_EVERY);
     ping.tick().await;
     loop {
+        let next_check = checks.next;
         // Acknowledge what is committed before waiting for more.
         if !conn.has_backlog() {
             conn.ack_committed().await?;
@@ -276,7 +287,12 @@ async fn serve(
                 ServerFrame::Event { event } => emit(ClientEvent::Consent(event)),
                 _ => {}
             },
-            _ = flush_now.notified() => send_outbox(&mut conn, config, emit).await?,
+            _ = flush_now.notified() => {
+                if send_outbox(&mut conn, config, emit).await? {
+                    checks.soon();
+                }
+            }
+            _ = sleep_until(next_check) => check_deliveries(&mut conn, config, emit, &mut checks).await?,
             Some(call) = calls.recv() => {
                 let answer = conn.call(call.make).await;
                 // A lost connection fails the call and ends this connection's life.
@@ -304,13 +320,82 @@ async fn collect_bounces(
     Ok(())
 }
 
+/// When to ask the relay again where this agent's open copies stand.
+struct Checks {
+    /// Where the last check stopped.
+    cursor: Option<OpenCopy>,
+    /// The next check; none while no copy is open.
+    next: Option<tokio::time::Instant>,
+    /// The wait after the next check.
+    wait: Duration,
+}
+
+impl Default for Checks {
+    fn default() -> Self {
+        Self {
+            cursor: None,
+            next: None,
+            wait: CHECK_SOON,
+        }
+    }
+}
+
+impl Checks {
+    /// Copies were just sent: check soon, then back off again.
+    fn soon(&mut self) {
+        let soon = tokio::time::Instant::now() + CHECK_SOON;
+        self.next = Some(self.next.map_or(soon, |next| next.min(soon)));
+        self.wait = CHECK_SOON;
+    }
+
+    /// A check ended: again after the wait (doubled for the next time) while copies are
+    /// open, else not until a send.
+    fn checked(&mut self, again: bool) {
+        if again {
+            self.next = Some(tokio::time::Instant::now() + self.wait);
+            self.wait = (self.wait * 2).min(CHECK_MAX);
+        } else {
+            self.next = None;
+        }
+    }
+}
+
+/// Waits until `at`, or forever when there is nothing to wait for.
+async fn sleep_until(at: Option<tokio::time::Instant>) {
+    match at {
+        Some(at) => tokio::time::sleep_until(at).await,
+        None => std::future::pending().await,
+    }
+}
+
+/// Asks the relay where the open copies stand, records and announces the deliveries, and
+/// collects bounces it mentions.
+async fn check_deliveries(
+    conn: &mut Connection,
+    config: &SessionConfig,
+    emit: &impl Fn(ClientEvent),
+    checks: &mut Checks,
+) -> Result<(), ClientError> {
+    let checked = deliveries::check(conn, &config.store, &mut checks.cursor).await?;
+    if !checked.delivered.is_empty() {
+        emit(ClientEvent::Delivered(checked.delivered));
+    }
+    if checked.bounced {
+        collect_bounces(conn, config, emit).await?;
+    }
+    checks.checked(checked.open && !checked.unsupported);
+    Ok(())
+}
+
+/// Sends the outbox; returns whether the relay took any message.
 async fn send_outbox(
     conn: &mut Connection,
     config: &SessionConfig,
     emit: &impl Fn(ClientEvent),
-) -> Result<(), ClientError> {
+) -> Result<bool, ClientError> {
     let flushed = flush(conn, &config.store, &config.identity).await?;
-    if !flushed.sent.is_empty() {
+    let sent = !flushed.sent.is_empty();
+    if sent {
         emit(ClientEvent::Sent(flushed.sent));
     }
     for f in flushed.failed {
@@ -320,7 +405,7 @@ async fn send_outbox(
             will_retry: f.will_retry,
         });
     }
-    Ok(())
+    Ok(sent)
 }
 
 #[cfg(test)]

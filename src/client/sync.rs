@@ -4,12 +4,13 @@
 use serde::Serialize;
 
 use super::bounces;
+use super::deliveries;
 use super::inbound::{Received, receive};
 use super::outbound::{SendFailure, flush};
 use super::{ClientError, Connection, RelayUrl, refusal};
 use crate::crypto::Identity;
 use crate::protocol::{Address, AgentName, Bounce, ConsentEvent, MessageId, OwnerKey, ServerFrame};
-use crate::store::StoreHandle;
+use crate::store::{Delivery, StoreHandle};
 
 /// What one sync did.
 #[derive(Debug, Clone, Default, Serialize)]
@@ -33,6 +34,8 @@ pub struct SyncReport {
     pub events: Vec<ConsentEvent>,
     /// Copies of sent messages that expired on the relay undelivered, recorded now.
     pub bounced: Vec<Bounce>,
+    /// Copies of sent messages their recipients took, as the relay said, recorded now.
+    pub delivered: Vec<Delivery>,
 }
 
 /// Connects as `agent`, sends the outbox, receives until caught up, acks, closes.
@@ -99,6 +102,13 @@ pub async fn sync_with_progress(
     }
     conn.ack_committed().await?;
     report.bounced = bounces::collect(&mut conn, store).await?;
+    let checked = deliveries::check(&mut conn, store, &mut None).await?;
+    report.delivered = checked.delivered;
+    if checked.bounced {
+        report
+            .bounced
+            .extend(bounces::collect(&mut conn, store).await?);
+    }
     conn.close().await;
     Ok(report)
 }

@@ -81,6 +81,22 @@ pub fn frame_with_nonce(
             .collect();
         let _ = writeln!(out, "Receipts: {}", list.join("; "));
     }
+    if stored.direction == Direction::Out && !stored.delivered.is_empty() {
+        let list: Vec<String> = stored
+            .delivered
+            .iter()
+            .map(|(to, at)| format!("{to} by {}", when(*at)))
+            .collect();
+        let _ = writeln!(out, "Delivered: {}", list.join("; "));
+    }
+    if stored.direction == Direction::Out && !stored.bounced.is_empty() {
+        let list: Vec<String> = stored.bounced.iter().map(ToString::to_string).collect();
+        let _ = writeln!(
+            out,
+            "Bounced (expired on the relay, never delivered): {}",
+            list.join(", ")
+        );
+    }
     // Everything below is the sender's: the subject and attachment names too (and, for sent
     // mail, the recipients' answers).
     let _ = writeln!(out, "<<<mailslot-untrusted {nonce}>>>");
@@ -286,6 +302,7 @@ mod tests {
             read_at: None,
             bounced: Vec::new(),
             receipts: Vec::new(),
+            delivered: Vec::new(),
         }
     }
 

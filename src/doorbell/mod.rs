@@ -84,6 +84,10 @@ async fn run(
                 None => continue,
             },
             MailboxEvent::Bounced(bounces) => bounce_ring(&bounces),
+            // Delivery is the expected course of every send: ringing the model for each would
+            // interrupt it to say nothing it must act on. The sent view shows it, and MCP
+            // clients subscribed to it hear that it changed (see `mcp/push.rs`).
+            MailboxEvent::Delivered(_) => continue,
             MailboxEvent::Receipt { of, record } => match receipt_ring(&mailbox, of, &record).await
             {
                 Ok(ring) => ring,

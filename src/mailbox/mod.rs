@@ -44,7 +44,7 @@ use crate::crypto::Identity;
 use crate::protocol::{
     Address, AgentName, Bounce, ConsentEvent, MessageId, OwnerKey, RelayName, ValidationError,
 };
-use crate::store::{ReceiptRecord, StoreError, StoreHandle, Trust};
+use crate::store::{Delivery, ReceiptRecord, StoreError, StoreHandle, Trust};
 
 /// Events kept for slow subscribers before the oldest are dropped (they re-read the store).
 const EVENT_BACKLOG: usize = 1024;
@@ -64,6 +64,9 @@ pub enum MailboxEvent {
     /// Copies of sent messages expired on the relay undelivered; the store has them now
     /// (only the process holding the connection hears it).
     Bounced(Vec<Bounce>),
+    /// Recipients took their copies of sent messages, as the relay said; the store has it
+    /// now (only the process holding the connection hears it).
+    Delivered(Vec<Delivery>),
     /// A recipient read or acknowledged a sent message; the store has it now (only the
     /// process holding the connection hears it).
     Receipt {
@@ -72,6 +75,16 @@ pub enum MailboxEvent {
         /// What was recorded (its answer is the recipient's words: frame it).
         record: ReceiptRecord,
     },
+}
+
+impl MailboxEvent {
+    /// Whether the sent view changed: a copy was delivered or bounced, or a receipt came.
+    pub fn changes_sent_view(&self) -> bool {
+        matches!(
+            self,
+            MailboxEvent::Bounced(_) | MailboxEvent::Delivered(_) | MailboxEvent::Receipt { .. }
+        )
+    }
 }
 
 /// Where the relay connection stands, for people and for tool results.
@@ -373,6 +386,9 @@ async fn forward(mailbox: Mailbox, mut events: broadcast::Receiver<ClientEvent>)
             }
             ClientEvent::Receipt { of, record } => {
                 let _ = mailbox.0.events.send(MailboxEvent::Receipt { of, record });
+            }
+            ClientEvent::Delivered(deliveries) => {
+                let _ = mailbox.0.events.send(MailboxEvent::Delivered(deliveries));
             }
             ClientEvent::Sent(_) | ClientEvent::NotSent { .. } => {}
         }

@@ -40,6 +40,7 @@ impl Mailbox {
                         Ok(
                             MailboxEvent::Consent(_)
                             | MailboxEvent::Bounced(_)
+                            | MailboxEvent::Delivered(_)
                             | MailboxEvent::Receipt { .. },
                         ) => {}
                         Err(RecvError::Closed) => return Ok(Vec::new()),

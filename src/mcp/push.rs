@@ -3,6 +3,9 @@
 //!   to, `notifications/resources/list_changed`, and the Claude Code channel event
 //!   `notifications/claude/channel` (other clients ignore it), through the session's peer;
 //! - 2026-07-28 `subscriptions/listen` streams get what their accepted filter allows.
+//!
+//! `mailslot://sent` changes without a ring (a delivery does not ring the model): its updates
+//! come from the mailbox's events, beside the rings.
 
 use std::collections::HashSet;
 use std::sync::{Arc, Mutex};
@@ -15,8 +18,9 @@ use rmcp::{ErrorData, RoleServer};
 use tokio::sync::broadcast;
 use tokio_util::sync::CancellationToken;
 
-use super::resources::INBOX;
+use super::resources::{INBOX, SENT};
 use crate::doorbell::{Doorbell, Ring};
+use crate::mailbox::{Mailbox, MailboxEvent};
 
 /// The Claude Code channel notification.
 pub const CHANNEL_METHOD: &str = "notifications/claude/channel";
@@ -41,6 +45,44 @@ impl Subscriptions {
     }
 }
 
+/// What a session's pushes are made from: the doorbell's rings and the mailbox's events,
+/// subscribed together when the session begins.
+pub struct Feeds {
+    rings: broadcast::Receiver<Ring>,
+    events: broadcast::Receiver<MailboxEvent>,
+}
+
+impl Feeds {
+    /// Subscribes to `doorbell` and `mailbox` now.
+    pub fn subscribe(doorbell: &Doorbell, mailbox: &Mailbox) -> Self {
+        Self {
+            rings: doorbell.subscribe(),
+            events: mailbox.subscribe(),
+        }
+    }
+
+    /// The next thing to push: a ring, or `None` when the sent view changed. Ends (`Err`)
+    /// when either feed closes; a lagging feed skips what it missed.
+    async fn next(&mut self) -> Result<Option<Ring>, broadcast::error::RecvError> {
+        loop {
+            tokio::select! {
+                ring = self.rings.recv() => match ring {
+                    Ok(r) => return Ok(Some(r)),
+                    Err(broadcast::error::RecvError::Lagged(_)) => {}
+                    Err(e) => return Err(e),
+                },
+                event = self.events.recv() => match event {
+                    Ok(e) if e.changes_sent_view() => return Ok(None),
+                    // A lagging reader may have missed a change: say the view changed.
+                    Err(broadcast::error::RecvError::Lagged(_)) => return Ok(None),
+                    Ok(_) => {}
+                    Err(e) => return Err(e),
+                },
+            }
+        }
+    }
+}
+
 /// The channel event for `ring`.
 pub fn channel_notification(ring: &Ring) -> ServerNotification {
     ServerNotification::CustomNotification(CustomNotification::new(
@@ -49,23 +91,31 @@ pub fn channel_notification(ring: &Ring) -> ServerNotification {
     ))
 }
 
-/// Pushes `rings` (subscribed when the session began) to a legacy session until its transport closes or `stop` fires.
+/// Pushes `feeds` (subscribed when the session began) to a legacy session until its
+/// transport closes or `stop` fires.
 pub async fn legacy(
     peer: Peer<RoleServer>,
-    mut rings: broadcast::Receiver<Ring>,
+    mut feeds: Feeds,
     subscriptions: Subscriptions,
     stop: CancellationToken,
 ) {
     loop {
-        let ring = tokio::select! {
+        let next = tokio::select! {
             _ = stop.cancelled() => return,
-            ring = rings.recv() => match ring {
-                Ok(r) => r,
-                Err(broadcast::error::RecvError::Lagged(_)) => continue,
-                Err(broadcast::error::RecvError::Closed) => return,
+            next = feeds.next() => match next {
+                Ok(next) => next,
+                Err(_) => return,
             },
         };
-        if let Err(e) = push_legacy(&peer, &ring, &subscriptions).await {
+        let pushed = match next {
+            Some(ring) => push_legacy(&peer, &ring, &subscriptions).await,
+            None if subscriptions.contains(SENT) => {
+                peer.notify_resource_updated(ResourceUpdatedNotificationParam::new(SENT))
+                    .await
+            }
+            None => Ok(()),
+        };
+        if let Err(e) = pushed {
             tracing::debug!(error = %e, "the client is gone; no more pushes");
             return;
         }
@@ -96,39 +146,44 @@ pub fn accept(requested: &SubscriptionFilter) -> SubscriptionFilter {
 /// Serves one `subscriptions/listen` stream until the client cancels it or `stop` fires.
 pub async fn listen(
     context: SubscriptionContext,
-    doorbell: &Doorbell,
+    mut feeds: Feeds,
     stop: &CancellationToken,
 ) -> Result<(), ErrorData> {
-    let mut rings = doorbell.subscribe();
     let accepted = context.accepted().clone();
-    let inbox = accepted
-        .resource_subscriptions
-        .as_ref()
-        .is_some_and(|uris| uris.iter().any(|u| u == INBOX));
+    let asked = |uri: &str| {
+        accepted
+            .resource_subscriptions
+            .as_ref()
+            .is_some_and(|uris| uris.iter().any(|u| u == uri))
+    };
+    let (inbox, sent) = (asked(INBOX), asked(SENT));
     let list_changed = accepted.resources_list_changed == Some(true);
     loop {
-        let ring = tokio::select! {
+        let next = tokio::select! {
             _ = context.cancelled() => return Ok(()),
             _ = stop.cancelled() => return Ok(()),
-            ring = rings.recv() => match ring {
-                Ok(r) => r,
-                Err(broadcast::error::RecvError::Lagged(_)) => continue,
-                Err(broadcast::error::RecvError::Closed) => return Ok(()),
+            next = feeds.next() => match next {
+                Ok(next) => next,
+                Err(_) => return Ok(()),
             },
         };
-        if ring.message.is_none() {
-            continue;
-        }
-        let sent = async {
-            if inbox {
-                context.sink().notify_resource_updated(INBOX).await?;
-            }
-            if list_changed {
-                context.sink().notify_resource_list_changed().await?;
+        let pushed = async {
+            match next {
+                Some(ring) if ring.message.is_some() => {
+                    if inbox {
+                        context.sink().notify_resource_updated(INBOX).await?;
+                    }
+                    if list_changed {
+                        context.sink().notify_resource_list_changed().await?;
+                    }
+                }
+                Some(_) => {}
+                None if sent => context.sink().notify_resource_updated(SENT).await?,
+                None => {}
             }
             Ok::<_, rmcp::service::SubscriptionSendError>(())
         };
-        if sent.await.is_err() {
+        if pushed.await.is_err() {
             return Ok(());
         }
     }

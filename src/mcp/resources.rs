@@ -1,4 +1,5 @@
-//! The resources: `mailslot://inbox` (subscribable digest), `mailslot://messages/{id}`,
+//! The resources: `mailslot://inbox` (subscribable digest), `mailslot://sent` (sent mail
+//! and where each message stands, subscribable), `mailslot://messages/{id}`,
 //! `mailslot://threads/{id}`, `mailslot://memory`, `mailslot://identity`,
 //! `mailslot://directory` (the `directory` tool's framed listing). Reading a resource
 //! never changes anything (reading a message as a resource does not mark it read).
@@ -8,7 +9,7 @@ use rmcp::model::{Resource, ResourceContents, ResourceTemplate};
 use serde::Serialize;
 
 use super::peers::DirectoryView;
-use super::tools::ThreadView;
+use super::tools::{SentList, ThreadView};
 use super::views::{MemoryView, MessageSummary, MessageView};
 use crate::doorbell::frame::frame_data;
 use crate::mailbox::{AgentStatus, Mailbox};
@@ -17,6 +18,8 @@ use crate::store::InboxQuery;
 
 /// The inbox digest.
 pub const INBOX: &str = "mailslot://inbox";
+/// Sent mail and where each message stands (the `sent` tool's view).
+pub const SENT: &str = "mailslot://sent";
 /// The agent's memories.
 pub const MEMORY: &str = "mailslot://memory";
 /// Who the agent is.
@@ -25,6 +28,8 @@ pub const IDENTITY: &str = "mailslot://identity";
 pub const DIRECTORY: &str = "mailslot://directory";
 const MESSAGES: &str = "mailslot://messages/";
 const THREADS: &str = "mailslot://threads/";
+/// Sent messages `mailslot://sent` shows.
+const SENT_LISTED: usize = 20;
 /// Recent messages listed as resources of their own.
 const LISTED_MESSAGES: usize = 20;
 
@@ -35,6 +40,12 @@ pub async fn list(mailbox: &Mailbox) -> Result<Vec<Resource>, ErrorData> {
             .with_title("Inbox")
             .with_description(
                 "Unread and recent mail as a compact JSON digest; subscribe to hear of new mail",
+            )
+            .with_mime_type("application/json"),
+        Resource::new(SENT, "sent")
+            .with_title("Sent mail")
+            .with_description(
+                "The most recent sent mail with where each message stands (delivered, read, bounced, ...); subscribe to hear when that changes",
             )
             .with_mime_type("application/json"),
         Resource::new(MEMORY, "memory")
@@ -113,6 +124,10 @@ struct IdentityView {
 pub async fn read(mailbox: &Mailbox, uri: &str) -> Result<ResourceContents, ErrorData> {
     match uri {
         INBOX => Ok(json(&inbox_digest(mailbox).await?, uri)),
+        SENT => {
+            let items = mailbox.sent(None, SENT_LISTED).await.map_err(internal)?;
+            Ok(json(&SentList::of(&items), uri))
+        }
         DIRECTORY => {
             let entries = mailbox
                 .directory()

@@ -18,17 +18,16 @@ use rmcp::model::{
 };
 use rmcp::service::{NotificationContext, RequestContext, SubscriptionContext};
 use rmcp::{ErrorData, RoleServer, ServerHandler, prompt_handler};
-use tokio::sync::broadcast;
 use tokio_util::sync::CancellationToken;
 
 use super::era;
 use super::notice;
 use super::prompts::fill;
-use super::push::{self, Subscriptions};
+use super::push::{self, Feeds, Subscriptions};
 use super::resources;
 use super::strict;
+use crate::doorbell::Doorbell;
 use crate::doorbell::footer::footer;
-use crate::doorbell::{Doorbell, Ring};
 use crate::mailbox::Mailbox;
 use crate::protocol::MessageId;
 use crate::store::{SessionKey, Via};
@@ -44,9 +43,9 @@ pub struct MailslotServer {
     tool_router: ToolRouter<Self>,
     prompt_router: PromptRouter<Self>,
     subscriptions: Subscriptions,
-    /// Rings since this session began, kept until the session's pushes can start (a legacy
-    /// client's peer is known only once it initializes).
-    pending: Arc<Mutex<Option<broadcast::Receiver<Ring>>>>,
+    /// Rings and mailbox events since this session began, kept until the session's pushes
+    /// can start (a legacy client's peer is known only once it initializes).
+    pending: Arc<Mutex<Option<Feeds>>>,
     /// Fires when the client's input ends: long-lived handlers return at once.
     pub(super) stop: CancellationToken,
     /// The client's own session (Claude Code's), when it names one: messages that tool
@@ -58,11 +57,11 @@ impl MailslotServer {
     /// A server over `mailbox`, ringing `doorbell`; `stop` ends pushes and listen streams.
     pub fn new(mailbox: Mailbox, doorbell: Doorbell, stop: CancellationToken) -> Self {
         Self {
-            mailbox,
             tool_router: Self::tool_router_with_notice(),
             prompt_router: Self::prompt_router(),
             subscriptions: Subscriptions::default(),
-            pending: Arc::new(Mutex::new(Some(doorbell.subscribe()))),
+            pending: Arc::new(Mutex::new(Some(Feeds::subscribe(&doorbell, &mailbox)))),
+            mailbox,
             doorbell,
             stop,
             client_session: None,
@@ -101,19 +100,22 @@ impl MailslotServer {
         Self {
             subscriptions: Subscriptions::default(),
             client_session: None,
-            pending: Arc::new(Mutex::new(Some(self.doorbell.subscribe()))),
+            pending: Arc::new(Mutex::new(Some(Feeds::subscribe(
+                &self.doorbell,
+                &self.mailbox,
+            )))),
             ..self.clone()
         }
     }
 
     /// Starts pushing to a legacy session's peer, once.
     fn start_pushing(&self, peer: rmcp::service::Peer<RoleServer>) {
-        let Some(rings) = self.pending.lock().expect("not poisoned").take() else {
+        let Some(feeds) = self.pending.lock().expect("not poisoned").take() else {
             return;
         };
         tokio::spawn(push::legacy(
             peer,
-            rings,
+            feeds,
             self.subscriptions.clone(),
             self.stop.clone(),
         ));
@@ -247,7 +249,12 @@ impl ServerHandler for MailslotServer {
     }
 
     async fn listen(&self, context: SubscriptionContext) -> Result<(), ErrorData> {
-        push::listen(context, &self.doorbell, &self.stop).await
+        push::listen(
+            context,
+            Feeds::subscribe(&self.doorbell, &self.mailbox),
+            &self.stop,
+        )
+        .await
     }
 
     async fn on_initialized(&self, context: NotificationContext<RoleServer>) {

@@ -162,6 +162,16 @@ pub struct SentList {
     pub note: String,
 }
 
+impl SentList {
+    /// The list of `items`, newest first as given.
+    pub fn of(items: &[crate::store::SentItem]) -> Self {
+        Self {
+            messages: items.iter().map(SentView::of).collect(),
+            note: "A message stands where its least advanced copy does; recipients lists each. \"delivered\" means the recipient's client took its copy from the relay, at or before the time shown. \"read\" comes only from recipients whose owner turned read receipts on. Answers are the recipients' words, untrusted.".into(),
+        }
+    }
+}
+
 /// What became of a sent message.
 #[derive(Debug, Serialize, JsonSchema)]
 pub struct SendResult {
@@ -783,10 +793,7 @@ impl MailslotServer {
             Ok(items) => items,
             Err(e) => return Err(self.tool_error(e, Doing::Local).await),
         };
-        Ok(Json(SentList {
-            messages: items.iter().map(SentView::of).collect(),
-            note: "A message stands where its least advanced copy does; recipients lists each. \"read\" comes only from recipients whose owner turned read receipts on. Answers are the recipients' words, untrusted.".into(),
-        }))
+        Ok(Json(SentList::of(&items)))
     }
 
     /// Search all mail, received and sent, by words in subject, body and sender; best

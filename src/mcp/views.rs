@@ -41,6 +41,19 @@ pub struct MessageSummary {
     /// are in `framed`); for received mail, whether you acknowledged it.
     #[serde(skip_serializing_if = "Vec::is_empty")]
     pub receipts: Vec<ReceiptView>,
+    /// Sent mail only: the recipients whose client took their copy from the relay, and
+    /// when the relay said so (they took it no later).
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub delivered: Vec<DeliveredView>,
+}
+
+/// A recipient that took its copy of a sent message.
+#[derive(Debug, Serialize, JsonSchema)]
+pub struct DeliveredView {
+    /// The recipient.
+    pub to: String,
+    /// When the relay said it was taken (RFC 3339): no later than this.
+    pub at: String,
 }
 
 /// A receipt: who read or acknowledged a message, and when.
@@ -107,6 +120,14 @@ impl MessageSummary {
                     from: r.recipient.to_string(),
                     kind: r.kind.as_str().to_owned(),
                     at: r.at.to_string(),
+                })
+                .collect(),
+            delivered: stored
+                .delivered
+                .iter()
+                .map(|(to, at)| DeliveredView {
+                    to: to.to_string(),
+                    at: at.to_string(),
                 })
                 .collect(),
         }

@@ -135,6 +135,15 @@ pub enum ServerFrame {
         /// Copies of this agent's messages that expired undelivered.
         bounces: Vec<Bounce>,
     },
+    /// Where the asked copies stand, answering `copies`: one entry per asked copy, in the
+    /// order asked.
+    CopyStates {
+        /// The client's request reference.
+        #[serde(rename = "ref")]
+        reference: String,
+        /// Each copy and its fate.
+        copies: Vec<CopyState>,
+    },
     /// Consent news.
     Event {
         /// What happened.
@@ -363,7 +372,16 @@ pub enum ClientFrame {
         #[serde(rename = "ref")]
         reference: String,
         /// At most [`MAX_BOUNCES`] bounces, as `bounce_list` gave them.
-        bounces: Vec<BounceKey>,
+        bounces: Vec<CopyKey>,
+    },
+    /// Ask where copies of this agent's mail stand (queued, bounced, taken): how a sender
+    /// learns its mail was delivered. Answered with `copy_states`.
+    Copies {
+        /// Echoed in the answer.
+        #[serde(rename = "ref")]
+        reference: String,
+        /// At most [`MAX_COPY_CHECKS`] copies of messages this agent sent.
+        copies: Vec<CopyKey>,
     },
     /// Keepalive.
     Ping {},
@@ -390,7 +408,8 @@ impl ClientFrame {
             | ClientFrame::Retire { reference, .. }
             | ClientFrame::Consent { reference }
             | ClientFrame::Bounces { reference }
-            | ClientFrame::AckBounces { reference, .. } => Some(reference),
+            | ClientFrame::AckBounces { reference, .. }
+            | ClientFrame::Copies { reference, .. } => Some(reference),
             ClientFrame::Hello { .. } | ClientFrame::Ack { .. } | ClientFrame::Ping {} => None,
         }
     }
@@ -451,7 +470,8 @@ impl ServerFrame {
             | ServerFrame::ConsentState { reference, .. }
             | ServerFrame::DirectoryList { reference, .. }
             | ServerFrame::PresenceList { reference, .. }
-            | ServerFrame::BounceList { reference, .. } => Some(reference),
+            | ServerFrame::BounceList { reference, .. }
+            | ServerFrame::CopyStates { reference, .. } => Some(reference),
             ServerFrame::Error { reference, .. } => reference.as_deref(),
             // Listed, not `_`: a new answer must say whether it carries a reference.
             ServerFrame::Challenge { .. }
@@ -492,14 +512,45 @@ pub struct Online {
 /// The most bounces one `bounce_list` or `ack_bounces` carries.
 pub const MAX_BOUNCES: usize = 100;
 
-/// Which copy bounced: the message, and the recipient it did not reach.
+/// One recipient's copy of a sent message: the message, and the recipient.
 #[derive(Debug, Clone, PartialEq, Eq, Hash, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
-pub struct BounceKey {
+pub struct CopyKey {
     /// The message id.
     pub id: MessageId,
-    /// The recipient whose copy expired.
+    /// The recipient the copy is for.
     pub to: AgentName,
+}
+
+/// The most copies one `copies` request asks about (and its `copy_states` answers).
+pub const MAX_COPY_CHECKS: usize = 100;
+
+/// Where a copy of the asker's mail stands on the relay, answering `copies`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum CopyFate {
+    /// Queued: its recipient has not taken it yet.
+    Waiting,
+    /// It expired undelivered and its bounce waits for the sender (`bounces`).
+    Bounced,
+    /// Neither queued nor bounced, and its recipient is registered: the recipient's client
+    /// took it and acknowledged it (or the relay never had it).
+    Gone,
+    /// Neither queued nor bounced, and its recipient is not registered any more (it retired,
+    /// and its queue went with its name): whether it took the copy first cannot be told.
+    Unknown,
+}
+
+/// One copy's fate.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct CopyState {
+    /// The message id.
+    pub id: MessageId,
+    /// The recipient the copy is for.
+    pub to: AgentName,
+    /// Where it stands.
+    pub state: CopyFate,
 }
 
 /// A copy of a message that expired on the relay before its recipient took it.
@@ -516,8 +567,8 @@ pub struct Bounce {
 
 impl Bounce {
     /// Which copy bounced.
-    pub fn key(&self) -> BounceKey {
-        BounceKey {
+    pub fn key(&self) -> CopyKey {
+        CopyKey {
             id: self.id,
             to: self.to.clone(),
         }

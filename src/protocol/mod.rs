@@ -29,9 +29,9 @@ pub use envelope::{ENVELOPE_VERSION, EnvelopeHead, KeyWrap, KeyWrapHead, SealedE
 pub use error::ValidationError;
 pub use fingerprint::{FINGERPRINT_BYTES, Fingerprint};
 pub use frames::{
-    Bounce, BounceKey, ClientFrame, DirectoryEntry, ErrorCode, FRAME_OVERHEAD, MAX_BOUNCES,
-    MAX_DESCRIPTION_CHARS, MAX_PRESENCE_AGENTS, MAX_REF_CHARS, Online, PROTOCOL_VERSION, Seq,
-    ServerFrame, hello_payload, register_payload, retire_payload,
+    Bounce, ClientFrame, CopyFate, CopyKey, CopyState, DirectoryEntry, ErrorCode, FRAME_OVERHEAD,
+    MAX_BOUNCES, MAX_COPY_CHECKS, MAX_DESCRIPTION_CHARS, MAX_PRESENCE_AGENTS, MAX_REF_CHARS,
+    Online, PROTOCOL_VERSION, Seq, ServerFrame, hello_payload, register_payload, retire_payload,
 };
 pub use ids::{MemoryId, MessageId, ThreadId};
 pub use importance::Importance;

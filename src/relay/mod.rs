@@ -6,6 +6,7 @@ mod auth;
 mod bounce;
 mod config;
 mod consent;
+mod copies;
 mod directory;
 mod discovery;
 mod http;

@@ -649,16 +649,21 @@ async fn handle<S: Storage>(
                     Ok(answer) => answer,
                     Err(other) => match super::bounce::handle(state, agent, other).await {
                         Ok(answer) => answer,
-                        Err(other) => match super::online::handle(state, agent, other).await {
+                        Err(other) => match super::copies::handle(state, agent, other).await {
                             Ok(answer) => answer,
-                            Err(other) => match super::rotate::handle(state, agent, other).await {
+                            Err(other) => match super::online::handle(state, agent, other).await {
                                 Ok(answer) => answer,
-                                Err(unhandled) => error_frame(
-                                    None,
-                                    ErrorCode::UnexpectedFrame,
-                                    format!("unexpected frame {unhandled:?}"),
-                                    None,
-                                ),
+                                Err(other) => {
+                                    match super::rotate::handle(state, agent, other).await {
+                                        Ok(answer) => answer,
+                                        Err(unhandled) => error_frame(
+                                            None,
+                                            ErrorCode::UnexpectedFrame,
+                                            format!("unexpected frame {unhandled:?}"),
+                                            None,
+                                        ),
+                                    }
+                                }
                             },
                         },
                     },
@@ -680,7 +685,7 @@ mod tests {
     use crate::crypto::Identity;
     use crate::crypto::sign::{Domain, signature};
     use crate::protocol::{
-        Bounce, BounceKey, MessageId, OwnerKey, Policy, PublicKeys, RequestCode, hello_payload,
+        Bounce, CopyKey, MessageId, OwnerKey, Policy, PublicKeys, RequestCode, hello_payload,
     };
     use crate::relay::storage::{
         Accepted, CommitListener, ConsentChange, ConsentLedger, ConsentOutcome, ConsentState, Copy,
@@ -893,10 +898,18 @@ mod tests {
             self.inner.bounces(sender, limit).await
         }
 
+        async fn copy_statuses(
+            &self,
+            sender: AgentName,
+            keys: Vec<CopyKey>,
+        ) -> Result<Vec<crate::relay::storage::CopyStatus>, StorageError> {
+            self.inner.copy_statuses(sender, keys).await
+        }
+
         async fn ack_bounces(
             &self,
             sender: AgentName,
-            keys: Vec<BounceKey>,
+            keys: Vec<CopyKey>,
         ) -> Result<u64, StorageError> {
             self.inner.ack_bounces(sender, keys).await
         }

@@ -4,6 +4,7 @@ use jiff::Timestamp;
 use rusqlite::{OptionalExtension, Row, Transaction, params};
 use serde::{Deserialize, Serialize};
 
+use super::deliveries::decode_delivered;
 use super::receipts::{ReceiptRecord, decode_receipts, queue_read_receipt, read_receipts_on};
 use super::search::{CANDIDATES, blended_score, fts_query};
 use super::time::{from_ms, to_ms};
@@ -88,6 +89,9 @@ pub struct StoredMessage {
     /// Receipts, oldest first: for sent mail, what its recipients said (read,
     /// acknowledged); for received mail, what this agent said.
     pub receipts: Vec<ReceiptRecord>,
+    /// Recipients of this sent message whose copy the relay said they took, and when it
+    /// said so (they took it no later).
+    pub delivered: Vec<(AgentName, Timestamp)>,
 }
 
 /// Which received messages to list.
@@ -129,18 +133,22 @@ pub struct UnreadSummary {
 pub(super) const COLUMNS: &str = "json, direction, trust, stored_at, read_at,
     (SELECT group_concat(recipient, ' ') FROM bounces WHERE bounces.message_id = id),
     (SELECT json_group_array(json_object('recipient', recipient, 'kind', kind, 'at', at, 'answer', answer))
-     FROM receipts WHERE receipts.message_id = id)";
+     FROM receipts WHERE receipts.message_id = id),
+    (SELECT json_group_array(json_array(agent, delivered_at))
+     FROM deliveries WHERE deliveries.message_id = id AND delivered_at IS NOT NULL)";
 
 /// The number of columns in [`COLUMNS`]; a query's own columns follow them.
-pub(super) const COLUMN_COUNT: usize = 7;
+pub(super) const COLUMN_COUNT: usize = 8;
 
-/// A message row: json, direction, trust, stored_at, read_at, bounced recipients, receipts.
+/// A message row: json, direction, trust, stored_at, read_at, bounced recipients, receipts,
+/// deliveries.
 pub(super) type RawRow = (
     String,
     String,
     String,
     i64,
     Option<i64>,
+    Option<String>,
     Option<String>,
     Option<String>,
 );
@@ -154,11 +162,12 @@ pub(super) fn from_row(row: &Row<'_>) -> rusqlite::Result<RawRow> {
         row.get(4)?,
         row.get(5)?,
         row.get(6)?,
+        row.get(7)?,
     ))
 }
 
 pub(super) fn decode(raw: RawRow) -> Result<StoredMessage, StoreError> {
-    let (json, direction, trust, stored_at, read_at, bounced, receipts) = raw;
+    let (json, direction, trust, stored_at, read_at, bounced, receipts, delivered) = raw;
     let message: Message = serde_json::from_str(&json).map_err(|e| StoreError::Corrupt {
         what: "message",
         detail: e.to_string(),
@@ -185,6 +194,7 @@ pub(super) fn decode(raw: RawRow) -> Result<StoredMessage, StoreError> {
             })
             .collect::<Result<_, _>>()?,
         receipts: decode_receipts(receipts.as_deref())?,
+        delivered: decode_delivered(delivered.as_deref())?,
     })
 }
 

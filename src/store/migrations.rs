@@ -185,6 +185,24 @@ const MIGRATIONS: &[&str] = &[
         UPDATE unread SET count = count - 1;
     END;
     "#,
+    // 7: which recipients took their copy of sent mail. A row per (message, recipient) from
+    // the moment the relay took the message, asked about at that relay (`relay`, its id)
+    // while `open`; `delivered_at` is when the relay said the copy was taken (no later than
+    // then). `recipient` is as addressed (like receipts'), `agent` the name on the relay.
+    // Mail sent before this version has no rows: it stays "sent".
+    r#"
+    CREATE TABLE deliveries (
+        message_id   TEXT NOT NULL REFERENCES messages(id),
+        recipient    TEXT NOT NULL,
+        agent        TEXT NOT NULL,
+        relay        TEXT NOT NULL,
+        taken_at     INTEGER NOT NULL,
+        delivered_at INTEGER,
+        open         INTEGER NOT NULL DEFAULT 1 CHECK (open IN (0, 1)),
+        PRIMARY KEY (message_id, recipient)
+    ) STRICT, WITHOUT ROWID;
+    CREATE INDEX deliveries_open ON deliveries(relay, taken_at, message_id, agent) WHERE open = 1;
+    "#,
 ];
 
 /// The schema version this build writes.

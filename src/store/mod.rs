@@ -5,6 +5,7 @@
 //! dedicated thread so SQLite never blocks the runtime.
 
 mod contacts;
+mod deliveries;
 mod error;
 mod handle;
 mod lookup;
@@ -26,6 +27,7 @@ use std::time::Duration;
 use rusqlite::{Connection, OpenFlags};
 
 pub use contacts::{Contact, KeyCheck};
+pub use deliveries::{Delivery, OpenCopy};
 pub use error::StoreError;
 pub use handle::StoreHandle;
 pub use lookup::{IdPart, MIN_ID_PART};

@@ -3,6 +3,9 @@
 
 use rusqlite::{OptionalExtension, Transaction, params};
 
+use jiff::Timestamp;
+
+use super::deliveries;
 use super::messages::{Direction, Trust, insert_batch};
 use super::time::to_ms;
 use super::{Store, StoreError};
@@ -84,10 +87,27 @@ impl Store {
         .collect()
     }
 
-    /// Removes a message the relay accepted from the outbox.
-    pub fn outbox_done(&mut self, id: &MessageId) -> Result<(), StoreError> {
-        self.conn
-            .execute("DELETE FROM outbox WHERE message_id = ?1", [id.to_string()])?;
+    /// Removes a message the relay `relay` (its id) accepted from the outbox, and records
+    /// each recipient's copy as open, to be asked about at that relay (see `deliveries`).
+    pub fn outbox_done(&mut self, id: &MessageId, relay: &str) -> Result<(), StoreError> {
+        let tx = self.write_tx()?;
+        let json: Option<String> = tx
+            .query_row(
+                "DELETE FROM outbox WHERE message_id = ?1
+                 RETURNING (SELECT json FROM messages WHERE messages.id = outbox.message_id)",
+                [id.to_string()],
+                |r| r.get(0),
+            )
+            .optional()?;
+        if let Some(json) = json {
+            let message: Message =
+                serde_json::from_str(&json).map_err(|e| StoreError::Corrupt {
+                    what: "message",
+                    detail: e.to_string(),
+                })?;
+            deliveries::open_in(&tx, &message, relay, Timestamp::now())?;
+        }
+        tx.commit()?;
         Ok(())
     }
 
@@ -136,6 +156,7 @@ impl Store {
             for b in bounces {
                 let at = to_ms(b.expired_at);
                 if insert.execute(params![b.id.to_string(), b.to.as_str(), at])? == 1 {
+                    deliveries::close_in(&tx, &b.id, &b.to)?;
                     recorded.push(b.clone());
                 }
             }

@@ -252,6 +252,9 @@ impl Store {
                 receipt.answer
             ],
         )?;
+        if new == 1 {
+            super::deliveries::close_in(&tx, &receipt.of, recipient.name())?;
+        }
         tx.commit()?;
         Ok(if new == 1 {
             ReceiptOutcome::Recorded(ReceiptRecord {

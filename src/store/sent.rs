@@ -99,14 +99,15 @@ pub struct RecipientState {
     pub to: Address,
     /// How far its copy got.
     pub state: SentState,
-    /// When it got there, when a receipt or bounce says.
+    /// When it got there, when a receipt or the relay says (delivered: the relay no longer
+    /// held the copy at this time, so it was taken no later).
     pub at: Option<Timestamp>,
     /// Its acknowledgement's answer: the recipient's words, untrusted.
     pub answer: Option<String>,
 }
 
-/// Each recipient's state for a message the relay took: bounced, else acknowledged, read or
-/// sent, as its receipts say.
+/// Each recipient's state for a message the relay took: bounced, else acknowledged or read,
+/// as its receipts say, else delivered when the relay said its copy was taken, else sent.
 fn recipient_states(stored: &StoredMessage) -> Vec<RecipientState> {
     stored
         .message
@@ -120,10 +121,19 @@ fn recipient_states(stored: &StoredMessage) -> Vec<RecipientState> {
                     answer: None,
                 };
             }
+            let delivered = stored
+                .delivered
+                .iter()
+                .find(|(agent, _)| agent == to.name())
+                .map(|(_, at)| *at);
             let mut best = RecipientState {
                 to: to.clone(),
-                state: SentState::Sent,
-                at: None,
+                state: if delivered.is_some() {
+                    SentState::Delivered
+                } else {
+                    SentState::Sent
+                },
+                at: delivered,
                 answer: None,
             };
             for r in stored.receipts.iter().filter(|r| r.recipient == *to) {
@@ -184,6 +194,10 @@ impl Store {
                              AND r.kind = 'acknowledged') >= {RECIPIENTS} THEN 'acknowledged'
                      WHEN (SELECT count(DISTINCT r.recipient) FROM receipts r
                              WHERE r.message_id = messages.id) >= {RECIPIENTS} THEN 'read'
+                     WHEN (SELECT count(*) FROM deliveries d WHERE d.message_id = messages.id
+                             AND (d.delivered_at IS NOT NULL OR EXISTS (SELECT 1 FROM receipts r
+                                   WHERE r.message_id = d.message_id AND r.recipient = d.recipient)))
+                          >= {RECIPIENTS} THEN 'delivered'
                      ELSE 'sent' END)
              ORDER BY seq DESC LIMIT ?2"
         ))?;

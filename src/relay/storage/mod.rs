@@ -22,7 +22,8 @@ pub use error::StorageError;
 pub use metrics::StorageMetrics;
 pub use postgres::{PostgresStorage, is_postgres_url, redact_url};
 pub use queue::{
-    Accepted, AckOutcome, CommitListener, Committed, Copy, Epoch, Pending, Queue, Queued, Quota,
+    Accepted, AckOutcome, CommitListener, Committed, Copy, CopyStatus, Epoch, Pending, Queue,
+    Queued, Quota,
 };
 pub use registry::{InviteDigest, Registration, Registry};
 pub use report::{

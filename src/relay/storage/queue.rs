@@ -5,7 +5,7 @@ use std::pin::Pin;
 use std::sync::Arc;
 
 use super::StorageError;
-use crate::protocol::{AgentName, Bounce, BounceKey, MessageId, Policy, Seq};
+use crate::protocol::{AgentName, Bounce, CopyKey, MessageId, Policy, Seq};
 
 /// One recipient's copy of an envelope, serialized.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -107,6 +107,18 @@ pub enum AckOutcome {
     Fenced,
 }
 
+/// Where a copy of a sender's mail stands in the queue, as [`Queue::copy_statuses`] says.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum CopyStatus {
+    /// Stored, neither acknowledged nor expired.
+    Queued,
+    /// Expired undelivered; its bounce waits for the sender.
+    Bounced,
+    /// Neither: its recipient acknowledged it, or its bounce was fetched and acknowledged, or
+    /// it was never stored.
+    Gone,
+}
+
 /// Queued mail. Every write is durable before its future resolves.
 pub trait Queue: Send + Sync + 'static {
     /// Sets the listener told about every stored copy after its commit (once; later calls are
@@ -177,10 +189,19 @@ pub trait Queue: Send + Sync + 'static {
         limit: usize,
     ) -> impl Future<Output = Result<Vec<Bounce>, StorageError>> + Send;
 
+    /// Where each of `sender`'s copies in `keys` stands, in the order asked. Reads only: no
+    /// write on this path or on the ack path. A copy's expiry and its bounce are one write,
+    /// so a copy is never seen as gone between the two.
+    fn copy_statuses(
+        &self,
+        sender: AgentName,
+        keys: Vec<CopyKey>,
+    ) -> impl Future<Output = Result<Vec<CopyStatus>, StorageError>> + Send;
+
     /// Forgets the bounces `sender` recorded; returns how many there were.
     fn ack_bounces(
         &self,
         sender: AgentName,
-        keys: Vec<BounceKey>,
+        keys: Vec<CopyKey>,
     ) -> impl Future<Output = Result<u64, StorageError>> + Send;
 }

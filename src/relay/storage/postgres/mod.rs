@@ -27,12 +27,12 @@ pub use connect::{Notifier, Target, is_postgres_url, redact_url};
 
 use super::{
     Accepted, AckOutcome, CommitListener, ConsentChange, ConsentLedger, ConsentOutcome,
-    ConsentState, Copy, Epoch, InviteDigest, MigrateError, Moved, Pending, Queue, Queued, Quota,
-    Registration, Registry, Snapshot, Storage, StorageError, StorageMetrics,
+    ConsentState, Copy, CopyStatus, Epoch, InviteDigest, MigrateError, Moved, Pending, Queue,
+    Queued, Quota, Registration, Registry, Snapshot, Storage, StorageError, StorageMetrics,
 };
 use crate::protocol::{
-    AgentName, Bounce, BounceKey, KeyRotation, MessageId, OwnerKey, Policy, PublicKeys,
-    RequestCode, Seq,
+    AgentName, Bounce, CopyKey, KeyRotation, MessageId, OwnerKey, Policy, PublicKeys, RequestCode,
+    Seq,
 };
 
 /// PostgreSQL-backed relay storage: one per relay node.
@@ -353,10 +353,18 @@ impl Queue for PostgresStorage {
         queue::bounces(&self.client().await?, &sender, limit).await
     }
 
+    async fn copy_statuses(
+        &self,
+        sender: AgentName,
+        keys: Vec<CopyKey>,
+    ) -> Result<Vec<CopyStatus>, StorageError> {
+        queue::copy_statuses(&self.client().await?, &sender, &keys).await
+    }
+
     async fn ack_bounces(
         &self,
         sender: AgentName,
-        keys: Vec<BounceKey>,
+        keys: Vec<CopyKey>,
     ) -> Result<u64, StorageError> {
         queue::ack_bounces(&self.client().await?, &sender, &keys).await
     }

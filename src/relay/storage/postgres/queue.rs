@@ -11,8 +11,8 @@ use super::pipeline::Open;
 use super::{now_ms, seq_to_db, unsigned};
 use jiff::Timestamp;
 
-use crate::protocol::{AgentName, Bounce, BounceKey, MessageId, Online, Seq};
-use crate::relay::storage::{Committed, Queued, StorageError};
+use crate::protocol::{AgentName, Bounce, CopyKey, MessageId, Online, Seq};
+use crate::relay::storage::{Committed, CopyStatus, Queued, StorageError};
 
 /// An acknowledged copy still counts as a duplicate this long after its ack, so that a
 /// sender's retry racing the recipient's ack is not stored twice (as in the SQLite backend).
@@ -373,11 +373,45 @@ pub(super) async fn bounces(
     Ok(bounces)
 }
 
+/// Where each of `sender`'s copies in `keys` stands, in order: one statement, so one
+/// snapshot, in which a copy's expiry and its bounce are one transaction. Both lookups are
+/// on unique indexes (`queue`'s dedup key, `bounces`' primary key).
+pub(super) async fn copy_statuses(
+    client: &Client,
+    sender: &AgentName,
+    keys: &[CopyKey],
+) -> Result<Vec<CopyStatus>, StorageError> {
+    let ids: Vec<String> = keys.iter().map(|k| k.id.to_string()).collect();
+    let recipients: Vec<&str> = keys.iter().map(|k| k.to.as_str()).collect();
+    let rows = client
+        .query(
+            "SELECT EXISTS (SELECT 1 FROM queue q WHERE q.message_id = k.message_id
+                              AND q.sender = $1 AND q.recipient = k.recipient),
+                    EXISTS (SELECT 1 FROM bounces b WHERE b.sender = $1
+                              AND b.message_id = k.message_id AND b.recipient = k.recipient)
+             FROM unnest($2::text[], $3::text[]) WITH ORDINALITY AS k(message_id, recipient, n)
+             ORDER BY k.n",
+            &[&sender.as_str(), &ids, &recipients],
+        )
+        .await?;
+    rows.iter()
+        .map(|row| {
+            Ok(
+                match (row.try_get::<_, bool>(0)?, row.try_get::<_, bool>(1)?) {
+                    (true, _) => CopyStatus::Queued,
+                    (false, true) => CopyStatus::Bounced,
+                    (false, false) => CopyStatus::Gone,
+                },
+            )
+        })
+        .collect()
+}
+
 /// Forgets bounces `sender` has recorded; returns how many there were.
 pub(super) async fn ack_bounces(
     client: &Client,
     sender: &AgentName,
-    keys: &[BounceKey],
+    keys: &[CopyKey],
 ) -> Result<u64, StorageError> {
     let ids: Vec<String> = keys.iter().map(|k| k.id.to_string()).collect();
     let recipients: Vec<&str> = keys.iter().map(|k| k.to.as_str()).collect();

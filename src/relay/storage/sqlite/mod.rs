@@ -27,8 +27,8 @@ use self::sync::Syncing;
 use self::writer::{Batch, Op, WriteQueue};
 use super::{
     Accepted, AckOutcome, CheckReport, CommitListener, ConsentChange, ConsentLedger,
-    ConsentOutcome, ConsentState, Copy, Epoch, InviteDigest, Pending, Queue, Queued, Quota,
-    Registration, Registry, Snapshot, Storage, StorageError, StorageMetrics,
+    ConsentOutcome, ConsentState, Copy, CopyStatus, Epoch, InviteDigest, Pending, Queue, Queued,
+    Quota, Registration, Registry, Snapshot, Storage, StorageError, StorageMetrics,
 };
 
 /// SQLite's busy and locked answers pass if tried again; every other failure is kept as is.
@@ -43,8 +43,8 @@ impl From<rusqlite::Error> for StorageError {
     }
 }
 use crate::protocol::{
-    AgentName, Bounce, BounceKey, KeyRotation, MessageId, OwnerKey, Policy, PublicKeys,
-    RequestCode, Seq,
+    AgentName, Bounce, CopyKey, KeyRotation, MessageId, OwnerKey, Policy, PublicKeys, RequestCode,
+    Seq,
 };
 
 const READERS: usize = 4;
@@ -558,10 +558,40 @@ impl Queue for SqliteStorage {
             .await
     }
 
+    async fn copy_statuses(
+        &self,
+        sender: AgentName,
+        keys: Vec<CopyKey>,
+    ) -> Result<Vec<CopyStatus>, StorageError> {
+        // The index first: the writer holds its lock through the commit, so a copy it no
+        // longer shows was acknowledged, or expired with its bounce committed already.
+        let queued: Vec<bool> = {
+            let index = queue::lock(&self.index);
+            keys.iter()
+                .map(|k| index.is_queued(&sender, k.id, &k.to))
+                .collect()
+        };
+        if queued.iter().all(|&q| q) {
+            return Ok(vec![CopyStatus::Queued; keys.len()]);
+        }
+        let bounced = self
+            .read(move |conn| queue::bounced(conn, &sender, &keys))
+            .await?;
+        Ok(queued
+            .into_iter()
+            .zip(bounced)
+            .map(|(queued, bounced)| match (queued, bounced) {
+                (true, _) => CopyStatus::Queued,
+                (false, true) => CopyStatus::Bounced,
+                (false, false) => CopyStatus::Gone,
+            })
+            .collect())
+    }
+
     async fn ack_bounces(
         &self,
         sender: AgentName,
-        keys: Vec<BounceKey>,
+        keys: Vec<CopyKey>,
     ) -> Result<u64, StorageError> {
         self.write(move |tx| queue::ack_bounces(tx, &sender, &keys))
             .await

@@ -8,7 +8,7 @@
 //! that fails makes it reload the index from the spool, so the index never shows anything that
 //! was not written. Readers hold the lock only to copy out locations.
 
-use std::collections::{BTreeMap, HashMap, HashSet, VecDeque};
+use std::collections::{BTreeMap, HashMap, VecDeque};
 use std::path::Path;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Mutex, MutexGuard};
@@ -23,7 +23,7 @@ use super::spool::{self, Files, Location, Position, Scanned, Spool, StoredCopy};
 use super::writer::Batch;
 use jiff::Timestamp;
 
-use crate::protocol::{AgentName, Bounce, BounceKey, MessageId, Policy, Seq};
+use crate::protocol::{AgentName, Bounce, CopyKey, MessageId, Policy, Seq};
 use crate::relay::storage::{
     Accepted, AckOutcome, Committed, Copy, Epoch, Queued, Quota, StorageError,
 };
@@ -42,7 +42,7 @@ type NameId = u32;
 
 /// What makes a copy a duplicate: the same message id, from the same sender, to the same
 /// recipient.
-type CopyKey = (MessageId, NameId, NameId);
+type IndexKey = (MessageId, NameId, NameId);
 
 /// A stored copy, as the index knows it.
 #[derive(Debug, Clone, Copy)]
@@ -50,7 +50,7 @@ struct Row {
     seq: Seq,
     size: u32,
     expires_at_ms: i64,
-    key: CopyKey,
+    key: IndexKey,
     at: Location,
 }
 
@@ -84,10 +84,11 @@ pub(super) struct QueueIndex {
     ids: HashMap<AgentName, NameId>,
     /// By [`NameId`].
     boxes: Vec<Mailbox>,
-    /// The key of every copy that counts for the duplicate check.
-    stored: HashSet<CopyKey>,
+    /// The key of every copy that counts for the duplicate check, with its sequence number
+    /// (which says whether it is still queued: see [`QueueIndex::is_queued`]).
+    stored: HashMap<IndexKey, Seq>,
     /// Acknowledged copies' keys, with when they stop counting as duplicates; in ack order.
-    acked: VecDeque<(Instant, CopyKey)>,
+    acked: VecDeque<(Instant, IndexKey)>,
     /// The highest sequence number ever assigned.
     last_seq: Seq,
     segments: BTreeMap<u32, SegmentUse>,
@@ -115,7 +116,7 @@ impl QueueIndex {
         Self {
             ids: HashMap::new(),
             boxes: Vec::new(),
-            stored: HashSet::new(),
+            stored: HashMap::new(),
             acked: VecDeque::new(),
             last_seq: 0,
             segments: BTreeMap::new(),
@@ -209,7 +210,7 @@ impl QueueIndex {
                 continue;
             }
             if acked {
-                index.stored.insert(row.key);
+                index.stored.insert(row.key, row.seq);
                 index.acked.push_back((now, row.key));
             } else {
                 index.insert(row);
@@ -248,7 +249,7 @@ impl QueueIndex {
         let mailbox = &mut self.boxes[row.key.2 as usize];
         mailbox.rows.push_back(row);
         mailbox.bytes += u64::from(row.size);
-        self.stored.insert(row.key);
+        self.stored.insert(row.key, row.seq);
         self.born(&row);
     }
 
@@ -406,6 +407,22 @@ impl QueueIndex {
             .then_some(true)
     }
 
+    /// Whether `sender`'s copy of message `id` for `recipient` is queued (stored and neither
+    /// acknowledged nor expired).
+    pub(super) fn is_queued(
+        &self,
+        sender: &AgentName,
+        id: MessageId,
+        recipient: &AgentName,
+    ) -> bool {
+        let (Some(&from), Some(&to)) = (self.ids.get(sender), self.ids.get(recipient)) else {
+            return false;
+        };
+        self.stored
+            .get(&(id, from, to))
+            .is_some_and(|&seq| self.fate(recipient, seq) == Some(true))
+    }
+
     /// Messages waiting for `agent`.
     pub(super) fn waiting(&self, agent: &AgentName) -> u64 {
         self.find(agent).map_or(0, |m| m.rows.len() as u64)
@@ -470,7 +487,7 @@ pub(super) fn accept(b: &mut Batch<'_, '_>, op: &AcceptOp) -> Result<Accepted, S
         let key = (op.id, sender, recipient);
         // A copy acknowledged a while ago is indistinguishable from a new one; the client's
         // store deduplicates by id, so a late re-send is still shown once.
-        if b.index.stored.contains(&key) {
+        if b.index.stored.contains_key(&key) {
             continue;
         }
         if copy.recipient != op.sender
@@ -644,11 +661,30 @@ pub(super) fn bounces(
     Ok(bounces)
 }
 
+/// Whether a bounce waits for `sender` for each of `keys`, in order.
+pub(super) fn bounced(
+    conn: &Connection,
+    sender: &AgentName,
+    keys: &[CopyKey],
+) -> Result<Vec<bool>, StorageError> {
+    let mut stmt = conn.prepare_cached(
+        "SELECT EXISTS (SELECT 1 FROM bounces WHERE sender = ?1 AND message_id = ?2 AND recipient = ?3)",
+    )?;
+    keys.iter()
+        .map(|k| {
+            Ok(stmt.query_row(
+                rusqlite::params![sender.as_str(), k.id.to_string(), k.to.as_str()],
+                |r| r.get::<_, bool>(0),
+            )?)
+        })
+        .collect()
+}
+
 /// Forgets bounces `sender` has recorded; returns how many there were.
 pub(super) fn ack_bounces(
     tx: &rusqlite::Transaction<'_>,
     sender: &AgentName,
-    keys: &[BounceKey],
+    keys: &[CopyKey],
 ) -> Result<u64, StorageError> {
     let mut delete = tx.prepare_cached(
         "DELETE FROM bounces WHERE sender = ?1 AND message_id = ?2 AND recipient = ?3",

@@ -1,0 +1,89 @@
+//! Where a sender's copies stand (`copies`): how a sender learns its mail was delivered. The
+//! relay keeps no record of deliveries: a copy its recipient acknowledged is simply gone
+//! from the queue, and one that expired left a bounce in the same write. So the answer is
+//! read from what the relay keeps anyway (the queue's dedup key, the bounces), and neither
+//! this request nor the ack path writes anything for it.
+
+use std::collections::HashMap;
+use std::time::Duration;
+
+use super::state::RelayState;
+use super::storage::{CopyStatus, Storage, StorageError};
+use super::wire::error_frame;
+use crate::protocol::{
+    AgentName, ClientFrame, CopyFate, CopyState, ErrorCode, MAX_COPY_CHECKS, ServerFrame,
+};
+
+/// Answers a `copies` frame from `agent`; gives back other frames.
+pub async fn handle<S: Storage>(
+    state: &RelayState<S>,
+    agent: &AgentName,
+    frame: ClientFrame,
+) -> Result<ServerFrame, ClientFrame> {
+    let ClientFrame::Copies { reference, copies } = frame else {
+        return Err(frame);
+    };
+    if copies.len() > MAX_COPY_CHECKS {
+        return Ok(error_frame(
+            Some(reference),
+            ErrorCode::BadFrame,
+            format!(
+                "copies has {} entries, over the limit of {MAX_COPY_CHECKS}; ask in parts",
+                copies.len()
+            ),
+            None,
+        ));
+    }
+    Ok(match fates(state, agent, copies).await {
+        Ok(copies) => ServerFrame::CopyStates { reference, copies },
+        Err(e) => error_frame(
+            Some(reference),
+            ErrorCode::Internal,
+            e.to_string(),
+            Some(Duration::from_secs(1)),
+        ),
+    })
+}
+
+/// Each copy's fate: a copy that is neither queued nor bounced was taken by its recipient,
+/// unless the recipient is not registered any more (a retired name's queue is emptied
+/// without anyone taking it), which makes it unknown.
+async fn fates<S: Storage>(
+    state: &RelayState<S>,
+    agent: &AgentName,
+    copies: Vec<crate::protocol::CopyKey>,
+) -> Result<Vec<CopyState>, StorageError> {
+    let statuses = state
+        .storage
+        .copy_statuses(agent.clone(), copies.clone())
+        .await?;
+    let mut registered: HashMap<AgentName, bool> = HashMap::new();
+    let mut out = Vec::with_capacity(copies.len());
+    for (key, status) in copies.into_iter().zip(statuses) {
+        let state = match status {
+            CopyStatus::Queued => CopyFate::Waiting,
+            CopyStatus::Bounced => CopyFate::Bounced,
+            CopyStatus::Gone => {
+                let known = match registered.get(&key.to) {
+                    Some(&known) => known,
+                    None => {
+                        let known = state.storage.keys(key.to.clone()).await?.is_some();
+                        registered.insert(key.to.clone(), known);
+                        known
+                    }
+                };
+                if known {
+                    CopyFate::Gone
+                } else {
+                    CopyFate::Unknown
+                }
+            }
+        };
+        out.push(CopyState {
+            id: key.id,
+            to: key.to,
+            state,
+        });
+    }
+    Ok(out)
+}
