@@ -297,6 +297,70 @@ fn recall_breaks_ties_by_recency_and_lists_recent_without_a_query() {
 }
 
 #[test]
+fn recall_past_hundreds_of_matches_finds_rare_words_and_the_newest_common_ones() {
+    let (_dir, mut store) = temp_store();
+    let now = now_millis();
+    // 1,000 memories share "deploy": too many to score each (the store bounds that).
+    let common = |i: i64| MemoryDraft {
+        text: format!("deploy note number {i}"),
+        title: None,
+        tags: vec![],
+        at: now - (1000 - i).hours(),
+    };
+    let mut drafts: Vec<MemoryDraft> = (0..500).map(common).collect();
+    // An old memory holding the rare word, written before most of the common ones.
+    drafts.push(MemoryDraft {
+        text: "deploy to kubernetes needs the staging kubeconfig".into(),
+        title: Some("kubernetes deploys".into()),
+        tags: vec![],
+        at: now - (2000 * 24).hours(),
+    });
+    drafts.extend((500..1000).map(common));
+    let stored = store.remember_all(&drafts).unwrap();
+    let rare = &stored[500];
+
+    // Found by its rare word although it is old and the common word matches 1,001 memories.
+    let found = store.recall(Some("deploy kubernetes"), 5).unwrap();
+    assert_eq!(found[0].memory.id, rare.id, "{found:?}");
+    // Only common words: the newest of their matches come first.
+    let found = store.recall(Some("deploy note"), 3).unwrap();
+    assert_eq!(
+        found.iter().map(|r| r.memory.id).collect::<Vec<_>>(),
+        vec![stored[1000].id, stored[999].id, stored[998].id]
+    );
+    // Mail search bounds its work the same way.
+    let me = Address::parse("me").unwrap();
+    let peer = Address::parse("peer").unwrap();
+    let mut mail: Vec<Message> = (0..600)
+        .map(|i| {
+            Message::new(
+                peer.clone(),
+                vec![me.clone()],
+                "deploy",
+                format!("status {i}"),
+            )
+        })
+        .collect();
+    mail.insert(
+        10,
+        Message::new(
+            peer.clone(),
+            vec![me.clone()],
+            "deploy",
+            "kubernetes is down",
+        ),
+    );
+    let wanted = mail[10].id;
+    let rows: Vec<_> = mail
+        .iter()
+        .map(|m| (m, Direction::In, Trust::Verified))
+        .collect();
+    store.insert_messages(&rows).unwrap();
+    let hits = store.search_messages("deploy kubernetes", 5).unwrap();
+    assert_eq!(hits[0].message.id, wanted);
+}
+
+#[test]
 fn memory_limits_name_the_field() {
     let (_dir, mut store) = temp_store();
     fn field<T: std::fmt::Debug>(r: Result<T, StoreError>) -> String {

@@ -4,7 +4,7 @@ use jiff::Timestamp;
 use rusqlite::{Row, params};
 use serde::Serialize;
 
-use super::search::{CANDIDATES, blended_score, fts_query};
+use super::search::{FtsIndex, blended_score, candidates, fts_terms};
 use super::time::{from_ms, to_ms};
 use super::{Store, StoreError};
 use crate::protocol::{MemoryId, ValidationError, now_millis};
@@ -160,6 +160,14 @@ fn decode(raw: (String, String, String, String, i64, i64)) -> Result<Memory, Sto
 }
 
 const COLUMNS: &str = "m.id, m.title, m.body, m.tags, m.created_at, m.updated_at";
+/// Title counts three times the body, tags twice (as the index's `rank` in migration 1).
+const MEMORIES_FTS: FtsIndex = FtsIndex {
+    name: "memories_fts",
+    weights: "3.0, 1.0, 2.0",
+    table: "memories",
+    time: "updated_at",
+    findable: "1",
+};
 
 impl Store {
     /// Stores a memory now. Without a title, the first line of the text is used.
@@ -212,14 +220,7 @@ impl Store {
 
     /// With a query: the best matches by BM25 blended with recency. Without: the most recent.
     pub fn recall(&self, query: Option<&str>, limit: usize) -> Result<Vec<Recalled>, StoreError> {
-        let fts = match query {
-            Some(q) => fts_query(q)?,
-            None => None,
-        };
-        let Some(fts) = fts else {
-            if query.is_some() {
-                return Ok(Vec::new());
-            }
+        let Some(query) = query else {
             let mut stmt = self.conn.prepare_cached(&format!(
                 "SELECT {COLUMNS} FROM memories m ORDER BY m.updated_at DESC, m.seq DESC LIMIT ?1"
             ))?;
@@ -233,27 +234,31 @@ impl Store {
                 })
                 .collect();
         };
-        let mut stmt = self.conn.prepare_cached(&format!(
-            "SELECT {COLUMNS}, hit.rank
-             FROM (SELECT rowid, rank FROM memories_fts WHERE memories_fts MATCH ?1 ORDER BY rank LIMIT ?2) AS hit
-             JOIN memories m ON m.seq = hit.rowid"
-        ))?;
-        let now = now_millis();
-        let rows = stmt.query_map(params![fts, CANDIDATES as i64], |row| {
-            Ok((from_row(row)?, row.get::<_, f64>(6)?))
-        })?;
-        let mut found = Vec::new();
-        for row in rows {
-            let (raw, bm25) = row?;
-            let memory = decode(raw)?;
-            found.push(Recalled {
-                score: blended_score(bm25, memory.updated_at, now),
-                memory,
-            });
+        let terms = fts_terms(query)?;
+        if terms.is_empty() {
+            return Ok(Vec::new());
         }
-        found.sort_by(|a, b| b.score.total_cmp(&a.score));
-        found.truncate(limit);
-        Ok(found)
+        // Ranked on the index and the update time alone; only the memories returned are read
+        // whole, not every candidate.
+        let now = now_millis();
+        let mut scored = Vec::new();
+        for (seq, bm25, updated_at) in candidates(&self.conn, MEMORIES_FTS, &terms, limit)? {
+            scored.push((blended_score(bm25, from_ms(updated_at)?, now), seq));
+        }
+        scored.sort_by(|a, b| b.0.total_cmp(&a.0));
+        let mut by_seq = self.conn.prepare_cached(&format!(
+            "SELECT {COLUMNS} FROM memories m WHERE m.seq = ?1"
+        ))?;
+        scored
+            .into_iter()
+            .take(limit)
+            .map(|(score, seq)| {
+                Ok(Recalled {
+                    memory: decode(by_seq.query_row([seq], from_row)?)?,
+                    score,
+                })
+            })
+            .collect()
     }
 
     /// Deletes a memory; `false` if there was none with that id.

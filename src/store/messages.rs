@@ -6,7 +6,7 @@ use serde::{Deserialize, Serialize};
 
 use super::deliveries::decode_delivered;
 use super::receipts::{ReceiptRecord, decode_receipts, queue_read_receipt, read_receipts_on};
-use super::search::{CANDIDATES, blended_score, fts_query};
+use super::search::{FtsIndex, blended_score, candidates, fts_terms};
 use super::time::{from_ms, to_ms};
 use super::{Store, StoreError};
 use crate::protocol::{Address, AgentName, Importance, Message, MessageId, ThreadId, now_millis};
@@ -136,6 +136,15 @@ pub(super) const COLUMNS: &str = "json, direction, trust, stored_at, read_at,
      FROM receipts WHERE receipts.message_id = id),
     (SELECT json_group_array(json_array(agent, delivered_at))
      FROM deliveries WHERE deliveries.message_id = id AND delivered_at IS NOT NULL)";
+
+/// Subject counts three times the body, the sender twice (as the index's `rank` in migration 1).
+const MESSAGES_FTS: FtsIndex = FtsIndex {
+    name: "messages_fts",
+    weights: "3.0, 1.0, 2.0",
+    table: "messages",
+    time: "sent_at",
+    findable: "t.is_receipt = 0",
+};
 
 /// The number of columns in [`COLUMNS`]; a query's own columns follow them.
 pub(super) const COLUMN_COUNT: usize = 8;
@@ -405,27 +414,15 @@ impl Store {
         query: &str,
         limit: usize,
     ) -> Result<Vec<StoredMessage>, StoreError> {
-        let Some(fts) = fts_query(query)? else {
+        let terms = fts_terms(query)?;
+        if terms.is_empty() {
             return Ok(Vec::new());
-        };
+        }
         // Ranked on the index and the send time alone; only the messages returned are read
         // whole (their JSON, bounces and receipts), not every candidate.
-        let mut stmt = self.conn.prepare_cached(
-            "SELECT m.seq, hit.rank, m.sent_at
-             FROM (SELECT rowid, rank FROM messages_fts WHERE messages_fts MATCH ?1 ORDER BY rank LIMIT ?2) AS hit
-             JOIN messages m ON m.seq = hit.rowid AND m.is_receipt = 0",
-        )?;
         let now = now_millis();
         let mut scored = Vec::new();
-        let rows = stmt.query_map(params![fts, CANDIDATES as i64], |row| {
-            Ok((
-                row.get::<_, i64>(0)?,
-                row.get::<_, f64>(1)?,
-                row.get::<_, i64>(2)?,
-            ))
-        })?;
-        for row in rows {
-            let (seq, bm25, sent_at) = row?;
+        for (seq, bm25, sent_at) in candidates(&self.conn, MESSAGES_FTS, &terms, limit)? {
             scored.push((blended_score(bm25, from_ms(sent_at)?, now), seq));
         }
         scored.sort_by(|a, b| b.0.total_cmp(&a.0));
