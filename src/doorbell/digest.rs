@@ -79,6 +79,7 @@ mod tests {
             read_at: None,
             bounced: Vec::new(),
             receipts: Vec::new(),
+            attachments: Vec::new(),
         };
         let text = unread_digest(&[stored(m), stored(plain)], 2, "");
         assert!(

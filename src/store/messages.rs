@@ -4,6 +4,7 @@ use jiff::Timestamp;
 use rusqlite::{OptionalExtension, Row, Transaction, params};
 use serde::{Deserialize, Serialize};
 
+use super::attachments::{self, AttachmentInfo};
 use super::receipts::{ReceiptRecord, decode_receipts, queue_read_receipt, read_receipts_on};
 use super::search::{CANDIDATES, blended_score, fts_query};
 use super::time::{from_ms, to_ms};
@@ -88,6 +89,9 @@ pub struct StoredMessage {
     /// Receipts, oldest first: for sent mail, what its recipients said (read,
     /// acknowledged); for received mail, what this agent said.
     pub receipts: Vec<ReceiptRecord>,
+    /// The message's attachments without their bytes (`message.attachments` is empty:
+    /// read one with [`Store::attachment`]).
+    pub attachments: Vec<AttachmentInfo>,
 }
 
 /// Which received messages to list.
@@ -129,18 +133,22 @@ pub struct UnreadSummary {
 pub(super) const COLUMNS: &str = "json, direction, trust, stored_at, read_at,
     (SELECT group_concat(recipient, ' ') FROM bounces WHERE bounces.message_id = id),
     (SELECT json_group_array(json_object('recipient', recipient, 'kind', kind, 'at', at, 'answer', answer))
-     FROM receipts WHERE receipts.message_id = id)";
+     FROM receipts WHERE receipts.message_id = id),
+    (SELECT json_group_array(json_object('name', name, 'media_type', media_type, 'size', size, 'sha256', sha256))
+     FROM (SELECT name, media_type, size, sha256 FROM attachments WHERE attachments.message_id = id ORDER BY idx))";
 
 /// The number of columns in [`COLUMNS`]; a query's own columns follow them.
-pub(super) const COLUMN_COUNT: usize = 7;
+pub(super) const COLUMN_COUNT: usize = 8;
 
-/// A message row: json, direction, trust, stored_at, read_at, bounced recipients, receipts.
+/// A message row: json, direction, trust, stored_at, read_at, bounced recipients, receipts,
+/// attachments (without bytes).
 pub(super) type RawRow = (
     String,
     String,
     String,
     i64,
     Option<i64>,
+    Option<String>,
     Option<String>,
     Option<String>,
 );
@@ -154,16 +162,24 @@ pub(super) fn from_row(row: &Row<'_>) -> rusqlite::Result<RawRow> {
         row.get(4)?,
         row.get(5)?,
         row.get(6)?,
+        row.get(7)?,
     ))
 }
 
 pub(super) fn decode(raw: RawRow) -> Result<StoredMessage, StoreError> {
-    let (json, direction, trust, stored_at, read_at, bounced, receipts) = raw;
-    let message: Message = serde_json::from_str(&json).map_err(|e| StoreError::Corrupt {
+    let (json, direction, trust, stored_at, read_at, bounced, receipts, attached) = raw;
+    let mut message: Message = serde_json::from_str(&json).map_err(|e| StoreError::Corrupt {
         what: "message",
         detail: e.to_string(),
     })?;
+    // A message stored before migration 7 carries its attachments in its JSON.
+    let mut attachments = attachments::infos(attached.as_deref())?;
+    if attachments.is_empty() {
+        attachments = message.attachments.iter().map(AttachmentInfo::of).collect();
+    }
+    message.attachments.clear();
     Ok(StoredMessage {
+        attachments,
         message,
         direction: if direction == "out" {
             Direction::Out
@@ -234,7 +250,7 @@ pub(super) fn insert_batch(
     )?;
     for (m, direction, trust) in batch {
         let sent_at = to_ms(m.sent_at);
-        let json = serde_json::to_string(m).expect("a message always serializes");
+        let json = attachments::bare_json(m);
         // Own mail is born read.
         let read_at = (*direction == Direction::Out).then_some(now);
         let n = insert.execute(params![
@@ -255,6 +271,7 @@ pub(super) fn insert_batch(
         // The thread row may follow its first message: the foreign key is deferred.
         if n == 1 {
             thread.execute(params![m.thread.to_string(), m.subject, sent_at])?;
+            attachments::insert(tx, m)?;
         }
         inserted.push(n == 1);
     }

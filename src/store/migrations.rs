@@ -185,6 +185,24 @@ const MIGRATIONS: &[&str] = &[
         UPDATE unread SET count = count - 1;
     END;
     "#,
+    // 7: attachments in a table of their own, the bytes last in each row, so a listing reads
+    // names and sizes without touching the bytes' overflow pages. Messages stored before
+    // keep theirs in their JSON (`store/attachments.rs` reads both).
+    r#"
+    CREATE TABLE attachments (
+        message_id TEXT NOT NULL,
+        idx        INTEGER NOT NULL CHECK (idx >= 0),
+        name       TEXT NOT NULL,
+        media_type TEXT NOT NULL,
+        size       INTEGER NOT NULL CHECK (size >= 0),
+        sha256     TEXT NOT NULL,
+        bytes      BLOB NOT NULL,
+        PRIMARY KEY (message_id, idx)
+    ) STRICT;
+    CREATE TRIGGER attachments_delete AFTER DELETE ON messages BEGIN
+        DELETE FROM attachments WHERE message_id = old.id;
+    END;
+    "#,
 ];
 
 /// The schema version this build writes.

@@ -3,6 +3,7 @@
 
 use rusqlite::{OptionalExtension, Transaction, params};
 
+use super::attachments;
 use super::messages::{Direction, Trust, insert_batch};
 use super::time::to_ms;
 use super::{Store, StoreError};
@@ -79,7 +80,12 @@ impl Store {
         })?;
         rows.map(|row| {
             let (json, attempts, last_error, failed) = row?;
-            decode(json, attempts, last_error, failed)
+            let mut item = decode(json, attempts, last_error, failed)?;
+            // The row holds the message without its attachments (store/attachments.rs).
+            if item.message.attachments.is_empty() {
+                item.message.attachments = attachments::all_of(&self.conn, &item.message.id)?;
+            }
+            Ok(item)
         })
         .collect()
     }
