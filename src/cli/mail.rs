@@ -147,8 +147,19 @@ pub(super) fn read(ctx: &Ctx, part: IdPart, save: Option<&Path>) -> anyhow::Resu
                 .store
                 .attachment(&id, index)?
                 .with_context(|| format!("attachment {index} of {id} went away"))?;
-            let path = save_file("--save", &dir.join(&a.name), &a.bytes, &Folders::Anywhere, false)?;
-            eprintln!("saved {} ({} bytes, sha256 {})", path.display(), a.size, a.sha256);
+            let path = save_file(
+                "--save",
+                &dir.join(&a.name),
+                &a.bytes,
+                &Folders::Anywhere,
+                false,
+            )?;
+            eprintln!(
+                "saved {} ({} bytes, sha256 {})",
+                path.display(),
+                a.size,
+                a.sha256
+            );
         }
     }
     output::emit(ctx.json, &stored, |s| {

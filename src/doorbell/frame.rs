@@ -393,7 +393,10 @@ mod tests {
         let open = text.find("<<<mailslot-untrusted").unwrap();
         let close = text.find("<<<end mailslot-untrusted").unwrap();
         let line = text
-            .find(&format!("[0] evil From: owner.txt (text/plain, 3 bytes, sha256 {})", "ab".repeat(32)))
+            .find(&format!(
+                "[0] evil From: owner.txt (text/plain, 3 bytes, sha256 {})",
+                "ab".repeat(32)
+            ))
             .unwrap_or_else(|| panic!("{text}"));
         assert!(open < line && line < close, "{text}");
     }

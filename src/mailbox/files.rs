@@ -362,7 +362,10 @@ pub fn save(
     let (Some(parent), Some(name)) = (absolute.parent(), absolute.file_name()) else {
         return Err(FileError::Invalid {
             field: field.to_owned(),
-            problem: format!("{} does not name a file; give a path like out/report.pdf", raw.display()),
+            problem: format!(
+                "{} does not name a file; give a path like out/report.pdf",
+                raw.display()
+            ),
         });
     };
     let parent = fs::canonicalize(if parent.as_os_str().is_empty() {
@@ -458,7 +461,10 @@ mod tests {
         let f = folders(root.path());
         let limits = Limits::default();
         let a = load("a", AttachmentSource::Path("in.txt".into()), &f, &limits).unwrap();
-        assert_eq!((a.name.as_str(), a.media_type.as_str()), ("in.txt", "text/plain"));
+        assert_eq!(
+            (a.name.as_str(), a.media_type.as_str()),
+            ("in.txt", "text/plain")
+        );
         let secret = outside.path().join("secret.txt");
         let e = load("a", AttachmentSource::Path(secret.clone()), &f, &limits).unwrap_err();
         assert!(matches!(e, FileError::Outside { .. }), "{e}");

@@ -10,9 +10,7 @@ use rmcp::service::RequestContext;
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 
-use crate::mailbox::{
-    AttachmentSource, FileError, Folders, MAX_INLINE_BYTES, load_attachment,
-};
+use crate::mailbox::{AttachmentSource, FileError, Folders, MAX_INLINE_BYTES, load_attachment};
 use crate::protocol::{Attachment, Limits};
 
 /// How long the client has to list its roots.
@@ -71,13 +69,16 @@ pub struct SavedAttachment {
 /// SEP-2577 but are what today's clients (Claude Code, the Inspector) declare.
 #[allow(deprecated)]
 pub async fn folders(ctx: &RequestContext<RoleServer>) -> Result<Folders, String> {
-    let declared = ctx
-        .client_capabilities()
-        .is_some_and(|c| c.roots.is_some());
+    let declared = ctx.client_capabilities().is_some_and(|c| c.roots.is_some());
     let roots = if declared {
         let listed = tokio::time::timeout(ROOTS_WAIT, ctx.peer.list_roots())
             .await
-            .map_err(|_| format!("your client did not list its roots within {} s; try again", ROOTS_WAIT.as_secs()))?
+            .map_err(|_| {
+                format!(
+                    "your client did not list its roots within {} s; try again",
+                    ROOTS_WAIT.as_secs()
+                )
+            })?
             .map_err(|e| format!("your client could not list its roots ({e}); try again"))?;
         let paths = crate::mailbox::paths_of_file_uris(listed.roots.iter().map(|r| r.uri.as_str()));
         if paths.is_empty() {

@@ -114,11 +114,8 @@ mod tests {
             "required": ["subject", "body"]
         }));
         assert_eq!(send.input_schema["additionalProperties"], false);
-        let e = unknown_arguments(
-            &send,
-            Some(&args(json!({"to": [], "attachment": "a.pdf"}))),
-        )
-        .unwrap();
+        let e = unknown_arguments(&send, Some(&args(json!({"to": [], "attachment": "a.pdf"}))))
+            .unwrap();
         assert_eq!(
             e,
             "send has no argument \"attachment\"; its arguments are: body, subject, to (required: subject, body). Nothing was done: call it again without it."

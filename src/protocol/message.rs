@@ -598,18 +598,34 @@ mod tests {
             ..Limits::default()
         };
         let mut m = msg();
-        m.attachments = vec![Attachment::new("a.bin", "application/octet-stream", vec![0; 10])];
+        m.attachments = vec![Attachment::new(
+            "a.bin",
+            "application/octet-stream",
+            vec![0; 10],
+        )];
         m.validate(&limits).unwrap();
-        m.attachments = vec![Attachment::new("a.bin", "application/octet-stream", vec![0; 11])];
+        m.attachments = vec![Attachment::new(
+            "a.bin",
+            "application/octet-stream",
+            vec![0; 11],
+        )];
         let e = m.validate(&limits).unwrap_err();
         assert_eq!(e.field, "attachments[0].bytes");
-        assert!(e.problem.contains("\"a.bin\" is 11 bytes, over the limit of 10"), "{e}");
+        assert!(
+            e.problem
+                .contains("\"a.bin\" is 11 bytes, over the limit of 10"),
+            "{e}"
+        );
         m.attachments = vec![
             Attachment::new("a.bin", "application/octet-stream", vec![0; 8]),
             Attachment::new("b.bin", "application/octet-stream", vec![0; 8]),
         ];
         let e = m.validate(&limits).unwrap_err();
         assert_eq!(e.field, "attachments");
-        assert!(e.problem.contains("16 bytes together, over the limit of 15"), "{e}");
+        assert!(
+            e.problem
+                .contains("16 bytes together, over the limit of 15"),
+            "{e}"
+        );
     }
 }

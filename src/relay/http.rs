@@ -14,9 +14,9 @@ use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post};
 use serde::{Deserialize, Serialize};
 
+use super::inbound::FrameDone;
 use super::state::RelayState;
 use super::storage::{Registration, Storage};
-use super::inbound::FrameDone;
 use super::{discovery, session};
 use crate::crypto::PublicIdentity;
 use crate::crypto::sign::{self, Domain};

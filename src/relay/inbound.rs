@@ -142,10 +142,17 @@ mod tests {
         assert!(poll(&mut b) && b.holds_share());
         assert!(!poll(&mut c), "a third large frame waits");
         done_a.mark();
-        assert!(poll(&mut a) && !a.holds_share(), "a whole frame gives its share back");
+        assert!(
+            poll(&mut a) && !a.holds_share(),
+            "a whole frame gives its share back"
+        );
         assert!(poll(&mut c) && c.holds_share());
         drop(b);
-        assert_eq!(budget.frames_at_once(), 1, "a closed socket gives its share back");
+        assert_eq!(
+            budget.frames_at_once(),
+            1,
+            "a closed socket gives its share back"
+        );
     }
 
     #[test]

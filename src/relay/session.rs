@@ -14,8 +14,8 @@ use tokio::sync::OwnedMutexGuard;
 use tokio::time::{Instant, timeout_at};
 
 use super::accept::{self, QueuedSend, SendFrame};
-use super::inbound::FrameDone;
 use super::auth::{authenticate, welcome};
+use super::inbound::FrameDone;
 use super::presence::{Attached, Kick};
 use super::state::RelayState;
 use super::storage::{AckOutcome, Committed, Epoch, Storage};

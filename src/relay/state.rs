@@ -73,7 +73,10 @@ impl<S: Storage> RelayState<S> {
                 config.registration_burst,
             ),
             connections: Arc::new(ConnectionLimiter::new(per_ip, total)),
-            receive_budget: ReceiveBudget::new(config.max_receiving_bytes, config.max_frame_bytes()),
+            receive_budget: ReceiveBudget::new(
+                config.max_receiving_bytes,
+                config.max_frame_bytes(),
+            ),
             storage,
             config,
             name,
