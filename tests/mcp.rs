@@ -78,7 +78,7 @@ async fn surface_is_complete(c: &McpClient) {
         assert!(resources.iter().any(|r| r.uri == uri), "{uri} not listed");
     }
     let templates = c.client.list_all_resource_templates().await.unwrap();
-    assert_eq!(templates.len(), 2);
+    assert_eq!(templates.len(), 3);
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -393,15 +393,21 @@ async fn unknown_arguments_are_refused_by_name_and_nothing_is_done() {
     let bob = InProcess::start("bob", &relay.url, Era::Modern).await;
     bob.online().await;
 
-    // The model believes it attached a file: it is told it did not, and nothing is sent.
+    // The model believes it attached a file under a wrong name: it is told it did not, and
+    // nothing is sent.
     let mut args = send_args(&["bob"], "report", "see attached");
-    args["attachments"] = json!([{ "name": "report.pdf" }]);
+    args["attachment"] = json!("report.pdf");
     let e = alice.mcp.err("send", args).await;
     assert!(
-        e.starts_with("send has no argument \"attachments\"; its arguments are: ack_required, bcc, body, cc, context, data, importance, subject, to (required: subject, body)."),
+        e.starts_with("send has no argument \"attachment\"; its arguments are: ack_required, attachments, bcc, body, cc, context, data, importance, subject, to (required: subject, body)."),
         "{e}"
     );
     assert!(e.contains("Nothing was done"), "{e}");
+    // An attachment with neither a path nor inline content is refused, naming the fix.
+    let mut args = send_args(&["bob"], "report", "see attached");
+    args["attachments"] = json!([{ "name": "report.pdf" }]);
+    let e = alice.mcp.err("send", args).await;
+    assert!(e.contains("attachments[0] needs either path"), "{e}");
     let mut args = send_args(&["bob"], "report", "urgent");
     args["urgency"] = json!("high");
     args["priority"] = json!(1);

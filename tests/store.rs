@@ -578,7 +578,7 @@ fn a_store_from_before_the_unread_count_starts_with_its_unread_mail_counted() {
     conn.execute_batch(
         "DROP INDEX messages_read; DROP TRIGGER unread_insert; DROP TRIGGER unread_read;
          DROP TRIGGER unread_delete; DROP TABLE unread; DROP TABLE deliveries;
-         PRAGMA user_version = 5;",
+         DROP TRIGGER attachments_delete; DROP TABLE attachments; PRAGMA user_version = 5;",
     )
     .unwrap();
     drop(conn);

@@ -1,12 +1,15 @@
 //! `inbox`, `read`, `thread`, `mark-read`, `search`, `sent`: the owner's view of the agent's
 //! mail. Messages are named by any unique start or end of their id (`store::IdPart`).
 
-use anyhow::bail;
+use std::path::Path;
+
+use anyhow::{Context, bail};
 use jiff::Timestamp;
 use serde::Serialize;
 
 use super::{Ctx, output};
 use crate::agent::Agent;
+use crate::mailbox::{Folders, save_file};
 use crate::protocol::{Address, Importance, MessageId, ThreadId};
 use crate::store::{
     Direction, IdPart, InboxQuery, RecipientState, SentItem, SentState, StoredMessage, Trust,
@@ -130,12 +133,34 @@ pub(super) fn resolve(agent: &Agent, part: &IdPart) -> anyhow::Result<(MessageId
     Ok((id, stored))
 }
 
-pub(super) fn read(ctx: &Ctx, part: IdPart) -> anyhow::Result<()> {
+pub(super) fn read(ctx: &Ctx, part: IdPart, save: Option<&Path>) -> anyhow::Result<()> {
     let mut agent = ctx.open_agent()?;
     let (id, mut stored) = resolve(&agent, &part)?;
     if stored.read_at.is_none() {
         agent.store.mark_read(&agent.address(), &[id])?;
         stored = agent.store.message(&id)?.unwrap_or(stored);
+    }
+    if let Some(dir) = save {
+        // One attachment in memory at a time; names are plain file names (validated).
+        for index in 0..stored.attachments.len() {
+            let a = agent
+                .store
+                .attachment(&id, index)?
+                .with_context(|| format!("attachment {index} of {id} went away"))?;
+            let path = save_file(
+                "--save",
+                &dir.join(&a.name),
+                &a.bytes,
+                &Folders::Anywhere,
+                false,
+            )?;
+            eprintln!(
+                "saved {} ({} bytes, sha256 {})",
+                path.display(),
+                a.size,
+                a.sha256
+            );
+        }
     }
     output::emit(ctx.json, &stored, |s| {
         let m = &s.message;
@@ -171,10 +196,10 @@ pub(super) fn read(ctx: &Ctx, part: IdPart) -> anyhow::Result<()> {
             m.id,
             m.body
         );
-        for a in &m.attachments {
+        for (i, a) in s.attachments.iter().enumerate() {
             out += &format!(
-                "\n[attachment {} ({}, {} bytes)]",
-                a.name, a.media_type, a.size
+                "\n[attachment {i}: {} ({}, {} bytes, sha256 {})]",
+                a.name, a.media_type, a.size, a.sha256
             );
         }
         for r in &s.receipts {

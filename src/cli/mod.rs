@@ -159,6 +159,10 @@ pub enum Command {
     Read {
         /// The message's id, or its first or last characters when they name one message
         id: IdPart,
+        /// Write its attachments into this folder, under their names (an existing file is
+        /// never replaced)
+        #[arg(long, value_name = "DIR")]
+        save: Option<PathBuf>,
     },
     /// Show a message's whole thread, sent and received, oldest first
     Thread {
@@ -211,7 +215,7 @@ pub enum Command {
     Doctor,
     /// Send a message (queued first, so nothing is lost when the relay is down)
     #[command(
-        after_help = "Examples:\n  mailslot send --to bob --subject \"deploy window\" --body \"Friday 10:00?\"\n  mailslot send --to bob --cc carol --subject \"notes\" --body-file notes.md\n  git log -5 | mailslot send --to bob --subject \"what landed\"\n  mailslot send --to bob@relay.example.com --subject \"hi\" --body \"…\" --data '{\"pr\": 42}'"
+        after_help = "Examples:\n  mailslot send --to bob --subject \"deploy window\" --body \"Friday 10:00?\"\n  mailslot send --to bob --cc carol --subject \"notes\" --body-file notes.md\n  mailslot send --to bob --subject \"logs\" --body \"see attached\" --attach build.log --attach trace.json\n  git log -5 | mailslot send --to bob --subject \"what landed\"\n  mailslot send --to bob@relay.example.com --subject \"hi\" --body \"…\" --data '{\"pr\": 42}'"
     )]
     Send {
         /// A recipient (repeatable)
@@ -241,6 +245,9 @@ pub enum Command {
         /// Ask the recipients to acknowledge it (`sent` shows who did)
         #[arg(long)]
         ack_required: bool,
+        /// Attach a file (repeatable; at most 8, 8 MiB per file and per message)
+        #[arg(long, value_name = "FILE")]
+        attach: Vec<PathBuf>,
     },
     /// Reply to a message, in its thread
     #[command(
@@ -264,6 +271,9 @@ pub enum Command {
         /// Ask the recipients to acknowledge it (`sent` shows who did)
         #[arg(long)]
         ack_required: bool,
+        /// Attach a file (repeatable; at most 8, 8 MiB per file and per message)
+        #[arg(long, value_name = "FILE")]
+        attach: Vec<PathBuf>,
     },
     /// Acknowledge a received message to its sender (a signed receipt, once per message)
     #[command(
@@ -683,7 +693,7 @@ fn dispatch(cli: Cli) -> anyhow::Result<ExitCode> {
             limit,
             importance,
         } => mail::inbox(&ctx, all, limit, importance),
-        Command::Read { id } => mail::read(&ctx, id),
+        Command::Read { id, save } => mail::read(&ctx, id, save.as_deref()),
         Command::Thread { id } => mail::thread(&ctx, id),
         Command::MarkRead { ids, all } => mail::mark_read(&ctx, ids, all),
         Command::Sent { state, limit } => mail::sent(&ctx, state, limit),
@@ -699,6 +709,7 @@ fn dispatch(cli: Cli) -> anyhow::Result<ExitCode> {
             data,
             importance,
             ack_required,
+            attach,
         } => send::send(
             &ctx,
             send::Recipients { to, cc, bcc },
@@ -708,6 +719,7 @@ fn dispatch(cli: Cli) -> anyhow::Result<ExitCode> {
             send::Marks {
                 importance,
                 ack_required,
+                attach,
             },
         ),
         Command::Reply {
@@ -717,6 +729,7 @@ fn dispatch(cli: Cli) -> anyhow::Result<ExitCode> {
             body_file,
             importance,
             ack_required,
+            attach,
         } => send::reply(
             &ctx,
             id,
@@ -725,6 +738,7 @@ fn dispatch(cli: Cli) -> anyhow::Result<ExitCode> {
             send::Marks {
                 importance,
                 ack_required,
+                attach,
             },
         ),
         Command::Acknowledge { id, answer } => send::acknowledge(&ctx, id, answer),

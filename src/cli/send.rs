@@ -10,7 +10,10 @@ use serde::Serialize;
 use super::{Ctx, output};
 use crate::agent::Agent;
 use crate::client;
-use crate::mailbox::{AckOutcome, ConnectionLock, Mailbox, MailboxError, SendOutcome};
+use crate::mailbox::{
+    AckOutcome, AttachmentSource, ConnectionLock, Folders, Mailbox, MailboxError, SendOutcome,
+    load_attachment,
+};
 use crate::progress::Progress;
 use crate::protocol::{Address, Importance, Limits, Message, MessageId};
 use crate::store::{IdPart, StoreHandle};
@@ -100,12 +103,28 @@ fn deliver(ctx: &Ctx, agent: Agent, message: Message) -> anyhow::Result<()> {
 pub(super) struct Marks {
     pub importance: Option<Importance>,
     pub ack_required: bool,
+    /// Files to attach (`--attach`, repeatable): the owner names them, so any readable file.
+    pub attach: Vec<PathBuf>,
 }
 
 impl Marks {
-    fn apply(self, message: &mut Message) {
+    fn apply(self, message: &mut Message) -> anyhow::Result<()> {
         message.importance = self.importance.unwrap_or_default();
         message.ack_required = self.ack_required;
+        let limits = Limits::default();
+        message.attachments = self
+            .attach
+            .into_iter()
+            .map(|path| {
+                load_attachment(
+                    "--attach",
+                    AttachmentSource::Path(path),
+                    &Folders::Anywhere,
+                    &limits,
+                )
+            })
+            .collect::<Result<_, _>>()?;
+        Ok(())
     }
 }
 
@@ -128,7 +147,7 @@ pub(super) fn send(
     let mut message = Message::new(agent.address(), rcpt.to, subject, body);
     message.cc = rcpt.cc;
     message.bcc = rcpt.bcc;
-    marks.apply(&mut message);
+    marks.apply(&mut message)?;
     if let Some(json) = data {
         message.data = Some(serde_json::from_str(&json).context("--data is not valid JSON")?);
     }
@@ -146,7 +165,7 @@ pub(super) fn reply(
     let (_, original) = super::mail::resolve(&agent, &part)?;
     let mut message =
         crate::mailbox::reply(&original.message, &agent.address(), all, read_body(body)?)?;
-    marks.apply(&mut message);
+    marks.apply(&mut message)?;
     deliver(ctx, agent, message)
 }
 

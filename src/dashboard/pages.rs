@@ -9,7 +9,7 @@ use maud::{DOCTYPE, Markup, html};
 use super::consent::Consent;
 use super::relay_status::RelayReport;
 use crate::doorbell::frame;
-use crate::protocol::{AgentName, Fingerprint, Message};
+use crate::protocol::{AgentName, Fingerprint};
 use crate::store::{Contact, Recalled, SentItem, SentState, StoredMessage, Trust};
 
 /// The longest subject shown in a list (characters).
@@ -193,12 +193,13 @@ fn framed(agent: &AgentName, stored: &StoredMessage, contact: Option<&Contact>) 
                     dt { "Bounced" } dd.danger { "expired on the relay before " (stored.bounced.iter().map(ToString::to_string).collect::<Vec<_>>().join(", ")) " took it" }
                 }
             }
-            (untrusted(agent, m, stored.trust))
+            (untrusted(agent, stored))
         }
     }
 }
 
-fn untrusted(agent: &AgentName, m: &Message, trust: Trust) -> Markup {
+fn untrusted(agent: &AgentName, stored: &StoredMessage) -> Markup {
+    let (m, trust) = (&stored.message, stored.trust);
     html! {
         section.untrusted aria-label={ "Written by " (m.from) } {
             @if trust != Trust::Own {
@@ -210,13 +211,13 @@ fn untrusted(agent: &AgentName, m: &Message, trust: Trust) -> Markup {
                 h3 { "Structured data" }
                 pre.data { (serde_json::to_string_pretty(data).unwrap_or_default()) }
             }
-            @if !m.attachments.is_empty() {
+            @if !stored.attachments.is_empty() {
                 h3 { "Attachments" }
                 ul.attachments {
-                    @for (i, a) in m.attachments.iter().enumerate() {
+                    @for (i, a) in stored.attachments.iter().enumerate() {
                         li {
                             a href={ "/agents/" (agent) "/messages/" (m.id) "/attachments/" (i) } download { (frame::one_line(&a.name, 200)) }
-                            " " span.muted { (frame::one_line(&a.media_type, 100)) ", " (a.size) " bytes" }
+                            " " span.muted { (frame::one_line(&a.media_type, 100)) ", " (a.size) " bytes, sha256 " (a.sha256) }
                         }
                     }
                 }

@@ -217,13 +217,10 @@ async fn attachment(
 ) -> Result<Response, PageError> {
     let (name, mailbox) = agent(&app, &name)?;
     let id = message_id(&id)?;
-    let stored = mailbox
-        .message(id)
-        .await
-        .map_err(internal)?
-        .ok_or_else(|| not_found(format!("{name} has no message {id}")))?;
-    let Some(file) = stored.message.attachments.into_iter().nth(index) else {
-        return Err(not_found(format!("message {id} has no attachment {index}")));
+    let Some(file) = mailbox.attachment(id, index).await.map_err(internal)? else {
+        return Err(not_found(format!(
+            "{name} has no message {id} with an attachment {index}"
+        )));
     };
     // Always a download of opaque bytes: the sender's media type and file name never make
     // the browser render it here.

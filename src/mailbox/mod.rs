@@ -10,6 +10,7 @@
 mod ask;
 mod compose;
 mod consent;
+mod files;
 mod lock;
 mod memory;
 mod peers;
@@ -29,6 +30,10 @@ use tokio::sync::{Mutex, Notify, broadcast};
 use tokio_util::sync::CancellationToken;
 
 pub use compose::{ComposeError, reply};
+pub use files::{
+    AttachmentSource, FileError, Folders, MAX_INLINE_BYTES, is_text, load as load_attachment,
+    paths_of_file_uris, save as save_file,
+};
 pub use lock::ConnectionLock;
 pub use memory::AgentStatus;
 pub use receipts::AckOutcome;

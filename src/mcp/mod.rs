@@ -3,9 +3,11 @@
 //! domain layer (`mailbox`, `doorbell`), which knows nothing of MCP. This layer never opens a
 //! relay socket itself.
 
+mod attach;
 mod era;
 mod errors;
 mod http;
+mod links;
 mod notice;
 mod peers;
 mod prompts;

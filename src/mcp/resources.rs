@@ -1,5 +1,6 @@
 //! The resources: `mailslot://inbox` (subscribable digest), `mailslot://sent` (sent mail
 //! and where each message stands, subscribable), `mailslot://messages/{id}`,
+//! `mailslot://messages/{id}/attachments/{n}` (one attachment: text or a base64 blob),
 //! `mailslot://threads/{id}`, `mailslot://memory`, `mailslot://identity`,
 //! `mailslot://directory` (the `directory` tool's framed listing). Reading a resource
 //! never changes anything (reading a message as a resource does not mark it read).
@@ -12,7 +13,9 @@ use super::peers::DirectoryView;
 use super::tools::{SentList, ThreadView};
 use super::views::{MemoryView, MessageSummary, MessageView};
 use crate::doorbell::frame::frame_data;
-use crate::mailbox::{AgentStatus, Mailbox};
+use base64::Engine;
+
+use crate::mailbox::{AgentStatus, Mailbox, is_text};
 use crate::protocol::{MessageId, ThreadId};
 use crate::store::InboxQuery;
 
@@ -94,6 +97,14 @@ pub fn templates() -> Vec<ResourceTemplate> {
             .with_title("A message")
             .with_description("One message, framed (untrusted data)")
             .with_mime_type("text/plain"),
+        ResourceTemplate::new(
+            format!("{MESSAGES}{{message_id}}/attachments/{{index}}"),
+            "attachment",
+        )
+        .with_title("An attachment")
+        .with_description(
+            "Attachment index (from 0) of a message: text for text types, else a base64 blob (untrusted content)",
+        ),
         ResourceTemplate::new(format!("{THREADS}{{thread_id}}"), "thread")
             .with_title("A thread")
             .with_description("A whole conversation, oldest first, framed")
@@ -157,7 +168,28 @@ pub async fn read(mailbox: &Mailbox, uri: &str) -> Result<ResourceContents, Erro
             ))
         }
         _ => {
-            if let Some(raw) = uri.strip_prefix(MESSAGES) {
+            if let Some((raw, index)) = uri
+                .strip_prefix(MESSAGES)
+                .and_then(|rest| rest.split_once("/attachments/"))
+            {
+                let id = MessageId::parse(raw).map_err(|_| not_found(uri))?;
+                let index: usize = index.parse().map_err(|_| not_found(uri))?;
+                let a = mailbox
+                    .attachment(id, index)
+                    .await
+                    .map_err(internal)?
+                    .ok_or_else(|| not_found(uri))?;
+                // Asked for, so the content goes to the client: as text when it is text.
+                let contents = if is_text(&a.media_type, &a.bytes) {
+                    ResourceContents::text(String::from_utf8_lossy(&a.bytes), uri)
+                } else {
+                    ResourceContents::blob(
+                        base64::engine::general_purpose::STANDARD.encode(&a.bytes),
+                        uri,
+                    )
+                };
+                Ok(contents.with_mime_type(a.media_type))
+            } else if let Some(raw) = uri.strip_prefix(MESSAGES) {
                 let id = MessageId::parse(raw).map_err(|_| not_found(uri))?;
                 let (stored, contact) = mailbox
                     .message_and_sender(id)
@@ -240,7 +272,7 @@ pub async fn thread_view(mailbox: &Mailbox, id: ThreadId) -> Result<ThreadView, 
 fn not_found(uri: &str) -> ErrorData {
     ErrorData::resource_not_found(
         format!(
-            "no resource {uri}; list them with resources/list (messages: mailslot://messages/ID, threads: mailslot://threads/ID)"
+            "no resource {uri}; list them with resources/list (messages: mailslot://messages/ID, their attachments: mailslot://messages/ID/attachments/N from 0, threads: mailslot://threads/ID)"
         ),
         None,
     )

@@ -21,6 +21,7 @@ use rmcp::{ErrorData, RoleServer, ServerHandler, prompt_handler};
 use tokio_util::sync::CancellationToken;
 
 use super::era;
+use super::links;
 use super::notice;
 use super::prompts::fill;
 use super::push::{self, Feeds, Subscriptions};
@@ -192,10 +193,11 @@ impl ServerHandler for MailslotServer {
                 self.tool_router.call(call).await?
             }
         };
-        if let CallToolResponse::Complete(result) = &mut response
-            && let Some(line) = self.footer_line().await
-        {
-            notice::attach(result, line);
+        if let CallToolResponse::Complete(result) = &mut response {
+            links::attach(result);
+            if let Some(line) = self.footer_line().await {
+                notice::attach(result, line);
+            }
         }
         Ok(response)
     }

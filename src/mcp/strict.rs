@@ -1,5 +1,5 @@
-//! Strict tool arguments. A model that passes an argument a tool does not have (`attachments`,
-//! `importance`) must learn that it was not used, or it believes it was. So every input
+//! Strict tool arguments. A model that passes an argument a tool does not have (`priority`,
+//! `attachment`) must learn that it was not used, or it believes it was. So every input
 //! schema says `additionalProperties: false`, and a call with an unknown argument fails as a
 //! tool error (`isError`, like every other bad argument) that names it and lists the real
 //! ones; nothing of the call is done. The argument structs also deny unknown fields, so
@@ -114,14 +114,11 @@ mod tests {
             "required": ["subject", "body"]
         }));
         assert_eq!(send.input_schema["additionalProperties"], false);
-        let e = unknown_arguments(
-            &send,
-            Some(&args(json!({"to": [], "attachments": ["a.pdf"]}))),
-        )
-        .unwrap();
+        let e = unknown_arguments(&send, Some(&args(json!({"to": [], "attachment": "a.pdf"}))))
+            .unwrap();
         assert_eq!(
             e,
-            "send has no argument \"attachments\"; its arguments are: body, subject, to (required: subject, body). Nothing was done: call it again without it."
+            "send has no argument \"attachment\"; its arguments are: body, subject, to (required: subject, body). Nothing was done: call it again without it."
         );
         assert_eq!(
             unknown_arguments(&send, Some(&args(json!({"subject": "s"})))),

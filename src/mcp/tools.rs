@@ -13,7 +13,11 @@ use super::peers::{DirectoryView, PresenceView, WhoisView};
 use super::server::MailslotServer;
 use super::views::{MemoryView, MessageSummary, MessageView, SentView};
 use crate::client::consent::{ConsentState, ContactRequest};
-use crate::mailbox::{AckOutcome, AgentStatus, SendOutcome, reply as compose_reply};
+use rmcp::RoleServer;
+use rmcp::service::RequestContext;
+
+use super::attach::{self, AttachmentArg, SaveAttachmentArgs, SavedAttachment};
+use crate::mailbox::{AckOutcome, AgentStatus, SendOutcome, reply as compose_reply, save_file};
 use crate::protocol::{
     Address, AgentName, Importance, MAX_PRESENCE_AGENTS, MemoryId, Message, MessageId, RequestView,
     ThreadId,
@@ -93,6 +97,11 @@ pub struct SendArgs {
     /// Ask the recipients to acknowledge it; the sent tool then shows who did.
     #[serde(default)]
     pub ack_required: Option<bool>,
+    /// Files or small inline content to attach (at most 8; 8 MiB per file and per message).
+    /// The recipients see each one's name, type, size and SHA-256, and read the content as
+    /// a resource.
+    #[serde(default)]
+    pub attachments: Vec<AttachmentArg>,
 }
 
 /// Arguments of `reply` and `reply_all`.
@@ -115,6 +124,11 @@ pub struct ReplyArgs {
     /// Ask the recipients to acknowledge it; the sent tool then shows who did.
     #[serde(default)]
     pub ack_required: Option<bool>,
+    /// Files or small inline content to attach (at most 8; 8 MiB per file and per message).
+    /// The recipients see each one's name, type, size and SHA-256, and read the content as
+    /// a resource.
+    #[serde(default)]
+    pub attachments: Vec<AttachmentArg>,
 }
 
 /// Arguments of `acknowledge`.
@@ -476,7 +490,25 @@ impl MailslotServer {
         }
     }
 
-    async fn reply_to(&self, args: ReplyArgs, all: bool) -> Result<Json<SendResult>, String> {
+    /// Reads the attachments of a send or reply (nothing is asked of the client without any).
+    async fn attachments(
+        &self,
+        args: Vec<AttachmentArg>,
+        ctx: &RequestContext<RoleServer>,
+    ) -> Result<Vec<crate::protocol::Attachment>, String> {
+        if args.is_empty() {
+            return Ok(Vec::new());
+        }
+        attach::load(args, attach::folders(ctx).await?).await
+    }
+
+    async fn reply_to(
+        &self,
+        args: ReplyArgs,
+        all: bool,
+        ctx: RequestContext<RoleServer>,
+    ) -> Result<Json<SendResult>, String> {
+        let attachments = self.attachments(args.attachments, &ctx).await?;
         let original = self.original(&args.message_id).await?;
         let mut message = compose_reply(&original, self.mailbox.address(), all, args.body)
             .map_err(|e| e.to_string())?;
@@ -485,6 +517,7 @@ impl MailslotServer {
         message.importance =
             parse_importance("importance", args.importance.as_deref())?.unwrap_or_default();
         message.ack_required = args.ack_required.unwrap_or(false);
+        message.attachments = attachments;
         self.deliver(message).await
     }
 
@@ -519,6 +552,7 @@ impl MailslotServer {
     async fn send(
         &self,
         Parameters(args): Parameters<SendArgs>,
+        ctx: RequestContext<RoleServer>,
     ) -> Result<Json<SendResult>, String> {
         let to = parse_addresses("to", &args.to)?;
         let cc = parse_addresses("cc", &args.cc)?;
@@ -534,6 +568,7 @@ impl MailslotServer {
         message.context = args.context;
         message.importance = importance.unwrap_or_default();
         message.ack_required = args.ack_required.unwrap_or(false);
+        message.attachments = self.attachments(args.attachments, &ctx).await?;
         self.deliver(message).await
     }
 
@@ -548,8 +583,9 @@ impl MailslotServer {
     async fn reply(
         &self,
         Parameters(args): Parameters<ReplyArgs>,
+        ctx: RequestContext<RoleServer>,
     ) -> Result<Json<SendResult>, String> {
-        self.reply_to(args, false).await
+        self.reply_to(args, false, ctx).await
     }
 
     /// Reply to the sender and every visible recipient (to and cc) of a message, in its
@@ -564,8 +600,9 @@ impl MailslotServer {
     async fn reply_all(
         &self,
         Parameters(args): Parameters<ReplyArgs>,
+        ctx: RequestContext<RoleServer>,
     ) -> Result<Json<SendResult>, String> {
-        self.reply_to(args, true).await
+        self.reply_to(args, true, ctx).await
     }
 
     /// List received mail: unread first, newest first. Shows summaries; read a message with
@@ -628,6 +665,49 @@ impl MailslotServer {
             Err(e) => return Err(self.tool_error(e, Doing::Local).await),
         };
         Ok(Json(MessageView::of(&stored, contact.as_ref())))
+    }
+
+    /// Write one attachment of a message to a file (inside your client's roots, else the
+    /// working directory), whole or not at all. An existing file is kept unless overwrite is
+    /// true. The content never enters the conversation.
+    #[tool(annotations(
+        title = "Save an attachment",
+        read_only_hint = false,
+        destructive_hint = true,
+        idempotent_hint = true,
+        open_world_hint = false
+    ))]
+    async fn save_attachment(
+        &self,
+        Parameters(args): Parameters<SaveAttachmentArgs>,
+        ctx: RequestContext<RoleServer>,
+    ) -> Result<Json<SavedAttachment>, String> {
+        let id = parse_message_id("message_id", &args.message_id)?;
+        let found = match self.mailbox.attachment(id, args.index as usize).await {
+            Ok(found) => found,
+            Err(e) => return Err(self.tool_error(e, Doing::Local).await),
+        };
+        let Some(a) = found else {
+            return Err(format!(
+                "message {id} has no attachment {}; read the message to see its attachments (index from 0)",
+                args.index
+            ));
+        };
+        let folders = attach::folders(&ctx).await?;
+        let path = std::path::PathBuf::from(&args.path);
+        let overwrite = args.overwrite.unwrap_or(false);
+        let (size, sha256) = (a.size, a.sha256.clone());
+        let written = tokio::task::spawn_blocking(move || {
+            save_file("path", &path, &a.bytes, &folders, overwrite)
+        })
+        .await
+        .map_err(|e| format!("writing the file failed ({e}); try again"))?
+        .map_err(|e| e.to_string())?;
+        Ok(Json(SavedAttachment {
+            path: written.display().to_string(),
+            size,
+            sha256,
+        }))
     }
 
     /// Wait for mail: returns as soon as unread mail is there (at once if some is already

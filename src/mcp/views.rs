@@ -76,6 +76,32 @@ pub struct MessageView {
     /// The message rendered with its header and its body fenced (the sender's words are
     /// untrusted data).
     pub framed: String,
+    /// Its attachments, without their content: read one as the resource `uri` (also linked
+    /// in the result), or write it to a file with save_attachment.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub attachments: Vec<AttachmentView>,
+}
+
+/// An attachment, described; its content is a resource of its own.
+#[derive(Debug, Serialize, JsonSchema)]
+pub struct AttachmentView {
+    /// Its position in the message (pass it to save_attachment as index).
+    pub index: u32,
+    /// The sender's file name: one line, fenced (untrusted).
+    pub name: String,
+    /// The sender's media type.
+    pub media_type: String,
+    /// Bytes.
+    pub size: u32,
+    /// Lowercase hex SHA-256 of the content, checked when the message was opened.
+    pub sha256: String,
+    /// The resource holding the content (text, or a base64 blob).
+    pub uri: String,
+}
+
+/// The resource URI of attachment `index` of message `id`.
+pub fn attachment_uri(id: &str, index: usize) -> String {
+    format!("mailslot://messages/{id}/attachments/{index}")
 }
 
 /// A memory.
@@ -209,8 +235,23 @@ impl SentView {
 impl MessageView {
     /// The framed view of `stored`, whose sender is `contact` when pinned.
     pub fn of(stored: &StoredMessage, contact: Option<&Contact>) -> Self {
+        let id = stored.message.id.to_string();
+        let attachments = stored
+            .attachments
+            .iter()
+            .enumerate()
+            .map(|(i, a)| AttachmentView {
+                index: i as u32,
+                name: fence_line(&a.name, 100),
+                media_type: a.media_type.clone(),
+                size: a.size,
+                sha256: a.sha256.clone(),
+                uri: attachment_uri(&id, i),
+            })
+            .collect();
         Self {
             summary: MessageSummary::of(stored),
+            attachments,
             framed: frame_message(
                 stored,
                 SenderFacts { contact },

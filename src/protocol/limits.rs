@@ -22,6 +22,10 @@ pub struct Limits {
     pub attachment_name_chars: usize,
     /// Attachment media type length in characters.
     pub media_type_chars: usize,
+    /// One attachment's content.
+    pub attachment_bytes: usize,
+    /// The content of all of a message's attachments together.
+    pub attachments_bytes: usize,
     /// A whole sealed envelope as it travels, serialized.
     pub envelope_bytes: usize,
 }
@@ -37,7 +41,12 @@ impl Default for Limits {
             attachments: 8,
             attachment_name_chars: 255,
             media_type_chars: 127,
-            envelope_bytes: 256 * 1024,
+            attachment_bytes: 8 * 1024 * 1024,
+            attachments_bytes: 8 * 1024 * 1024,
+            // Room for 8 MiB of attachments: base64 in the signed JSON (4/3), sealed and base64
+            // again in the envelope (4/3), with the body, data and context at their limits
+            // and a key wrap per recipient (docs/decisions.md, "Attachments").
+            envelope_bytes: 16 * 1024 * 1024,
         }
     }
 }

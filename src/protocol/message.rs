@@ -147,6 +147,17 @@ impl Attachment {
                 format!("{:?} is not a media type like text/plain", self.media_type),
             ));
         }
+        if self.bytes.len() > limits.attachment_bytes {
+            return Err(ValidationError::new(
+                "bytes",
+                format!(
+                    "{:?} is {} bytes, over the limit of {} bytes for one attachment; send a smaller file or split it",
+                    self.name,
+                    self.bytes.len(),
+                    limits.attachment_bytes
+                ),
+            ));
+        }
         if self.size as usize != self.bytes.len() {
             return Err(ValidationError::new(
                 "size",
@@ -314,6 +325,16 @@ impl Message {
         for (i, a) in self.attachments.iter().enumerate() {
             a.validate(limits)
                 .map_err(|e| e.within(&format!("attachments[{i}]")))?;
+        }
+        let total: usize = self.attachments.iter().map(|a| a.bytes.len()).sum();
+        if total > limits.attachments_bytes {
+            return Err(ValidationError::new(
+                "attachments",
+                format!(
+                    "carry {total} bytes together, over the limit of {} bytes per message; send them in several messages",
+                    limits.attachments_bytes
+                ),
+            ));
         }
         if let Some(receipt) = &self.receipt {
             self.validate_receipt(receipt)?;
@@ -567,5 +588,44 @@ mod tests {
         a.bytes = vec![1, 1];
         m.attachments = vec![a];
         assert_eq!(field_of(&m, &limits), "attachments[0].size");
+    }
+
+    #[test]
+    fn attachment_bytes_are_bounded_per_file_and_per_message() {
+        let limits = Limits {
+            attachment_bytes: 10,
+            attachments_bytes: 15,
+            ..Limits::default()
+        };
+        let mut m = msg();
+        m.attachments = vec![Attachment::new(
+            "a.bin",
+            "application/octet-stream",
+            vec![0; 10],
+        )];
+        m.validate(&limits).unwrap();
+        m.attachments = vec![Attachment::new(
+            "a.bin",
+            "application/octet-stream",
+            vec![0; 11],
+        )];
+        let e = m.validate(&limits).unwrap_err();
+        assert_eq!(e.field, "attachments[0].bytes");
+        assert!(
+            e.problem
+                .contains("\"a.bin\" is 11 bytes, over the limit of 10"),
+            "{e}"
+        );
+        m.attachments = vec![
+            Attachment::new("a.bin", "application/octet-stream", vec![0; 8]),
+            Attachment::new("b.bin", "application/octet-stream", vec![0; 8]),
+        ];
+        let e = m.validate(&limits).unwrap_err();
+        assert_eq!(e.field, "attachments");
+        assert!(
+            e.problem
+                .contains("16 bytes together, over the limit of 15"),
+            "{e}"
+        );
     }
 }

@@ -99,6 +99,10 @@ pub struct RelayConfig {
     /// Bytes that may wait for one client to read them; more ends its connection (at least
     /// twice the largest frame). Deliveries pause while half of it waits.
     pub max_outgoing_bytes: usize,
+    /// Bytes of large frames (those over 1 MiB: attachments) being received at once, over
+    /// all connections; a connection waits for room before it reads more of one (at least
+    /// one largest frame is always let in).
+    pub max_receiving_bytes: usize,
     /// Seconds a client's socket may accept nothing while frames wait for it; then it is
     /// closed, however often the client pings.
     pub write_timeout_secs: u64,
@@ -141,6 +145,7 @@ impl Default for RelayConfig {
             max_connections: None,
             max_connections_per_ip: None,
             max_outgoing_bytes: 8 * 1024 * 1024,
+            max_receiving_bytes: 256 * 1024 * 1024,
             write_timeout_secs: 30,
             max_errors_per_connection: 20,
             default_policy: None,
@@ -224,8 +229,14 @@ impl RelayConfig {
             })
     }
 
-    /// The largest WebSocket message accepted.
+    /// The largest WebSocket message read: room for the largest envelope a client built to
+    /// the protocol's default limits may send, even when this relay's limit is lower, so such
+    /// a frame is answered `too_large` (naming the limit) and the connection carries on.
+    /// Only a larger frame, which no conforming client sends, ends the connection.
     pub fn max_frame_bytes(&self) -> usize {
-        self.limits.envelope_bytes + crate::protocol::FRAME_OVERHEAD
+        self.limits
+            .envelope_bytes
+            .max(Limits::default().envelope_bytes)
+            + crate::protocol::FRAME_OVERHEAD
     }
 }

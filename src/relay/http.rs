@@ -8,12 +8,13 @@ use std::time::Duration;
 use axum::Json;
 use axum::Router;
 use axum::extract::ws::WebSocketUpgrade;
-use axum::extract::{ConnectInfo, Path, State};
+use axum::extract::{ConnectInfo, Extension, Path, State};
 use axum::http::StatusCode;
 use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post};
 use serde::{Deserialize, Serialize};
 
+use super::inbound::FrameDone;
 use super::state::RelayState;
 use super::storage::{Registration, Storage};
 use super::{discovery, session};
@@ -111,8 +112,10 @@ async fn metrics<S: Storage>(State(state): State<Arc<RelayState<S>>>) -> impl In
 async fn websocket<S: Storage>(
     State(state): State<Arc<RelayState<S>>>,
     ConnectInfo(peer): ConnectInfo<SocketAddr>,
+    done: Option<Extension<FrameDone>>,
     upgrade: WebSocketUpgrade,
 ) -> Response {
+    let done = done.map(|Extension(done)| done).unwrap_or_default();
     // The socket's connection slot was taken when it was accepted (`listener`).
     let max = state.config.max_frame_bytes();
     // The default 128 KiB read buffer per socket would cost 1.3 GiB at 10,000 idle agents.
@@ -121,7 +124,7 @@ async fn websocket<S: Storage>(
         .max_frame_size(max)
         .read_buffer_size(SOCKET_BUFFER)
         .write_buffer_size(WRITE_BUFFER)
-        .on_upgrade(move |socket| session::run(state, socket, peer.ip()))
+        .on_upgrade(move |socket| session::run(state, socket, peer.ip(), done))
 }
 
 /// A registration over HTTP: the signature over the name and keys proves key possession.

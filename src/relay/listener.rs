@@ -24,6 +24,7 @@ use tokio::sync::watch;
 use tokio_util::task::TaskTracker;
 use tower::ServiceExt;
 
+use super::inbound::{FrameDone, Meter};
 use super::limits::{ConnectionSlot, Full};
 use super::state::RelayState;
 use super::storage::Storage;
@@ -34,9 +35,11 @@ const OUT_OF_FILES_PAUSE: Duration = Duration::from_millis(100);
 /// How long shutdown waits for HTTP connections (not sessions) to finish.
 const DRAIN: Duration = Duration::from_secs(5);
 
-/// A socket and its slot: the slot is released when the socket is dropped, wherever that is.
+/// A socket, its slot and its meter: the slot (and any share of the receive budget) is
+/// released when the socket is dropped, wherever that is.
 struct Counted {
     tcp: TcpStream,
+    meter: Meter,
     _slot: ConnectionSlot,
 }
 
@@ -46,7 +49,12 @@ impl AsyncRead for Counted {
         cx: &mut Context<'_>,
         buf: &mut ReadBuf<'_>,
     ) -> Poll<io::Result<()>> {
-        Pin::new(&mut self.tcp).poll_read(cx, buf)
+        let this = &mut *self;
+        std::task::ready!(this.meter.poll_ready(cx));
+        let before = buf.filled().len();
+        let read = Pin::new(&mut this.tcp).poll_read(cx, buf);
+        this.meter.count(buf.filled().len() - before);
+        read
     }
 }
 
@@ -113,11 +121,16 @@ pub async fn serve<S: Storage>(
         if let Err(e) = tcp.set_nodelay(true) {
             tracing::warn!(error = %e, "could not set TCP_NODELAY");
         }
-        let io = TokioIo::new(Counted { tcp, _slot: slot });
+        let (meter, done) = state.receive_budget.meter();
+        let io = TokioIo::new(Counted {
+            tcp,
+            meter,
+            _slot: slot,
+        });
         tasks.spawn(connection(
             state.clone(),
             io,
-            peer,
+            (peer, done),
             app.clone(),
             shutdown.clone(),
         ));
@@ -131,7 +144,7 @@ pub async fn serve<S: Storage>(
 async fn connection<S: Storage>(
     state: Arc<RelayState<S>>,
     io: TokioIo<Counted>,
-    peer: SocketAddr,
+    (peer, done): (SocketAddr, FrameDone),
     app: Router,
     mut shutdown: watch::Receiver<bool>,
 ) {
@@ -139,7 +152,11 @@ async fn connection<S: Storage>(
     let service = hyper::service::service_fn({
         let state = state.clone();
         move |mut request: Request<Incoming>| {
+            // A new request ends what the socket read before it (an upgraded socket's
+            // session marks its frames itself).
+            done.mark();
             request.extensions_mut().insert(ConnectInfo(peer));
+            request.extensions_mut().insert(done.clone());
             let answer = app.clone().oneshot(request.map(Body::new));
             let state = state.clone();
             async move {

@@ -10,6 +10,7 @@ mod copies;
 mod directory;
 mod discovery;
 mod http;
+mod inbound;
 mod limits;
 mod listener;
 mod metrics;
@@ -176,8 +177,9 @@ impl Relay {
         state
             .storage
             .on_commit(Box::new(move |committed| presence.announce(committed)));
+        let large_frames = state.receive_budget.frames_at_once();
         let task = tokio::spawn(serve(state, listener, shutdown_rx));
-        tracing::info!(%addr, relay = %relay_id, %name, key = %fingerprint, "relay listening");
+        tracing::info!(%addr, relay = %relay_id, %name, key = %fingerprint, large_frames, "relay listening");
         Ok(Self {
             addr,
             relay_id,

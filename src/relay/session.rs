@@ -15,6 +15,7 @@ use tokio::time::{Instant, timeout_at};
 
 use super::accept::{self, QueuedSend, SendFrame};
 use super::auth::{authenticate, welcome};
+use super::inbound::FrameDone;
 use super::presence::{Attached, Kick};
 use super::state::RelayState;
 use super::storage::{AckOutcome, Committed, Epoch, Storage};
@@ -72,7 +73,12 @@ fn bounds<S: Storage>(state: &RelayState<S>) -> Bounds {
 }
 
 /// Runs one connection to completion.
-pub async fn run<S: Storage>(state: Arc<RelayState<S>>, mut socket: WebSocket, ip: IpAddr) {
+pub async fn run<S: Storage>(
+    state: Arc<RelayState<S>>,
+    mut socket: WebSocket,
+    ip: IpAddr,
+    done: FrameDone,
+) {
     let mut nonce = vec![0u8; 32];
     if getrandom::fill(&mut nonce).is_err() {
         let ending = Ending {
@@ -101,7 +107,7 @@ pub async fn run<S: Storage>(state: Arc<RelayState<S>>, mut socket: WebSocket, i
         }
     };
     if control {
-        return run_control(state, socket, agent, nonce).await;
+        return run_control(state, socket, agent, nonce, done).await;
     }
     let mut attached = state.presence.attach(&agent);
     // The agent's previous session, if any, ends first (it was just kicked): its acks are
@@ -152,7 +158,7 @@ pub async fn run<S: Storage>(state: Arc<RelayState<S>>, mut socket: WebSocket, i
         &agent,
         &nonce,
         &mut attached,
-        Some(epoch),
+        (Some(epoch), &done),
     )
     .await;
     // Every ack this session read is committed by now (they are applied before the next
@@ -181,6 +187,7 @@ async fn run_control<S: Storage>(
     mut socket: WebSocket,
     agent: AgentName,
     nonce: Vec<u8>,
+    done: FrameDone,
 ) {
     let (mut attached, _quiet) = state.presence.control();
     if let Err(ending) = welcome(&state, &mut socket, &agent).await {
@@ -198,7 +205,7 @@ async fn run_control<S: Storage>(
         &agent,
         &nonce,
         &mut attached,
-        None,
+        (None, &done),
     )
     .await;
     state.metrics.connections.dec();
@@ -272,7 +279,7 @@ async fn serve<S: Storage>(
     agent: &AgentName,
     nonce: &[u8],
     attached: &mut Attached,
-    lease: Option<Epoch>,
+    (lease, done): (Option<Epoch>, &FrameDone),
 ) -> Option<Ending> {
     let mut shutdown = state.shutdown.clone();
     let mut d = Delivery {
@@ -334,6 +341,8 @@ async fn serve<S: Storage>(
                 }
             }
             incoming = timeout_at(deadline, stream.next()), if sends.len() < PIPELINED => {
+                // The frame is in: its share of the receive budget goes back.
+                done.mark();
                 let text = match incoming {
                     Err(_) => return Some(Ending { code: ErrorCode::BadFrame, message: format!("no frame for {} s; send ping to keep the connection", idle.as_secs()), close: close::GOING_AWAY }),
                     Ok(Some(Err(e))) => {

@@ -7,6 +7,7 @@ use std::sync::{Arc, Mutex};
 use tokio::sync::watch;
 
 use super::RelayConfig;
+use super::inbound::ReceiveBudget;
 use super::limits::{ConnectionLimiter, RateLimiter};
 use super::metrics::Metrics;
 use super::presence::Presence;
@@ -38,6 +39,8 @@ pub struct RelayState<S> {
     pub register_rate: RateLimiter<IpAddr>,
     /// Open sockets, per IP and in all.
     pub connections: Arc<ConnectionLimiter>,
+    /// Room for large frames being received, over all connections.
+    pub receive_budget: ReceiveBudget,
     /// Flips to `true` when the relay shuts down.
     pub shutdown: watch::Receiver<bool>,
     /// Names known to be registered (a retired name is taken out).
@@ -70,6 +73,10 @@ impl<S: Storage> RelayState<S> {
                 config.registration_burst,
             ),
             connections: Arc::new(ConnectionLimiter::new(per_ip, total)),
+            receive_budget: ReceiveBudget::new(
+                config.max_receiving_bytes,
+                config.max_frame_bytes(),
+            ),
             storage,
             config,
             name,

@@ -4,6 +4,7 @@ use jiff::Timestamp;
 use rusqlite::{OptionalExtension, Row, Transaction, params};
 use serde::{Deserialize, Serialize};
 
+use super::attachments::{self, AttachmentInfo};
 use super::deliveries::decode_delivered;
 use super::receipts::{ReceiptRecord, decode_receipts, queue_read_receipt, read_receipts_on};
 use super::search::{FtsIndex, blended_score, candidates, fts_terms};
@@ -92,6 +93,9 @@ pub struct StoredMessage {
     /// Recipients of this sent message whose copy the relay said they took, and when it
     /// said so (they took it no later).
     pub delivered: Vec<(AgentName, Timestamp)>,
+    /// The message's attachments without their bytes (`message.attachments` is empty:
+    /// read one with [`Store::attachment`]).
+    pub attachments: Vec<AttachmentInfo>,
 }
 
 /// Which received messages to list.
@@ -135,7 +139,9 @@ pub(super) const COLUMNS: &str = "json, direction, trust, stored_at, read_at,
     (SELECT json_group_array(json_object('recipient', recipient, 'kind', kind, 'at', at, 'answer', answer))
      FROM receipts WHERE receipts.message_id = id),
     (SELECT json_group_array(json_array(agent, delivered_at))
-     FROM deliveries WHERE deliveries.message_id = id AND delivered_at IS NOT NULL)";
+     FROM deliveries WHERE deliveries.message_id = id AND delivered_at IS NOT NULL),
+    (SELECT json_group_array(json_object('name', name, 'media_type', media_type, 'size', size, 'sha256', sha256))
+     FROM (SELECT name, media_type, size, sha256 FROM attachments WHERE attachments.message_id = id ORDER BY idx))";
 
 /// Subject counts three times the body, the sender twice (as the index's `rank` in migration 1).
 const MESSAGES_FTS: FtsIndex = FtsIndex {
@@ -147,16 +153,17 @@ const MESSAGES_FTS: FtsIndex = FtsIndex {
 };
 
 /// The number of columns in [`COLUMNS`]; a query's own columns follow them.
-pub(super) const COLUMN_COUNT: usize = 8;
+pub(super) const COLUMN_COUNT: usize = 9;
 
 /// A message row: json, direction, trust, stored_at, read_at, bounced recipients, receipts,
-/// deliveries.
+/// deliveries, attachments (without bytes).
 pub(super) type RawRow = (
     String,
     String,
     String,
     i64,
     Option<i64>,
+    Option<String>,
     Option<String>,
     Option<String>,
     Option<String>,
@@ -172,16 +179,24 @@ pub(super) fn from_row(row: &Row<'_>) -> rusqlite::Result<RawRow> {
         row.get(5)?,
         row.get(6)?,
         row.get(7)?,
+        row.get(8)?,
     ))
 }
 
 pub(super) fn decode(raw: RawRow) -> Result<StoredMessage, StoreError> {
-    let (json, direction, trust, stored_at, read_at, bounced, receipts, delivered) = raw;
-    let message: Message = serde_json::from_str(&json).map_err(|e| StoreError::Corrupt {
+    let (json, direction, trust, stored_at, read_at, bounced, receipts, delivered, attached) = raw;
+    let mut message: Message = serde_json::from_str(&json).map_err(|e| StoreError::Corrupt {
         what: "message",
         detail: e.to_string(),
     })?;
+    // A message stored before migration 8 carries its attachments in its JSON.
+    let mut attachments = attachments::infos(attached.as_deref())?;
+    if attachments.is_empty() {
+        attachments = message.attachments.iter().map(AttachmentInfo::of).collect();
+    }
+    message.attachments.clear();
     Ok(StoredMessage {
+        attachments,
         message,
         direction: if direction == "out" {
             Direction::Out
@@ -253,7 +268,7 @@ pub(super) fn insert_batch(
     )?;
     for (m, direction, trust) in batch {
         let sent_at = to_ms(m.sent_at);
-        let json = serde_json::to_string(m).expect("a message always serializes");
+        let json = attachments::bare_json(m);
         // Own mail is born read.
         let read_at = (*direction == Direction::Out).then_some(now);
         let n = insert.execute(params![
@@ -274,6 +289,7 @@ pub(super) fn insert_batch(
         // The thread row may follow its first message: the foreign key is deferred.
         if n == 1 {
             thread.execute(params![m.thread.to_string(), m.subject, sent_at])?;
+            attachments::insert(tx, m)?;
         }
         inserted.push(n == 1);
     }

@@ -203,6 +203,24 @@ const MIGRATIONS: &[&str] = &[
     ) STRICT, WITHOUT ROWID;
     CREATE INDEX deliveries_open ON deliveries(relay, taken_at, message_id, agent) WHERE open = 1;
     "#,
+    // 8: attachments in a table of their own, the bytes last in each row, so a listing reads
+    // names and sizes without touching the bytes' overflow pages. Messages stored before
+    // keep theirs in their JSON (`store/attachments.rs` reads both).
+    r#"
+    CREATE TABLE attachments (
+        message_id TEXT NOT NULL,
+        idx        INTEGER NOT NULL CHECK (idx >= 0),
+        name       TEXT NOT NULL,
+        media_type TEXT NOT NULL,
+        size       INTEGER NOT NULL CHECK (size >= 0),
+        sha256     TEXT NOT NULL,
+        bytes      BLOB NOT NULL,
+        PRIMARY KEY (message_id, idx)
+    ) STRICT;
+    CREATE TRIGGER attachments_delete AFTER DELETE ON messages BEGIN
+        DELETE FROM attachments WHERE message_id = old.id;
+    END;
+    "#,
 ];
 
 /// The schema version this build writes.

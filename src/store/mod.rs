@@ -4,6 +4,7 @@
 //! [`Store`] is synchronous; async code goes through [`StoreHandle`], which runs it on a
 //! dedicated thread so SQLite never blocks the runtime.
 
+mod attachments;
 mod contacts;
 mod deliveries;
 mod error;
@@ -26,6 +27,7 @@ use std::time::Duration;
 
 use rusqlite::{Connection, OpenFlags};
 
+pub use attachments::AttachmentInfo;
 pub use contacts::{Contact, KeyCheck};
 pub use deliveries::{Delivery, OpenCopy};
 pub use error::StoreError;

@@ -5,6 +5,7 @@ use rusqlite::{OptionalExtension, Transaction, params};
 
 use jiff::Timestamp;
 
+use super::attachments;
 use super::deliveries;
 use super::messages::{Direction, Trust, insert_batch};
 use super::time::to_ms;
@@ -82,7 +83,12 @@ impl Store {
         })?;
         rows.map(|row| {
             let (json, attempts, last_error, failed) = row?;
-            decode(json, attempts, last_error, failed)
+            let mut item = decode(json, attempts, last_error, failed)?;
+            // The row holds the message without its attachments (store/attachments.rs).
+            if item.message.attachments.is_empty() {
+                item.message.attachments = attachments::all_of(&self.conn, &item.message.id)?;
+            }
+            Ok(item)
         })
         .collect()
     }

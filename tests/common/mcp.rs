@@ -15,7 +15,7 @@ use rmcp::model::CallToolResult;
 use serde_json::{Value, json};
 
 /// Every tool `mailslot mcp` offers, sorted (no approve tool).
-pub const TOOLS: [&str; 20] = [
+pub const TOOLS: [&str; 21] = [
     "acknowledge",
     "contacts",
     "directory",
@@ -29,6 +29,7 @@ pub const TOOLS: [&str; 20] = [
     "reply",
     "reply_all",
     "request_contact",
+    "save_attachment",
     "search",
     "send",
     "sent",
