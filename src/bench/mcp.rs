@@ -131,6 +131,9 @@ async fn measure(args: &McpBenchArgs) -> anyhow::Result<Vec<Summary>> {
         total,
     ));
     rows.push(Summary::new("send -> recipient channel event", rang, total));
+    if args.attachments > 0 {
+        rows.extend(attachment_rows(&alice, &mut bob, home.path(), args).await?);
+    }
     // Claude Code hooks with the unread mail bob now has: a whole process each time. A fresh
     // session has not seen the mail and gets the digest; after every tool call of a session
     // that has (the common case: nothing new since the last call) the hook prints nothing.
@@ -161,6 +164,59 @@ async fn measure(args: &McpBenchArgs) -> anyhow::Result<Vec<Summary>> {
     }
     relay.shutdown().await;
     Ok(rows)
+}
+
+/// Sends `args.attachments` messages with a file of `args.attachment_mib` MiB (random bytes,
+/// so nothing compresses) from alice's working directory: the tool call until the relay
+/// took it (read, stored, sealed, written durably at the relay), and until bob's doorbell.
+async fn attachment_rows(
+    alice: &Driver,
+    bob: &mut Driver,
+    dir: &std::path::Path,
+    args: &McpBenchArgs,
+) -> anyhow::Result<Vec<Summary>> {
+    let mut rng = super::corpus::Rng::new(7);
+    let bytes: Vec<u8> = (0..args.attachment_mib as usize * 1024 * 1024 / 8)
+        .flat_map(|_| rng.next_u64().to_le_bytes())
+        .collect();
+    let file = dir.join("bench-attachment.bin");
+    std::fs::write(&file, &bytes)?;
+    let path = file.to_str().context("the temp folder's path is not UTF-8")?;
+    let (mut answered, mut rang) = (Vec::new(), Vec::new());
+    let start = Instant::now();
+    for i in 0..args.attachments {
+        let t = Instant::now();
+        let sent = alice
+            .ok(
+                "send",
+                json!({ "to": ["bob"], "subject": format!("file {i}"), "body": "attached",
+                        "attachments": [{ "path": path }] }),
+            )
+            .await?;
+        answered.push(t.elapsed());
+        if sent["status"] != "sent" {
+            bail!("message {i} with an attachment was not sent: {sent}");
+        }
+        let event = bob.channel_event().await?;
+        rang.push(t.elapsed());
+        if event["meta"]["message_id"] != sent["message_id"] {
+            bail!("bob's doorbell rang for another message: {event}");
+        }
+    }
+    let total = start.elapsed();
+    let mib = args.attachment_mib;
+    Ok(vec![
+        Summary::new(
+            format!("send tool call, {mib} MiB attachment (relay accepted)"),
+            answered,
+            total,
+        ),
+        Summary::new(
+            format!("send, {mib} MiB attachment -> recipient channel event"),
+            rang,
+            total,
+        ),
+    ])
 }
 
 /// Runs `mailslot --agent bob hook KIND` `n` times as Claude Code would: each time as a new

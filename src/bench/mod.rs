@@ -45,6 +45,12 @@ pub struct McpBenchArgs {
     /// Body bytes per message
     #[arg(long, default_value_t = 1024, value_parser = clap::value_parser!(u32).range(1..=60_000))]
     pub size: u32,
+    /// Messages sent with one attachment of --attachment-mib each (0: none)
+    #[arg(long, default_value_t = 20, value_parser = clap::value_parser!(u32).range(0..=1_000))]
+    pub attachments: u32,
+    /// The attachment's size in MiB
+    #[arg(long, default_value_t = 5, value_parser = clap::value_parser!(u32).range(1..=8))]
+    pub attachment_mib: u32,
     /// Also measure `inbox` and `search` (as many calls each as --calls) for an agent whose
     /// store holds this many unread messages; one agent per size, comma-separated
     #[arg(long, value_delimiter = ',', default_value = "10000", value_parser = clap::value_parser!(u32).range(20..=1_000_000))]

@@ -118,7 +118,9 @@ impl Driver {
         era: Era,
     ) -> anyhow::Result<Self> {
         let mut cmd = tokio::process::Command::new(exe);
+        // The home is its working directory: files it may attach are those under it.
         cmd.args(["--agent", agent, "--relay", relay.as_str(), "mcp"])
+            .current_dir(home)
             .env_clear()
             .env(crate::config::ENV_HOME, home)
             .env(crate::config::ENV_LOG, "warn");
