@@ -181,7 +181,9 @@ async fn attachment_rows(
         .collect();
     let file = dir.join("bench-attachment.bin");
     std::fs::write(&file, &bytes)?;
-    let path = file.to_str().context("the temp folder's path is not UTF-8")?;
+    let path = file
+        .to_str()
+        .context("the temp folder's path is not UTF-8")?;
     let (mut answered, mut rang) = (Vec::new(), Vec::new());
     let start = Instant::now();
     for i in 0..args.attachments {
