@@ -368,3 +368,89 @@ fn a_flipped_byte_in_a_sealed_attachment_fails_verification() {
         Err(OpenError::Decrypt)
     ));
 }
+
+/// `mailslot mcp` for `name` in working directory `dir`, its client declaring `roots`.
+async fn spawn_with_roots(
+    dir: &Path,
+    roots: &[&Path],
+    home: &Path,
+    name: &str,
+    relay: &mailslot::client::RelayUrl,
+) -> McpClient {
+    let mut cmd = tokio::process::Command::new(env!("CARGO_BIN_EXE_mailslot"));
+    cmd.args(["--agent", name, "--relay", relay.as_str(), "mcp"])
+        .current_dir(dir)
+        .env_clear()
+        .env("MAILSLOT_HOME", home)
+        .env("MAILSLOT_LOG", "warn");
+    let transport = rmcp::transport::TokioChildProcess::new(cmd).expect("mailslot mcp starts");
+    let uris = roots
+        .iter()
+        .map(|r| format!("file://{}", r.display()))
+        .collect();
+    McpClient::connect_with_roots(transport, Era::Legacy, uris).await
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_client_with_roots_attaches_and_saves_inside_them_only_not_in_the_working_directory() {
+    let relay = TestRelay::start(|_| {}).await;
+    let home = tempfile::tempdir().unwrap();
+    let (cwd, root, bob_root) = (
+        tempfile::tempdir().unwrap(),
+        tempfile::tempdir().unwrap(),
+        tempfile::tempdir().unwrap(),
+    );
+    let alice =
+        spawn_with_roots(cwd.path(), &[root.path()], home.path(), "alice", &relay.url).await;
+    let mut bob = spawn_with_roots(
+        cwd.path(),
+        &[bob_root.path()],
+        home.path(),
+        "bob",
+        &relay.url,
+    )
+    .await;
+    std::fs::write(root.path().join("report.txt"), "inside the root").unwrap();
+    let in_cwd = cwd.path().join("cwd.txt");
+    std::fs::write(&in_cwd, "the working directory is not a root").unwrap();
+    let send = |attachment: Value| json!({ "to": ["bob"], "subject": "s", "body": "b", "attachments": [attachment] });
+
+    // A root declared, the working directory no longer counts.
+    let e = alice.err("send", send(json!({ "path": in_cwd }))).await;
+    assert!(
+        e.contains(&in_cwd.display().to_string())
+            && e.contains("outside the folders")
+            && e.contains("roots"),
+        "{e}"
+    );
+    // A relative path is read against the first root.
+    let sent = alice
+        .ok("send", send(json!({ "path": "report.txt" })))
+        .await;
+    assert_eq!(sent["status"], "sent", "{sent}");
+    let rung = bob.channel_event().await;
+    let id = rung["meta"]["message_id"].as_str().unwrap().to_owned();
+    assert_eq!(id, sent["message_id"].as_str().unwrap());
+
+    // Bob saves inside his root (a relative path lands there), never in his working directory.
+    let saved = bob
+        .ok(
+            "save_attachment",
+            json!({ "message_id": id, "index": 0, "path": "report.txt" }),
+        )
+        .await;
+    assert_eq!(saved["sha256"], sha256_hex(b"inside the root"));
+    assert_eq!(
+        std::fs::read_to_string(bob_root.path().join("report.txt")).unwrap(),
+        "inside the root"
+    );
+    let outside = cwd.path().join("saved.txt");
+    let refused = bob
+        .err(
+            "save_attachment",
+            json!({ "message_id": id, "index": 0, "path": outside }),
+        )
+        .await;
+    assert!(refused.contains("outside the folders"), "{refused}");
+    assert!(!outside.exists());
+}

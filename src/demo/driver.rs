@@ -7,10 +7,11 @@ use std::time::Duration;
 
 use anyhow::{Context, anyhow, bail};
 use rmcp::model::{
-    CallToolRequestParams, CallToolResult, CustomNotification, ProtocolVersion,
-    ReadResourceRequestParams, ResourceContents, ResourceUpdatedNotificationParam,
+    CallToolRequestParams, CallToolResult, ClientCapabilities, ClientConfig, CustomNotification,
+    ErrorData, ProtocolVersion, ReadResourceRequestParams, ResourceContents,
+    ResourceUpdatedNotificationParam,
 };
-use rmcp::service::{NotificationContext, RunningService};
+use rmcp::service::{NotificationContext, RequestContext, RunningService};
 use rmcp::{ClientHandler, ClientLifecycleMode, ClientServiceExt, RoleClient};
 use serde_json::Value;
 use tokio::sync::mpsc;
@@ -34,19 +35,46 @@ pub enum Pushed {
 
 /// A client handler that records every push on a channel.
 #[derive(Clone)]
-pub struct Recorder(mpsc::UnboundedSender<Pushed>);
+pub struct Recorder {
+    pushed: mpsc::UnboundedSender<Pushed>,
+    /// `file://` URIs this client declares as its roots; none declares no roots capability.
+    roots: Vec<String>,
+}
 
+// Roots are deprecated by SEP-2577, but today's clients declare them and `mailslot mcp` reads
+// them (`mcp/attach.rs`), so the tests' client can too.
+#[allow(deprecated)]
 impl ClientHandler for Recorder {
+    fn get_info(&self) -> ClientConfig {
+        let mut info = ClientConfig::default();
+        if !self.roots.is_empty() {
+            info.capabilities = ClientCapabilities::builder().enable_roots().build();
+        }
+        info
+    }
+
+    async fn list_roots(
+        &self,
+        _context: RequestContext<RoleClient>,
+    ) -> Result<rmcp::model::ListRootsResult, ErrorData> {
+        Ok(rmcp::model::ListRootsResult::new(
+            self.roots
+                .iter()
+                .map(|uri| rmcp::model::Root::new(uri.clone()))
+                .collect(),
+        ))
+    }
+
     async fn on_resource_updated(
         &self,
         params: ResourceUpdatedNotificationParam,
         _context: NotificationContext<RoleClient>,
     ) {
-        let _ = self.0.send(Pushed::Updated(params.uri));
+        let _ = self.pushed.send(Pushed::Updated(params.uri));
     }
 
     async fn on_resource_list_changed(&self, _context: NotificationContext<RoleClient>) {
-        let _ = self.0.send(Pushed::ListChanged);
+        let _ = self.pushed.send(Pushed::ListChanged);
     }
 
     async fn on_custom_notification(
@@ -54,7 +82,7 @@ impl ClientHandler for Recorder {
         notification: CustomNotification,
         _context: NotificationContext<RoleClient>,
     ) {
-        let _ = self.0.send(Pushed::Custom(
+        let _ = self.pushed.send(Pushed::Custom(
             notification.method,
             notification.params.unwrap_or(Value::Null),
         ));
@@ -82,8 +110,22 @@ pub struct Driver {
 }
 
 impl Driver {
-    /// Connects over `transport` in `era`.
+    /// Connects over `transport` in `era`, declaring no roots.
     pub async fn connect<T, E, A>(transport: T, era: Era) -> anyhow::Result<Self>
+    where
+        T: rmcp::transport::IntoTransport<RoleClient, E, A>,
+        E: std::error::Error + Send + Sync + 'static,
+    {
+        Self::connect_with_roots(transport, era, Vec::new()).await
+    }
+
+    /// Connects over `transport` in `era`, declaring the roots capability with these
+    /// `file://` URIs when there are any.
+    pub async fn connect_with_roots<T, E, A>(
+        transport: T,
+        era: Era,
+        roots: Vec<String>,
+    ) -> anyhow::Result<Self>
     where
         T: rmcp::transport::IntoTransport<RoleClient, E, A>,
         E: std::error::Error + Send + Sync + 'static,
@@ -97,7 +139,7 @@ impl Driver {
         };
         let client = tokio::time::timeout(
             WAIT,
-            Recorder(tx).serve_with_lifecycle(transport, lifecycle),
+            Recorder { pushed: tx, roots }.serve_with_lifecycle(transport, lifecycle),
         )
         .await
         .context("the MCP server did not answer")??;

@@ -81,6 +81,19 @@ impl McpClient {
         )
     }
 
+    /// Connects over `transport`, declaring these `file://` roots.
+    pub async fn connect_with_roots<T, E, A>(transport: T, era: Era, roots: Vec<String>) -> Self
+    where
+        T: rmcp::transport::IntoTransport<rmcp::RoleClient, E, A>,
+        E: std::error::Error + Send + Sync + 'static,
+    {
+        Self(
+            Driver::connect_with_roots(transport, era, roots)
+                .await
+                .expect("the MCP session starts"),
+        )
+    }
+
     /// Calls a tool; the raw result (check `is_error`).
     pub async fn call(&self, tool: &str, args: Value) -> CallToolResult {
         self.0.call(tool, args).await.unwrap()
