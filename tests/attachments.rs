@@ -400,6 +400,7 @@ async fn a_client_with_roots_attaches_and_saves_inside_them_only_not_in_the_work
         tempfile::tempdir().unwrap(),
         tempfile::tempdir().unwrap(),
     );
+    register(home.path(), "bob", &relay.url);
     let alice =
         spawn_with_roots(cwd.path(), &[root.path()], home.path(), "alice", &relay.url).await;
     let mut bob = spawn_with_roots(

@@ -53,7 +53,9 @@ fn state_is(state: &'static str) -> impl Fn(&Value) -> bool {
 async fn delivered_reaches_the_sender_once_with_its_time_and_a_waiting_copy_stays_sent() {
     let relay = TestRelay::start(|_| {}).await;
     let home = tempfile::tempdir().unwrap();
+    // Registered before their sessions start, so no send races a registration.
     register(home.path(), "bob", &relay.url);
+    register(home.path(), "carol", &relay.url);
     let mut alice = spawn_mcp(home.path(), "alice", &relay.url, Era::Legacy).await;
     let mut carol = spawn_mcp(home.path(), "carol", &relay.url, Era::Legacy).await;
     subscribe_sent(&alice).await;
@@ -232,6 +234,8 @@ async fn a_copy_that_expires_bounces_to_the_sender_with_a_ring_and_is_never_deli
     // Later checks leave it bounced (a later send to carol shows one ran): a bounced copy is
     // never asked about again, so the relay's "gone" after alice acknowledged the bounce
     // cannot turn it into a delivery.
+    // Registered before its session starts, so the send cannot race its registration.
+    register(home.path(), "carol", &relay.url);
     let mut carol = spawn_mcp(home.path(), "carol", &relay.url, Era::Legacy).await;
     let later = alice.ok("send", send_args(&["carol"], "later", "y")).await;
     carol.channel_event().await;

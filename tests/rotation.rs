@@ -226,7 +226,10 @@ async fn a_running_mcp_session_follows_a_signed_rotation_without_an_alarm() {
     let relay = TestRelay::start(|_| {}).await;
     let home = tempfile::tempdir().unwrap();
     let home = home.path();
-    cli_json(home, &relay, "bob", &["init"]).await;
+    // Both registered before alice's session starts, so bob's first send cannot race it.
+    for name in ["alice", "bob"] {
+        cli_json(home, &relay, name, &["init"]).await;
+    }
     let mut alice = spawn_mcp(home, "alice", &relay.url, Era::Legacy).await;
     // Bob pins alice by writing to her; her session pins bob by opening it.
     let before = send(home, &relay, "bob", "alice", "before").await;
