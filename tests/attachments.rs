@@ -112,7 +112,12 @@ async fn text_and_a_5_mib_binary_go_through_intact_by_resource_save_and_cli() {
                     ] }),
         )
         .await;
-    assert_eq!(sent["status"], "sent", "{sent}");
+    // Sealing 5 MiB in a debug build beside the other tests can take longer than the 5 s the
+    // tool waits for the relay; then it says queued and sends it anyway. Bob's copy is the proof.
+    assert!(
+        sent["status"] == "sent" || sent["status"] == "queued",
+        "{sent}"
+    );
     let id = sent["message_id"].clone();
     wait_for_message(&bob, &id).await;
 
