@@ -49,6 +49,7 @@ TOOLS = sorted(
         "reply",
         "reply_all",
         "request_contact",
+        "save_attachment",
         "search",
         "send",
         "sent",
@@ -162,11 +163,20 @@ async def surface(era: str, client: Client, who: str) -> None:
     passed(era, f"tools/list: the {len(TOOLS)} tools, each with a description, annotations, an output schema")
 
     uris = {str(r.uri) for r in (await client.list_resources()).resources}
-    for uri in (INBOX, "mailslot://memory", "mailslot://identity", "mailslot://directory"):
+    for uri in (INBOX, "mailslot://sent", "mailslot://memory", "mailslot://identity", "mailslot://directory"):
         check(uri in uris, f"resources/list lacks {uri}", sorted(uris))
-    templates = (await client.list_resource_templates()).resource_templates
-    check(len(templates) == 2, "resources/templates/list", [t.uri_template for t in templates])
-    passed(era, "resources/list: inbox, memory, identity, directory; 2 templates")
+    templates = sorted(t.uri_template for t in (await client.list_resource_templates()).resource_templates)
+    check(
+        templates
+        == [
+            "mailslot://messages/{message_id}",
+            "mailslot://messages/{message_id}/attachments/{index}",
+            "mailslot://threads/{thread_id}",
+        ],
+        "resources/templates/list",
+        templates,
+    )
+    passed(era, "resources/list: inbox, sent, memory, identity, directory; message, attachment and thread templates")
 
     prompts = sorted(p.name for p in (await client.list_prompts()).prompts)
     check(prompts == ["reply", "startup", "triage"], "prompts/list", prompts)
