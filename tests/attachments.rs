@@ -44,14 +44,7 @@ async fn spawn_in(
     name: &str,
     relay: &mailslot::client::RelayUrl,
 ) -> McpClient {
-    let mut cmd = tokio::process::Command::new(env!("CARGO_BIN_EXE_mailslot"));
-    cmd.args(["--agent", name, "--relay", relay.as_str(), "mcp"])
-        .current_dir(dir)
-        .env_clear()
-        .env("MAILSLOT_HOME", home)
-        .env("MAILSLOT_LOG", "warn");
-    let transport = rmcp::transport::TokioChildProcess::new(cmd).expect("mailslot mcp starts");
-    McpClient::connect(transport, Era::Legacy).await
+    spawn_with_roots(dir, &[], home, name, relay).await
 }
 
 /// Reads a resource; its text or its decoded blob, and its media type.

@@ -23,14 +23,9 @@ async fn subscribe_sent(c: &McpClient) {
 
 /// The sent tool's entry for `id`.
 async fn sent_entry(c: &McpClient, id: &Value) -> Value {
-    let list = c.ok("sent", json!({ "limit": 50 })).await;
-    list["messages"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .find(|m| m["message_id"] == *id)
-        .cloned()
-        .unwrap_or_else(|| panic!("{id} is not in the sent view: {list}"))
+    c.sent_entry(json!({ "limit": 50 }), id)
+        .await
+        .unwrap_or_else(|| panic!("{id} is not in the sent view"))
 }
 
 /// Waits, push by push, until the sent entry for `id` satisfies `done`; the entry.

@@ -13,21 +13,6 @@ fn message_id(v: &Value) -> MessageId {
     MessageId::parse(v["message_id"].as_str().unwrap()).unwrap()
 }
 
-/// The sent tool's entry for `id`.
-async fn sent_entry(c: &McpClient, id: &Value, state: Option<&str>) -> Option<Value> {
-    let args = match state {
-        Some(s) => json!({ "state": s }),
-        None => json!({}),
-    };
-    let list = c.ok("sent", args).await;
-    list["messages"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .find(|m| m["message_id"] == *id)
-        .cloned()
-}
-
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn importance_is_framed_and_filtered_and_an_acknowledgement_reaches_the_sender_once() {
     let relay = TestRelay::start(|_| {}).await;
@@ -215,7 +200,8 @@ async fn importance_is_framed_and_filtered_and_an_acknowledgement_reaches_the_se
         "{outside}"
     );
 
-    let entry = sent_entry(&alice, &fire["message_id"], Some("acknowledged"))
+    let entry = alice
+        .sent_entry(json!({ "state": "acknowledged" }), &fire["message_id"])
         .await
         .expect("listed as acknowledged");
     assert_eq!(entry["state"], "acknowledged");
@@ -227,7 +213,8 @@ async fn importance_is_framed_and_filtered_and_an_acknowledgement_reaches_the_se
         "{fenced}"
     );
     assert!(
-        sent_entry(&alice, &routine["message_id"], Some("acknowledged"))
+        alice
+            .sent_entry(json!({ "state": "acknowledged" }), &routine["message_id"])
             .await
             .is_none()
     );
@@ -251,7 +238,10 @@ async fn importance_is_framed_and_filtered_and_an_acknowledgement_reaches_the_se
         .await;
     let next = alice.channel_event().await;
     assert_eq!(next["meta"]["kind"], "message", "{next}");
-    let entry = sent_entry(&alice, &fire["message_id"], None).await.unwrap();
+    let entry = alice
+        .sent_entry(json!({}), &fire["message_id"])
+        .await
+        .unwrap();
     assert_eq!(entry["recipients"].as_array().unwrap().len(), 1);
 }
 
@@ -317,7 +307,10 @@ async fn receipts_from_strangers_for_unsent_mail_or_twice_change_nothing() {
     );
     assert!(next["content"].as_str().unwrap().contains("sentinel"));
 
-    let entry = sent_entry(&alice, &plan["message_id"], None).await.unwrap();
+    let entry = alice
+        .sent_entry(json!({}), &plan["message_id"])
+        .await
+        .unwrap();
     assert_eq!(entry["state"], "acknowledged");
     let recipients = entry["recipients"].as_array().unwrap();
     assert_eq!(recipients.len(), 1);
@@ -394,7 +387,10 @@ async fn read_receipts_go_out_only_when_the_owner_turned_them_on() {
     assert_eq!(next["meta"]["kind"], "message", "{next}");
     assert_eq!(next["meta"]["from"], "erin");
 
-    let entry = sent_entry(&alice, &sent["message_id"], None).await.unwrap();
+    let entry = alice
+        .sent_entry(json!({}), &sent["message_id"])
+        .await
+        .unwrap();
     assert_eq!(entry["state"], "sent", "the weakest copy decides: {entry}");
     let states: Vec<(&str, &str)> = entry["recipients"]
         .as_array()

@@ -74,6 +74,17 @@ pub(super) fn insert(tx: &Transaction<'_>, m: &Message) -> Result<(), StoreError
     Ok(())
 }
 
+/// An attachment from `SELECT name, media_type, size, sha256, bytes`.
+fn attachment_row(r: &rusqlite::Row<'_>) -> rusqlite::Result<Attachment> {
+    Ok(Attachment {
+        name: r.get(0)?,
+        media_type: r.get(1)?,
+        size: r.get(2)?,
+        sha256: r.get(3)?,
+        bytes: r.get(4)?,
+    })
+}
+
 /// Every attachment of message `id`, bytes and all, in order (for sending it).
 pub(super) fn all_of(
     conn: &rusqlite::Connection,
@@ -82,15 +93,7 @@ pub(super) fn all_of(
     let mut stmt = conn.prepare_cached(
         "SELECT name, media_type, size, sha256, bytes FROM attachments WHERE message_id = ?1 ORDER BY idx",
     )?;
-    let rows = stmt.query_map([id.to_string()], |r| {
-        Ok(Attachment {
-            name: r.get(0)?,
-            media_type: r.get(1)?,
-            size: r.get(2)?,
-            sha256: r.get(3)?,
-            bytes: r.get(4)?,
-        })
-    })?;
+    let rows = stmt.query_map([id.to_string()], attachment_row)?;
     Ok(rows.collect::<Result<_, _>>()?)
 }
 
@@ -107,15 +110,7 @@ impl Store {
             .query_row(
                 "SELECT name, media_type, size, sha256, bytes FROM attachments WHERE message_id = ?1 AND idx = ?2",
                 params![id.to_string(), index as i64],
-                |r| {
-                    Ok(Attachment {
-                        name: r.get(0)?,
-                        media_type: r.get(1)?,
-                        size: r.get(2)?,
-                        sha256: r.get(3)?,
-                        bytes: r.get(4)?,
-                    })
-                },
+                attachment_row,
             )
             .optional()?;
         if found.is_some() {

@@ -106,15 +106,7 @@ impl Store {
         let fingerprint = keys.fingerprint();
         let keys_json = serde_json::to_string(keys).expect("keys always serialize");
         let tx = self.write_tx()?;
-        tx.execute(
-            "UPDATE contacts SET keys = ?2, fingerprint = ?3, last_seen = ?4 WHERE address = ?1",
-            params![
-                address.to_string(),
-                keys_json,
-                fingerprint.as_str(),
-                to_ms(now_millis())
-            ],
-        )?;
+        move_pin(&tx, address, &keys_json, &fingerprint)?;
         tx.execute(
             "DELETE FROM key_changes WHERE address = ?1 AND presented = ?2",
             params![address.to_string(), fingerprint.as_str()],
@@ -145,15 +137,7 @@ impl Store {
         let Some((keys_json, before)) = found else {
             return Ok(None);
         };
-        tx.execute(
-            "UPDATE contacts SET keys = ?2, fingerprint = ?3, last_seen = ?4 WHERE address = ?1",
-            params![
-                address.to_string(),
-                keys_json,
-                fingerprint.as_str(),
-                to_ms(now_millis())
-            ],
-        )?;
+        move_pin(&tx, address, &keys_json, fingerprint)?;
         tx.execute(
             "DELETE FROM key_changes WHERE address = ?1",
             [address.to_string()],
@@ -227,4 +211,24 @@ impl Store {
         })
         .collect()
     }
+}
+
+/// Replaces the keys pinned for `address` (a rotation followed, or a change the owner
+/// accepted).
+fn move_pin(
+    tx: &rusqlite::Transaction<'_>,
+    address: &Address,
+    keys_json: &str,
+    fingerprint: &Fingerprint,
+) -> Result<(), StoreError> {
+    tx.execute(
+        "UPDATE contacts SET keys = ?2, fingerprint = ?3, last_seen = ?4 WHERE address = ?1",
+        params![
+            address.to_string(),
+            keys_json,
+            fingerprint.as_str(),
+            to_ms(now_millis())
+        ],
+    )?;
+    Ok(())
 }

@@ -4,7 +4,7 @@ use jiff::Timestamp;
 use rusqlite::{Row, params};
 use serde::Serialize;
 
-use super::search::{FtsIndex, blended_score, candidates, fts_terms};
+use super::search::{FtsIndex, fts_terms, ranked};
 use super::time::{from_ms, to_ms};
 use super::{Store, StoreError};
 use crate::protocol::{MemoryId, ValidationError, now_millis};
@@ -238,21 +238,12 @@ impl Store {
         if terms.is_empty() {
             return Ok(Vec::new());
         }
-        // Ranked on the index and the update time alone; only the memories returned are read
-        // whole, not every candidate.
-        let now = now_millis();
-        let mut scored = Vec::new();
-        for (seq, bm25, updated_at) in candidates(&self.conn, MEMORIES_FTS, &terms, limit)? {
-            scored.push((blended_score(bm25, from_ms(updated_at)?, now), seq));
-        }
-        scored.sort_by(|a, b| b.0.total_cmp(&a.0));
         let mut by_seq = self.conn.prepare_cached(&format!(
             "SELECT {COLUMNS} FROM memories m WHERE m.seq = ?1"
         ))?;
-        scored
+        ranked(&self.conn, MEMORIES_FTS, &terms, limit)?
             .into_iter()
-            .take(limit)
-            .map(|(score, seq)| {
+            .map(|(seq, score)| {
                 Ok(Recalled {
                     memory: decode(by_seq.query_row([seq], from_row)?)?,
                     score,

@@ -7,7 +7,7 @@ use serde::{Deserialize, Serialize};
 use super::attachments::{self, AttachmentInfo};
 use super::deliveries::decode_delivered;
 use super::receipts::{ReceiptRecord, decode_receipts, queue_read_receipt, read_receipts_on};
-use super::search::{FtsIndex, blended_score, candidates, fts_terms};
+use super::search::{FtsIndex, fts_terms, ranked};
 use super::time::{from_ms, to_ms};
 use super::{Store, StoreError};
 use crate::protocol::{Address, AgentName, Importance, Message, MessageId, ThreadId, now_millis};
@@ -434,21 +434,13 @@ impl Store {
         if terms.is_empty() {
             return Ok(Vec::new());
         }
-        // Ranked on the index and the send time alone; only the messages returned are read
-        // whole (their JSON, bounces and receipts), not every candidate.
-        let now = now_millis();
-        let mut scored = Vec::new();
-        for (seq, bm25, sent_at) in candidates(&self.conn, MESSAGES_FTS, &terms, limit)? {
-            scored.push((blended_score(bm25, from_ms(sent_at)?, now), seq));
-        }
-        scored.sort_by(|a, b| b.0.total_cmp(&a.0));
+        // Only the messages returned are read whole (their JSON, bounces and receipts).
         let mut by_seq = self
             .conn
             .prepare_cached(&format!("SELECT {COLUMNS} FROM messages WHERE seq = ?1"))?;
-        scored
+        ranked(&self.conn, MESSAGES_FTS, &terms, limit)?
             .into_iter()
-            .take(limit)
-            .map(|(_, seq)| decode(by_seq.query_row([seq], from_row)?))
+            .map(|(seq, _)| decode(by_seq.query_row([seq], from_row)?))
             .collect()
     }
 

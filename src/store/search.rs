@@ -6,7 +6,9 @@ use std::collections::HashMap;
 use jiff::Timestamp;
 use rusqlite::{Connection, params};
 
-use crate::protocol::ValidationError;
+use super::StoreError;
+use super::time::from_ms;
+use crate::protocol::{ValidationError, now_millis};
 
 /// The longest search or recall query, in characters.
 pub const MAX_QUERY_CHARS: usize = 1000;
@@ -18,7 +20,7 @@ const CANDIDATES_PER_RESULT: usize = 5;
 const MIN_CANDIDATES: usize = 50;
 const MAX_CANDIDATES: usize = 200;
 /// A query with at most this many matches has every match scored; beyond it, the matches of
-/// its rarer words (up to this many) and its newest this many matches are (see [`candidates`]).
+/// its rarer words (up to this many) and its newest this many matches are (see [`ranked`]).
 const SCORED: usize = 400;
 /// Recency's weight halves every this many days.
 const HALF_LIFE_DAYS: f64 = 30.0;
@@ -59,24 +61,24 @@ pub(super) fn fts_terms(text: &str) -> Result<Vec<String>, ValidationError> {
         .collect())
 }
 
-/// The best text matches of any of `terms` by BM25 (lower is better), enough to re-rank for
-/// `limit` results (5 each, 50 to 200), as `(rowid, bm25, time)`, the time read from the
-/// indexed table in the same pass.
+/// The rows of `index` best matching any of `terms`, best first, at most `limit`, as
+/// `(rowid, score)`: BM25 blended with recency (see [`blended_score`]), higher is better.
+/// Ranked on the index and the rows' times alone; callers read only what is returned.
 ///
-/// Scoring costs about a microsecond per match, and FTS5's `bm25` first walks every match of
-/// each word to weigh it, while a common word matches tens of thousands of rows. So every
-/// match is scored only when the words together match at most [`SCORED`] rows. Otherwise the
-/// candidates are the matches of the query's rare words (each in at most [`SCORED`] rows,
-/// rarest first, up to [`SCORED`] together), scored on those words alone; and when no word is
-/// rare, the newest [`SCORED`] matches. A row that holds only common words is then found only
-/// if it is among the newest.
-pub(super) fn candidates(
+/// The best BM25 matches are re-ranked, 5 per result asked (50 to 200). Scoring costs about
+/// a microsecond per match, and FTS5's `bm25` first walks every match of each word to weigh
+/// it, while a common word matches tens of thousands of rows. So every match is scored only
+/// when the words together match at most [`SCORED`] rows. Otherwise the candidates are the
+/// matches of the query's rare words (rarest first, at most [`SCORED`] together), scored on
+/// those words alone; and when no word is rare, the newest [`SCORED`] matches. A row that
+/// holds only common words is then found only if it is among the newest.
+pub(super) fn ranked(
     conn: &Connection,
     index: FtsIndex,
     terms: &[String],
     limit: usize,
-) -> rusqlite::Result<Vec<(i64, f64, i64)>> {
-    let depth = (limit * CANDIDATES_PER_RESULT).clamp(MIN_CANDIDATES, MAX_CANDIDATES) as i64;
+) -> Result<Vec<(i64, f64)>, StoreError> {
+    let depth = (limit * CANDIDATES_PER_RESULT).clamp(MIN_CANDIDATES, MAX_CANDIDATES);
     let FtsIndex {
         name,
         weights,
@@ -97,53 +99,42 @@ pub(super) fn candidates(
     let mut best = conn.prepare_cached(&format!(
         "SELECT rowid, bm25({name}, {weights}) AS score FROM {name} WHERE {name} MATCH ?1 ORDER BY score LIMIT ?2"
     ))?;
-    if matches(&any)? <= SCORED {
-        let mut all = conn.prepare_cached(&format!(
-            "SELECT t.seq, hit.score, t.{time}
-             FROM (SELECT rowid, bm25({name}, {weights}) AS score FROM {name} WHERE {name} MATCH ?1 ORDER BY score LIMIT ?2) AS hit
-             JOIN {table} t ON t.seq = hit.rowid AND {findable}"
-        ))?;
-        return all
-            .query_map(params![any, depth], |r| {
-                Ok((r.get(0)?, r.get(1)?, r.get(2)?))
-            })?
-            .collect();
-    }
-    let mut rare = Vec::new();
-    for term in terms {
-        let n = matches(term)?;
-        if n <= SCORED {
-            rare.push((n, term.as_str()));
-        }
-    }
-    rare.sort_unstable();
-    let mut left = SCORED;
-    let rare: Vec<&str> = rare
-        .into_iter()
-        .take_while(|&(n, _)| {
-            let fits = n <= left;
-            left = left.saturating_sub(n);
-            fits
-        })
-        .map(|(_, term)| term)
-        .collect();
-    let mut found: Vec<(i64, f64)> = if rare.is_empty() {
-        let mut newest = conn.prepare_cached(&format!(
-            "SELECT rowid, bm25({name}, {weights}) FROM {name} WHERE {name} MATCH ?1 ORDER BY rowid DESC LIMIT ?2"
-        ))?;
-        newest
-            .query_map(params![any, SCORED as i64], |r| Ok((r.get(0)?, r.get(1)?)))?
-            .collect::<rusqlite::Result<_>>()?
-    } else {
-        best.query_map(params![rare.join(" OR "), depth], |r| {
-            Ok((r.get(0)?, r.get(1)?))
-        })?
-        .collect::<rusqlite::Result<_>>()?
+    let mut best_of = |query: &str| -> rusqlite::Result<Vec<(i64, f64)>> {
+        best.query_map(params![query, depth as i64], |r| Ok((r.get(0)?, r.get(1)?)))?
+            .collect()
     };
-    found.sort_by(|a, b| a.1.total_cmp(&b.1).then(b.0.cmp(&a.0)));
-    found.truncate(depth as usize);
+    let candidates = if matches(&any)? <= SCORED {
+        best_of(&any)?
+    } else {
+        let mut counted = Vec::with_capacity(terms.len());
+        for term in terms {
+            counted.push((matches(term)?, term.as_str()));
+        }
+        counted.sort_unstable();
+        let (mut left, mut rare) = (SCORED, Vec::new());
+        for (n, term) in counted {
+            if n > left {
+                break;
+            }
+            left -= n;
+            rare.push(term);
+        }
+        if rare.is_empty() {
+            let mut newest = conn.prepare_cached(&format!(
+                "SELECT rowid, bm25({name}, {weights}) FROM {name} WHERE {name} MATCH ?1 ORDER BY rowid DESC LIMIT ?2"
+            ))?;
+            let mut found: Vec<(i64, f64)> = newest
+                .query_map(params![any, SCORED as i64], |r| Ok((r.get(0)?, r.get(1)?)))?
+                .collect::<rusqlite::Result<_>>()?;
+            found.sort_by(|a, b| a.1.total_cmp(&b.1).then(b.0.cmp(&a.0)));
+            found.truncate(depth);
+            found
+        } else {
+            best_of(&rare.join(" OR "))?
+        }
+    };
     // Their times in one statement: a lookup per candidate costs more than scoring it.
-    let seqs = serde_json::to_string(&found.iter().map(|f| f.0).collect::<Vec<_>>())
+    let seqs = serde_json::to_string(&candidates.iter().map(|c| c.0).collect::<Vec<_>>())
         .expect("integers serialize");
     let mut times = conn.prepare_cached(&format!(
         "SELECT t.seq, t.{time} FROM json_each(?1) AS c JOIN {table} t ON t.seq = c.value AND {findable}"
@@ -151,15 +142,21 @@ pub(super) fn candidates(
     let times: HashMap<i64, i64> = times
         .query_map([seqs], |r| Ok((r.get(0)?, r.get(1)?)))?
         .collect::<rusqlite::Result<_>>()?;
-    Ok(found
-        .into_iter()
-        .filter_map(|(seq, score)| Some((seq, score, *times.get(&seq)?)))
-        .collect())
+    let now = now_millis();
+    let mut scored = Vec::with_capacity(candidates.len());
+    for (seq, bm25) in candidates {
+        if let Some(&at) = times.get(&seq) {
+            scored.push((seq, blended_score(bm25, from_ms(at)?, now)));
+        }
+    }
+    scored.sort_by(|a, b| b.1.total_cmp(&a.1));
+    scored.truncate(limit);
+    Ok(scored)
 }
 
 /// Relevance (SQLite's bm25, where lower is better) times a recency factor between 1 and 2:
 /// a fresh match counts up to twice an equally relevant old one.
-pub(super) fn blended_score(bm25: f64, updated: Timestamp, now: Timestamp) -> f64 {
+fn blended_score(bm25: f64, updated: Timestamp, now: Timestamp) -> f64 {
     let age_days = (now.as_millisecond() - updated.as_millisecond()).max(0) as f64 / 86_400_000.0;
     let recency = 0.5f64.powf(age_days / HALF_LIFE_DAYS);
     -bm25 * (1.0 + recency)

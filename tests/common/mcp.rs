@@ -116,6 +116,17 @@ impl McpClient {
         text_of(&result)
     }
 
+    /// The `sent` tool's entry for message `id`, listed with `args` (a state, a limit).
+    pub async fn sent_entry(&self, args: Value, id: &Value) -> Option<Value> {
+        let list = self.ok("sent", args).await;
+        list["messages"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|m| m["message_id"] == *id)
+            .cloned()
+    }
+
     /// Waits for the first push matching `pick`.
     pub async fn wait_for<T>(&mut self, pick: impl FnMut(&Pushed) -> Option<T>) -> T {
         self.0.wait_for(pick).await.unwrap()
