@@ -1066,7 +1066,7 @@ async fn an_expired_copy_bounces_to_its_offline_sender_once_on_its_next_connecti
     let report = alice.sync(&relay).await;
     assert_eq!(report.bounced.len(), 1, "{report:?}");
     assert_eq!(report.bounced[0].id, id);
-    assert_eq!(report.bounced[0].to.as_str(), "bob");
+    assert_eq!(report.bounced[0].to.to_string(), "bob");
     let stored = alice
         .store
         .call(move |s| s.message(&id))
@@ -1109,7 +1109,10 @@ async fn a_copy_that_expires_while_the_relay_is_down_bounces_after_it_starts() {
     let report = alice.sync(&relay).await;
     assert_eq!(report.bounced.len(), 1, "{report:?}");
     assert_eq!(
-        (report.bounced[0].id, report.bounced[0].to.as_str()),
+        (
+            report.bounced[0].id,
+            report.bounced[0].to.to_string().as_str()
+        ),
         (id, "bob")
     );
     assert!(bob.sync(&relay).await.received.is_empty());
@@ -1179,7 +1182,7 @@ async fn bounces_on_the_wire_are_pushed_listed_bounded_and_only_the_senders_to_f
     .await;
     let key = mailslot::protocol::CopyKey {
         id,
-        to: bob.name.clone(),
+        to: mailslot::protocol::Address::local(bob.name.clone()),
     };
 
     // Another agent neither sees alice's bounces nor forgets them.

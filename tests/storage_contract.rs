@@ -13,7 +13,8 @@ use std::sync::Arc;
 
 use mailslot::crypto::{Identity, Owner};
 use mailslot::protocol::{
-    AgentName, CopyKey, KeyRotation, MAX_ROTATIONS, MessageId, Policy, PublicKeys, RequestCode, Seq,
+    Address, AgentName, CopyKey, KeyRotation, MAX_ROTATIONS, MessageId, Policy, PublicKeys,
+    RequestCode, Seq,
 };
 use mailslot::relay::storage::{
     Accepted, AckOutcome, ConsentChange, ConsentLedger, ConsentOutcome, Copy, CopyStatus, Epoch,
@@ -480,7 +481,10 @@ async fn expired_copies_go<B: Backend>(b: B) {
     let bounced = s.expire(now + 2_000).await.unwrap();
     assert_eq!(bounced.len(), 1, "one copy expired: {bounced:?}");
     assert_eq!(bounced[0].0, alice, "the bounce is the sender's");
-    assert_eq!((bounced[0].1.id, &bounced[0].1.to), (soon, &bob));
+    assert_eq!(
+        (bounced[0].1.id, &bounced[0].1.to),
+        (soon, &Address::local(bob.clone()))
+    );
     let left = s.pending(bob.clone(), 0, 10).await.unwrap();
     assert_eq!(left.len(), 1);
     assert!(String::from_utf8_lossy(&left[0].envelope).contains("later"));
@@ -530,7 +534,10 @@ async fn copy_statuses_say_queued_bounced_or_gone<B: Backend>(b: B) {
     )
     .await
     .unwrap();
-    let key = |id: MessageId, to: &AgentName| CopyKey { id, to: to.clone() };
+    let key = |id: MessageId, to: &AgentName| CopyKey {
+        id,
+        to: Address::local(to.clone()),
+    };
     let asked = vec![
         key(both, &bob),
         key(both, &carol),

@@ -498,7 +498,7 @@ fn sent_mail_lists_each_message_with_where_it_stands() {
     store.outbox_done(&bounced.id, "test-relay").unwrap();
     let bounce = mailslot::protocol::Bounce {
         id: bounced.id,
-        to: AgentName::new("bob").unwrap(),
+        to: Address::parse("bob").unwrap(),
         expired_at: now_millis(),
     };
     store.record_bounces(&[bounce]).unwrap();
@@ -765,7 +765,7 @@ fn a_bounce_marks_only_this_agents_sent_mail_and_only_once() {
         .unwrap();
     let bounce = |id: MessageId, to: &str| mailslot::protocol::Bounce {
         id,
-        to: AgentName::new(to).unwrap(),
+        to: Address::parse(to).unwrap(),
         expired_at: jiff::Timestamp::now(),
     };
     let recorded = store
@@ -776,7 +776,10 @@ fn a_bounce_marks_only_this_agents_sent_mail_and_only_once() {
         ])
         .unwrap();
     assert_eq!(recorded.len(), 1, "only the sent message: {recorded:?}");
-    assert_eq!((recorded[0].id, recorded[0].to.as_str()), (sent.id, "bob"));
+    assert_eq!(
+        (recorded[0].id, recorded[0].to.to_string()),
+        (sent.id, "bob".to_owned())
+    );
     assert!(
         store
             .record_bounces(&[bounce(sent.id, "bob")])
@@ -1037,8 +1040,8 @@ fn deliveries_are_recorded_once_per_copy_and_close_on_bounce_or_receipt() {
     store.outbox_done(&to_both.id, "relay-a").unwrap();
     store.outbox_done(&to_dave.id, "relay-a").unwrap();
     store.outbox_done(&elsewhere.id, "relay-b").unwrap();
-    let name = |s: &str| AgentName::new(s).unwrap();
-    let open = |store: &Store| -> Vec<(MessageId, AgentName)> {
+    let name = |s: &str| Address::parse(s).unwrap();
+    let open = |store: &Store| -> Vec<(MessageId, Address)> {
         store
             .open_copies("relay-a", None, 10)
             .unwrap()
@@ -1130,7 +1133,7 @@ fn deliveries_are_recorded_once_per_copy_and_close_on_bounce_or_receipt() {
     assert!(open(&store).is_empty());
     assert_eq!(state_of(&store, to_both.id).state, SentState::Delivered);
     let stored = store.message(&to_both.id).unwrap().unwrap();
-    assert_eq!(stored.delivered, [(name("bob"), at)]);
+    assert_eq!(stored.delivered, [(AgentName::new("bob").unwrap(), at)]);
 
     // A bounce closes its copy too.
     let later = Message::new(addr("me"), vec![addr("bob")], "later", "b");

@@ -78,7 +78,42 @@ impl AgentName {
     pub fn as_str(&self) -> &str {
         &self.0
     }
+
+    /// The queue a relay keeps for mail on its way to the relay `relay`: `@relay`. No agent
+    /// can hold it: [`AgentName::new`] (every name from the network, a file or a user goes
+    /// through it) refuses a name that does not start with a letter or digit, so an agent can
+    /// never register, log in as, or address one. Only the relay makes these, and its storage
+    /// reads them back with [`AgentName::from_stored`].
+    ///
+    /// `None` when the relay's name is too long to be stored as a queue name (over
+    /// [`MAX_STORED_NAME_BYTES`] bytes).
+    pub fn relay_mailbox(relay: &RelayName) -> Option<Self> {
+        let name = format!("@{relay}");
+        (name.len() <= MAX_STORED_NAME_BYTES).then_some(Self(name))
+    }
+
+    /// The relay this is the mailbox of ([`AgentName::relay_mailbox`]), `None` for an agent.
+    pub fn mailbox_relay(&self) -> Option<RelayName> {
+        RelayName::new(self.0.strip_prefix('@')?).ok()
+    }
+
+    /// A name read back from the relay's own storage: an agent's name, or a relay mailbox.
+    pub fn from_stored(name: &str) -> Result<Self, ValidationError> {
+        match name.strip_prefix('@') {
+            Some(relay) => RelayName::new(relay)
+                .ok()
+                .and_then(|r| Self::relay_mailbox(&r))
+                .ok_or_else(|| {
+                    ValidationError::new("queue name", format!("{name:?} is not a relay mailbox"))
+                }),
+            None => Self::new(name),
+        }
+    }
 }
+
+/// The longest queue name a relay stores, in bytes (its spool writes a name's length in one
+/// byte).
+pub const MAX_STORED_NAME_BYTES: usize = 255;
 
 impl fmt::Display for AgentName {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {

@@ -6,8 +6,8 @@ use serde::{Deserialize, Serialize};
 use jiff::Timestamp;
 
 use super::{
-    AgentName, ConsentEvent, InviteToken, KeyRotation, MessageId, OwnerAct, OwnerKey, Policy,
-    PublicKeys, RequestCode, RequestView, SealedEnvelope, b64,
+    Address, AgentName, ConsentEvent, InviteToken, KeyRotation, MessageId, OwnerAct, OwnerKey,
+    Policy, PublicKeys, RequestCode, RequestView, SealedEnvelope, b64,
 };
 
 /// The protocol version this build speaks.
@@ -518,8 +518,9 @@ pub const MAX_BOUNCES: usize = 100;
 pub struct CopyKey {
     /// The message id.
     pub id: MessageId,
-    /// The recipient the copy is for.
-    pub to: AgentName,
+    /// The recipient the copy is for: a bare name on the asker's relay, `name@host` on
+    /// another.
+    pub to: Address,
 }
 
 /// The most copies one `copies` request asks about (and its `copy_states` answers).
@@ -547,8 +548,8 @@ pub enum CopyFate {
 pub struct CopyState {
     /// The message id.
     pub id: MessageId,
-    /// The recipient the copy is for.
-    pub to: AgentName,
+    /// The recipient the copy is for, as asked.
+    pub to: Address,
     /// Where it stands.
     pub state: CopyFate,
 }
@@ -559,8 +560,9 @@ pub struct CopyState {
 pub struct Bounce {
     /// The message id.
     pub id: MessageId,
-    /// The recipient whose copy expired.
-    pub to: AgentName,
+    /// The recipient whose copy expired or was refused: a bare name on the sender's relay,
+    /// `name@host` on another.
+    pub to: Address,
     /// When the relay gave up on it.
     pub expired_at: Timestamp,
 }

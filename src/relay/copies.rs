@@ -11,7 +11,8 @@ use super::state::RelayState;
 use super::storage::{CopyStatus, Storage, StorageError};
 use super::wire::error_frame;
 use crate::protocol::{
-    AgentName, ClientFrame, CopyFate, CopyState, ErrorCode, MAX_COPY_CHECKS, ServerFrame,
+    Address, AgentName, ClientFrame, CopyFate, CopyKey, CopyState, ErrorCode, MAX_COPY_CHECKS,
+    ServerFrame,
 };
 
 /// Answers a `copies` frame from `agent`; gives back other frames.
@@ -51,24 +52,36 @@ pub async fn handle<S: Storage>(
 async fn fates<S: Storage>(
     state: &RelayState<S>,
     agent: &AgentName,
-    copies: Vec<crate::protocol::CopyKey>,
+    copies: Vec<CopyKey>,
 ) -> Result<Vec<CopyState>, StorageError> {
-    let statuses = state
-        .storage
-        .copy_statuses(agent.clone(), copies.clone())
-        .await?;
+    // Asked as written, looked up as stored: a local recipient by its bare name (however the
+    // sender spelt it), a remote one by its full address.
+    let keys = copies
+        .iter()
+        .map(|k| CopyKey {
+            id: k.id,
+            to: match state.local_name(&k.to) {
+                Some(name) => Address::local(name.clone()),
+                None => k.to.clone(),
+            },
+        })
+        .collect();
+    let statuses = state.storage.copy_statuses(agent.clone(), keys).await?;
     let mut registered: HashMap<AgentName, bool> = HashMap::new();
     let mut out = Vec::with_capacity(copies.len());
     for (key, status) in copies.into_iter().zip(statuses) {
         let state = match status {
             CopyStatus::Queued => CopyFate::Waiting,
             CopyStatus::Bounced => CopyFate::Bounced,
+            // A remote copy no longer queued here was taken by its relay.
+            CopyStatus::Gone if state.local_name(&key.to).is_none() => CopyFate::Gone,
             CopyStatus::Gone => {
-                let known = match registered.get(&key.to) {
+                let name = key.to.name();
+                let known = match registered.get(name) {
                     Some(&known) => known,
                     None => {
-                        let known = state.storage.keys(key.to.clone()).await?.is_some();
-                        registered.insert(key.to.clone(), known);
+                        let known = state.storage.keys(name.clone()).await?.is_some();
+                        registered.insert(name.clone(), known);
                         known
                     }
                 };

@@ -694,12 +694,13 @@ mod tests {
     use crate::crypto::Identity;
     use crate::crypto::sign::{Domain, signature};
     use crate::protocol::{
-        Bounce, CopyKey, MessageId, OwnerKey, Policy, PublicKeys, RequestCode, hello_payload,
+        Bounce, CopyKey, MessageId, OwnerKey, Policy, PublicKeys, RelayKey, RelayName, RequestCode,
+        hello_payload,
     };
     use crate::relay::storage::{
         Accepted, CommitListener, ConsentChange, ConsentLedger, ConsentOutcome, ConsentState, Copy,
-        InviteDigest, Pending, Queue, Queued, Quota, Registration, Registry, SqliteStorage,
-        StorageError, StorageMetrics,
+        InviteDigest, Pending, Queue, Queued, Quota, Registration, Registry, RelayPin, RelayPins,
+        SqliteStorage, StorageError, StorageMetrics,
     };
     use crate::relay::{Relay, RelayConfig};
 
@@ -921,6 +922,24 @@ mod tests {
             keys: Vec<CopyKey>,
         ) -> Result<u64, StorageError> {
             self.inner.ack_bounces(sender, keys).await
+        }
+
+        async fn record_bounces(
+            &self,
+            sender: AgentName,
+            bounces: Vec<Bounce>,
+        ) -> Result<(), StorageError> {
+            self.inner.record_bounces(sender, bounces).await
+        }
+    }
+
+    impl RelayPins for SlowAcks {
+        async fn pin_relay(
+            &self,
+            relay: RelayName,
+            key: RelayKey,
+        ) -> Result<RelayPin, StorageError> {
+            self.inner.pin_relay(relay, key).await
         }
     }
 

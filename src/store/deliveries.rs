@@ -52,7 +52,7 @@ pub(super) fn open_in(
         insert.execute(params![
             message.id.to_string(),
             to.to_string(),
-            to.name().as_str(),
+            delivery_key(to),
             relay,
             to_ms(taken_at)
         ])?;
@@ -64,11 +64,21 @@ pub(super) fn open_in(
 pub(super) fn close_in(
     tx: &Transaction<'_>,
     id: &MessageId,
-    agent: &AgentName,
+    to: &Address,
 ) -> Result<(), StoreError> {
     tx.prepare_cached("UPDATE deliveries SET open = 0 WHERE message_id = ?1 AND agent = ?2")?
-        .execute(params![id.to_string(), agent.as_str()])?;
+        .execute(params![id.to_string(), delivery_key(to)])?;
     Ok(())
+}
+
+/// How a recipient's copy is named when the relay is asked about it: the bare name on the
+/// sender's relay, the full address on another (the relay answers for those through its
+/// queue for that relay).
+fn delivery_key(to: &Address) -> String {
+    match to.host() {
+        None => to.name().to_string(),
+        Some(_) => to.to_string(),
+    }
 }
 
 #[derive(Deserialize)]
@@ -129,7 +139,7 @@ impl Store {
                 taken_at,
                 key: CopyKey {
                     id: MessageId::parse(&id).map_err(|e| corrupt(e.to_string()))?,
-                    to: AgentName::new(&agent).map_err(|e| corrupt(e.to_string()))?,
+                    to: Address::parse(&agent).map_err(|e| corrupt(e.to_string()))?,
                 },
             })
         })
@@ -156,7 +166,7 @@ impl Store {
                 "UPDATE deliveries SET open = 0 WHERE message_id = ?1 AND agent = ?2",
             )?;
             for s in states {
-                let (id, agent) = (s.id.to_string(), s.to.as_str());
+                let (id, agent) = (s.id.to_string(), delivery_key(&s.to));
                 match s.state {
                     CopyFate::Gone => {
                         let mut rows = deliver.query(params![id, agent, to_ms(at)])?;

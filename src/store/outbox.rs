@@ -161,7 +161,7 @@ impl Store {
             )?;
             for b in bounces {
                 let at = to_ms(b.expired_at);
-                if insert.execute(params![b.id.to_string(), b.to.as_str(), at])? == 1 {
+                if insert.execute(params![b.id.to_string(), b.to.to_string(), at])? == 1 {
                     deliveries::close_in(&tx, &b.id, &b.to)?;
                     recorded.push(b.clone());
                 }

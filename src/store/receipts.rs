@@ -253,7 +253,11 @@ impl Store {
             ],
         )?;
         if new == 1 {
-            super::deliveries::close_in(&tx, &receipt.of, recipient.name())?;
+            super::deliveries::close_in(
+                &tx,
+                &receipt.of,
+                &Address::local(recipient.name().clone()),
+            )?;
         }
         tx.commit()?;
         Ok(if new == 1 {

@@ -1,5 +1,5 @@
-//! Durable relay storage, split by role: the registry (names, keys, owner keys), consent, and
-//! the queue. SQLite for one node (the embedded default); PostgreSQL for several.
+//! Durable relay storage, split by role: the registry (names, keys, owner keys), consent,
+//! the queue, and the keys of other relays. SQLite for one node (the embedded default); PostgreSQL for several.
 //!
 //! Each role is a narrow trait with backend-owned errors converted to [`StorageError`] at the
 //! backend's edge, so nothing outside a backend sees its database's types. Every backend
@@ -13,6 +13,7 @@ mod metrics;
 pub(crate) mod postgres;
 mod queue;
 mod registry;
+mod relays;
 mod report;
 mod snapshot;
 mod sqlite;
@@ -23,9 +24,10 @@ pub use metrics::StorageMetrics;
 pub use postgres::{PostgresStorage, is_postgres_url, redact_url};
 pub use queue::{
     Accepted, AckOutcome, CommitListener, Committed, Copy, CopyStatus, Epoch, Pending, Queue,
-    Queued, Quota,
+    Queued, Quota, queue_of,
 };
 pub use registry::{InviteDigest, Registration, Registry};
+pub use relays::{RelayPin, RelayPins};
 pub use report::{
     CheckReport, DamagedRecord, DatabaseReport, Loss, RecordKind, SpoolReport, Unclosed,
 };
@@ -36,7 +38,7 @@ pub use snapshot::{
 pub use sqlite::SqliteStorage;
 
 /// A whole backend: every role, over one database, with the relay's id and its metrics.
-pub trait Storage: Registry + ConsentLedger + Queue {
+pub trait Storage: Registry + ConsentLedger + Queue + RelayPins {
     /// This relay's stable id, which clients sign in their hello.
     fn relay_id(&self) -> &str;
 

@@ -5,7 +5,7 @@ use std::pin::Pin;
 use std::sync::Arc;
 
 use super::StorageError;
-use crate::protocol::{AgentName, Bounce, CopyKey, MessageId, Policy, Seq};
+use crate::protocol::{Address, AgentName, Bounce, CopyKey, MessageId, Policy, Seq};
 
 /// One recipient's copy of an envelope, serialized.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -119,6 +119,16 @@ pub enum CopyStatus {
     Gone,
 }
 
+/// The queue a copy for `to` waits in: its own for a local agent (a bare address), the
+/// mailbox of its relay for an agent on another relay. `None` for a relay whose name is too
+/// long to be a queue name, which never holds mail.
+pub fn queue_of(to: &Address) -> Option<AgentName> {
+    match to.host() {
+        None => Some(to.name().clone()),
+        Some(relay) => AgentName::relay_mailbox(relay),
+    }
+}
+
 /// Queued mail. Every write is durable before its future resolves.
 pub trait Queue: Send + Sync + 'static {
     /// Sets the listener told about every stored copy after its commit (once; later calls are
@@ -127,6 +137,8 @@ pub trait Queue: Send + Sync + 'static {
 
     /// Stores copies of message `id` from `sender`, all or none: refused when a recipient does
     /// not accept the sender (under `default` for those without a policy) or its queue is full.
+    /// A relay mailbox (`@host`) takes mail from every sender: the relay it leads to applies
+    /// its own agents' consent.
     /// Copies already stored (same sender, id and recipient) are skipped. The write is queued
     /// when this is called, so writes are applied in call order.
     fn accept(
@@ -176,7 +188,9 @@ pub trait Queue: Send + Sync + 'static {
     fn total_waiting(&self) -> impl Future<Output = Result<u64, StorageError>> + Send;
 
     /// Deletes envelopes that expired before `now_ms` and records a bounce for each, in one
-    /// write; returns the bounces with their senders.
+    /// write; returns the bounces with their senders. Relay mailboxes (`@host`) are left
+    /// alone: the link to that relay expires their copies, because only it can read which
+    /// recipients each copy is for and bounce them by name ([`Queue::record_bounces`]).
     fn expire(
         &self,
         now_ms: i64,
@@ -197,6 +211,15 @@ pub trait Queue: Send + Sync + 'static {
         sender: AgentName,
         keys: Vec<CopyKey>,
     ) -> impl Future<Output = Result<Vec<CopyStatus>, StorageError>> + Send;
+
+    /// Records bounces of `sender`'s mail that the relay's link to another relay gave up on
+    /// (refused there, or past its TTL in the relay mailbox); one already recorded is kept,
+    /// so recording again after a crash changes nothing. Durable when it resolves.
+    fn record_bounces(
+        &self,
+        sender: AgentName,
+        bounces: Vec<Bounce>,
+    ) -> impl Future<Output = Result<(), StorageError>> + Send;
 
     /// Forgets the bounces `sender` recorded; returns how many there were.
     fn ack_bounces(

@@ -139,7 +139,7 @@ async fn tables(tx: &Transaction<'_>, s: &Snapshot) -> Result<Moved, StorageErro
     let b = &s.bounces;
     let senders: Vec<&str> = b.iter().map(|(sender, _)| sender.as_str()).collect();
     let ids: Vec<String> = b.iter().map(|(_, x)| x.id.to_string()).collect();
-    let recipients: Vec<&str> = b.iter().map(|(_, x)| x.to.as_str()).collect();
+    let recipients: Vec<String> = b.iter().map(|(_, x)| x.to.to_string()).collect();
     let expired: Vec<i64> = b
         .iter()
         .map(|(_, x)| x.expired_at.as_millisecond())

@@ -17,6 +17,8 @@ mod queue;
 mod registry;
 mod schema;
 
+use super::{RelayPin, RelayPins};
+use crate::protocol::{RelayKey, RelayName};
 use std::sync::{Arc, OnceLock};
 use std::time::Instant;
 
@@ -361,12 +363,26 @@ impl Queue for PostgresStorage {
         queue::copy_statuses(&self.client().await?, &sender, &keys).await
     }
 
+    async fn record_bounces(
+        &self,
+        _sender: AgentName,
+        _bounces: Vec<Bounce>,
+    ) -> Result<(), StorageError> {
+        Err(StorageError::Database("record_bounces: STUB".into()))
+    }
+
     async fn ack_bounces(
         &self,
         sender: AgentName,
         keys: Vec<CopyKey>,
     ) -> Result<u64, StorageError> {
         queue::ack_bounces(&self.client().await?, &sender, &keys).await
+    }
+}
+
+impl RelayPins for PostgresStorage {
+    async fn pin_relay(&self, _relay: RelayName, _key: RelayKey) -> Result<RelayPin, StorageError> {
+        Err(StorageError::Database("pin_relay: STUB".into()))
     }
 }
 

@@ -11,7 +11,8 @@ use super::pipeline::Open;
 use super::{now_ms, seq_to_db, unsigned};
 use jiff::Timestamp;
 
-use crate::protocol::{AgentName, Bounce, CopyKey, MessageId, Online, Seq};
+use super::super::queue_of;
+use crate::protocol::{Address, AgentName, Bounce, CopyKey, MessageId, Online, Seq};
 use crate::relay::storage::{Committed, CopyStatus, Queued, StorageError};
 
 /// An acknowledged copy still counts as a duplicate this long after its ack, so that a
@@ -382,16 +383,21 @@ pub(super) async fn copy_statuses(
     keys: &[CopyKey],
 ) -> Result<Vec<CopyStatus>, StorageError> {
     let ids: Vec<String> = keys.iter().map(|k| k.id.to_string()).collect();
-    let recipients: Vec<&str> = keys.iter().map(|k| k.to.as_str()).collect();
+    let recipients: Vec<String> = keys.iter().map(|k| k.to.to_string()).collect();
+    // The queue holds a remote recipient's copy in its relay's mailbox.
+    let queues: Vec<String> = keys
+        .iter()
+        .map(|k| queue_of(&k.to).map_or_else(String::new, String::from))
+        .collect();
     let rows = client
         .query(
             "SELECT EXISTS (SELECT 1 FROM queue q WHERE q.message_id = k.message_id
-                              AND q.sender = $1 AND q.recipient = k.recipient),
+                              AND q.sender = $1 AND q.recipient = k.queue),
                     EXISTS (SELECT 1 FROM bounces b WHERE b.sender = $1
                               AND b.message_id = k.message_id AND b.recipient = k.recipient)
-             FROM unnest($2::text[], $3::text[]) WITH ORDINALITY AS k(message_id, recipient, n)
+             FROM unnest($2::text[], $3::text[], $4::text[]) WITH ORDINALITY AS k(message_id, recipient, queue, n)
              ORDER BY k.n",
-            &[&sender.as_str(), &ids, &recipients],
+            &[&sender.as_str(), &ids, &recipients, &queues],
         )
         .await?;
     rows.iter()
@@ -414,7 +420,7 @@ pub(super) async fn ack_bounces(
     keys: &[CopyKey],
 ) -> Result<u64, StorageError> {
     let ids: Vec<String> = keys.iter().map(|k| k.id.to_string()).collect();
-    let recipients: Vec<&str> = keys.iter().map(|k| k.to.as_str()).collect();
+    let recipients: Vec<String> = keys.iter().map(|k| k.to.to_string()).collect();
     let gone = client
         .execute(
             "DELETE FROM bounces b USING unnest($2::text[], $3::text[]) AS k(message_id, recipient)
@@ -430,11 +436,11 @@ fn bounce_row(
     sender: String,
     id: String,
     to: String,
-) -> Result<(AgentName, MessageId, AgentName), StorageError> {
+) -> Result<(AgentName, MessageId, Address), StorageError> {
     Ok((
         AgentName::new(&sender).map_err(|_| corrupt("bounce", "sender"))?,
         MessageId::parse(&id).map_err(|_| corrupt("bounce", "message_id"))?,
-        AgentName::new(&to).map_err(|_| corrupt("bounce", "recipient"))?,
+        Address::parse(&to).map_err(|_| corrupt("bounce", "recipient"))?,
     ))
 }
 

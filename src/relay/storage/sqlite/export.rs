@@ -14,7 +14,9 @@ use rusqlite::{Connection, OpenFlags, OptionalExtension};
 
 use super::queue::{QueueIndex, WaitingRow};
 use super::{now_ms, scan, schema, spool, spool_dir};
-use crate::protocol::{AgentName, Bounce, MessageId, OwnerKey, Policy, PublicKeys, RequestCode};
+use crate::protocol::{
+    Address, AgentName, Bounce, MessageId, OwnerKey, Policy, PublicKeys, RequestCode,
+};
 use crate::relay::storage::registry::rotations_from_column;
 use crate::relay::storage::{
     AgentRecord, InviteRecord, RelationKind, RelationRecord, RequestRecord, Snapshot, StorageError,
@@ -61,12 +63,13 @@ pub(super) fn export(path: &Path) -> Result<Snapshot, StorageError> {
     let (index, expired) = QueueIndex::load_expiring(&scanned.segments, now);
     // Copies that expired while the relay was stopped bounce, as its next start would have
     // bounced them; one that already bounced is not recorded twice.
-    let known: HashSet<(AgentName, MessageId, AgentName)> = bounces
+    let known: HashSet<(AgentName, MessageId, Address)> = bounces
         .iter()
         .map(|(sender, b)| (sender.clone(), b.id, b.to.clone()))
         .collect();
     let expired_at = Timestamp::from_millisecond(now).unwrap_or(Timestamp::UNIX_EPOCH);
     for (sender, to, id) in expired {
+        let to = Address::local(to);
         if !known.contains(&(sender.clone(), id, to.clone())) {
             bounces.push((sender, Bounce { id, to, expired_at }));
         }
@@ -212,7 +215,8 @@ fn bounces(conn: &Connection) -> Result<Vec<(AgentName, Bounce)>, StorageError> 
             Bounce {
                 id: MessageId::parse(&r.get::<_, String>(1)?)
                     .map_err(|e| invalid("bounces", "message_id", e))?,
-                to: name("bounces", "recipient", &r.get::<_, String>(2)?)?,
+                to: Address::parse(&r.get::<_, String>(2)?)
+                    .map_err(|e| invalid("bounces", "recipient", e))?,
                 expired_at: Timestamp::from_millisecond(at)
                     .map_err(|e| invalid("bounces", "expired_at", e))?,
             },
@@ -331,7 +335,7 @@ mod tests {
         let (sender, bounce) = &snapshot.bounces[0];
         assert_eq!(
             (sender, &bounce.to, bounce.id),
-            (&name("alice"), &name("carol"), sent[1].2)
+            (&name("alice"), &Address::local(name("carol")), sent[1].2)
         );
         let chunks: Vec<Vec<WaitingCopy>> = snapshot.copies.map(Result::unwrap).collect();
         assert_eq!(chunks.len(), 3, "one 3 MiB copy per chunk");

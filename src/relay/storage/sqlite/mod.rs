@@ -14,6 +14,8 @@ mod spool;
 mod sync;
 mod writer;
 
+use super::{RelayPin, RelayPins};
+use crate::protocol::{RelayKey, RelayName};
 use std::path::{Path, PathBuf};
 use std::sync::atomic::AtomicU64;
 use std::sync::{Arc, Mutex, OnceLock, mpsc};
@@ -28,7 +30,7 @@ use self::writer::{Batch, Op, WriteQueue};
 use super::{
     Accepted, AckOutcome, CheckReport, CommitListener, ConsentChange, ConsentLedger,
     ConsentOutcome, ConsentState, Copy, CopyStatus, Epoch, InviteDigest, Pending, Queue, Queued,
-    Quota, Registration, Registry, Snapshot, Storage, StorageError, StorageMetrics,
+    Quota, Registration, Registry, Snapshot, Storage, StorageError, StorageMetrics, queue_of,
 };
 
 /// SQLite's busy and locked answers pass if tried again; every other failure is kept as is.
@@ -568,7 +570,7 @@ impl Queue for SqliteStorage {
         let queued: Vec<bool> = {
             let index = queue::lock(&self.index);
             keys.iter()
-                .map(|k| index.is_queued(&sender, k.id, &k.to))
+                .map(|k| queue_of(&k.to).is_some_and(|q| index.is_queued(&sender, k.id, &q)))
                 .collect()
         };
         if queued.iter().all(|&q| q) {
@@ -588,6 +590,14 @@ impl Queue for SqliteStorage {
             .collect())
     }
 
+    async fn record_bounces(
+        &self,
+        _sender: AgentName,
+        _bounces: Vec<Bounce>,
+    ) -> Result<(), StorageError> {
+        Err(StorageError::Database("record_bounces: STUB".into()))
+    }
+
     async fn ack_bounces(
         &self,
         sender: AgentName,
@@ -599,6 +609,12 @@ impl Queue for SqliteStorage {
 
     async fn total_waiting(&self) -> Result<u64, StorageError> {
         Ok(queue::lock(&self.index).total_waiting())
+    }
+}
+
+impl RelayPins for SqliteStorage {
+    async fn pin_relay(&self, _relay: RelayName, _key: RelayKey) -> Result<RelayPin, StorageError> {
+        Err(StorageError::Database("pin_relay: STUB".into()))
     }
 }
 

@@ -23,7 +23,7 @@ use super::spool::{self, Files, Location, Position, Scanned, Spool, StoredCopy};
 use super::writer::Batch;
 use jiff::Timestamp;
 
-use crate::protocol::{AgentName, Bounce, CopyKey, MessageId, Policy, Seq};
+use crate::protocol::{Address, AgentName, Bounce, CopyKey, MessageId, Policy, Seq};
 use crate::relay::storage::{
     Accepted, AckOutcome, Committed, Copy, Epoch, Queued, Quota, StorageError,
 };
@@ -622,7 +622,7 @@ pub(super) fn record_bounces(
             sender,
             Bounce {
                 id,
-                to: recipient,
+                to: Address::local(recipient),
                 expired_at,
             },
         ));
@@ -654,7 +654,7 @@ pub(super) fn bounces(
             |what: &str| StorageError::Database(format!("a bounce row has an invalid {what}"));
         bounces.push(Bounce {
             id: MessageId::parse(&id).map_err(|_| corrupt("message_id"))?,
-            to: AgentName::new(&to).map_err(|_| corrupt("recipient"))?,
+            to: Address::parse(&to).map_err(|_| corrupt("recipient"))?,
             expired_at: Timestamp::from_millisecond(at).map_err(|_| corrupt("expired_at"))?,
         });
     }
@@ -673,7 +673,7 @@ pub(super) fn bounced(
     keys.iter()
         .map(|k| {
             Ok(stmt.query_row(
-                rusqlite::params![sender.as_str(), k.id.to_string(), k.to.as_str()],
+                rusqlite::params![sender.as_str(), k.id.to_string(), k.to.to_string()],
                 |r| r.get::<_, bool>(0),
             )?)
         })
@@ -694,7 +694,7 @@ pub(super) fn ack_bounces(
         gone += delete.execute(rusqlite::params![
             sender.as_str(),
             key.id.to_string(),
-            key.to.as_str()
+            key.to.to_string()
         ])? as u64;
     }
     Ok(gone)
