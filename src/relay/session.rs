@@ -892,6 +892,10 @@ mod tests {
             self.inner.waiting(agent).await
         }
 
+        async fn relay_mailboxes(&self) -> Result<Vec<RelayName>, StorageError> {
+            self.inner.relay_mailboxes().await
+        }
+
         async fn total_waiting(&self) -> Result<u64, StorageError> {
             self.inner.total_waiting().await
         }

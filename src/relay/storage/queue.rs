@@ -5,7 +5,7 @@ use std::pin::Pin;
 use std::sync::Arc;
 
 use super::StorageError;
-use crate::protocol::{Address, AgentName, Bounce, CopyKey, MessageId, Policy, Seq};
+use crate::protocol::{Address, AgentName, Bounce, RelayName, CopyKey, MessageId, Policy, Seq};
 
 /// One recipient's copy of an envelope, serialized.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -186,6 +186,10 @@ pub trait Queue: Send + Sync + 'static {
 
     /// Messages waiting in all queues.
     fn total_waiting(&self) -> impl Future<Output = Result<u64, StorageError>> + Send;
+
+    /// The relays whose mailboxes (`@host`) hold mail, so that a starting relay opens a
+    /// link to each.
+    fn relay_mailboxes(&self) -> impl Future<Output = Result<Vec<RelayName>, StorageError>> + Send;
 
     /// Deletes envelopes that expired before `now_ms` and records a bounce for each, in one
     /// write; returns the bounces with their senders. Relay mailboxes (`@host`) are left

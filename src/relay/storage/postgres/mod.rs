@@ -347,6 +347,10 @@ impl Queue for PostgresStorage {
         queue::total_waiting(&self.client().await?).await
     }
 
+    async fn relay_mailboxes(&self) -> Result<Vec<RelayName>, StorageError> {
+        queue::relay_mailboxes(&self.client().await?).await
+    }
+
     async fn expire(&self, now_ms: i64) -> Result<Vec<(AgentName, Bounce)>, StorageError> {
         queue::expire(&mut self.client().await?, now_ms).await
     }

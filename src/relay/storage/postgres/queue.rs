@@ -12,7 +12,7 @@ use super::{now_ms, seq_to_db, unsigned};
 use jiff::Timestamp;
 
 use super::super::queue_of;
-use crate::protocol::{Address, AgentName, Bounce, CopyKey, MessageId, Online, Seq};
+use crate::protocol::{Address, AgentName, Bounce, RelayName, CopyKey, MessageId, Online, Seq};
 use crate::relay::storage::{Committed, CopyStatus, Queued, StorageError};
 
 /// An acknowledged copy still counts as a duplicate this long after its ack, so that a
@@ -273,6 +273,25 @@ pub(super) async fn waiting(client: &Client, agent: &AgentName) -> Result<u64, S
         Some(row) => unsigned(row.try_get(0)?, "waiting count"),
         None => Ok(0),
     }
+}
+
+/// The relays whose mailboxes hold copies.
+pub(super) async fn relay_mailboxes(client: &Client) -> Result<Vec<RelayName>, StorageError> {
+    let rows = client
+        .query(
+            "SELECT recipient FROM mailboxes WHERE recipient LIKE '@%' AND waiting > 0",
+            &[],
+        )
+        .await?;
+    rows.iter()
+        .map(|row| {
+            let name: String = row.try_get(0)?;
+            AgentName::from_stored(&name)
+                .ok()
+                .and_then(|n| n.mailbox_relay())
+                .ok_or_else(|| corrupt("mailboxes", "recipient"))
+        })
+        .collect()
 }
 
 pub(super) async fn total_waiting(client: &Client) -> Result<u64, StorageError> {

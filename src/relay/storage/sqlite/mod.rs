@@ -610,6 +610,10 @@ impl Queue for SqliteStorage {
     async fn total_waiting(&self) -> Result<u64, StorageError> {
         Ok(queue::lock(&self.index).total_waiting())
     }
+
+    async fn relay_mailboxes(&self) -> Result<Vec<RelayName>, StorageError> {
+        Ok(queue::lock(&self.index).relay_mailboxes())
+    }
 }
 
 impl RelayPins for SqliteStorage {

@@ -23,7 +23,7 @@ use super::spool::{self, Files, Location, Position, Scanned, Spool, StoredCopy};
 use super::writer::Batch;
 use jiff::Timestamp;
 
-use crate::protocol::{Address, AgentName, Bounce, CopyKey, MessageId, Policy, Seq};
+use crate::protocol::{Address, AgentName, Bounce, RelayName, CopyKey, MessageId, Policy, Seq};
 use crate::relay::storage::{
     Accepted, AckOutcome, Committed, Copy, Epoch, Queued, Quota, StorageError,
 };
@@ -431,6 +431,15 @@ impl QueueIndex {
     /// Messages waiting for everyone.
     pub(super) fn total_waiting(&self) -> u64 {
         self.boxes.iter().map(|m| m.rows.len() as u64).sum()
+    }
+
+    /// The relays whose mailboxes hold copies.
+    pub(super) fn relay_mailboxes(&self) -> Vec<RelayName> {
+        self.boxes
+            .iter()
+            .filter(|m| !m.rows.is_empty())
+            .filter_map(|m| m.name.mailbox_relay())
+            .collect()
     }
 
     /// Every unacknowledged copy and where it is: recipient by recipient in name order, each
