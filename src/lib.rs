@@ -20,3 +20,4 @@ pub mod progress;
 pub mod protocol;
 pub mod relay;
 pub mod store;
+pub mod tls;

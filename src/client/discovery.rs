@@ -223,7 +223,7 @@ fn client(tls: bool, loopback: bool) -> Result<reqwest::Client, ClientError> {
         .timeout(TIMEOUT)
         .redirect(reqwest::redirect::Policy::none())
         .user_agent(concat!("mailslot/", env!("CARGO_PKG_VERSION")))
-        .tls_backend_preconfigured(super::http_tls(tls).map_err(setup)?);
+        .tls_backend_preconfigured(crate::tls::http_tls(tls).map_err(setup)?);
     if loopback {
         builder = builder.no_proxy();
     }

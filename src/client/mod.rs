@@ -26,7 +26,6 @@ pub use outbound::{Flushed, SendFailure, flush as outbound_flush};
 pub use session::{ClientEvent, MakeFrame, SessionConfig, SessionHandle, spawn as spawn_session};
 pub use sync::{SyncReport, sync, sync_with_progress};
 pub use tls::{RelaySocket, open_socket};
-pub(crate) use tls::{client_config, http_tls};
 pub use url::RelayUrl;
 
 use crate::protocol::{Address, ErrorCode, Fingerprint, RelayName, ServerFrame};

@@ -12,7 +12,7 @@ pub mod vault;
 
 pub use identity::{Identity, KeyFileError, PublicIdentity};
 pub use owner::{Owner, OwnerKeyError, Passphrase};
-pub use relay::{RelayIdentity, relay_fingerprint, verify_agent_keys};
+pub use relay::{RelayIdentity, relay_fingerprint, verify_agent_keys, verify_link};
 pub use rotation::{RotationError, follows, sign_rotation, verify_rotation};
 pub use seal::{OpenError, SealError, open, seal};
 

@@ -100,6 +100,16 @@ impl RelayIdentity {
         let bytes = domain_bytes(Domain::AgentKeys, &agent_keys_payload(relay, agent, keys));
         self.signing.sign(&bytes).to_bytes().to_vec()
     }
+
+    /// This relay's half of a link handshake: `payload` (see `protocol::link_payload`) under
+    /// `domain`, which is [`Domain::LinkHello`] for the dialer, [`Domain::LinkWelcome`] for the
+    /// answerer.
+    pub fn sign_link(&self, domain: Domain, payload: &[u8]) -> Vec<u8> {
+        self.signing
+            .sign(&domain_bytes(domain, payload))
+            .to_bytes()
+            .to_vec()
+    }
 }
 
 impl fmt::Debug for RelayIdentity {
@@ -128,6 +138,19 @@ pub fn verify_agent_keys(
     let signature = Signature::from_slice(signature).map_err(|_| VerifyError)?;
     let bytes = domain_bytes(Domain::AgentKeys, &agent_keys_payload(relay, agent, keys));
     key.verify_strict(&bytes, &signature)
+        .map_err(|_| VerifyError)
+}
+
+/// Checks the other relay's half of a link handshake, made with [`RelayIdentity::sign_link`].
+pub fn verify_link(
+    key: &RelayKey,
+    domain: Domain,
+    payload: &[u8],
+    signature: &[u8],
+) -> Result<(), VerifyError> {
+    let key = VerifyingKey::from_bytes(key.as_bytes()).map_err(|_| VerifyError)?;
+    let signature = Signature::from_slice(signature).map_err(|_| VerifyError)?;
+    key.verify_strict(&domain_bytes(domain, payload), &signature)
         .map_err(|_| VerifyError)
 }
 

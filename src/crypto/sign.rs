@@ -25,6 +25,10 @@ pub enum Domain {
     AgentKeys,
     /// An agent moving from one key pair to another (signed by both).
     Rotation,
+    /// A relay dialing another over a link: its half of the exchange.
+    LinkHello,
+    /// A relay answering a link: its half of the exchange.
+    LinkWelcome,
 }
 
 impl Domain {
@@ -37,6 +41,8 @@ impl Domain {
             Domain::Retire => b"mailslot/v1/retire\0",
             Domain::AgentKeys => b"mailslot/v1/agent-keys\0",
             Domain::Rotation => b"mailslot/v1/key-rotation\0",
+            Domain::LinkHello => b"mailslot/v1/link-hello\0",
+            Domain::LinkWelcome => b"mailslot/v1/link-welcome\0",
         }
     }
 }

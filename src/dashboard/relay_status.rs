@@ -38,7 +38,7 @@ pub fn client(relay: &RelayUrl) -> Result<reqwest::Client, String> {
         // The relay's own endpoints never redirect; following one could reach anything.
         .redirect(reqwest::redirect::Policy::none())
         .user_agent(concat!("mailslot/", env!("CARGO_PKG_VERSION")))
-        .tls_backend_preconfigured(crate::client::http_tls(relay.is_tls())?);
+        .tls_backend_preconfigured(crate::tls::http_tls(relay.is_tls())?);
     if relay.host() == "127.0.0.1" || relay.host() == "localhost" || relay.host() == "[::1]" {
         builder = builder.no_proxy();
     }

@@ -14,6 +14,7 @@ mod importance;
 mod invite;
 mod keys;
 mod limits;
+mod link;
 mod message;
 mod owner;
 mod receipt;
@@ -38,6 +39,10 @@ pub use importance::Importance;
 pub use invite::InviteToken;
 pub use keys::PublicKeys;
 pub use limits::Limits;
+pub use link::{
+    Deliver, LINK_PATH, LINK_VERSION, LINK_WINDOW, LinkAnswer, LinkRequest, MAX_REFUSALS, Refusal,
+    deliver_frame, link_payload,
+};
 pub use message::{Attachment, Message, now_millis};
 pub use owner::{OwnerAct, OwnerKey, owner_payload};
 pub use receipt::{MAX_ANSWER_CHARS, Receipt, ReceiptKind, validate_answer};

@@ -194,7 +194,7 @@ impl Gateway {
         if url.is_loopback() {
             builder = builder.no_proxy();
         }
-        let tls = crate::client::http_tls(url.is_tls())?;
+        let tls = crate::tls::http_tls(url.is_tls())?;
         builder = builder.tls_backend_preconfigured(tls);
         let http = builder
             .build()

@@ -130,7 +130,7 @@ impl Rpc {
         };
         let connector = if url.is_tls() {
             Some(Connector::Rustls(
-                crate::client::client_config().map_err(unreachable)?,
+                crate::tls::client_config().map_err(unreachable)?,
             ))
         } else {
             None

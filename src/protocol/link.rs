@@ -1,0 +1,180 @@
+//! The relay-to-relay link (`/v1/relay`): the frames two relays exchange to deliver mail for
+//! each other's agents. The dialing relay (the one holding mail) proves its name with its key,
+//! the answering relay proves its own, then the dialer sends `deliver` frames in its queue's
+//! order and the answerer answers each, in the same order, once the copies are on its disk.
+
+use serde::{Deserialize, Serialize};
+use serde_json::value::RawValue;
+
+use super::{Address, ErrorCode, RelayName, Seq, b64};
+
+/// Where a relay takes links from other relays.
+pub const LINK_PATH: &str = "/v1/relay";
+/// The link protocol's version.
+pub const LINK_VERSION: u32 = 1;
+/// Deliveries a dialer sends ahead of their answers.
+pub const LINK_WINDOW: usize = 256;
+/// Refusals one `taken` answer names at most (one per recipient of the envelope).
+pub const MAX_REFUSALS: usize = 1000;
+
+/// What the answering relay sends.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(tag = "type", rename_all = "snake_case", deny_unknown_fields)]
+pub enum LinkAnswer {
+    /// First frame: who answers, and 32 fresh random bytes for the dialer to sign.
+    Challenge {
+        /// Link protocol version.
+        v: u32,
+        /// The answering relay's name.
+        relay: RelayName,
+        /// Its nonce.
+        #[serde(with = "b64")]
+        nonce: Vec<u8>,
+    },
+    /// The dialer is who it said; the answerer signs the same exchange with its own key.
+    Welcome {
+        /// Over [`link_payload`], domain `link-welcome`.
+        #[serde(with = "b64")]
+        signature: Vec<u8>,
+    },
+    /// The delivery `seq` is on the answerer's disk for every recipient not in `refused`;
+    /// those it will never take (the dialer bounces them to the sender).
+    Taken {
+        /// The dialer's sequence number.
+        seq: Seq,
+        /// The recipients refused for good, each with why.
+        #[serde(default, skip_serializing_if = "Vec::is_empty")]
+        refused: Vec<Refusal>,
+    },
+    /// The delivery `seq` was not taken, for now: the dialer waits `retry_after_ms` and sends
+    /// it again (with everything after it).
+    Later {
+        /// The dialer's sequence number.
+        seq: Seq,
+        /// Why.
+        code: ErrorCode,
+        /// In words.
+        message: String,
+        /// How long to wait.
+        retry_after_ms: u64,
+    },
+    /// The link is refused or broken; the connection closes after it.
+    Error {
+        /// Why.
+        code: ErrorCode,
+        /// In words, naming the fix.
+        message: String,
+    },
+    /// Answers `ping`.
+    Pong {},
+}
+
+/// One recipient the answering relay will not take a copy for.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Refusal {
+    /// The recipient, as the envelope names it.
+    pub to: Address,
+    /// Why: `unknown_recipient`, `not_allowed`, `quota_full`, `too_large`, ...
+    pub code: ErrorCode,
+}
+
+/// What the dialing relay sends.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(tag = "type", rename_all = "snake_case", deny_unknown_fields)]
+pub enum LinkRequest {
+    /// Answers the challenge: the dialer's name, its own nonce and its signature.
+    Hello {
+        /// The dialing relay's name, as its agents' addresses carry it.
+        relay: RelayName,
+        /// The dialer's nonce, which the answerer's welcome signs too.
+        #[serde(with = "b64")]
+        nonce: Vec<u8>,
+        /// Over [`link_payload`], domain `link-hello`.
+        #[serde(with = "b64")]
+        signature: Vec<u8>,
+    },
+    /// Keeps the link open.
+    Ping {},
+}
+
+/// A `deliver` frame with its envelope left as text, as the answering relay reads it (a
+/// `deliver` is the one frame that carries a large value, so it is kept out of the enum).
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Deliver<'a> {
+    #[serde(rename = "type")]
+    _type: DeliverTag,
+    /// The dialer's sequence number of this copy.
+    pub seq: Seq,
+    /// The sealed envelope, with a key for each of the answerer's recipients only.
+    #[serde(borrow)]
+    pub envelope: &'a RawValue,
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(rename_all = "snake_case")]
+enum DeliverTag {
+    Deliver,
+}
+
+impl<'a> Deliver<'a> {
+    /// `text` as a deliver frame; `None` for any other frame.
+    pub fn read(text: &'a str) -> Option<Self> {
+        serde_json::from_str(text).ok()
+    }
+}
+
+/// A `deliver` frame's text, around envelope bytes already serialized.
+pub fn deliver_frame(seq: Seq, envelope: &[u8]) -> String {
+    let mut out = String::with_capacity(envelope.len() + 48);
+    out.push_str(r#"{"type":"deliver","seq":"#);
+    out.push_str(&seq.to_string());
+    out.push_str(r#","envelope":"#);
+    out.push_str(&String::from_utf8_lossy(envelope));
+    out.push('}');
+    out
+}
+
+/// The bytes both relays sign: the dialer's and the answerer's names and both nonces, so a
+/// signature is good for this one exchange between these two relays only (the domain tells
+/// the dialer's from the answerer's).
+pub fn link_payload(
+    dialer: &RelayName,
+    answerer: &RelayName,
+    dialer_nonce: &[u8],
+    answerer_nonce: &[u8],
+) -> Vec<u8> {
+    let mut bytes = Vec::with_capacity(128);
+    for part in [
+        dialer.as_str().as_bytes(),
+        answerer.as_str().as_bytes(),
+        dialer_nonce,
+        answerer_nonce,
+    ] {
+        bytes.extend_from_slice(&(part.len() as u32).to_be_bytes());
+        bytes.extend_from_slice(part);
+    }
+    bytes
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_deliver_frame_reads_back() {
+        let text = deliver_frame(7, br#"{"v":1}"#);
+        let d = Deliver::read(&text).unwrap();
+        assert_eq!((d.seq, d.envelope.get()), (7, r#"{"v":1}"#));
+        assert!(Deliver::read(r#"{"type":"ping"}"#).is_none());
+    }
+
+    #[test]
+    fn the_payload_binds_both_names_and_nonces() {
+        let (a, b) = (RelayName::new("a.example").unwrap(), RelayName::new("b.example").unwrap());
+        let p = link_payload(&a, &b, b"n1", b"n2");
+        assert_ne!(p, link_payload(&b, &a, b"n1", b"n2"));
+        assert_ne!(p, link_payload(&a, &b, b"n2", b"n1"));
+    }
+}
