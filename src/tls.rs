@@ -79,4 +79,3 @@ fn trusted_roots() -> Result<RootCertStore, String> {
     }
     Ok(roots)
 }
-

@@ -172,7 +172,10 @@ mod tests {
 
     #[test]
     fn the_payload_binds_both_names_and_nonces() {
-        let (a, b) = (RelayName::new("a.example").unwrap(), RelayName::new("b.example").unwrap());
+        let (a, b) = (
+            RelayName::new("a.example").unwrap(),
+            RelayName::new("b.example").unwrap(),
+        );
         let p = link_payload(&a, &b, b"n1", b"n2");
         assert_ne!(p, link_payload(&b, &a, b"n1", b"n2"));
         assert_ne!(p, link_payload(&a, &b, b"n2", b"n1"));

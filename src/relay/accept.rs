@@ -3,6 +3,7 @@
 //! `sent` or a refusal. In between, the session keeps reading, so one connection can have many
 //! sends in one group commit. Consent is checked inside the write, atomically with it.
 
+use std::collections::BTreeMap;
 use std::future::Future;
 use std::pin::Pin;
 use std::time::Duration;
@@ -14,7 +15,8 @@ use super::state::RelayState;
 use super::storage::{Accepted, Copy, Quota, Storage, StorageError};
 use super::wire::error_frame;
 use crate::protocol::{
-    AgentName, ENVELOPE_VERSION, EnvelopeHead, ErrorCode, MAX_REF_CHARS, MessageId, ServerFrame,
+    Address, AgentName, ENVELOPE_VERSION, EnvelopeHead, ErrorCode, MAX_REF_CHARS,
+    MAX_STORED_NAME_BYTES, MessageId, RelayName, ServerFrame,
 };
 
 /// A `send` frame with its envelope left as text, so that [`check`] reads only its head.
@@ -124,9 +126,16 @@ pub async fn check<S: Storage>(
     }
     let mut copies = Vec::with_capacity(envelope.keys.len());
     let mut unknown = Vec::new();
+    // Recipients on other relays, by relay: each relay gets one copy with its own
+    // recipients' keys, in that relay's mailbox here.
+    let mut remote: BTreeMap<&RelayName, Vec<&Address>> = BTreeMap::new();
     for key in &envelope.keys {
         let Some(name) = state.local_name(&key.to) else {
-            unknown.push(key.to.to_string());
+            let host = key
+                .to
+                .host()
+                .expect("only a remote address has no local name");
+            remote.entry(host).or_default().push(&key.to);
             continue;
         };
         match state.is_registered(name).await {
@@ -175,6 +184,53 @@ pub async fn check<S: Storage>(
             format!("no agent named {} on this relay", unknown.join(", ")),
             None,
         );
+    }
+    if !remote.is_empty() && envelope.from.host() != Some(&state.name) {
+        // The other relay takes mail from this one only for `name@<this relay>`.
+        return refuse(
+            ErrorCode::NotSender,
+            format!(
+                "mail to another relay's agents must be from {agent}@{}, not {}; seal it with the full address",
+                state.name, envelope.from
+            ),
+            None,
+        );
+    }
+    for (relay, to) in remote {
+        if !state.config.links_with(relay) {
+            return refuse(
+                ErrorCode::NotAllowed,
+                format!("this relay does not deliver to {relay} (its operator denied it)"),
+                None,
+            );
+        }
+        let Some(mailbox) = AgentName::relay_mailbox(relay) else {
+            return refuse(
+                ErrorCode::InvalidEnvelope,
+                format!(
+                    "the relay name {relay} is over {MAX_STORED_NAME_BYTES} bytes; no relay can be reached by it"
+                ),
+                None,
+            );
+        };
+        let copy = envelope
+            .copy_for_all(&to)
+            .expect("every address came from this envelope's keys");
+        if copy.len() > limits.envelope_bytes {
+            return refuse(
+                ErrorCode::TooLarge,
+                format!(
+                    "the envelope is {} bytes, over the limit of {}",
+                    copy.len(),
+                    limits.envelope_bytes
+                ),
+                None,
+            );
+        }
+        copies.push(Copy {
+            recipient: mailbox,
+            envelope: copy.into(),
+        });
     }
     let quota = Quota {
         count: state.config.quota_messages,

@@ -119,6 +119,21 @@ pub struct RelayConfig {
     pub requests_per_hour: f64,
     /// Approval attempts (right or wrong codes) an agent may make per hour.
     pub approvals_per_hour: f64,
+    /// Other relays reached without TLS (`ws://`, `http://`), written `host[:port]` exactly as
+    /// in addresses; loopback relays always are.
+    pub trusted_hosts: Vec<RelayName>,
+    /// Relays this one never links with, either way: mail to their agents is refused at send,
+    /// and their links are refused.
+    pub deny_relays: Vec<RelayName>,
+    /// When set, the only relays this one links with.
+    pub allow_relays: Option<Vec<RelayName>>,
+    /// Copies per second one other relay may deliver here, sustained.
+    pub relay_rate: f64,
+    /// Copies one other relay may deliver at once above that rate.
+    pub relay_burst: f64,
+    /// Seconds a link waits for the other relay: to connect and shake hands, and for the
+    /// answer to a delivery; then it is closed and tried again later.
+    pub link_timeout_secs: u64,
 }
 
 impl Default for RelayConfig {
@@ -153,6 +168,12 @@ impl Default for RelayConfig {
             request_ttl_secs: 3600,
             requests_per_hour: 20.0,
             approvals_per_hour: 5.0,
+            trusted_hosts: Vec::new(),
+            deny_relays: Vec::new(),
+            allow_relays: None,
+            relay_rate: 5000.0,
+            relay_burst: 20_000.0,
+            link_timeout_secs: 30,
         }
     }
 }
@@ -217,6 +238,20 @@ impl RelayConfig {
     /// The idle deadline.
     pub fn idle_timeout(&self) -> Duration {
         Duration::from_secs(self.idle_timeout_secs)
+    }
+
+    /// Whether this relay links with `relay` (`deny_relays` and `allow_relays`).
+    pub fn links_with(&self, relay: &RelayName) -> bool {
+        !self.deny_relays.contains(relay)
+            && self
+                .allow_relays
+                .as_ref()
+                .is_none_or(|allowed| allowed.contains(relay))
+    }
+
+    /// How long a link waits for the other relay.
+    pub fn link_timeout(&self) -> Duration {
+        Duration::from_secs(self.link_timeout_secs.max(1))
     }
 
     /// The policy for agents that set none.

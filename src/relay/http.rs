@@ -21,8 +21,8 @@ use super::{discovery, session};
 use crate::crypto::PublicIdentity;
 use crate::crypto::sign::{self, Domain};
 use crate::protocol::{
-    AgentName, ErrorCode, Fingerprint, InviteToken, KeyRotation, PublicKeys, WELL_KNOWN_PATH, b64,
-    register_payload,
+    AgentName, ErrorCode, Fingerprint, InviteToken, KeyRotation, LINK_PATH, PublicKeys,
+    WELL_KNOWN_PATH, b64, register_payload,
 };
 
 /// Bytes each socket reads at a time (tungstenite grows the read buffer for larger frames).
@@ -39,6 +39,7 @@ pub fn router<S: Storage>(state: Arc<RelayState<S>>) -> Router {
         .route("/healthz", get(healthz::<S>))
         .route("/metrics", get(metrics::<S>))
         .route("/v1/ws", get(websocket::<S>))
+        .route(LINK_PATH, get(link::<S>))
         .route("/v1/agents", post(register::<S>))
         .route("/v1/agents/{name}", get(lookup::<S>))
         .route("/v1/directory", get(directory::<S>))
@@ -125,6 +126,21 @@ async fn websocket<S: Storage>(
         .read_buffer_size(SOCKET_BUFFER)
         .write_buffer_size(WRITE_BUFFER)
         .on_upgrade(move |socket| session::run(state, socket, peer.ip(), done))
+}
+
+/// A link from another relay (`/v1/relay`).
+async fn link<S: Storage>(
+    State(state): State<Arc<RelayState<S>>>,
+    ConnectInfo(peer): ConnectInfo<SocketAddr>,
+    upgrade: WebSocketUpgrade,
+) -> Response {
+    let max = state.config.max_frame_bytes();
+    upgrade
+        .max_message_size(max)
+        .max_frame_size(max)
+        .read_buffer_size(SOCKET_BUFFER)
+        .write_buffer_size(WRITE_BUFFER)
+        .on_upgrade(move |socket| super::link::answer(state, socket, peer.ip()))
 }
 
 /// A registration over HTTP: the signature over the name and keys proves key possession.

@@ -24,6 +24,13 @@ pub struct ReasonLabel {
     pub reason: String,
 }
 
+/// Labels for the links with other relays.
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct RelayLabel {
+    /// The other relay's name.
+    pub relay: String,
+}
+
 /// Every metric the relay keeps.
 pub struct Metrics {
     registry: Registry,
@@ -47,6 +54,14 @@ pub struct Metrics {
     pub delivery_latency: Histogram,
     /// New names refused, by reason.
     pub registrations_refused: Family<ReasonLabel, Counter>,
+    /// Copies another relay took from this one, per relay.
+    pub link_delivered: Family<RelayLabel, Counter>,
+    /// Recipients another relay refused for good (bounced to their senders), per relay.
+    pub link_bounced: Family<RelayLabel, Counter>,
+    /// Links to another relay that failed (unreachable, refused, broken), per relay.
+    pub link_failures: Family<RelayLabel, Counter>,
+    /// Copies stored here that came from another relay, per relay.
+    pub link_received: Family<RelayLabel, Counter>,
 }
 
 impl Metrics {
@@ -65,6 +80,10 @@ impl Metrics {
             // 100 µs to ~52 s.
             delivery_latency: Histogram::new(exponential_buckets(0.0001, 2.0, 20)),
             registrations_refused: Family::default(),
+            link_delivered: Family::default(),
+            link_bounced: Family::default(),
+            link_failures: Family::default(),
+            link_received: Family::default(),
             registry: Registry::default(),
         };
         registry.register(
@@ -112,6 +131,26 @@ impl Metrics {
             "registrations_refused",
             "New names refused, by reason",
             m.registrations_refused.clone(),
+        );
+        registry.register(
+            "link_delivered",
+            "Copies another relay took from this one, per relay",
+            m.link_delivered.clone(),
+        );
+        registry.register(
+            "link_bounced",
+            "Recipients another relay refused for good, per relay",
+            m.link_bounced.clone(),
+        );
+        registry.register(
+            "link_failures",
+            "Links to another relay that failed, per relay",
+            m.link_failures.clone(),
+        );
+        registry.register(
+            "link_received",
+            "Copies stored here that came from another relay, per relay",
+            m.link_received.clone(),
         );
         storage.register(&mut registry);
         Self { registry, ..m }

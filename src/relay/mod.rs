@@ -12,6 +12,7 @@ mod discovery;
 mod http;
 mod inbound;
 mod limits;
+mod link;
 mod listener;
 mod metrics;
 mod migrate;
@@ -173,10 +174,11 @@ impl Relay {
             shutdown_rx.clone(),
         ));
         state.metrics.queued.set(waiting as i64);
-        let presence = state.presence.clone();
-        state
-            .storage
-            .on_commit(Box::new(move |committed| presence.announce(committed)));
+        let (presence, links) = (state.presence.clone(), state.clone());
+        state.storage.on_commit(Box::new(move |committed| {
+            links.links.announce(&committed);
+            presence.announce(committed);
+        }));
         let large_frames = state.receive_budget.frames_at_once();
         let task = tokio::spawn(serve(state, listener, shutdown_rx));
         tracing::info!(%addr, relay = %relay_id, %name, key = %fingerprint, large_frames, "relay listening");
@@ -235,9 +237,11 @@ async fn serve<S: Storage>(
     mut shutdown: watch::Receiver<bool>,
 ) {
     let expiry = tokio::spawn(expire_loop(state.clone()));
+    let links = tokio::spawn(link::supervise(state.clone()));
     let app = http::router(state.clone());
     listener::serve(state.clone(), listener, app, shutdown.clone()).await;
     expiry.abort();
+    links.abort();
     // Sessions see the same signal and close themselves; give them a moment.
     let _ = shutdown.wait_for(|s| *s).await;
     let deadline = tokio::time::Instant::now() + DRAIN;

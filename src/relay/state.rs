@@ -9,6 +9,7 @@ use tokio::sync::watch;
 use super::RelayConfig;
 use super::inbound::ReceiveBudget;
 use super::limits::{ConnectionLimiter, RateLimiter};
+use super::link::Links;
 use super::metrics::Metrics;
 use super::presence::Presence;
 use super::storage::{Storage, StorageError};
@@ -31,6 +32,10 @@ pub struct RelayState<S> {
     pub metrics: Metrics,
     /// Per-agent send limits.
     pub send_rate: RateLimiter<AgentName>,
+    /// Per-relay limits on deliveries from other relays.
+    pub relay_rate: RateLimiter<RelayName>,
+    /// The links delivering to other relays.
+    pub links: Links,
     /// Per-agent contact request limits.
     pub request_rate: RateLimiter<AgentName>,
     /// Per-agent approval attempt limits, against guessing codes.
@@ -60,6 +65,8 @@ impl<S: Storage> RelayState<S> {
         let (total, per_ip) = config.connection_limits();
         Self {
             send_rate: RateLimiter::new(config.send_rate, config.send_burst),
+            relay_rate: RateLimiter::new(config.relay_rate, config.relay_burst),
+            links: Links::default(),
             request_rate: RateLimiter::new(
                 config.requests_per_hour / 3600.0,
                 config.requests_per_hour,

@@ -5,7 +5,7 @@ use std::pin::Pin;
 use std::sync::Arc;
 
 use super::StorageError;
-use crate::protocol::{Address, AgentName, Bounce, RelayName, CopyKey, MessageId, Policy, Seq};
+use crate::protocol::{Address, AgentName, Bounce, CopyKey, MessageId, Policy, RelayName, Seq};
 
 /// One recipient's copy of an envelope, serialized.
 #[derive(Debug, Clone, PartialEq, Eq)]

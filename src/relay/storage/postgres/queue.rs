@@ -12,7 +12,7 @@ use super::{now_ms, seq_to_db, unsigned};
 use jiff::Timestamp;
 
 use super::super::queue_of;
-use crate::protocol::{Address, AgentName, Bounce, RelayName, CopyKey, MessageId, Online, Seq};
+use crate::protocol::{Address, AgentName, Bounce, CopyKey, MessageId, Online, RelayName, Seq};
 use crate::relay::storage::{Committed, CopyStatus, Queued, StorageError};
 
 /// An acknowledged copy still counts as a duplicate this long after its ack, so that a

@@ -23,7 +23,7 @@ use super::spool::{self, Files, Location, Position, Scanned, Spool, StoredCopy};
 use super::writer::Batch;
 use jiff::Timestamp;
 
-use crate::protocol::{Address, AgentName, Bounce, RelayName, CopyKey, MessageId, Policy, Seq};
+use crate::protocol::{Address, AgentName, Bounce, CopyKey, MessageId, Policy, RelayName, Seq};
 use crate::relay::storage::{
     Accepted, AckOutcome, Committed, Copy, Epoch, Queued, Quota, StorageError,
 };

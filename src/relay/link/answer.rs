@@ -1,0 +1,335 @@
+//! `/v1/relay`, the side of a link that takes mail: another relay proves its name with the
+//! key its discovery document gives (pinned here on first contact), this relay answers with
+//! its own signature, then each `deliver` is checked and stored like a send, and answered in
+//! order once durable: `taken` (with the recipients refused for good, which the other relay
+//! bounces) or `later` (a rate limit or a storage failure: it sends again).
+//!
+//! The checks: the sender's address is at the relay on the other end (a relay speaks only for
+//! its own agents), every recipient is an agent here, each copy is within the size limit, the
+//! other relay within its rate; the recipients' consent and quotas are applied in the write,
+//! per recipient.
+
+use std::net::IpAddr;
+use std::sync::Arc;
+use std::time::Duration;
+
+use axum::extract::ws::{Message, WebSocket};
+use futures_util::StreamExt;
+use futures_util::stream::FuturesOrdered;
+
+use super::super::state::RelayState;
+use super::super::storage::{Accepted, Copy, Quota, Storage};
+use super::peer;
+use crate::crypto::sign::Domain;
+use crate::crypto::verify_link;
+use crate::protocol::{
+    AgentName, Deliver, ENVELOPE_VERSION, EnvelopeHead, ErrorCode, LINK_VERSION, LINK_WINDOW,
+    LinkAnswer, LinkRequest, Refusal, RelayName, Seq, link_payload,
+};
+
+/// Serves one link from another relay.
+pub async fn run<S: Storage>(state: Arc<RelayState<S>>, mut socket: WebSocket, ip: IpAddr) {
+    let relay = match handshake(&state, &mut socket).await {
+        Ok(relay) => relay,
+        Err((code, message)) => {
+            tracing::info!(%ip, ?code, %message, "refused a link from another relay");
+            state.metrics.reject(code);
+            let _ = say(&mut socket, &LinkAnswer::Error { code, message }).await;
+            return;
+        }
+    };
+    tracing::info!(%relay, %ip, "link from another relay is up");
+    let Some(sender) = AgentName::relay_mailbox(&relay) else {
+        return;
+    };
+    let idle = state.config.idle_timeout();
+    let mut shutdown = state.shutdown.clone();
+    let mut answers = FuturesOrdered::new();
+    loop {
+        tokio::select! {
+            frame = tokio::time::timeout(idle, socket.recv()), if answers.len() < 2 * LINK_WINDOW => {
+                let text = match frame {
+                    Err(_) => {
+                        tracing::info!(%relay, "link idle; closed");
+                        break;
+                    }
+                    Ok(None | Some(Err(_)) | Some(Ok(Message::Close(_)))) => break,
+                    Ok(Some(Ok(Message::Text(text)))) => text,
+                    Ok(Some(Ok(_))) => continue,
+                };
+                if let Some(deliver) = Deliver::read(&text) {
+                    answers.push_back(take(&state, &relay, &sender, deliver));
+                    continue;
+                }
+                match serde_json::from_str::<LinkRequest>(&text) {
+                    Ok(LinkRequest::Ping {}) => answers.push_back(Box::pin(async { LinkAnswer::Pong {} })),
+                    _ => {
+                        let message = "expected a deliver or ping frame".to_owned();
+                        let _ = say(&mut socket, &LinkAnswer::Error { code: ErrorCode::BadFrame, message }).await;
+                        break;
+                    }
+                }
+            }
+            Some(answer) = answers.next() => {
+                if say(&mut socket, &answer).await.is_err() {
+                    break;
+                }
+            }
+            () = super::stopped(&mut shutdown) => {
+                let message = "the relay is shutting down".to_owned();
+                let _ = say(&mut socket, &LinkAnswer::Error { code: ErrorCode::ShuttingDown, message }).await;
+                break;
+            }
+        }
+    }
+}
+
+/// Challenges the dialer, checks its hello against its relay's pinned key, and welcomes it.
+async fn handshake<S: Storage>(
+    state: &RelayState<S>,
+    socket: &mut WebSocket,
+) -> Result<RelayName, (ErrorCode, String)> {
+    let mut nonce = vec![0u8; 32];
+    getrandom::fill(&mut nonce).map_err(|_| (ErrorCode::Internal, "no randomness".into()))?;
+    let challenge = LinkAnswer::Challenge {
+        v: LINK_VERSION,
+        relay: state.name.clone(),
+        nonce: nonce.clone(),
+    };
+    say(socket, &challenge)
+        .await
+        .map_err(|_| (ErrorCode::Internal, "the socket closed".into()))?;
+    let within = state.config.auth_timeout();
+    let text = match tokio::time::timeout(within, socket.recv()).await {
+        Ok(Some(Ok(Message::Text(text)))) => text,
+        Err(_) => {
+            return Err((
+                ErrorCode::AuthTimeout,
+                format!("no hello within {within:?}"),
+            ));
+        }
+        _ => return Err((ErrorCode::BadFrame, "expected a hello".into())),
+    };
+    let Ok(LinkRequest::Hello {
+        relay,
+        nonce: theirs,
+        signature,
+    }) = serde_json::from_str::<LinkRequest>(&text)
+    else {
+        return Err((ErrorCode::BadFrame, "expected a hello frame".into()));
+    };
+    if relay == state.name {
+        return Err((
+            ErrorCode::AuthFailed,
+            format!("{relay} is this relay's own name"),
+        ));
+    }
+    if !state.config.links_with(&relay) {
+        return Err((
+            ErrorCode::NotAllowed,
+            format!("this relay does not take mail from {relay} (its operator denied it)"),
+        ));
+    }
+    if theirs.len() != 32 {
+        return Err((
+            ErrorCode::BadFrame,
+            "the hello's nonce is not 32 bytes".into(),
+        ));
+    }
+    let key = peer::pinned_key(state, &relay).await.map_err(|e| {
+        if matches!(e, peer::PeerError::KeyChanged { .. }) {
+            tracing::error!(%relay, error = %e, "refusing a link from a relay whose key changed");
+        }
+        (ErrorCode::AuthFailed, e.to_string())
+    })?;
+    let payload = link_payload(&relay, &state.name, &theirs, &nonce);
+    verify_link(&key, Domain::LinkHello, &payload, &signature).map_err(|_| {
+        (
+            ErrorCode::AuthFailed,
+            format!("the hello is not signed by {relay}'s key"),
+        )
+    })?;
+    let welcome = LinkAnswer::Welcome {
+        signature: state.identity.sign_link(Domain::LinkWelcome, &payload),
+    };
+    say(socket, &welcome)
+        .await
+        .map_err(|_| (ErrorCode::Internal, "the socket closed".into()))?;
+    Ok(relay)
+}
+
+type Answer = std::pin::Pin<Box<dyn std::future::Future<Output = LinkAnswer> + Send>>;
+
+/// Checks one delivery and queues its write; the answer resolves once it is durable.
+fn take<S: Storage>(
+    state: &Arc<RelayState<S>>,
+    relay: &RelayName,
+    sender: &AgentName,
+    deliver: Deliver<'_>,
+) -> Answer {
+    let seq = deliver.seq;
+    let later = |code, message: String, wait: Duration| -> Answer {
+        let answer = LinkAnswer::Later {
+            seq,
+            code,
+            message,
+            retry_after_ms: wait.as_millis() as u64,
+        };
+        Box::pin(async move { answer })
+    };
+    if let Err(wait) = state.relay_rate.take(relay) {
+        return later(
+            ErrorCode::RateLimited,
+            format!(
+                "{relay} is delivering faster than {}/s",
+                state.config.relay_rate
+            ),
+            wait,
+        );
+    }
+    let head: EnvelopeHead<'_> = match serde_json::from_str(deliver.envelope.get()) {
+        Ok(head) => head,
+        Err(e) => return refused_all(seq, Vec::new(), format!("{e}")),
+    };
+    let mut refused = Vec::new();
+    let refuse_every = |code| -> Vec<Refusal> {
+        head.keys
+            .iter()
+            .map(|k| Refusal {
+                to: k.to.clone(),
+                code,
+            })
+            .collect()
+    };
+    if head.v != ENVELOPE_VERSION {
+        return refused_all(seq, refuse_every(ErrorCode::InvalidEnvelope), String::new());
+    }
+    // A relay speaks only for its own agents.
+    if head.from.host() != Some(relay) {
+        tracing::warn!(%relay, from = %head.from, "another relay delivered mail from a sender not its own; refused");
+        return refused_all(seq, refuse_every(ErrorCode::NotSender), String::new());
+    }
+    let limits = &state.config.limits;
+    let mut copies: Vec<Copy> = Vec::with_capacity(head.keys.len());
+    let mut names = Vec::with_capacity(head.keys.len());
+    for key in &head.keys {
+        let here = (key.to.host() == Some(&state.name)).then(|| key.to.name());
+        let Some(name) = here.filter(|n| !names.contains(*n)) else {
+            refused.push(Refusal {
+                to: key.to.clone(),
+                code: ErrorCode::UnknownRecipient,
+            });
+            continue;
+        };
+        let copy = head.copy_for(&key.to).expect("the key is in this envelope");
+        if copy.len() > limits.envelope_bytes {
+            refused.push(Refusal {
+                to: key.to.clone(),
+                code: ErrorCode::TooLarge,
+            });
+            continue;
+        }
+        names.push(name.clone());
+        copies.push(Copy {
+            recipient: name.clone(),
+            envelope: copy.into(),
+        });
+    }
+    let (state, sender, id, relay) = (state.clone(), sender.clone(), head.id, relay.clone());
+    let addresses: Vec<_> = head.keys.iter().map(|k| k.to.clone()).collect();
+    Box::pin(async move {
+        let quota = Quota {
+            count: state.config.quota_messages,
+            bytes: state.config.quota_bytes,
+        };
+        let expires =
+            jiff::Timestamp::now().as_millisecond() + (state.config.ttl_secs as i64) * 1000;
+        let address_of = |name: &AgentName| {
+            addresses
+                .iter()
+                .find(|a| a.name() == name)
+                .cloned()
+                .expect("every copy is for an address in the envelope")
+        };
+        // Registered names only; then the write, which applies consent and quotas to each
+        // recipient (all or none, so a refused one is taken out and the rest written again).
+        let mut kept = Vec::with_capacity(copies.len());
+        for copy in copies {
+            match state.is_registered(&copy.recipient).await {
+                Ok(true) => kept.push(copy),
+                Ok(false) => refused.push(Refusal {
+                    to: address_of(&copy.recipient),
+                    code: ErrorCode::UnknownRecipient,
+                }),
+                Err(e) => {
+                    return LinkAnswer::Later {
+                        seq,
+                        code: ErrorCode::Internal,
+                        message: e.to_string(),
+                        retry_after_ms: 1000,
+                    };
+                }
+            }
+        }
+        while !kept.is_empty() {
+            let outcome = state
+                .storage
+                .accept(
+                    sender.clone(),
+                    id,
+                    kept.clone(),
+                    quota,
+                    expires,
+                    state.config.effective_default_policy(),
+                )
+                .await;
+            let (out, code) = match outcome {
+                Ok(Accepted::Stored(recipients)) => {
+                    let n = recipients.len() as u64;
+                    state.metrics.accepted.inc_by(n);
+                    state.metrics.queued.inc_by(n as i64);
+                    state
+                        .metrics
+                        .link_received
+                        .get_or_create(&super::super::metrics::RelayLabel {
+                            relay: relay.to_string(),
+                        })
+                        .inc_by(n);
+                    break;
+                }
+                Ok(Accepted::Duplicate) => break,
+                Ok(Accepted::NotAllowed(r)) => (r, ErrorCode::NotAllowed),
+                Ok(Accepted::QuotaFull(r)) => (r, ErrorCode::QuotaFull),
+                Err(e) => {
+                    return LinkAnswer::Later {
+                        seq,
+                        code: ErrorCode::Internal,
+                        message: format!("not stored: {e}"),
+                        retry_after_ms: 1000,
+                    };
+                }
+            };
+            kept.retain(|c| c.recipient != out);
+            refused.push(Refusal {
+                to: address_of(&out),
+                code,
+            });
+        }
+        LinkAnswer::Taken { seq, refused }
+    })
+}
+
+/// An answer refusing every recipient (an envelope that cannot be read refuses none, and is
+/// answered as taken: the dialing relay checked it when it took it, so only a broken relay
+/// sends one, and its mail is its own).
+fn refused_all(seq: Seq, refused: Vec<Refusal>, why: String) -> Answer {
+    if !why.is_empty() {
+        tracing::warn!(seq, %why, "another relay delivered an unreadable envelope; dropped");
+    }
+    Box::pin(async move { LinkAnswer::Taken { seq, refused } })
+}
+
+async fn say(socket: &mut WebSocket, answer: &LinkAnswer) -> Result<(), axum::Error> {
+    let text = serde_json::to_string(answer).expect("link frames serialize");
+    socket.send(Message::Text(text.into())).await
+}

@@ -1,0 +1,491 @@
+//! The side of a link that holds mail: one task per other relay with mail waiting for it. It
+//! claims the relay's mailbox (`@host`), vouches for the other relay's key, connects to its
+//! `/v1/relay`, proves this relay's name, and sends the mailbox's copies in order, a window
+//! ahead of the answers. A copy is acknowledged here only when the other relay answered that
+//! it is on its disk (or refused it for good, which bounces those recipients to the sender
+//! first). Anything else ends the connection, and the copies are sent again after a backoff;
+//! the other relay deduplicates them. Copies past their TTL bounce, named per recipient.
+
+use std::collections::VecDeque;
+use std::sync::Arc;
+use std::time::Duration;
+
+use futures_util::{FutureExt, SinkExt, StreamExt};
+use tokio::net::TcpStream;
+use tokio::sync::Notify;
+use tokio_tungstenite::tungstenite::Message as WsMessage;
+use tokio_tungstenite::tungstenite::protocol::WebSocketConfig;
+use tokio_tungstenite::{Connector, MaybeTlsStream, WebSocketStream};
+
+use super::super::bounce;
+use super::super::state::RelayState;
+use super::super::storage::{AckOutcome, Epoch, Queued, Storage, StorageError};
+use super::peer::{self, PeerError};
+use crate::crypto::sign::Domain;
+use crate::crypto::verify_link;
+use crate::protocol::{
+    Address, AgentName, Bounce, EnvelopeHead, LINK_PATH, LINK_VERSION, LINK_WINDOW, LinkAnswer,
+    LinkRequest, MessageId, RelayEndpoint, RelayName, Seq, deliver_frame, link_payload,
+};
+
+/// How often the supervisor looks for relay mailboxes with mail that no link here serves
+/// (stored by another node, on PostgreSQL).
+const RESCAN: Duration = Duration::from_secs(30);
+/// How long a link with nothing to send stays open.
+const IDLE: Duration = Duration::from_secs(30);
+/// The first wait after a failure; it doubles up to the relay's expiry interval (so copies
+/// past their TTL bounce on time while the other relay is down), at most a minute.
+const FIRST_BACKOFF: Duration = Duration::from_millis(250);
+
+type Socket = WebSocketStream<MaybeTlsStream<TcpStream>>;
+
+/// Starts a link for every relay that has mail waiting and for every one that gets some.
+pub async fn supervise<S: Storage>(state: Arc<RelayState<S>>) {
+    let mut starts = state.links.serve();
+    let mut shutdown = state.shutdown.clone();
+    let mut rescan = tokio::time::interval(RESCAN);
+    loop {
+        tokio::select! {
+            () = super::stopped(&mut shutdown) => return,
+            Some((relay, notify)) = starts.recv() => {
+                tokio::spawn(run(state.clone(), relay, notify));
+            }
+            _ = rescan.tick() => match state.storage.relay_mailboxes().await {
+                Ok(relays) => relays.iter().for_each(|r| state.links.wake(r)),
+                Err(e) => tracing::warn!(error = %e, "cannot list the mail waiting for other relays; will retry"),
+            },
+        }
+    }
+}
+
+/// Why a link's connection ended.
+#[derive(Debug, thiserror::Error)]
+enum LinkError {
+    #[error(transparent)]
+    Peer(#[from] PeerError),
+    #[error("storage: {0}")]
+    Storage(#[from] StorageError),
+    #[error("{0}")]
+    Broken(String),
+    #[error("the other relay asks to wait: {0}")]
+    Later(String, Duration),
+    #[error("another link to the same relay took over its mailbox")]
+    Fenced,
+}
+
+/// One link: delivers until the mailbox is empty, then ends (the next copy starts another).
+async fn run<S: Storage>(state: Arc<RelayState<S>>, relay: RelayName, notify: Arc<Notify>) {
+    let Some(mailbox) = AgentName::relay_mailbox(&relay) else {
+        return;
+    };
+    let label = relay.to_string();
+    let mut backoff = FIRST_BACKOFF;
+    let max_backoff = Duration::from_secs(state.config.expiry_interval_secs.clamp(1, 60));
+    loop {
+        if *state.shutdown.borrow() {
+            return;
+        }
+        let outcome = match state.storage.claim(mailbox.clone()).await {
+            Ok(epoch) => deliver(&state, &relay, &mailbox, epoch, &notify).await,
+            Err(e) => Err(LinkError::Storage(e)),
+        };
+        let wait = match outcome {
+            Ok(true) => {
+                backoff = FIRST_BACKOFF;
+                continue;
+            }
+            Ok(false) => {
+                // Empty: end, then look once more, so a copy committed in between (whose
+                // wake reached this task) is not left without a link.
+                state.links.ended(&relay, &notify);
+                if let Ok(waiting) = state.storage.pending(mailbox.clone(), 0, 1).await
+                    && !waiting.is_empty()
+                {
+                    state.links.wake(&relay);
+                }
+                return;
+            }
+            Err(LinkError::Fenced) => {
+                state.links.ended(&relay, &notify);
+                return;
+            }
+            Err(LinkError::Later(why, wait)) => {
+                tracing::info!(%relay, %why, "the other relay asks to wait");
+                wait.min(max_backoff)
+            }
+            Err(e) => {
+                state
+                    .metrics
+                    .link_failures
+                    .get_or_create(&label_of(&label))
+                    .inc();
+                if matches!(e, LinkError::Peer(PeerError::KeyChanged { .. })) {
+                    tracing::error!(%relay, error = %e, "refusing a relay whose key changed");
+                } else {
+                    tracing::warn!(%relay, error = %e, retry_in = ?backoff, "link to another relay failed; will retry");
+                }
+                let wait = backoff;
+                backoff = (backoff * 2).min(max_backoff);
+                wait
+            }
+        };
+        let mut shutdown = state.shutdown.clone();
+        tokio::select! {
+            _ = tokio::time::sleep(wait) => {}
+            () = super::stopped(&mut shutdown) => return,
+        }
+    }
+}
+
+fn label_of(relay: &str) -> super::super::metrics::RelayLabel {
+    super::super::metrics::RelayLabel {
+        relay: relay.to_owned(),
+    }
+}
+
+/// Expires what is past its TTL, then connects and delivers the rest. `Ok(true)`: the
+/// connection ended cleanly with mail perhaps left; `Ok(false)`: nothing waits.
+async fn deliver<S: Storage>(
+    state: &RelayState<S>,
+    relay: &RelayName,
+    mailbox: &AgentName,
+    epoch: Epoch,
+    notify: &Notify,
+) -> Result<bool, LinkError> {
+    expire(state, relay, mailbox, epoch).await?;
+    if state
+        .storage
+        .pending(mailbox.clone(), 0, 1)
+        .await?
+        .is_empty()
+    {
+        return Ok(false);
+    }
+    let key = peer::pinned_key(state, relay).await?;
+    let mut ws = connect(state, relay, &key).await?;
+    tracing::info!(%relay, "link to another relay is up");
+    let result = stream(state, relay, mailbox, epoch, notify, &mut ws).await;
+    let _ = ws.close(None).await;
+    result.map(|()| true)
+}
+
+/// Connects to `relay`'s link endpoint and shakes hands: it proves its key, this relay its
+/// name.
+async fn connect<S: Storage>(
+    state: &RelayState<S>,
+    relay: &RelayName,
+    key: &crate::protocol::RelayKey,
+) -> Result<Socket, LinkError> {
+    let within = state.config.link_timeout();
+    let endpoint = RelayEndpoint::of(relay, &state.config.trusted_hosts);
+    let url = format!(
+        "{}://{relay}{LINK_PATH}",
+        if endpoint.is_tls() { "wss" } else { "ws" }
+    );
+    let connector = if endpoint.is_tls() {
+        Some(Connector::Rustls(
+            crate::tls::client_config().map_err(LinkError::Broken)?,
+        ))
+    } else {
+        None
+    };
+    let max = state.config.max_frame_bytes();
+    let config = WebSocketConfig::default()
+        .max_message_size(Some(max))
+        .max_frame_size(Some(max));
+    let (mut ws, _) = tokio::time::timeout(
+        within,
+        tokio_tungstenite::connect_async_tls_with_config(&url, Some(config), true, connector),
+    )
+    .await
+    .map_err(|_| LinkError::Broken(format!("{url} did not connect within {within:?}")))?
+    .map_err(|e| LinkError::Broken(format!("cannot connect to {url}: {e}")))?;
+    let their_nonce = match answer(&mut ws, relay, within).await? {
+        LinkAnswer::Challenge { v, relay: r, nonce } if v == LINK_VERSION && r == *relay => nonce,
+        LinkAnswer::Challenge { v, relay: r, .. } => {
+            return Err(LinkError::Broken(format!(
+                "{url} answered as {r} (link version {v}), not {relay} (version {LINK_VERSION})"
+            )));
+        }
+        other => return Err(unexpected(&other)),
+    };
+    let mut nonce = vec![0u8; 32];
+    getrandom::fill(&mut nonce).map_err(|e| LinkError::Broken(format!("no randomness: {e}")))?;
+    let payload = link_payload(&state.name, relay, &nonce, &their_nonce);
+    let hello = LinkRequest::Hello {
+        relay: state.name.clone(),
+        nonce,
+        signature: state.identity.sign_link(Domain::LinkHello, &payload),
+    };
+    send(&mut ws, &hello).await?;
+    match answer(&mut ws, relay, within).await? {
+        LinkAnswer::Welcome { signature } => {
+            verify_link(key, Domain::LinkWelcome, &payload, &signature).map_err(|_| {
+                LinkError::Broken(format!(
+                    "{relay}'s welcome is not signed by its pinned key; refused"
+                ))
+            })?;
+        }
+        LinkAnswer::Error { code, message } => {
+            return Err(LinkError::Broken(format!(
+                "{relay} refused the link ({code:?}): {message}"
+            )));
+        }
+        other => return Err(unexpected(&other)),
+    }
+    Ok(ws)
+}
+
+/// A delivery sent and not answered yet.
+struct InFlight {
+    seq: Seq,
+    id: MessageId,
+    sender: AgentName,
+    recipients: Vec<Address>,
+}
+
+/// Sends the mailbox's copies a window ahead of the answers and acknowledges each answered
+/// one. Returns when nothing was sent or answered for [`IDLE`].
+async fn stream<S: Storage>(
+    state: &RelayState<S>,
+    relay: &RelayName,
+    mailbox: &AgentName,
+    epoch: Epoch,
+    notify: &Notify,
+    ws: &mut Socket,
+) -> Result<(), LinkError> {
+    let within = state.config.link_timeout();
+    let label = label_of(relay.as_str());
+    let mut in_flight: VecDeque<InFlight> = VecDeque::new();
+    let mut last_sent: Seq = 0;
+    let mut more = true;
+    loop {
+        if more && in_flight.len() < LINK_WINDOW {
+            let room = LINK_WINDOW - in_flight.len();
+            let batch = state
+                .storage
+                .pending(mailbox.clone(), last_sent, room)
+                .await?;
+            more = batch.len() == room;
+            for queued in batch {
+                let (id, sender, recipients) = read_head(&queued)?;
+                ws.feed(WsMessage::text(deliver_frame(queued.seq, &queued.envelope)))
+                    .await
+                    .map_err(|e| LinkError::Broken(format!("sending to {relay}: {e}")))?;
+                last_sent = queued.seq;
+                in_flight.push_back(InFlight {
+                    seq: queued.seq,
+                    id,
+                    sender,
+                    recipients,
+                });
+            }
+            ws.flush()
+                .await
+                .map_err(|e| LinkError::Broken(format!("sending to {relay}: {e}")))?;
+        }
+        let frame = tokio::select! {
+            frame = ws.next() => frame,
+            _ = notify.notified() => {
+                more = true;
+                continue;
+            }
+            _ = tokio::time::sleep(if in_flight.is_empty() { IDLE } else { within }) => {
+                if in_flight.is_empty() {
+                    return Ok(());
+                }
+                return Err(LinkError::Broken(format!(
+                    "{relay} answered nothing for {within:?} with {} deliveries open",
+                    in_flight.len()
+                )));
+            }
+        };
+        let mut answered: Option<Seq> = None;
+        let mut later = None;
+        let mut next = Some(frame);
+        // Every answer already here is applied with one ack.
+        while let Some(frame) = next {
+            match read_answer(frame, relay)? {
+                LinkAnswer::Taken { seq, refused } => {
+                    let Some(front) = in_flight.pop_front().filter(|f| f.seq == seq) else {
+                        return Err(LinkError::Broken(format!(
+                            "{relay} answered delivery {seq} out of order"
+                        )));
+                    };
+                    let refused: Vec<_> = refused
+                        .into_iter()
+                        .filter(|r| front.recipients.contains(&r.to))
+                        .collect();
+                    let taken = front.recipients.len() - refused.len();
+                    state
+                        .metrics
+                        .link_delivered
+                        .get_or_create(&label)
+                        .inc_by(taken as u64);
+                    if !refused.is_empty() {
+                        tracing::info!(%relay, id = %front.id, refused = ?refused, "the other relay refused recipients; bouncing them");
+                        let now = jiff::Timestamp::now();
+                        let bounces = refused
+                            .into_iter()
+                            .map(|r| Bounce {
+                                id: front.id,
+                                to: r.to,
+                                expired_at: now,
+                            })
+                            .collect::<Vec<_>>();
+                        state
+                            .metrics
+                            .link_bounced
+                            .get_or_create(&label)
+                            .inc_by(bounces.len() as u64);
+                        // Recorded before the ack: a crash between the two sends the copy
+                        // again, and the same bounce is recorded once.
+                        state
+                            .storage
+                            .record_bounces(front.sender.clone(), bounces)
+                            .await?;
+                        bounce::announce(state, [front.sender]);
+                    }
+                    answered = Some(seq);
+                }
+                LinkAnswer::Later {
+                    seq,
+                    code,
+                    message,
+                    retry_after_ms,
+                } => {
+                    later = Some(LinkError::Later(
+                        format!("delivery {seq}: {code:?}: {message}"),
+                        Duration::from_millis(retry_after_ms),
+                    ));
+                    break;
+                }
+                LinkAnswer::Pong {} => {}
+                LinkAnswer::Error { code, message } => {
+                    later = Some(LinkError::Broken(format!(
+                        "{relay} ended the link ({code:?}): {message}"
+                    )));
+                    break;
+                }
+                other => return Err(unexpected(&other)),
+            }
+            next = ws.next().now_or_never().flatten().map(Some);
+        }
+        if let Some(upto) = answered
+            && state.storage.ack(mailbox.clone(), upto, epoch).await? == AckOutcome::Fenced
+        {
+            return Err(LinkError::Fenced);
+        }
+        if let Some(stop) = later {
+            return Err(stop);
+        }
+    }
+}
+
+/// The id, sender and recipients of a stored copy.
+fn read_head(queued: &Queued) -> Result<(MessageId, AgentName, Vec<Address>), LinkError> {
+    let text = std::str::from_utf8(&queued.envelope)
+        .map_err(|_| LinkError::Broken(format!("copy {} is not text", queued.seq)))?;
+    let head: EnvelopeHead<'_> = serde_json::from_str(text)
+        .map_err(|e| LinkError::Broken(format!("copy {} is unreadable: {e}", queued.seq)))?;
+    Ok((
+        head.id,
+        head.from.name().clone(),
+        head.keys.into_iter().map(|k| k.to).collect(),
+    ))
+}
+
+/// Bounces the copies at the head of the mailbox that are past their TTL, each recipient by
+/// name, then acknowledges them.
+async fn expire<S: Storage>(
+    state: &RelayState<S>,
+    relay: &RelayName,
+    mailbox: &AgentName,
+    epoch: Epoch,
+) -> Result<(), LinkError> {
+    let ttl_ms = (state.config.ttl_secs as i64).saturating_mul(1000);
+    loop {
+        let now = jiff::Timestamp::now();
+        let batch = state.storage.pending(mailbox.clone(), 0, 256).await?;
+        let due: Vec<&Queued> = batch
+            .iter()
+            .take_while(|q| q.accepted_at_ms.saturating_add(ttl_ms) < now.as_millisecond())
+            .collect();
+        let Some(last) = due.last().map(|q| q.seq) else {
+            return Ok(());
+        };
+        let mut senders = Vec::new();
+        for queued in &due {
+            let (id, sender, recipients) = read_head(queued)?;
+            let bounces = recipients
+                .into_iter()
+                .map(|to| Bounce {
+                    id,
+                    to,
+                    expired_at: now,
+                })
+                .collect::<Vec<_>>();
+            state.metrics.expired.inc_by(bounces.len() as u64);
+            state
+                .storage
+                .record_bounces(sender.clone(), bounces)
+                .await?;
+            senders.push(sender);
+        }
+        tracing::info!(%relay, expired = due.len(), "mail for another relay expired undelivered; bounced it to its senders");
+        if state.storage.ack(mailbox.clone(), last, epoch).await? == AckOutcome::Fenced {
+            return Err(LinkError::Fenced);
+        }
+        bounce::announce(state, senders);
+        if due.len() < batch.len() || batch.len() < 256 {
+            return Ok(());
+        }
+    }
+}
+
+async fn send(ws: &mut Socket, frame: &LinkRequest) -> Result<(), LinkError> {
+    let text = serde_json::to_string(frame).expect("link frames serialize");
+    ws.send(WsMessage::text(text))
+        .await
+        .map_err(|e| LinkError::Broken(format!("sending: {e}")))
+}
+
+/// The next answer from `relay`, within `within`.
+async fn answer(
+    ws: &mut Socket,
+    relay: &RelayName,
+    within: Duration,
+) -> Result<LinkAnswer, LinkError> {
+    let frame = tokio::time::timeout(within, ws.next())
+        .await
+        .map_err(|_| LinkError::Broken(format!("{relay} answered nothing within {within:?}")))?;
+    read_answer(frame, relay)
+}
+
+fn read_answer(
+    frame: Option<Result<WsMessage, tokio_tungstenite::tungstenite::Error>>,
+    relay: &RelayName,
+) -> Result<LinkAnswer, LinkError> {
+    match frame {
+        None => Err(LinkError::Broken(format!("{relay} closed the link"))),
+        Some(Err(e)) => Err(LinkError::Broken(format!("reading from {relay}: {e}"))),
+        Some(Ok(WsMessage::Text(text))) => serde_json::from_str(&text).map_err(|e| {
+            LinkError::Broken(format!(
+                "{relay} sent a frame that is not a link answer: {e}"
+            ))
+        }),
+        Some(Ok(WsMessage::Close(_))) => Err(LinkError::Broken(format!("{relay} closed the link"))),
+        Some(Ok(_)) => Ok(LinkAnswer::Pong {}),
+    }
+}
+
+fn unexpected(frame: &LinkAnswer) -> LinkError {
+    let kind = serde_json::to_value(frame)
+        .ok()
+        .and_then(|v| v.get("type").and_then(|t| t.as_str()).map(str::to_owned))
+        .unwrap_or_default();
+    if let LinkAnswer::Error { code, message } = frame {
+        return LinkError::Broken(format!("refused ({code:?}): {message}"));
+    }
+    LinkError::Broken(format!("unexpected {kind} frame"))
+}
