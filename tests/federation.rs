@@ -8,9 +8,12 @@ mod common;
 use std::os::unix::fs::PermissionsExt;
 
 use common::*;
-use mailslot::client::{ClientError, discover, resolve_keys};
-use mailslot::protocol::{Address, ErrorCode, Message, RelayInfo, RelayName};
-use mailslot::store::KeyCheck;
+use mailslot::client::{ClientError, Received, discover, receive, resolve_keys};
+use mailslot::crypto::seal;
+use mailslot::protocol::{
+    Address, ErrorCode, Limits, Message, RelayInfo, RelayName, SealedEnvelope,
+};
+use mailslot::store::{KeyCheck, Trust};
 
 fn at(agent: &str, relay: &TestRelay) -> Address {
     Address::parse(&format!("{agent}@{}", relay.relay.name())).unwrap()
@@ -88,6 +91,9 @@ async fn a_configured_host_names_the_relay_and_its_agents() {
     let id = message.id;
     let sent = alice.send(&relay, message).await;
     assert_eq!(sent.sent, vec![id], "{sent:?}");
+    // Bob opens the wrap addressed to his full address as his own.
+    let got = bob.sync(&relay).await;
+    assert_eq!(got.received, vec![id], "{got:?}");
     // One agent, one pin, however its address is spelt: a key change under either spelling
     // meets the same pin (review finding F1).
     let contacts = alice.store.call(|s| s.contacts()).await.unwrap();
@@ -193,6 +199,15 @@ async fn a_remote_agents_keys_come_from_its_own_relay_pinned_under_the_full_addr
     b.relay.shutdown().await;
 }
 
+/// Every pin in `agent`'s store: address and fingerprint.
+async fn pins(agent: &TestAgent) -> Vec<(String, String)> {
+    let contacts = agent.store.call(|s| s.contacts()).await.unwrap();
+    contacts
+        .into_iter()
+        .map(|c| (c.address.to_string(), c.fingerprint.to_string()))
+        .collect()
+}
+
 #[tokio::test]
 async fn a_local_impostor_is_never_pinned_for_a_remote_address() {
     let (a, b) = (
@@ -207,6 +222,8 @@ async fn a_local_impostor_is_never_pinned_for_a_remote_address() {
     impostor.sync(&a).await;
     remote_bob.sync(&b).await;
 
+    // To the remote bob alone, then beside the local one: each is sealed to its own keys
+    // (whether relay A takes mail for B yet is the relay link's business, not this test's).
     let remote = at("bob", &b);
     let message = Message::new(
         alice.address(),
@@ -214,43 +231,194 @@ async fn a_local_impostor_is_never_pinned_for_a_remote_address() {
         "plan",
         "for bob at b",
     );
-    let id = message.id;
-    let report = alice.send(&a, message).await;
-    assert!(report.sent.is_empty(), "{report:?}");
-    let (failed, reason, will_retry) = &report.not_sent[0];
-    assert_eq!(*failed, id);
-    assert!(!will_retry, "a permanent refusal: {reason}");
-    assert!(
-        reason.contains("another relay") && reason.contains(&remote.to_string()),
-        "{reason}"
-    );
-
-    // Also with a local recipient beside it: refused before any key is looked up.
+    alice.send(&a, message).await;
     let both = Message::new(
         alice.address(),
         vec![impostor.address(), remote.clone()],
         "plan",
         "both",
     );
-    let report = alice.send(&a, both).await;
-    assert!(report.sent.is_empty(), "{report:?}");
+    alice.send(&a, both).await;
 
-    let pinned = {
-        let remote = remote.clone();
-        alice
-            .store
-            .call(move |s| s.pinned_keys(&remote))
-            .await
-            .unwrap()
-    };
-    assert!(pinned.is_none(), "something was pinned for {remote}");
-    let contacts = alice.store.call(|s| s.contacts()).await.unwrap();
-    let impostor_fp = impostor.identity.fingerprint();
-    assert!(
-        contacts.iter().all(|c| c.fingerprint != impostor_fp),
-        "the local bob's key was pinned: {contacts:?}"
+    let mut pinned = pins(&alice).await;
+    pinned.sort();
+    let mut expected = vec![
+        (
+            "bob".to_owned(),
+            impostor.identity.fingerprint().to_string(),
+        ),
+        (
+            remote.to_string(),
+            remote_bob.identity.fingerprint().to_string(),
+        ),
+    ];
+    expected.sort();
+    assert_eq!(
+        pinned, expected,
+        "the local bob is pinned as bob only, and {remote} has B's bob's keys"
     );
-    assert!(contacts.is_empty(), "{contacts:?}");
+    a.relay.shutdown().await;
+    b.relay.shutdown().await;
+}
+
+/// `letter` from `sender` sealed to `to` (the address on the key wrap and in the letter).
+fn sealed(sender: &TestAgent, from: Address, to: Address, keys: &TestAgent) -> SealedEnvelope {
+    let letter = Message::new(from, vec![to.clone()], "across", "sealed end to end");
+    seal(
+        &letter,
+        &sender.identity,
+        &[(to, keys.identity.public().clone())],
+        &Limits::default(),
+    )
+    .unwrap()
+    .remove(0)
+}
+
+#[tokio::test]
+async fn a_remote_senders_keys_come_from_its_relay_and_a_local_namesake_is_never_pinned() {
+    let (a, b) = (
+        TestRelay::start(|_| {}).await,
+        TestRelay::start(|_| {}).await,
+    );
+    let (bob, impostor, alice) = (
+        TestAgent::new("bob"),
+        TestAgent::new("alice"),
+        TestAgent::new("alice"),
+    );
+    impostor.sync(&a).await;
+    alice.sync(&b).await;
+    let mut conn = bob.connect(&a).await;
+    let alice_at_b = at("alice", &b);
+
+    // The relay link delivers the copy as sealed: from alice's full address, wrapped for bob's.
+    let envelope = sealed(&alice, alice_at_b.clone(), at("bob", &a), &bob);
+    let id = envelope.id;
+    let got = receive(
+        &mut conn,
+        &bob.store,
+        &[],
+        &bob.name,
+        &bob.identity,
+        envelope,
+    )
+    .await
+    .unwrap();
+    assert_eq!(
+        got,
+        Received::New {
+            id,
+            from: alice_at_b.clone(),
+            trust: Trust::Verified
+        }
+    );
+    let stored = bob
+        .store
+        .call(move |s| s.message(&id))
+        .await
+        .unwrap()
+        .unwrap();
+    assert_eq!(stored.message.from, alice_at_b);
+    assert_eq!(
+        pins(&bob).await,
+        [(
+            alice_at_b.to_string(),
+            alice.identity.fingerprint().to_string()
+        )],
+        "pinned under the full address with B's alice's keys; the local alice never"
+    );
+
+    // The local namesake signing as alice@B: refused against the pinned keys, nothing changes.
+    let forged = sealed(
+        &impostor,
+        alice_at_b.clone(),
+        Address::local(bob.name.clone()),
+        &bob,
+    );
+    let got = receive(&mut conn, &bob.store, &[], &bob.name, &bob.identity, forged)
+        .await
+        .unwrap();
+    assert!(matches!(got, Received::Unreadable { .. }), "{got:?}");
+    assert_eq!(pins(&bob).await.len(), 1);
+
+    // A wrap for bob at another relay is not for this bob.
+    let elsewhere = sealed(&alice, alice_at_b.clone(), at("bob", &b), &bob);
+    let got = receive(
+        &mut conn,
+        &bob.store,
+        &[],
+        &bob.name,
+        &bob.identity,
+        elsewhere,
+    )
+    .await
+    .unwrap();
+    match got {
+        Received::Unreadable { reason, .. } => assert!(reason.contains("no key for"), "{reason}"),
+        other => panic!("expected unreadable, got {other:?}"),
+    }
+    conn.close().await;
+    a.relay.shutdown().await;
+    b.relay.shutdown().await;
+}
+
+#[tokio::test]
+async fn a_remote_senders_relay_out_of_reach_is_retried_and_an_unknown_sender_refused() {
+    let (a, b) = (
+        TestRelay::start(|_| {}).await,
+        TestRelay::start(|_| {}).await,
+    );
+    let (bob, carol) = (TestAgent::new("bob"), TestAgent::new("carol"));
+    let mut conn = bob.connect(&a).await;
+
+    // A relay that is down: a port bound, then let go.
+    let down = {
+        let socket = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        socket.local_addr().unwrap()
+    };
+    let from = Address::parse(&format!("carol@{down}")).unwrap();
+    let envelope = sealed(&carol, from.clone(), at("bob", &a), &bob);
+    let err = receive(
+        &mut conn,
+        &bob.store,
+        &[],
+        &bob.name,
+        &bob.identity,
+        envelope,
+    )
+    .await
+    .unwrap_err();
+    assert!(
+        err.is_temporary(),
+        "not acknowledged, so it comes again: {err}"
+    );
+    assert!(
+        matches!(&err, ClientError::Unreachable { url, .. } if url.contains(&down.to_string())),
+        "{err}"
+    );
+
+    // B answers that carol does not exist there: for good, acknowledged as unreadable.
+    let envelope = sealed(&carol, at("carol", &b), at("bob", &a), &bob);
+    let id = envelope.id;
+    let got = receive(
+        &mut conn,
+        &bob.store,
+        &[],
+        &bob.name,
+        &bob.identity,
+        envelope,
+    )
+    .await
+    .unwrap();
+    match got {
+        Received::Unreadable {
+            from, id: refused, ..
+        } => assert_eq!((from, refused), (at("carol", &b), id)),
+        other => panic!("expected unreadable, got {other:?}"),
+    }
+    assert!(pins(&bob).await.is_empty());
+    let received = bob.store.call(|s| s.received_count(false)).await.unwrap();
+    assert_eq!(received, 0, "nothing was stored");
+    conn.close().await;
     a.relay.shutdown().await;
     b.relay.shutdown().await;
 }
