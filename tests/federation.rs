@@ -599,3 +599,153 @@ async fn the_cli_pins_remote_keys_and_trusts_a_new_relay_key_only_as_confirmed()
     a.relay.shutdown().await;
     b.relay.shutdown().await;
 }
+
+/// Runs `mailslot ARGS --json` for the agents in `home` against `relay` and parses what it
+/// prints; fails the test when the command fails.
+async fn cli_json(home: &std::path::Path, relay: &TestRelay, args: &[&str]) -> serde_json::Value {
+    let out = cli(home, relay, &[&["--json"], args].concat()).await;
+    assert!(
+        out.status.success(),
+        "mailslot {args:?}: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    serde_json::from_slice(&out.stdout).unwrap()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "needs the relay link"]
+async fn alice_at_a_and_bob_at_b_write_and_reply_through_mcp_sessions() {
+    use common::mcp::{Era, send_args, spawn_mcp};
+    // Loopback relays reach each other over plain HTTP and WebSocket without configuration.
+    let (a, b) = (
+        TestRelay::start(|_| {}).await,
+        TestRelay::start(|_| {}).await,
+    );
+    let (alice_home, bob_home) = (tempfile::tempdir().unwrap(), tempfile::tempdir().unwrap());
+    let mut alice = spawn_mcp(alice_home.path(), "alice", &a.url, Era::Legacy).await;
+    let mut bob = spawn_mcp(bob_home.path(), "bob", &b.url, Era::Legacy).await;
+    // Both are registered once their sessions answer.
+    alice.ok("recall", serde_json::json!({})).await;
+    bob.ok("recall", serde_json::json!({})).await;
+    let (alice_full, bob_full) = (at("alice", &a).to_string(), at("bob", &b).to_string());
+
+    let sent = alice
+        .ok(
+            "send",
+            send_args(&[&bob_full], "status?", "How far is the build?"),
+        )
+        .await;
+    assert_eq!(sent["status"], "sent", "{sent}");
+    let event = bob.channel_event().await;
+    let meta = &event["meta"];
+    assert_eq!(meta["from"], alice_full.as_str(), "{event}");
+    assert_eq!(meta["message_id"], sent["message_id"]);
+    assert_eq!(meta["trust"], "verified", "checked against the key from A");
+    assert!(
+        event["content"]
+            .as_str()
+            .unwrap()
+            .contains("How far is the build?")
+    );
+
+    let reply = bob
+        .ok(
+            "reply",
+            serde_json::json!({ "message_id": sent["message_id"], "body": "80 %" }),
+        )
+        .await;
+    assert_eq!(reply["status"], "sent", "{reply}");
+    assert_eq!(reply["thread_id"], sent["thread_id"]);
+    let back = alice.channel_event().await;
+    assert_eq!(back["meta"]["from"], bob_full.as_str(), "{back}");
+    assert_eq!(back["meta"]["trust"], "verified");
+    assert_eq!(back["meta"]["thread_id"], sent["thread_id"]);
+    assert!(
+        back["content"]
+            .as_str()
+            .unwrap()
+            .contains("Subject: Re: status?")
+    );
+    a.relay.shutdown().await;
+    b.relay.shutdown().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "needs the relay link"]
+async fn alice_at_a_and_bob_at_b_write_and_reply_through_the_cli_exactly_once() {
+    let (a, b) = (
+        TestRelay::start(|_| {}).await,
+        TestRelay::start(|_| {}).await,
+    );
+    let (alice_home, bob_home) = (tempfile::tempdir().unwrap(), tempfile::tempdir().unwrap());
+    register(alice_home.path(), "alice", &a.url);
+    register(bob_home.path(), "bob", &b.url);
+    let (alice_full, bob_full) = (at("alice", &a).to_string(), at("bob", &b).to_string());
+    let (alice_home, bob_home) = (alice_home.path(), bob_home.path());
+
+    let sent = cli_json(
+        alice_home,
+        &a,
+        &[
+            "--agent",
+            "alice",
+            "send",
+            "--to",
+            &bob_full,
+            "--subject",
+            "plan",
+            "--body",
+            "friday",
+        ],
+    )
+    .await;
+    assert_eq!(sent["status"], "sent", "{sent}");
+    let id = sent["id"].as_str().unwrap().to_owned();
+
+    // The relay link delivers in the background: sync until it is there.
+    let deadline = tokio::time::Instant::now() + EVENT_TIMEOUT;
+    let mut received = Vec::new();
+    while received.is_empty() {
+        assert!(tokio::time::Instant::now() < deadline, "bob never got {id}");
+        let got = cli_json(bob_home, &b, &["--agent", "bob", "sync"]).await;
+        assert_eq!(got["unreadable"], serde_json::json!([]), "{got}");
+        received = got["received"].as_array().unwrap().clone();
+        if received.is_empty() {
+            // Waiting on the other relay, not on a clock: the next sync asks again.
+            tokio::task::yield_now().await;
+        }
+    }
+    assert_eq!(received, [serde_json::json!(id)], "exactly once");
+    let shown = cli_json(bob_home, &b, &["--agent", "bob", "read", &id]).await;
+    assert_eq!(shown["message"]["from"], alice_full.as_str(), "{shown}");
+    assert_eq!(shown["trust"], "verified", "{shown}");
+
+    let reply = cli_json(
+        bob_home,
+        &b,
+        &["--agent", "bob", "reply", &id, "--body", "friday works"],
+    )
+    .await;
+    assert_eq!(reply["status"], "sent", "{reply}");
+    let deadline = tokio::time::Instant::now() + EVENT_TIMEOUT;
+    loop {
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "alice never got the reply"
+        );
+        let got = cli_json(alice_home, &a, &["--agent", "alice", "sync"]).await;
+        if let Some(first) = got["received"].as_array().unwrap().first() {
+            let back = first.as_str().unwrap().to_owned();
+            let shown = cli_json(alice_home, &a, &["--agent", "alice", "read", &back]).await;
+            assert_eq!(shown["message"]["from"], bob_full.as_str(), "{shown}");
+            assert_eq!(shown["message"]["in_reply_to"], id.as_str(), "{shown}");
+            break;
+        }
+        tokio::task::yield_now().await;
+    }
+    // Nothing more for bob: the first copy was taken once.
+    let again = cli_json(bob_home, &b, &["--agent", "bob", "sync"]).await;
+    assert_eq!(again["received"], serde_json::json!([]), "{again}");
+    a.relay.shutdown().await;
+    b.relay.shutdown().await;
+}
