@@ -8,9 +8,12 @@ mod common;
 use std::os::unix::fs::PermissionsExt;
 
 use common::*;
-use mailslot::client::{ClientError, discover, resolve_keys};
-use mailslot::protocol::{Address, ErrorCode, Message, RelayInfo, RelayName};
-use mailslot::store::KeyCheck;
+use mailslot::client::{ClientError, Received, discover, receive, resolve_keys};
+use mailslot::crypto::seal;
+use mailslot::protocol::{
+    Address, ErrorCode, Limits, Message, RelayInfo, RelayName, SealedEnvelope,
+};
+use mailslot::store::{KeyCheck, Trust};
 
 fn at(agent: &str, relay: &TestRelay) -> Address {
     Address::parse(&format!("{agent}@{}", relay.relay.name())).unwrap()
@@ -88,6 +91,9 @@ async fn a_configured_host_names_the_relay_and_its_agents() {
     let id = message.id;
     let sent = alice.send(&relay, message).await;
     assert_eq!(sent.sent, vec![id], "{sent:?}");
+    // Bob opens the wrap addressed to his full address as his own.
+    let got = bob.sync(&relay).await;
+    assert_eq!(got.received, vec![id], "{got:?}");
     // One agent, one pin, however its address is spelt: a key change under either spelling
     // meets the same pin (review finding F1).
     let contacts = alice.store.call(|s| s.contacts()).await.unwrap();
@@ -193,6 +199,15 @@ async fn a_remote_agents_keys_come_from_its_own_relay_pinned_under_the_full_addr
     b.relay.shutdown().await;
 }
 
+/// Every pin in `agent`'s store: address and fingerprint.
+async fn pins(agent: &TestAgent) -> Vec<(String, String)> {
+    let contacts = agent.store.call(|s| s.contacts()).await.unwrap();
+    contacts
+        .into_iter()
+        .map(|c| (c.address.to_string(), c.fingerprint.to_string()))
+        .collect()
+}
+
 #[tokio::test]
 async fn a_local_impostor_is_never_pinned_for_a_remote_address() {
     let (a, b) = (
@@ -207,6 +222,8 @@ async fn a_local_impostor_is_never_pinned_for_a_remote_address() {
     impostor.sync(&a).await;
     remote_bob.sync(&b).await;
 
+    // To the remote bob alone, then beside the local one: each is sealed to its own keys
+    // (whether relay A takes mail for B yet is the relay link's business, not this test's).
     let remote = at("bob", &b);
     let message = Message::new(
         alice.address(),
@@ -214,43 +231,194 @@ async fn a_local_impostor_is_never_pinned_for_a_remote_address() {
         "plan",
         "for bob at b",
     );
-    let id = message.id;
-    let report = alice.send(&a, message).await;
-    assert!(report.sent.is_empty(), "{report:?}");
-    let (failed, reason, will_retry) = &report.not_sent[0];
-    assert_eq!(*failed, id);
-    assert!(!will_retry, "a permanent refusal: {reason}");
-    assert!(
-        reason.contains("another relay") && reason.contains(&remote.to_string()),
-        "{reason}"
-    );
-
-    // Also with a local recipient beside it: refused before any key is looked up.
+    alice.send(&a, message).await;
     let both = Message::new(
         alice.address(),
         vec![impostor.address(), remote.clone()],
         "plan",
         "both",
     );
-    let report = alice.send(&a, both).await;
-    assert!(report.sent.is_empty(), "{report:?}");
+    alice.send(&a, both).await;
 
-    let pinned = {
-        let remote = remote.clone();
-        alice
-            .store
-            .call(move |s| s.pinned_keys(&remote))
-            .await
-            .unwrap()
-    };
-    assert!(pinned.is_none(), "something was pinned for {remote}");
-    let contacts = alice.store.call(|s| s.contacts()).await.unwrap();
-    let impostor_fp = impostor.identity.fingerprint();
-    assert!(
-        contacts.iter().all(|c| c.fingerprint != impostor_fp),
-        "the local bob's key was pinned: {contacts:?}"
+    let mut pinned = pins(&alice).await;
+    pinned.sort();
+    let mut expected = vec![
+        (
+            "bob".to_owned(),
+            impostor.identity.fingerprint().to_string(),
+        ),
+        (
+            remote.to_string(),
+            remote_bob.identity.fingerprint().to_string(),
+        ),
+    ];
+    expected.sort();
+    assert_eq!(
+        pinned, expected,
+        "the local bob is pinned as bob only, and {remote} has B's bob's keys"
     );
-    assert!(contacts.is_empty(), "{contacts:?}");
+    a.relay.shutdown().await;
+    b.relay.shutdown().await;
+}
+
+/// `letter` from `sender` sealed to `to` (the address on the key wrap and in the letter).
+fn sealed(sender: &TestAgent, from: Address, to: Address, keys: &TestAgent) -> SealedEnvelope {
+    let letter = Message::new(from, vec![to.clone()], "across", "sealed end to end");
+    seal(
+        &letter,
+        &sender.identity,
+        &[(to, keys.identity.public().clone())],
+        &Limits::default(),
+    )
+    .unwrap()
+    .remove(0)
+}
+
+#[tokio::test]
+async fn a_remote_senders_keys_come_from_its_relay_and_a_local_namesake_is_never_pinned() {
+    let (a, b) = (
+        TestRelay::start(|_| {}).await,
+        TestRelay::start(|_| {}).await,
+    );
+    let (bob, impostor, alice) = (
+        TestAgent::new("bob"),
+        TestAgent::new("alice"),
+        TestAgent::new("alice"),
+    );
+    impostor.sync(&a).await;
+    alice.sync(&b).await;
+    let mut conn = bob.connect(&a).await;
+    let alice_at_b = at("alice", &b);
+
+    // The relay link delivers the copy as sealed: from alice's full address, wrapped for bob's.
+    let envelope = sealed(&alice, alice_at_b.clone(), at("bob", &a), &bob);
+    let id = envelope.id;
+    let got = receive(
+        &mut conn,
+        &bob.store,
+        &[],
+        &bob.name,
+        &bob.identity,
+        envelope,
+    )
+    .await
+    .unwrap();
+    assert_eq!(
+        got,
+        Received::New {
+            id,
+            from: alice_at_b.clone(),
+            trust: Trust::Verified
+        }
+    );
+    let stored = bob
+        .store
+        .call(move |s| s.message(&id))
+        .await
+        .unwrap()
+        .unwrap();
+    assert_eq!(stored.message.from, alice_at_b);
+    assert_eq!(
+        pins(&bob).await,
+        [(
+            alice_at_b.to_string(),
+            alice.identity.fingerprint().to_string()
+        )],
+        "pinned under the full address with B's alice's keys; the local alice never"
+    );
+
+    // The local namesake signing as alice@B: refused against the pinned keys, nothing changes.
+    let forged = sealed(
+        &impostor,
+        alice_at_b.clone(),
+        Address::local(bob.name.clone()),
+        &bob,
+    );
+    let got = receive(&mut conn, &bob.store, &[], &bob.name, &bob.identity, forged)
+        .await
+        .unwrap();
+    assert!(matches!(got, Received::Unreadable { .. }), "{got:?}");
+    assert_eq!(pins(&bob).await.len(), 1);
+
+    // A wrap for bob at another relay is not for this bob.
+    let elsewhere = sealed(&alice, alice_at_b.clone(), at("bob", &b), &bob);
+    let got = receive(
+        &mut conn,
+        &bob.store,
+        &[],
+        &bob.name,
+        &bob.identity,
+        elsewhere,
+    )
+    .await
+    .unwrap();
+    match got {
+        Received::Unreadable { reason, .. } => assert!(reason.contains("no key for"), "{reason}"),
+        other => panic!("expected unreadable, got {other:?}"),
+    }
+    conn.close().await;
+    a.relay.shutdown().await;
+    b.relay.shutdown().await;
+}
+
+#[tokio::test]
+async fn a_remote_senders_relay_out_of_reach_is_retried_and_an_unknown_sender_refused() {
+    let (a, b) = (
+        TestRelay::start(|_| {}).await,
+        TestRelay::start(|_| {}).await,
+    );
+    let (bob, carol) = (TestAgent::new("bob"), TestAgent::new("carol"));
+    let mut conn = bob.connect(&a).await;
+
+    // A relay that is down: a port bound, then let go.
+    let down = {
+        let socket = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        socket.local_addr().unwrap()
+    };
+    let from = Address::parse(&format!("carol@{down}")).unwrap();
+    let envelope = sealed(&carol, from.clone(), at("bob", &a), &bob);
+    let err = receive(
+        &mut conn,
+        &bob.store,
+        &[],
+        &bob.name,
+        &bob.identity,
+        envelope,
+    )
+    .await
+    .unwrap_err();
+    assert!(
+        err.is_temporary(),
+        "not acknowledged, so it comes again: {err}"
+    );
+    assert!(
+        matches!(&err, ClientError::Unreachable { url, .. } if url.contains(&down.to_string())),
+        "{err}"
+    );
+
+    // B answers that carol does not exist there: for good, acknowledged as unreadable.
+    let envelope = sealed(&carol, at("carol", &b), at("bob", &a), &bob);
+    let id = envelope.id;
+    let got = receive(
+        &mut conn,
+        &bob.store,
+        &[],
+        &bob.name,
+        &bob.identity,
+        envelope,
+    )
+    .await
+    .unwrap();
+    match got {
+        Received::Unreadable {
+            from, id: refused, ..
+        } => assert_eq!((from, refused), (at("carol", &b), id)),
+        other => panic!("expected unreadable, got {other:?}"),
+    }
+    assert!(pins(&bob).await.is_empty());
+    let received = bob.store.call(|s| s.received_count(false)).await.unwrap();
+    assert_eq!(received, 0, "nothing was stored");
+    conn.close().await;
     a.relay.shutdown().await;
     b.relay.shutdown().await;
 }
@@ -428,6 +596,156 @@ async fn the_cli_pins_remote_keys_and_trusts_a_new_relay_key_only_as_confirmed()
     let shown: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
     assert_eq!(shown["status"], "matches");
     assert_eq!(shown["relay"]["fingerprint"], new.as_str());
+    a.relay.shutdown().await;
+    b.relay.shutdown().await;
+}
+
+/// Runs `mailslot ARGS --json` for the agents in `home` against `relay` and parses what it
+/// prints; fails the test when the command fails.
+async fn cli_json(home: &std::path::Path, relay: &TestRelay, args: &[&str]) -> serde_json::Value {
+    let out = cli(home, relay, &[&["--json"], args].concat()).await;
+    assert!(
+        out.status.success(),
+        "mailslot {args:?}: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    serde_json::from_slice(&out.stdout).unwrap()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "needs the relay link"]
+async fn alice_at_a_and_bob_at_b_write_and_reply_through_mcp_sessions() {
+    use common::mcp::{Era, send_args, spawn_mcp};
+    // Loopback relays reach each other over plain HTTP and WebSocket without configuration.
+    let (a, b) = (
+        TestRelay::start(|_| {}).await,
+        TestRelay::start(|_| {}).await,
+    );
+    let (alice_home, bob_home) = (tempfile::tempdir().unwrap(), tempfile::tempdir().unwrap());
+    let mut alice = spawn_mcp(alice_home.path(), "alice", &a.url, Era::Legacy).await;
+    let mut bob = spawn_mcp(bob_home.path(), "bob", &b.url, Era::Legacy).await;
+    // Both are registered once their sessions answer.
+    alice.ok("recall", serde_json::json!({})).await;
+    bob.ok("recall", serde_json::json!({})).await;
+    let (alice_full, bob_full) = (at("alice", &a).to_string(), at("bob", &b).to_string());
+
+    let sent = alice
+        .ok(
+            "send",
+            send_args(&[&bob_full], "status?", "How far is the build?"),
+        )
+        .await;
+    assert_eq!(sent["status"], "sent", "{sent}");
+    let event = bob.channel_event().await;
+    let meta = &event["meta"];
+    assert_eq!(meta["from"], alice_full.as_str(), "{event}");
+    assert_eq!(meta["message_id"], sent["message_id"]);
+    assert_eq!(meta["trust"], "verified", "checked against the key from A");
+    assert!(
+        event["content"]
+            .as_str()
+            .unwrap()
+            .contains("How far is the build?")
+    );
+
+    let reply = bob
+        .ok(
+            "reply",
+            serde_json::json!({ "message_id": sent["message_id"], "body": "80 %" }),
+        )
+        .await;
+    assert_eq!(reply["status"], "sent", "{reply}");
+    assert_eq!(reply["thread_id"], sent["thread_id"]);
+    let back = alice.channel_event().await;
+    assert_eq!(back["meta"]["from"], bob_full.as_str(), "{back}");
+    assert_eq!(back["meta"]["trust"], "verified");
+    assert_eq!(back["meta"]["thread_id"], sent["thread_id"]);
+    assert!(
+        back["content"]
+            .as_str()
+            .unwrap()
+            .contains("Subject: Re: status?")
+    );
+    a.relay.shutdown().await;
+    b.relay.shutdown().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "needs the relay link"]
+async fn alice_at_a_and_bob_at_b_write_and_reply_through_the_cli_exactly_once() {
+    let (a, b) = (
+        TestRelay::start(|_| {}).await,
+        TestRelay::start(|_| {}).await,
+    );
+    let (alice_home, bob_home) = (tempfile::tempdir().unwrap(), tempfile::tempdir().unwrap());
+    register(alice_home.path(), "alice", &a.url);
+    register(bob_home.path(), "bob", &b.url);
+    let (alice_full, bob_full) = (at("alice", &a).to_string(), at("bob", &b).to_string());
+    let (alice_home, bob_home) = (alice_home.path(), bob_home.path());
+
+    let sent = cli_json(
+        alice_home,
+        &a,
+        &[
+            "--agent",
+            "alice",
+            "send",
+            "--to",
+            &bob_full,
+            "--subject",
+            "plan",
+            "--body",
+            "friday",
+        ],
+    )
+    .await;
+    assert_eq!(sent["status"], "sent", "{sent}");
+    let id = sent["id"].as_str().unwrap().to_owned();
+
+    // The relay link delivers in the background: sync until it is there.
+    let deadline = tokio::time::Instant::now() + EVENT_TIMEOUT;
+    let mut received = Vec::new();
+    while received.is_empty() {
+        assert!(tokio::time::Instant::now() < deadline, "bob never got {id}");
+        let got = cli_json(bob_home, &b, &["--agent", "bob", "sync"]).await;
+        assert_eq!(got["unreadable"], serde_json::json!([]), "{got}");
+        received = got["received"].as_array().unwrap().clone();
+        if received.is_empty() {
+            // Waiting on the other relay, not on a clock: the next sync asks again.
+            tokio::task::yield_now().await;
+        }
+    }
+    assert_eq!(received, [serde_json::json!(id)], "exactly once");
+    let shown = cli_json(bob_home, &b, &["--agent", "bob", "read", &id]).await;
+    assert_eq!(shown["message"]["from"], alice_full.as_str(), "{shown}");
+    assert_eq!(shown["trust"], "verified", "{shown}");
+
+    let reply = cli_json(
+        bob_home,
+        &b,
+        &["--agent", "bob", "reply", &id, "--body", "friday works"],
+    )
+    .await;
+    assert_eq!(reply["status"], "sent", "{reply}");
+    let deadline = tokio::time::Instant::now() + EVENT_TIMEOUT;
+    loop {
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "alice never got the reply"
+        );
+        let got = cli_json(alice_home, &a, &["--agent", "alice", "sync"]).await;
+        if let Some(first) = got["received"].as_array().unwrap().first() {
+            let back = first.as_str().unwrap().to_owned();
+            let shown = cli_json(alice_home, &a, &["--agent", "alice", "read", &back]).await;
+            assert_eq!(shown["message"]["from"], bob_full.as_str(), "{shown}");
+            assert_eq!(shown["message"]["in_reply_to"], id.as_str(), "{shown}");
+            break;
+        }
+        tokio::task::yield_now().await;
+    }
+    // Nothing more for bob: the first copy was taken once.
+    let again = cli_json(bob_home, &b, &["--agent", "bob", "sync"]).await;
+    assert_eq!(again["received"], serde_json::json!([]), "{again}");
     a.relay.shutdown().await;
     b.relay.shutdown().await;
 }

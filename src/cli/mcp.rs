@@ -16,10 +16,9 @@ pub(super) fn run(ctx: &Ctx, http: Option<std::net::SocketAddr>) -> anyhow::Resu
         .enable_all()
         .build()?;
     runtime.block_on(async {
-        let mailbox = Mailbox::open(agent, relay)
+        let mailbox = Mailbox::open_trusting(agent, relay, ctx.config.trusted_hosts.clone())
             .await
-            .context("opening the mailbox")?
-            .with_trusted_hosts(ctx.config.trusted_hosts.clone());
+            .context("opening the mailbox")?;
         if let Some(port) = ctx.local_relay()? {
             tokio::spawn(keep_local_relay(mailbox.clone(), ctx.paths.clone(), port));
         }

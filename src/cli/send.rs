@@ -69,7 +69,8 @@ fn deliver(ctx: &Ctx, agent: Agent, message: Message) -> anyhow::Result<()> {
     let name = agent.name.clone();
     let retry = output::command(&name, "sync");
     let outcome = runtime()?.block_on(async {
-        let mailbox = Mailbox::open(agent, url.clone()).await?;
+        let mailbox =
+            Mailbox::open_trusting(agent, url.clone(), ctx.config.trusted_hosts.clone()).await?;
         let outcome = mailbox.send(message).await;
         mailbox.close().await;
         outcome
@@ -163,8 +164,15 @@ pub(super) fn reply(
 ) -> anyhow::Result<()> {
     let agent = ctx.open_agent()?;
     let (_, original) = super::mail::resolve(&agent, &part)?;
-    let mut message =
-        crate::mailbox::reply(&original.message, &agent.address(), all, read_body(body)?)?;
+    let url = ctx.relay_url_or_default();
+    let body = read_body(body)?;
+    let mut message = runtime()?.block_on(crate::mailbox::reply_at(
+        &original.message,
+        &agent.name,
+        &url,
+        all,
+        body,
+    ))?;
     marks.apply(&mut message)?;
     deliver(ctx, agent, message)
 }
@@ -184,7 +192,8 @@ pub(super) fn acknowledge(ctx: &Ctx, part: IdPart, answer: Option<String>) -> an
     let url = ctx.relay_url_or_default();
     let retry = output::command(&agent.name, "sync");
     let outcome = runtime()?.block_on(async {
-        let mailbox = Mailbox::open(agent, url.clone()).await?;
+        let mailbox =
+            Mailbox::open_trusting(agent, url.clone(), ctx.config.trusted_hosts.clone()).await?;
         let outcome = mailbox.acknowledge(id, answer).await;
         mailbox.close().await;
         outcome
@@ -273,6 +282,7 @@ pub(super) fn sync(ctx: &Ctx) -> anyhow::Result<()> {
         &identity,
         owner,
         &store,
+        &ctx.config.trusted_hosts,
         &mut |received, waiting| {
             let bar = bar.get_or_insert_with(|| Progress::bar(waiting, "receiving mail"));
             bar.set_total(waiting);

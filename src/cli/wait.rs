@@ -33,7 +33,8 @@ pub(super) fn run(ctx: &Ctx, timeout_secs: u64) -> anyhow::Result<ExitCode> {
         .enable_all()
         .build()?;
     let delivered = runtime.block_on(async {
-        let mailbox = Mailbox::open(agent, relay).await?;
+        let mailbox =
+            Mailbox::open_trusting(agent, relay, ctx.config.trusted_hosts.clone()).await?;
         let stop = CancellationToken::new();
         tokio::spawn({
             let stop = stop.clone();

@@ -14,9 +14,9 @@ use super::{ClientError, RelayUrl, refusal};
 use crate::crypto::sign::{self, Domain};
 use crate::crypto::{Identity, Owner};
 use crate::protocol::{
-    AgentName, ClientFrame, ErrorCode, FRAME_OVERHEAD, InviteToken, KeyRotation, Limits, MessageId,
-    OwnerAct, OwnerKey, PROTOCOL_VERSION, PublicKeys, SealedEnvelope, Seq, ServerFrame,
-    hello_payload, retire_payload,
+    Address, AgentName, ClientFrame, ErrorCode, FRAME_OVERHEAD, InviteToken, KeyRotation, Limits,
+    MessageId, OwnerAct, OwnerKey, PROTOCOL_VERSION, PublicKeys, RelayName, SealedEnvelope, Seq,
+    ServerFrame, hello_payload, retire_payload,
 };
 
 /// How long to wait for the relay to answer the connection or a request.
@@ -38,6 +38,8 @@ pub struct Connection {
     nonce: Vec<u8>,
     /// The owner key the relay has for the agent, from the welcome.
     owner: Option<OwnerKey>,
+    /// The name the relay publishes, once asked (once per connection).
+    published: Option<RelayName>,
 }
 
 /// Acknowledge at least this often while a backlog drains.
@@ -114,6 +116,7 @@ impl Connection {
             relay: String::new(),
             nonce: Vec::new(),
             owner: None,
+            published: None,
         };
         let (relay, nonce) = match conn.recv_timed().await? {
             ServerFrame::Challenge { v, relay, nonce } if v == PROTOCOL_VERSION => (relay, nonce),
@@ -175,6 +178,40 @@ impl Connection {
     /// The relay this connection is to.
     pub fn url(&self) -> &RelayUrl {
         &self.url
+    }
+
+    /// The name the relay publishes at `/.well-known/mailslot` (the host of the agent's full
+    /// address), asked once per connection.
+    pub async fn relay_name(&mut self) -> Result<RelayName, ClientError> {
+        if let Some(name) = &self.published {
+            return Ok(name.clone());
+        }
+        let name = super::discovery::own_relay_name(&self.url).await?;
+        self.published = Some(name.clone());
+        Ok(name)
+    }
+
+    /// Whether `host` names this relay: its URL's host and port as written, or its published
+    /// name.
+    pub async fn is_own_relay(&mut self, host: &RelayName) -> Result<bool, ClientError> {
+        Ok(host.as_str() == self.url.authority() || self.relay_name().await? == *host)
+    }
+
+    /// The agent's full address, `name@` the relay's published name: the sender of mail to
+    /// another relay.
+    pub async fn full_address(&mut self) -> Result<Address, ClientError> {
+        Ok(Address::remote(
+            self.agent.clone(),
+            self.relay_name().await?,
+        ))
+    }
+
+    /// Whether `address` is an agent on this relay: a bare name, or a name at this relay.
+    pub async fn is_local(&mut self, address: &Address) -> Result<bool, ClientError> {
+        match address.host() {
+            None => Ok(true),
+            Some(host) => self.is_own_relay(host).await,
+        }
     }
 
     /// The owner key the relay holds for the agent (as of the welcome).
@@ -407,8 +444,7 @@ impl ClientError {
             ),
             ClientError::Store(_)
             | ClientError::Protocol(_)
-            | ClientError::RelayKeyChanged { .. }
-            | ClientError::OtherRelay { .. } => false,
+            | ClientError::RelayKeyChanged { .. } => false,
             ClientError::Unreachable { .. } | ClientError::Closed(_) => true,
         }
     }

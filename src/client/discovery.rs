@@ -36,6 +36,13 @@ pub async fn is_own_relay(own: &RelayUrl, host: &RelayName) -> Result<bool, Clie
     if host.as_str() == own.authority() {
         return Ok(true);
     }
+    Ok(own_relay_name(own).await? == *host)
+}
+
+/// The name the relay at `own` publishes in its discovery document, asked over the scheme of
+/// its URL (HTTPS for `wss://`). The agent's full address is `name@` this. The relay is the
+/// one the owner configured, so its word on its own name is taken as it is.
+pub async fn own_relay_name(own: &RelayUrl) -> Result<RelayName, ClientError> {
     let base = format!(
         "{}://{}",
         if own.is_tls() { "https" } else { "http" },
@@ -47,7 +54,7 @@ pub async fn is_own_relay(own: &RelayUrl, host: &RelayName) -> Result<bool, Clie
         &format!("{base}{WELL_KNOWN_PATH}"),
     )
     .await?;
-    Ok(info.name == *host)
+    Ok(info.name)
 }
 
 /// Looks up `address`'s keys and pins them under it: from the agent's own relay over `conn`
@@ -60,7 +67,7 @@ pub async fn resolve_keys(
     address: &Address,
 ) -> Result<Resolved, ClientError> {
     let remote = match address.host() {
-        Some(host) if !is_own_relay(conn.url(), host).await? => Some(host.clone()),
+        Some(host) if !conn.is_own_relay(host).await? => Some(host.clone()),
         _ => None,
     };
     let (keys, relay) = match remote {
@@ -137,8 +144,10 @@ pub async fn discover(trusted: &[RelayName], relay: &RelayName) -> Result<RelayI
     Ok(info)
 }
 
-/// The keys of `address` on the relay `host`, vouched for by the relay's pinned key.
-async fn remote_keys(
+/// The keys of `address` on the relay `host`, vouched for by the relay's key (pinned on first
+/// contact; a changed one is refused). Nothing is pinned for the agent: the caller pins what it
+/// uses.
+pub(super) async fn remote_keys(
     store: &StoreHandle,
     trusted: &[RelayName],
     host: &RelayName,
@@ -275,7 +284,14 @@ async fn get_json<T: serde::de::DeserializeOwned>(
                 message,
                 retry_after_ms: None,
             },
-            Err(_) if status.is_server_error() => unreachable(format!("it answered {status}")),
+            // Trouble that passes (a failing or overloaded server, a proxy's timeout): retried.
+            Err(_)
+                if status.is_server_error()
+                    || status == reqwest::StatusCode::TOO_MANY_REQUESTS
+                    || status == reqwest::StatusCode::REQUEST_TIMEOUT =>
+            {
+                unreachable(format!("it answered {status}"))
+            }
             Err(_) => {
                 ClientError::Protocol(format!("{url} answered {status}; is it a mailslot relay?"))
             }

@@ -1,9 +1,13 @@
-//! Receiving one delivery: find the sender's keys (pinned, else from the relay, then pinned),
-//! open and verify, and commit to the store. Only after this returns may the caller ack.
+//! Receiving one delivery: find the sender's keys (pinned, else from its relay — the agent's
+//! own for a local sender, the sender's for a remote one — then pinned), open and verify, and
+//! commit to the store. Only after this returns may the caller ack.
 
+use super::discovery::remote_keys;
 use super::{ClientError, Connection};
 use crate::crypto::{Identity, OpenError, PublicIdentity, follows, open};
-use crate::protocol::{Address, Fingerprint, Limits, MessageId, SealedEnvelope};
+use crate::protocol::{
+    Address, AgentName, Fingerprint, Limits, MessageId, RelayName, SealedEnvelope,
+};
 use crate::store::{Direction, ReceiptOutcome, ReceiptRecord, StoreHandle, Trust};
 
 /// What became of a delivery.
@@ -53,12 +57,72 @@ fn keys_from(raw: crate::protocol::PublicKeys) -> Result<PublicIdentity, ClientE
         .map_err(|e| ClientError::Protocol(format!("the relay returned invalid keys: {e}")))
 }
 
-/// Opens `envelope` for `me` and commits it. Errors are only for trouble that retrying can fix
-/// (store, connection); a bad envelope is [`Received::Unreadable`].
+/// What a failure to get a sender's keys (or to tell where the sender lives) means for the
+/// delivery: the one place that decides. Trouble that passes (a relay unreachable, timing out,
+/// answering 5xx or "retry later") is an error, so the delivery is not acknowledged and comes
+/// again after the session's backoff; acknowledging it as unreadable would lose it. A
+/// permanent answer (the agent does not exist there, the relay's key changed, keys that are
+/// invalid or not signed by the relay) makes it unreadable.
+fn settle(
+    e: ClientError,
+    unreadable: impl FnOnce(String) -> Received,
+) -> Result<Received, ClientError> {
+    if e.is_temporary() {
+        Err(e)
+    } else {
+        Ok(unreadable(e.to_string()))
+    }
+}
+
+/// Where the sender's keys come from: the agent's own relay, or the other relay it names.
+enum Origin {
+    Local,
+    Remote(RelayName),
+}
+
+/// The sender's keys as its relay vouches for them now (nothing pinned): the agent's own relay
+/// over `conn` for a local sender, the sender's relay over HTTP(S) for a remote one.
+async fn current_keys(
+    conn: &mut Connection,
+    store: &StoreHandle,
+    trusted: &[RelayName],
+    origin: &Origin,
+    from: &Address,
+) -> Result<PublicIdentity, ClientError> {
+    match origin {
+        Origin::Local => keys_from(conn.lookup(from.name()).await?),
+        Origin::Remote(host) => Ok(remote_keys(store, trusted, host, from).await?.0),
+    }
+}
+
+/// Which spelling of this agent the envelope's key wrap uses: bare (mail from its own relay),
+/// or its full address (mail from another relay, or written so). Only this agent's own: a wrap
+/// for the same name at another relay is not for it.
+async fn addressed_as(
+    conn: &mut Connection,
+    me: &AgentName,
+    envelope: &SealedEnvelope,
+) -> Result<Address, ClientError> {
+    let bare = Address::local(me.clone());
+    if envelope.keys.iter().any(|k| k.to == bare) {
+        return Ok(bare);
+    }
+    let full = conn.full_address().await?;
+    Ok(match envelope.keys.iter().any(|k| k.to == full) {
+        true => full,
+        false => bare,
+    })
+}
+
+/// Opens `envelope` for the agent `me` and commits it. Errors are only for trouble that
+/// retrying can fix (store, connection, a sender's relay out of reach: see [`settle`]); a bad
+/// envelope is [`Received::Unreadable`]. Other relays are reached over TLS unless loopback or
+/// in `trusted`.
 pub async fn receive(
     conn: &mut Connection,
     store: &StoreHandle,
-    me: &Address,
+    trusted: &[RelayName],
+    me: &AgentName,
     identity: &Identity,
     envelope: SealedEnvelope,
 ) -> Result<Received, ClientError> {
@@ -72,55 +136,78 @@ pub async fn receive(
             reason,
         }
     };
-    // The relay vouches only for its own agents: a sender's keys are looked up there only
-    // when the sender is local, so a local namesake is never pinned for a remote address.
-    if let Some(relay) = from.host() {
-        match super::is_own_relay(conn.url(), relay).await {
-            Ok(true) => {}
-            Ok(false) => {
-                return Ok(unreadable(format!(
-                    "the sender is on another relay ({relay}), and this version takes mail from its own relay's agents only"
-                )));
-            }
-            // Refused, not retried: a retry would meet the same answer and hold up every
-            // message behind this one.
+    // A sender on another relay is known by its full address, with keys from that relay only,
+    // so a local namesake is never pinned for it. `alice` and `alice@<this relay>` are one
+    // agent: one pin, so a key change under either spelling is seen.
+    let origin = match from.host() {
+        None => Origin::Local,
+        Some(host) => match conn.is_own_relay(host).await {
+            Ok(true) => Origin::Local,
+            Ok(false) => Origin::Remote(host.clone()),
             Err(e) => {
-                return Ok(unreadable(format!(
-                    "cannot tell whether {relay} is this relay: {e}"
-                )));
+                return settle(e, |why| {
+                    unreadable(format!("cannot tell whether {host} is this relay: {why}"))
+                });
             }
-        }
-    }
-    // `alice` and `alice@<this relay>` are one agent: one pin, so a key change under either
-    // spelling is seen.
-    let pinned_as = Address::local(from.name().clone());
+        },
+    };
+    let pinned_as = match origin {
+        Origin::Local => Address::local(from.name().clone()),
+        Origin::Remote(_) => from.clone(),
+    };
+    let me = match addressed_as(conn, me, &envelope).await {
+        Ok(me) => me,
+        Err(e) => return settle(e, unreadable),
+    };
     let pinned = {
         let pinned_as = pinned_as.clone();
         store.call(move |s| s.pinned_keys(&pinned_as)).await?
     };
     let (keys, pinned_now) = match pinned {
         Some(k) => (k, false),
-        None => match conn.lookup(from.name()).await {
-            Ok(raw) => (keys_from(raw)?, true),
-            Err(ClientError::Refused { message, .. }) => {
+        None => match current_keys(conn, store, trusted, &origin, &from).await {
+            Ok(keys) => (keys, true),
+            Err(ClientError::Refused { message, .. }) if matches!(origin, Origin::Local) => {
                 return Ok(unreadable(format!(
                     "the sender is unknown to the relay: {message}"
                 )));
             }
-            Err(e) => return Err(e),
+            Err(e) => return settle(e, unreadable),
         },
     };
     let limits = Limits::default();
-    let (message, trust) = match open(&envelope, me, identity, &keys, &limits) {
+    let (message, trust) = match open(&envelope, &me, identity, &keys, &limits) {
         Ok(message) => (message, Trust::Verified),
         // The pinned key no longer verifies: the sender may have new keys. They are pinned
         // only when a rotation signed by the pinned keys leads to them; any other change is
         // recorded, the mail marked, and the pin stays until the owner settles it.
+        // A remote sender's rotations are not followed (its chain is not published across
+        // relays): new keys that open the mail are recorded as a change for the owner.
+        Err(OpenError::Signature(_)) if !pinned_now && matches!(origin, Origin::Remote(_)) => {
+            let current = match current_keys(conn, store, trusted, &origin, &from).await {
+                Ok(current) => current,
+                Err(e) => return settle(e, unreadable),
+            };
+            if current == keys {
+                return Ok(unreadable(
+                    "the signature does not match the sender's key".into(),
+                ));
+            }
+            match open(&envelope, &me, identity, &current, &limits) {
+                Ok(message) => {
+                    let pinned_as = pinned_as.clone();
+                    store
+                        .call(move |s| s.check_and_pin(&pinned_as, &current))
+                        .await?;
+                    (message, Trust::KeyChanged)
+                }
+                Err(e) => return Ok(unreadable(e.to_string())),
+            }
+        }
         Err(OpenError::Signature(_)) if !pinned_now => {
             let (raw, mut chain) = match conn.lookup_with_rotations(from.name()).await {
                 Ok(found) => found,
-                Err(ClientError::Refused { message, .. }) => return Ok(unreadable(message)),
-                Err(e) => return Err(e),
+                Err(e) => return settle(e, unreadable),
             };
             let current = keys_from(raw.clone())?;
             if current == keys {
@@ -128,7 +215,7 @@ pub async fn receive(
                     "the signature does not match the sender's key".into(),
                 ));
             }
-            match open(&envelope, me, identity, &current, &limits) {
+            match open(&envelope, &me, identity, &current, &limits) {
                 Ok(message) => {
                     chain.extend(message.rotation.clone());
                     let (pinned_as, current) = (pinned_as.clone(), current.clone());

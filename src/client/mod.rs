@@ -20,15 +20,17 @@ pub mod whois;
 
 pub use ask::Ask;
 pub use connection::Connection;
-pub use discovery::{Resolved, discover, is_own_relay, peek_remote_keys, relay_key, resolve_keys};
-pub use inbound::Received;
+pub use discovery::{
+    Resolved, discover, is_own_relay, own_relay_name, peek_remote_keys, relay_key, resolve_keys,
+};
+pub use inbound::{Received, receive};
 pub use outbound::{Flushed, SendFailure, flush as outbound_flush};
 pub use session::{ClientEvent, MakeFrame, SessionConfig, SessionHandle, spawn as spawn_session};
 pub use sync::{SyncReport, sync, sync_with_progress};
 pub use tls::{RelaySocket, open_socket};
 pub use url::RelayUrl;
 
-use crate::protocol::{Address, ErrorCode, Fingerprint, RelayName, ServerFrame};
+use crate::protocol::{ErrorCode, Fingerprint, RelayName, ServerFrame};
 use crate::store::StoreError;
 
 /// What went wrong talking to a relay.
@@ -72,16 +74,6 @@ pub enum ClientError {
         pinned: Fingerprint,
         /// The fingerprint it presented now.
         presented: Fingerprint,
-    },
-    /// A recipient is on another relay, and relays do not deliver to each other yet.
-    #[error(
-        "{to} is on another relay ({relay}); delivery between relays is not available yet, so the message was not sent (nothing was looked up or pinned for {to}). Write to agents on your own relay, or have {to} use yours"
-    )]
-    OtherRelay {
-        /// The recipient.
-        to: Address,
-        /// Its relay.
-        relay: RelayName,
     },
 }
 

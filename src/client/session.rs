@@ -16,7 +16,8 @@ use super::outbound::flush;
 use super::{ClientError, Connection, RelayUrl, refusal};
 use crate::crypto::Identity;
 use crate::protocol::{
-    Address, AgentName, Bounce, ClientFrame, ConsentEvent, MessageId, OwnerKey, ServerFrame,
+    Address, AgentName, Bounce, ClientFrame, ConsentEvent, MessageId, OwnerKey, RelayName,
+    ServerFrame,
 };
 use crate::store::{Delivery, OpenCopy, ReceiptRecord, StoreHandle, Trust};
 
@@ -151,6 +152,8 @@ pub struct SessionConfig {
     pub owner: Option<OwnerKey>,
     /// Its store.
     pub store: StoreHandle,
+    /// Other relays reached over plain HTTP besides loopback (the config's `trusted_hosts`).
+    pub trusted: Vec<RelayName>,
 }
 
 /// Starts the session in the background. Subscribe before anything can happen: the returned
@@ -251,7 +254,6 @@ async fn serve(
     emit(ClientEvent::Connected {
         waiting: conn.waiting(),
     });
-    let me = Address::local(config.agent.clone());
     send_outbox(&mut conn, config, emit).await?;
     collect_bounces(&mut conn, config, emit).await?;
     let mut checks = Checks::default();
@@ -267,7 +269,7 @@ async fn serve(
         tokio::select! {
             frame = conn.recv() => match refusal(frame?)? {
                 ServerFrame::Deliver { seq, envelope } => {
-                    match receive(&mut conn, &config.store, &me, &config.identity, envelope).await? {
+                    match receive(&mut conn, &config.store, &config.trusted, &config.agent, &config.identity, envelope).await? {
                         Received::New { id, from, trust } => {
                             if trust == Trust::KeyChanged {
                                 emit(ClientEvent::KeyChanged { from, id });
@@ -393,7 +395,7 @@ async fn send_outbox(
     config: &SessionConfig,
     emit: &impl Fn(ClientEvent),
 ) -> Result<bool, ClientError> {
-    let flushed = flush(conn, &config.store, &config.identity).await?;
+    let flushed = flush(conn, &config.store, &config.trusted, &config.identity).await?;
     let sent = !flushed.sent.is_empty();
     if sent {
         emit(ClientEvent::Sent(flushed.sent));

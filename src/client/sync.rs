@@ -9,7 +9,9 @@ use super::inbound::{Received, receive};
 use super::outbound::{SendFailure, flush};
 use super::{ClientError, Connection, RelayUrl, refusal};
 use crate::crypto::Identity;
-use crate::protocol::{Address, AgentName, Bounce, ConsentEvent, MessageId, OwnerKey, ServerFrame};
+use crate::protocol::{
+    Address, AgentName, Bounce, ConsentEvent, MessageId, OwnerKey, RelayName, ServerFrame,
+};
 use crate::store::{Delivery, StoreHandle};
 
 /// What one sync did.
@@ -38,7 +40,8 @@ pub struct SyncReport {
     pub delivered: Vec<Delivery>,
 }
 
-/// Connects as `agent`, sends the outbox, receives until caught up, acks, closes.
+/// Connects as `agent`, sends the outbox, receives until caught up, acks, closes. Other relays
+/// (of remote recipients and senders) are reached over TLS unless loopback.
 pub async fn sync(
     url: &RelayUrl,
     agent: &AgentName,
@@ -46,25 +49,26 @@ pub async fn sync(
     owner: Option<OwnerKey>,
     store: &StoreHandle,
 ) -> Result<SyncReport, ClientError> {
-    sync_with_progress(url, agent, identity, owner, store, &mut |_, _| {}).await
+    sync_with_progress(url, agent, identity, owner, store, &[], &mut |_, _| {}).await
 }
 
-/// [`sync`], calling `progress(received, waiting)` as deliveries arrive (`waiting`: what the
-/// relay said was waiting when the connection opened).
+/// [`sync`], reaching the relays in `trusted` over plain HTTP too, and calling
+/// `progress(received, waiting)` as deliveries arrive (`waiting`: what the relay said was
+/// waiting when the connection opened).
 pub async fn sync_with_progress(
     url: &RelayUrl,
     agent: &AgentName,
     identity: &Identity,
     owner: Option<OwnerKey>,
     store: &StoreHandle,
+    trusted: &[RelayName],
     progress: &mut (dyn FnMut(u64, u64) + Send),
 ) -> Result<SyncReport, ClientError> {
     let mut conn = Connection::connect(url, agent, identity, owner).await?;
     let waiting = conn.waiting();
     let mut delivered = 0;
-    let me = Address::local(agent.clone());
     let mut report = SyncReport::default();
-    let flushed = flush(&mut conn, store, identity).await?;
+    let flushed = flush(&mut conn, store, trusted, identity).await?;
     report.sent = flushed.sent;
     report.not_sent = flushed
         .failed
@@ -80,7 +84,7 @@ pub async fn sync_with_progress(
     loop {
         match refusal(conn.recv().await?)? {
             ServerFrame::Deliver { seq, envelope } => {
-                match receive(&mut conn, store, &me, identity, envelope).await? {
+                match receive(&mut conn, store, trusted, agent, identity, envelope).await? {
                     Received::New { id, .. } => report.received.push(id),
                     Received::Receipt { of, .. } => report.receipts.push(of),
                     Received::Rotated { from, accepted, .. } => {

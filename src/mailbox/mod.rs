@@ -29,7 +29,7 @@ use std::time::Duration;
 use tokio::sync::{Mutex, Notify, broadcast};
 use tokio_util::sync::CancellationToken;
 
-pub use compose::{ComposeError, reply};
+pub use compose::{ComposeError, reply, reply_at};
 pub use files::{
     AttachmentSource, FileError, Folders, MAX_INLINE_BYTES, is_text, load as load_attachment,
     paths_of_file_uris, save as save_file,
@@ -144,6 +144,9 @@ pub enum MailboxError {
     /// A request to the relay failed.
     #[error(transparent)]
     Relay(#[from] ClientError),
+    /// A reply could not be built.
+    #[error(transparent)]
+    Compose(#[from] ComposeError),
     /// The request needs the relay connection, which another process holds.
     #[error(
         "another mailslot process{} holds this agent's relay connection; ask there, or have the owner use the mailslot CLI",
@@ -186,8 +189,9 @@ struct Inner {
     dir: PathBuf,
     lock: ConnectionLock,
     holder: Mutex<Option<Holder>>,
-    /// Relays reached over plain HTTP besides loopback (`trusted_hosts`), for `whois`.
-    trusted: std::sync::OnceLock<Vec<RelayName>>,
+    /// Relays reached over plain HTTP besides loopback (`trusted_hosts`): for `whois`, and the
+    /// session's remote recipients and senders.
+    trusted: Vec<RelayName>,
     events: broadcast::Sender<MailboxEvent>,
     status: tokio::sync::watch::Sender<RelayStatus>,
     /// Wakes the watcher (the session committed mail).
@@ -203,8 +207,18 @@ pub struct Mailbox(Arc<Inner>);
 
 impl Mailbox {
     /// Runs the opened `agent`: starts its relay connection, or serves from the store if
-    /// another process holds it.
+    /// another process holds it. Other relays are reached over TLS unless loopback.
     pub async fn open(agent: Agent, relay: RelayUrl) -> Result<Self, MailboxError> {
+        Self::open_trusting(agent, relay, Vec::new()).await
+    }
+
+    /// [`Mailbox::open`], reaching the relays in `trusted` (the config's `trusted_hosts`) over
+    /// plain HTTP too when it looks up or verifies agents there.
+    pub async fn open_trusting(
+        agent: Agent,
+        relay: RelayUrl,
+        trusted: Vec<RelayName>,
+    ) -> Result<Self, MailboxError> {
         let Agent {
             name,
             identity,
@@ -226,7 +240,7 @@ impl Mailbox {
             lock: ConnectionLock::for_agent(&dir),
             dir,
             holder: Mutex::new(None),
-            trusted: std::sync::OnceLock::new(),
+            trusted,
             events,
             status,
             wake: Notify::new(),
@@ -238,13 +252,6 @@ impl Mailbox {
         let start = mailbox.0.store.call(|s| s.latest_position()).await?;
         tokio::spawn(watch::run(mailbox.clone(), start));
         Ok(mailbox)
-    }
-
-    /// Reaches the relays in `hosts` over plain HTTP too (the config's `trusted_hosts`), when
-    /// looking up agents there; set once, before the mailbox is shared.
-    pub fn with_trusted_hosts(self, hosts: Vec<RelayName>) -> Self {
-        let _ = self.0.trusted.set(hosts);
-        self
     }
 
     /// The agent's name.
@@ -327,6 +334,7 @@ impl Mailbox {
             identity: self.0.identity.clone(),
             owner: self.0.owner,
             store: self.0.store.clone(),
+            trusted: self.0.trusted.clone(),
         });
         self.0.status.send_replace(RelayStatus::Connecting);
         tokio::spawn(forward(self.clone(), events));

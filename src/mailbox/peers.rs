@@ -26,7 +26,7 @@ impl Mailbox {
     /// What `address` is to this agent: fingerprint, contact status, listing, presence.
     /// Pins nothing.
     pub async fn whois(&self, address: &Address) -> Result<Whois, MailboxError> {
-        let trusted = self.0.trusted.get().map(Vec::as_slice).unwrap_or_default();
+        let trusted = &self.0.trusted;
         Ok(
             crate::client::whois::whois(&mut self.asking().await?, &self.0.store, trusted, address)
                 .await?,

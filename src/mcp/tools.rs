@@ -17,7 +17,7 @@ use rmcp::RoleServer;
 use rmcp::service::RequestContext;
 
 use super::attach::{self, AttachmentArg, SaveAttachmentArgs, SavedAttachment};
-use crate::mailbox::{AckOutcome, AgentStatus, SendOutcome, reply as compose_reply, save_file};
+use crate::mailbox::{AckOutcome, AgentStatus, SendOutcome, reply_at as compose_reply, save_file};
 use crate::protocol::{
     Address, AgentName, Importance, MAX_PRESENCE_AGENTS, MemoryId, Message, MessageId, RequestView,
     ThreadId,
@@ -510,8 +510,15 @@ impl MailslotServer {
     ) -> Result<Json<SendResult>, String> {
         let attachments = self.attachments(args.attachments, &ctx).await?;
         let original = self.original(&args.message_id).await?;
-        let mut message = compose_reply(&original, self.mailbox.address(), all, args.body)
-            .map_err(|e| e.to_string())?;
+        let mut message = compose_reply(
+            &original,
+            self.mailbox.name(),
+            self.mailbox.relay(),
+            all,
+            args.body,
+        )
+        .await
+        .map_err(|e| e.to_string())?;
         message.data = args.data;
         message.context = args.context;
         message.importance =

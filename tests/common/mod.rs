@@ -531,5 +531,6 @@ pub fn session(
         identity: agent.identity.clone(),
         owner: Some(agent.owner.public()),
         store: agent.store.clone(),
+        trusted: Vec::new(),
     })
 }
