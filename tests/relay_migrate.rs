@@ -305,6 +305,7 @@ async fn a_failed_migration_leaves_the_database_as_it_was() {
             relations: Vec::new(),
             requests: Vec::new(),
             bounces: Vec::new(),
+            relay_pins: Vec::new(),
             damaged_records: 0,
             copies: Box::new(chunks.into_iter()),
         }

@@ -13,12 +13,13 @@ use std::sync::Arc;
 
 use mailslot::crypto::{Identity, Owner};
 use mailslot::protocol::{
-    Address, AgentName, CopyKey, KeyRotation, MAX_ROTATIONS, MessageId, Policy, PublicKeys,
-    RequestCode, Seq,
+    Address, AgentName, Bounce, CopyKey, KeyRotation, MAX_ROTATIONS, MessageId, Policy, PublicKeys,
+    RelayKey, RelayName, RequestCode, Seq,
 };
 use mailslot::relay::storage::{
     Accepted, AckOutcome, ConsentChange, ConsentLedger, ConsentOutcome, Copy, CopyStatus, Epoch,
-    PostgresStorage, Queue, Quota, Registration, Registry, SqliteStorage, Storage,
+    PostgresStorage, Queue, Quota, Registration, Registry, RelayPin, RelayPins, SqliteStorage,
+    Storage,
 };
 
 /// A backend under test: a fresh, empty store, and the same data opened again.
@@ -678,6 +679,278 @@ async fn keys_rotate_only_from_the_registered_ones<B: Backend>(b: B) {
 
 /// The contract's cases for one backend; `$make(test_name)` gives `Option<B>` (`None`: the
 /// backend is not available here and the case is skipped).
+/// The queue this relay keeps for mail on its way to the relay `host`.
+fn mailbox(host: &str) -> AgentName {
+    AgentName::relay_mailbox(&RelayName::new(host).unwrap()).unwrap()
+}
+
+fn addr(s: &str) -> Address {
+    Address::parse(s).unwrap()
+}
+
+async fn a_relay_mailbox_takes_mail_past_consent_and_keeps_its_name<B: Backend>(b: B) {
+    let s = b.open().await;
+    let [alice, carol] = agents(&s, &["alice", "carol"]).await.try_into().unwrap();
+    let relay_b = mailbox("relay-b");
+    let send = |to: &AgentName, quota: Quota| {
+        s.accept(
+            alice.clone(),
+            MessageId::new(),
+            copies(&[to], "over the link"),
+            quota,
+            far_future(),
+            Policy::Contacts,
+        )
+    };
+    assert_eq!(
+        send(&carol, ROOMY).await.unwrap(),
+        Accepted::NotAllowed(carol.clone()),
+        "the contacts default holds for agents"
+    );
+    assert_eq!(
+        send(&relay_b, ROOMY).await.unwrap(),
+        Accepted::Stored(vec![relay_b.clone()]),
+        "the relay it leads to applies consent, not this one"
+    );
+    let one = Quota {
+        count: 1,
+        bytes: 1 << 20,
+    };
+    assert_eq!(
+        send(&relay_b, one).await.unwrap(),
+        Accepted::QuotaFull(relay_b.clone()),
+        "quotas still hold"
+    );
+    assert_eq!(s.waiting(relay_b.clone()).await.unwrap(), 1);
+
+    drop(s);
+    let s = b.open().await;
+    let queued = s.pending(relay_b.clone(), 0, 10).await.unwrap();
+    assert_eq!(queued.len(), 1, "the mailbox came back under its name");
+    assert!(String::from_utf8_lossy(&queued[0].envelope).contains("over the link"));
+    let epoch = s.claim(relay_b.clone()).await.unwrap();
+    assert_eq!(
+        s.ack(relay_b.clone(), queued[0].seq, epoch).await.unwrap(),
+        AckOutcome::Applied(1)
+    );
+    drop(s);
+    let s = b.open().await;
+    assert!(s.pending(relay_b.clone(), 0, 10).await.unwrap().is_empty());
+    assert_eq!(s.waiting(relay_b).await.unwrap(), 0);
+}
+
+async fn expiry_leaves_relay_mailboxes_to_their_link<B: Backend>(b: B) {
+    let s = b.open().await;
+    let [alice, bob] = agents(&s, &["alice", "bob"]).await.try_into().unwrap();
+    let relay_b = mailbox("relay-b");
+    let now = jiff::Timestamp::now().as_millisecond();
+    let (to_bob, to_relay) = (MessageId::new(), MessageId::new());
+    for (id, to) in [(to_bob, &bob), (to_relay, &relay_b)] {
+        let stored = s
+            .accept(
+                alice.clone(),
+                id,
+                copies(&[to], "late"),
+                ROOMY,
+                now - 1_000,
+                Policy::Open,
+            )
+            .await
+            .unwrap();
+        assert!(matches!(stored, Accepted::Stored(_)), "{stored:?}");
+    }
+    let bounced = s.expire(now).await.unwrap();
+    assert_eq!(
+        bounced,
+        vec![(
+            alice.clone(),
+            Bounce {
+                id: to_bob,
+                to: Address::local(bob.clone()),
+                expired_at: bounced[0].1.expired_at,
+            }
+        )],
+        "the agent's copy expired in the same call, the mailbox's did not"
+    );
+    assert!(s.pending(bob.clone(), 0, 10).await.unwrap().is_empty());
+    assert_eq!(s.pending(relay_b.clone(), 0, 10).await.unwrap().len(), 1);
+
+    // Nor when the relay starts again past its expiry.
+    drop(s);
+    let s = b.open().await;
+    assert!(s.expire(now + 3_600_000).await.unwrap().is_empty());
+    assert_eq!(s.pending(relay_b.clone(), 0, 10).await.unwrap().len(), 1);
+    assert_eq!(
+        s.copy_statuses(
+            alice,
+            vec![CopyKey {
+                id: to_relay,
+                to: addr("dave@relay-b"),
+            }]
+        )
+        .await
+        .unwrap(),
+        vec![CopyStatus::Queued]
+    );
+}
+
+async fn bounces_a_link_records_are_kept_once<B: Backend>(b: B) {
+    let s = b.open().await;
+    let [alice] = agents(&s, &["alice"]).await.try_into().unwrap();
+    let relay_b = mailbox("relay-b");
+    let id = MessageId::new();
+    s.accept(
+        alice.clone(),
+        id,
+        copies(&[&relay_b], "remote"),
+        ROOMY,
+        far_future(),
+        Policy::Open,
+    )
+    .await
+    .unwrap();
+    let bob_b = CopyKey {
+        id,
+        to: addr("bob@relay-b"),
+    };
+    let asked = vec![
+        bob_b.clone(),
+        CopyKey {
+            id,
+            to: addr("bob"),
+        },
+        CopyKey {
+            id,
+            to: addr("bob@relay-c"),
+        },
+    ];
+    use CopyStatus::{Bounced, Gone, Queued};
+    assert_eq!(
+        s.copy_statuses(alice.clone(), asked.clone()).await.unwrap(),
+        vec![Queued, Gone, Gone],
+        "a remote copy waits in its relay's mailbox, and only there"
+    );
+
+    // The link takes it ...
+    let epoch = s.claim(relay_b.clone()).await.unwrap();
+    let queued = s.pending(relay_b.clone(), 0, 10).await.unwrap();
+    assert_eq!(
+        s.ack(relay_b.clone(), queued[0].seq, epoch).await.unwrap(),
+        AckOutcome::Applied(1)
+    );
+    assert_eq!(
+        s.copy_statuses(alice.clone(), asked.clone()).await.unwrap(),
+        vec![Gone, Gone, Gone]
+    );
+    // ... and relay-b refuses it: the link bounces it, twice after a crash.
+    let bounce = Bounce {
+        id,
+        to: addr("bob@relay-b"),
+        expired_at: jiff::Timestamp::from_millisecond(1_700_000_000_000).unwrap(),
+    };
+    for _ in 0..2 {
+        s.record_bounces(alice.clone(), vec![bounce.clone()])
+            .await
+            .unwrap();
+    }
+    assert_eq!(
+        s.bounces(alice.clone(), 10).await.unwrap(),
+        vec![bounce.clone()]
+    );
+    assert_eq!(
+        s.copy_statuses(alice.clone(), asked.clone()).await.unwrap(),
+        vec![Bounced, Gone, Gone]
+    );
+
+    drop(s);
+    let s = b.open().await;
+    assert_eq!(
+        s.bounces(alice.clone(), 10).await.unwrap(),
+        vec![bounce],
+        "durable"
+    );
+    assert_eq!(s.ack_bounces(alice.clone(), vec![bob_b]).await.unwrap(), 1);
+    assert_eq!(
+        s.copy_statuses(alice.clone(), asked).await.unwrap(),
+        vec![Gone, Gone, Gone]
+    );
+    assert!(s.bounces(alice, 10).await.unwrap().is_empty());
+}
+
+async fn a_relay_key_is_pinned_on_first_contact<B: Backend>(b: B) {
+    let s = b.open().await;
+    let relay = |n: &str| RelayName::new(n).unwrap();
+    let (first, second) = (RelayKey::from_bytes([1; 32]), RelayKey::from_bytes([2; 32]));
+    assert_eq!(
+        s.pin_relay(relay("relay-b"), first).await.unwrap(),
+        RelayPin::Pinned
+    );
+    assert_eq!(
+        s.pin_relay(relay("relay-b"), first).await.unwrap(),
+        RelayPin::Matches
+    );
+    assert_eq!(
+        s.pin_relay(relay("relay-b"), second).await.unwrap(),
+        RelayPin::Changed { pinned: first }
+    );
+    assert_eq!(
+        s.pin_relay(relay("relay-c:4443"), second).await.unwrap(),
+        RelayPin::Pinned,
+        "each relay has its own pin"
+    );
+    drop(s);
+    let s = b.open().await;
+    assert_eq!(
+        s.pin_relay(relay("relay-b"), second).await.unwrap(),
+        RelayPin::Changed { pinned: first },
+        "never replaced, durably"
+    );
+    assert_eq!(
+        s.pin_relay(relay("relay-b"), first).await.unwrap(),
+        RelayPin::Matches
+    );
+}
+
+async fn mail_from_another_relay_meets_its_recipients_consent<B: Backend>(b: B) {
+    let s = b.open().await;
+    let [bob, carol] = agents(&s, &["bob", "carol"]).await.try_into().unwrap();
+    assert!(matches!(
+        s.consent(ConsentChange::SetPolicy {
+            owner: bob.clone(),
+            policy: Policy::Open,
+        })
+        .await
+        .unwrap(),
+        ConsentOutcome::Applied(_)
+    ));
+    let relay_a = mailbox("relay-a");
+    let send = |to: &AgentName| {
+        s.accept(
+            relay_a.clone(),
+            MessageId::new(),
+            copies(&[to], "from relay-a"),
+            ROOMY,
+            far_future(),
+            Policy::Contacts,
+        )
+    };
+    assert_eq!(
+        send(&bob).await.unwrap(),
+        Accepted::Stored(vec![bob.clone()]),
+        "an open recipient takes it"
+    );
+    assert_eq!(
+        send(&carol).await.unwrap(),
+        Accepted::NotAllowed(carol.clone()),
+        "a contacts one does not"
+    );
+    drop(s);
+    let s = b.open().await;
+    let queued = s.pending(bob, 0, 10).await.unwrap();
+    assert_eq!(queued.len(), 1, "its sender's name read back");
+    assert!(s.pending(carol, 0, 10).await.unwrap().is_empty());
+}
+
 macro_rules! contract {
     ($backend:ident, $make:path) => {
         mod $backend {
@@ -765,6 +1038,51 @@ macro_rules! contract {
                     return;
                 };
                 super::a_retired_name_is_held_then_free(b).await;
+            }
+            #[tokio::test]
+            async fn a_relay_mailbox_takes_mail_past_consent_and_keeps_its_name() {
+                let Some(b) = $make(stringify!(
+                    a_relay_mailbox_takes_mail_past_consent_and_keeps_its_name
+                ))
+                .await
+                else {
+                    return;
+                };
+                super::a_relay_mailbox_takes_mail_past_consent_and_keeps_its_name(b).await;
+            }
+            #[tokio::test]
+            async fn expiry_leaves_relay_mailboxes_to_their_link() {
+                let Some(b) = $make(stringify!(expiry_leaves_relay_mailboxes_to_their_link)).await
+                else {
+                    return;
+                };
+                super::expiry_leaves_relay_mailboxes_to_their_link(b).await;
+            }
+            #[tokio::test]
+            async fn bounces_a_link_records_are_kept_once() {
+                let Some(b) = $make(stringify!(bounces_a_link_records_are_kept_once)).await else {
+                    return;
+                };
+                super::bounces_a_link_records_are_kept_once(b).await;
+            }
+            #[tokio::test]
+            async fn a_relay_key_is_pinned_on_first_contact() {
+                let Some(b) = $make(stringify!(a_relay_key_is_pinned_on_first_contact)).await
+                else {
+                    return;
+                };
+                super::a_relay_key_is_pinned_on_first_contact(b).await;
+            }
+            #[tokio::test]
+            async fn mail_from_another_relay_meets_its_recipients_consent() {
+                let Some(b) = $make(stringify!(
+                    mail_from_another_relay_meets_its_recipients_consent
+                ))
+                .await
+                else {
+                    return;
+                };
+                super::mail_from_another_relay_meets_its_recipients_consent(b).await;
             }
         }
     };
@@ -1049,4 +1367,68 @@ async fn postgres_expiry_runs_on_one_node_at_a_time() {
     );
     assert_eq!(a.waiting(bob.clone()).await.unwrap(), 0);
     assert!(a.pending(bob, 0, 10).await.unwrap().is_empty());
+}
+
+/// A SQLite relay's relay mailboxes, the bounces its links recorded and its pinned relay keys
+/// go with it to PostgreSQL (`relay migrate`), a mailbox's copy past its expiry included: its
+/// link, not the move, bounces it.
+#[tokio::test]
+async fn sqlite_relay_mailboxes_bounces_and_pins_move_to_postgres() {
+    let backend = Sqlite::new();
+    let db = backend.0.path().join("relay.db");
+    let s = backend.open().await;
+    let [alice] = agents(&s, &["alice"]).await.try_into().unwrap();
+    let relay_b = mailbox("relay-b");
+    let now = jiff::Timestamp::now().as_millisecond();
+    for expires in [now - 1_000, far_future()] {
+        let stored = s
+            .accept(
+                alice.clone(),
+                MessageId::new(),
+                copies(&[&relay_b], "remote"),
+                ROOMY,
+                expires,
+                Policy::Open,
+            )
+            .await
+            .unwrap();
+        assert!(matches!(stored, Accepted::Stored(_)), "{stored:?}");
+    }
+    let bounce = Bounce {
+        id: MessageId::new(),
+        to: addr("bob@relay-b"),
+        expired_at: jiff::Timestamp::from_millisecond(now).unwrap(),
+    };
+    s.record_bounces(alice.clone(), vec![bounce.clone()])
+        .await
+        .unwrap();
+    let key = RelayKey::from_bytes([7; 32]);
+    let relay = RelayName::new("relay-b").unwrap();
+    s.pin_relay(relay.clone(), key).await.unwrap();
+    drop(s);
+
+    let snapshot = SqliteStorage::export(&db).unwrap();
+    assert_eq!(snapshot.bounces, vec![(alice.clone(), bounce.clone())]);
+    assert_eq!(snapshot.relay_pins.len(), 1);
+    assert_eq!(
+        (&snapshot.relay_pins[0].relay, snapshot.relay_pins[0].key),
+        (&relay, key)
+    );
+    let waiting: Vec<AgentName> = snapshot
+        .copies
+        .flat_map(|chunk| chunk.unwrap())
+        .map(|c| c.recipient)
+        .collect();
+    assert_eq!(waiting, vec![relay_b.clone(), relay_b.clone()]);
+
+    let Some(cluster) = pg::PgCluster::shared() else {
+        return;
+    };
+    let url = cluster.create_database("relay_mailboxes_migrate").await;
+    let moved = mailslot::relay::migrate(&db, &url).await.unwrap();
+    assert_eq!((moved.copies, moved.bounces, moved.relay_pins), (2, 1, 1));
+    let pg = PostgresStorage::connect(&url).await.unwrap();
+    assert_eq!(pg.pending(relay_b, 0, 10).await.unwrap().len(), 2);
+    assert_eq!(pg.bounces(alice, 10).await.unwrap(), vec![bounce]);
+    assert_eq!(pg.pin_relay(relay, key).await.unwrap(), RelayPin::Matches);
 }

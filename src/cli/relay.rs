@@ -369,6 +369,7 @@ fn migrate(ctx: &Ctx, from: &Path, to: &str) -> anyhow::Result<()> {
                 "  {} waiting copies ({} bytes) for {} recipients, {} bounces not fetched yet",
                 m.copies, m.bytes, m.recipients, m.bounces
             ),
+            format!("  {} other relays' keys pinned", m.relay_pins),
         ];
         if m.damaged_records > 0 {
             lines.push(format!(

@@ -32,8 +32,8 @@ pub use report::{
     CheckReport, DamagedRecord, DatabaseReport, Loss, RecordKind, SpoolReport, Unclosed,
 };
 pub use snapshot::{
-    AgentRecord, InviteRecord, MigrateError, Moved, RelationKind, RelationRecord, RequestRecord,
-    Snapshot, WaitingCopies, WaitingCopy,
+    AgentRecord, InviteRecord, MigrateError, Moved, RelationKind, RelationRecord, RelayPinRecord,
+    RequestRecord, Snapshot, WaitingCopies, WaitingCopy,
 };
 pub use sqlite::SqliteStorage;
 

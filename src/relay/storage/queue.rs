@@ -129,6 +129,12 @@ pub fn queue_of(to: &Address) -> Option<AgentName> {
     }
 }
 
+/// Whether `queue` is a relay mailbox (`@host`) rather than an agent's queue. Only relay
+/// mailboxes start with `@` ([`AgentName::relay_mailbox`]; an agent's name cannot).
+pub(super) fn is_relay_mailbox(queue: &AgentName) -> bool {
+    queue.as_str().starts_with('@')
+}
+
 /// Queued mail. Every write is durable before its future resolves.
 pub trait Queue: Send + Sync + 'static {
     /// Sets the listener told about every stored copy after its commit (once; later calls are

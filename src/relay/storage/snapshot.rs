@@ -6,7 +6,8 @@ use serde::Serialize;
 
 use super::{InviteDigest, StorageError};
 use crate::protocol::{
-    AgentName, Bounce, KeyRotation, MessageId, OwnerKey, Policy, PublicKeys, RequestCode,
+    AgentName, Bounce, KeyRotation, MessageId, OwnerKey, Policy, PublicKeys, RelayKey, RelayName,
+    RequestCode,
 };
 
 /// A registered name, or a retired one still held.
@@ -86,12 +87,23 @@ pub struct RequestRecord {
     pub expires_at_ms: i64,
 }
 
+/// Another relay's key, pinned on first contact.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct RelayPinRecord {
+    /// The relay's name.
+    pub relay: RelayName,
+    /// Its pinned key.
+    pub key: RelayKey,
+    /// When it was pinned (Unix ms).
+    pub pinned_at_ms: i64,
+}
+
 /// A copy waiting for its recipient.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct WaitingCopy {
-    /// Who gets it.
+    /// Who gets it: an agent, or a relay mailbox (`@host`).
     pub recipient: AgentName,
-    /// Who sent it.
+    /// Who sent it: an agent, or a relay mailbox for mail that came over a link.
     pub sender: AgentName,
     /// The message's id.
     pub id: MessageId,
@@ -123,6 +135,8 @@ pub struct Snapshot {
     /// Bounces not fetched by their senders yet, by sender (with copies that expired while the
     /// relay was stopped).
     pub bounces: Vec<(AgentName, Bounce)>,
+    /// Other relays' pinned keys.
+    pub relay_pins: Vec<RelayPinRecord>,
     /// Damaged records the source skipped (its own check lists them).
     pub damaged_records: usize,
     /// The waiting mail.
@@ -146,7 +160,7 @@ pub struct Moved {
     pub blocks: u64,
     /// Open contact requests.
     pub requests: u64,
-    /// Agents with mail waiting.
+    /// Queues with mail waiting: agents', and relay mailboxes (`@host`).
     pub recipients: u64,
     /// Waiting copies.
     pub copies: u64,
@@ -154,6 +168,8 @@ pub struct Moved {
     pub bytes: u64,
     /// Bounces not fetched yet.
     pub bounces: u64,
+    /// Other relays' pinned keys.
+    pub relay_pins: u64,
     /// Damaged records of the source that were skipped.
     pub damaged_records: u64,
 }

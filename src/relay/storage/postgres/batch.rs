@@ -18,6 +18,7 @@ use super::consent::Rule;
 use super::pipeline::Open;
 use super::{describe, now_ms, retryable, seq_to_db, unsigned};
 use crate::protocol::{AgentName, MessageId, Policy, Seq};
+use crate::relay::storage::queue::is_relay_mailbox;
 use crate::relay::storage::{
     Accepted, CommitListener, Committed, Copy, Quota, StorageError, StorageMetrics,
 };
@@ -203,7 +204,10 @@ impl Writer {
                 if stored.contains(&key) || fresh_keys.contains(&key) {
                     continue;
                 }
+                // A relay mailbox takes mail from anyone: the relay it leads to applies its
+                // agents' consent.
                 let allowed = copy.recipient == op.sender
+                    || is_relay_mailbox(&copy.recipient)
                     || rules
                         .get(&(op.sender.as_str(), copy.recipient.as_str()))
                         .is_some_and(|rule| rule.allows(op.default));
@@ -480,7 +484,7 @@ impl<'a> PairParams<'a> {
             .flat_map(|op| {
                 op.copies
                     .iter()
-                    .filter(|c| c.recipient != op.sender)
+                    .filter(|c| c.recipient != op.sender && !is_relay_mailbox(&c.recipient))
                     .map(|c| (op.sender.as_str(), c.recipient.as_str()))
             })
             .collect();

@@ -65,7 +65,8 @@ pub(super) async fn import(
     Ok(moved)
 }
 
-/// Everything but the mail: the relay id, agents, invites, relations, requests, bounces.
+/// Everything but the mail: the relay id, agents, invites, relations, requests, bounces,
+/// other relays' pinned keys.
 async fn tables(tx: &Transaction<'_>, s: &Snapshot) -> Result<Moved, StorageError> {
     tx.execute(
         "INSERT INTO meta (key, value) VALUES ('relay_id', $1)
@@ -151,6 +152,17 @@ async fn tables(tx: &Transaction<'_>, s: &Snapshot) -> Result<Moved, StorageErro
     )
     .await?;
 
+    let p = &s.relay_pins;
+    let relays: Vec<&str> = p.iter().map(|x| x.relay.as_str()).collect();
+    let relay_keys: Vec<&[u8]> = p.iter().map(|x| x.key.as_bytes().as_slice()).collect();
+    let pinned: Vec<i64> = p.iter().map(|x| x.pinned_at_ms).collect();
+    tx.execute(
+        "INSERT INTO relay_pins (relay, key, pinned_at)
+         SELECT * FROM unnest($1::text[], $2::bytea[], $3::bigint[])",
+        &[&relays, &relay_keys, &pinned],
+    )
+    .await?;
+
     let count = |kind| r.iter().filter(|x| x.kind == kind).count() as u64;
     Ok(Moved {
         agents: a.len() as u64,
@@ -161,6 +173,7 @@ async fn tables(tx: &Transaction<'_>, s: &Snapshot) -> Result<Moved, StorageErro
         blocks: count(RelationKind::Blocked),
         requests: q.len() as u64,
         bounces: b.len() as u64,
+        relay_pins: p.len() as u64,
         ..Moved::default()
     })
 }

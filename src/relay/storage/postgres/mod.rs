@@ -15,6 +15,7 @@ mod import;
 mod pipeline;
 mod queue;
 mod registry;
+mod relays;
 mod schema;
 
 use super::{RelayPin, RelayPins};
@@ -369,10 +370,10 @@ impl Queue for PostgresStorage {
 
     async fn record_bounces(
         &self,
-        _sender: AgentName,
-        _bounces: Vec<Bounce>,
+        sender: AgentName,
+        bounces: Vec<Bounce>,
     ) -> Result<(), StorageError> {
-        Err(StorageError::Database("record_bounces: STUB".into()))
+        queue::record_bounces(&self.client().await?, &sender, &bounces).await
     }
 
     async fn ack_bounces(
@@ -385,8 +386,8 @@ impl Queue for PostgresStorage {
 }
 
 impl RelayPins for PostgresStorage {
-    async fn pin_relay(&self, _relay: RelayName, _key: RelayKey) -> Result<RelayPin, StorageError> {
-        Err(StorageError::Database("pin_relay: STUB".into()))
+    async fn pin_relay(&self, relay: RelayName, key: RelayKey) -> Result<RelayPin, StorageError> {
+        relays::pin(&self.client().await?, &relay, &key).await
     }
 }
 

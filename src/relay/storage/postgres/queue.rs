@@ -71,7 +71,7 @@ pub(super) async fn committed(
         let seq = unsigned(row.try_get(1)?, "sequence number")?;
         let envelope: Vec<u8> = row.try_get(2)?;
         copies.push(Committed {
-            recipient: AgentName::new(&name).map_err(|_| corrupt("queue", "recipient"))?,
+            recipient: AgentName::from_stored(&name).map_err(|_| corrupt("queue", "recipient"))?,
             seq,
             envelope: envelope.into(),
             accepted_at_ms: row.try_get(3)?,
@@ -225,7 +225,7 @@ pub(super) async fn online(
             let agent: &str = row.try_get(0)?;
             let at: i64 = row.try_get(1)?;
             Ok(Online {
-                agent: AgentName::new(agent)
+                agent: AgentName::from_stored(agent)
                     .map_err(|e| StorageError::Database(format!("a leased name: {e}")))?,
                 since: Timestamp::from_millisecond(at)
                     .map_err(|e| StorageError::Database(format!("a lease's claim time: {e}")))?,
@@ -305,7 +305,7 @@ pub(super) async fn total_waiting(client: &Client) -> Result<u64, StorageError> 
 }
 
 /// Deletes the copies that expired before `now_ms` and records a bounce for each for its
-/// sender, and forgets the duplicate keys past their lag; returns the bounces. Several nodes
+/// sender (relay mailboxes, `@host`, are left to their link), and forgets the duplicate keys past their lag; returns the bounces. Several nodes
 /// may call it at once: one does the work, the others return nothing at once.
 pub(super) async fn expire(
     client: &mut Client,
@@ -324,6 +324,7 @@ pub(super) async fn expire(
         .query(
             "SELECT recipient FROM mailboxes
              WHERE recipient IN (SELECT DISTINCT recipient FROM queue WHERE expires_at < $1)
+                 AND recipient NOT LIKE '@%'
              ORDER BY recipient FOR UPDATE",
             &[&now_ms],
         )
@@ -432,6 +433,32 @@ pub(super) async fn copy_statuses(
         .collect()
 }
 
+/// Stores `sender`'s bounces that a link to another relay gave up on, each under its
+/// recipient as written (`name@host`); one already stored is kept as it is. One statement,
+/// committed durably (the pool's `synchronous_commit = on`).
+pub(super) async fn record_bounces(
+    client: &Client,
+    sender: &AgentName,
+    bounces: &[Bounce],
+) -> Result<(), StorageError> {
+    let ids: Vec<String> = bounces.iter().map(|b| b.id.to_string()).collect();
+    let recipients: Vec<String> = bounces.iter().map(|b| b.to.to_string()).collect();
+    let expired: Vec<i64> = bounces
+        .iter()
+        .map(|b| b.expired_at.as_millisecond())
+        .collect();
+    client
+        .execute(
+            "INSERT INTO bounces (sender, message_id, recipient, expired_at)
+             SELECT $1, k.message_id, k.recipient, k.expired_at
+             FROM unnest($2::text[], $3::text[], $4::bigint[]) AS k(message_id, recipient, expired_at)
+             ON CONFLICT DO NOTHING",
+            &[&sender.as_str(), &ids, &recipients, &expired],
+        )
+        .await?;
+    Ok(())
+}
+
 /// Forgets bounces `sender` has recorded; returns how many there were.
 pub(super) async fn ack_bounces(
     client: &Client,
@@ -457,7 +484,7 @@ fn bounce_row(
     to: String,
 ) -> Result<(AgentName, MessageId, Address), StorageError> {
     Ok((
-        AgentName::new(&sender).map_err(|_| corrupt("bounce", "sender"))?,
+        AgentName::from_stored(&sender).map_err(|_| corrupt("bounce", "sender"))?,
         MessageId::parse(&id).map_err(|_| corrupt("bounce", "message_id"))?,
         Address::parse(&to).map_err(|_| corrupt("bounce", "recipient"))?,
     ))

@@ -122,6 +122,14 @@ ALTER TABLE acked_copies SET UNLOGGED;
 -- out with its keys so peers that pinned an older key can follow the chain.
 ALTER TABLE agents ADD COLUMN rotations TEXT;
 "#,
+    r#"
+-- Other relays' keys (Ed25519, 32 bytes), pinned on first contact and never replaced.
+CREATE TABLE relay_pins (
+    relay     TEXT COLLATE "C" PRIMARY KEY,
+    key       BYTEA NOT NULL,
+    pinned_at BIGINT NOT NULL
+);
+"#,
 ];
 
 /// The advisory lock key under which migrations run ("mailslot" in ASCII, as a number).

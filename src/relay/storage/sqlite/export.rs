@@ -15,12 +15,13 @@ use rusqlite::{Connection, OpenFlags, OptionalExtension};
 use super::queue::{QueueIndex, WaitingRow};
 use super::{now_ms, scan, schema, spool, spool_dir};
 use crate::protocol::{
-    Address, AgentName, Bounce, MessageId, OwnerKey, Policy, PublicKeys, RequestCode,
+    Address, AgentName, Bounce, MessageId, OwnerKey, Policy, PublicKeys, RelayKey, RelayName,
+    RequestCode,
 };
 use crate::relay::storage::registry::rotations_from_column;
 use crate::relay::storage::{
-    AgentRecord, InviteRecord, RelationKind, RelationRecord, RequestRecord, Snapshot, StorageError,
-    WaitingCopy,
+    AgentRecord, InviteRecord, RelationKind, RelationRecord, RelayPinRecord, RequestRecord,
+    Snapshot, StorageError, WaitingCopy,
 };
 
 /// Envelope bytes one chunk of waiting copies holds at most (a single larger copy makes a
@@ -81,6 +82,7 @@ pub(super) fn export(path: &Path) -> Result<Snapshot, StorageError> {
         relations: relations(&conn)?,
         requests: requests(&conn, now)?,
         bounces,
+        relay_pins: relay_pins(&conn)?,
         damaged_records: scanned.damaged.len(),
         copies: Box::new(Chunks {
             dir: spool_dir(path),
@@ -211,7 +213,9 @@ fn bounces(conn: &Connection) -> Result<Vec<(AgentName, Bounce)>, StorageError> 
     while let Some(r) = rows.next()? {
         let at: i64 = r.get(3)?;
         bounces.push((
-            name("bounces", "sender", &r.get::<_, String>(0)?)?,
+            // A queue's sender: an agent, or a relay mailbox for mail that came over a link.
+            AgentName::from_stored(&r.get::<_, String>(0)?)
+                .map_err(|e| invalid("bounces", "sender", e))?,
             Bounce {
                 id: MessageId::parse(&r.get::<_, String>(1)?)
                     .map_err(|e| invalid("bounces", "message_id", e))?,
@@ -223,6 +227,22 @@ fn bounces(conn: &Connection) -> Result<Vec<(AgentName, Bounce)>, StorageError> 
         ));
     }
     Ok(bounces)
+}
+
+/// Other relays' pinned keys.
+fn relay_pins(conn: &Connection) -> Result<Vec<RelayPinRecord>, StorageError> {
+    let mut stmt = conn.prepare("SELECT relay, key, pinned_at FROM relay_pins ORDER BY relay")?;
+    let mut rows = stmt.query([])?;
+    let mut pins = Vec::new();
+    while let Some(r) = rows.next()? {
+        pins.push(RelayPinRecord {
+            relay: RelayName::new(&r.get::<_, String>(0)?)
+                .map_err(|e| invalid("relay_pins", "relay", e))?,
+            key: RelayKey::from_bytes(key32("relay_pins", "key", r.get(1)?)?),
+            pinned_at_ms: r.get(2)?,
+        });
+    }
+    Ok(pins)
 }
 
 /// The waiting copies, read from the spool a chunk at a time.

@@ -592,10 +592,11 @@ impl Queue for SqliteStorage {
 
     async fn record_bounces(
         &self,
-        _sender: AgentName,
-        _bounces: Vec<Bounce>,
+        sender: AgentName,
+        bounces: Vec<Bounce>,
     ) -> Result<(), StorageError> {
-        Err(StorageError::Database("record_bounces: STUB".into()))
+        self.write(move |tx| queue::insert_bounces(tx, &sender, &bounces))
+            .await
     }
 
     async fn ack_bounces(
@@ -617,8 +618,30 @@ impl Queue for SqliteStorage {
 }
 
 impl RelayPins for SqliteStorage {
-    async fn pin_relay(&self, _relay: RelayName, _key: RelayKey) -> Result<RelayPin, StorageError> {
-        Err(StorageError::Database("pin_relay: STUB".into()))
+    /// Through the writer, so the first of two racing pins wins and the second compares.
+    async fn pin_relay(&self, relay: RelayName, key: RelayKey) -> Result<RelayPin, StorageError> {
+        self.write(move |tx| {
+            let pinned: Option<Vec<u8>> = tx
+                .prepare_cached("SELECT key FROM relay_pins WHERE relay = ?1")?
+                .query_row([relay.as_str()], |r| r.get(0))
+                .optional()?;
+            let Some(pinned) = pinned else {
+                tx.execute(
+                    "INSERT INTO relay_pins (relay, key, pinned_at) VALUES (?1, ?2, ?3)",
+                    params![relay.as_str(), key.as_bytes().as_slice(), now_ms()],
+                )?;
+                return Ok(RelayPin::Pinned);
+            };
+            let pinned = RelayKey::from_bytes(pinned.try_into().map_err(|_| {
+                StorageError::Database(format!("the key pinned for relay {relay} is not 32 bytes"))
+            })?);
+            Ok(if pinned == key {
+                RelayPin::Matches
+            } else {
+                RelayPin::Changed { pinned }
+            })
+        })
+        .await
     }
 }
 

@@ -24,6 +24,7 @@ use super::writer::Batch;
 use jiff::Timestamp;
 
 use crate::protocol::{Address, AgentName, Bounce, CopyKey, MessageId, Policy, RelayName, Seq};
+use crate::relay::storage::queue::is_relay_mailbox;
 use crate::relay::storage::{
     Accepted, AckOutcome, Committed, Copy, Epoch, Queued, Quota, StorageError,
 };
@@ -148,7 +149,8 @@ impl QueueIndex {
     /// [`QueueIndex::load`], and the unacknowledged copies it left out as expired: their
     /// sender, recipient and message id, to bounce. (A copy that expired and bounced before a
     /// restart is among them while its record is in the spool: its sender's store records a
-    /// bounce once.)
+    /// bounce once.) Copies in relay mailboxes stay however old they are: their link expires
+    /// them ([`crate::relay::storage::Queue::expire`]).
     pub(super) fn load_expiring(
         segments: &[ScannedSegment],
         now_ms: i64,
@@ -200,8 +202,9 @@ impl QueueIndex {
         }
         let now = Instant::now();
         for row in copies.into_values() {
-            let acked = row.seq <= index.boxes[row.key.2 as usize].acked_upto;
-            if row.expires_at_ms < now_ms {
+            let mailbox = &index.boxes[row.key.2 as usize];
+            let acked = row.seq <= mailbox.acked_upto;
+            if row.expires_at_ms < now_ms && !is_relay_mailbox(&mailbox.name) {
                 if !acked {
                     let (id, from, to) = row.key;
                     let name = |n: NameId| index.boxes[n as usize].name.clone();
@@ -313,11 +316,12 @@ impl QueueIndex {
         count
     }
 
-    /// Takes the unacknowledged copies that expired before `now_ms` out of the index; returns
-    /// each one's sender, recipient and message id.
+    /// Takes the unacknowledged copies that expired before `now_ms` out of the index, except
+    /// those in relay mailboxes (their link expires them); returns each one's sender,
+    /// recipient and message id.
     fn expire(&mut self, now_ms: i64) -> Vec<(AgentName, AgentName, MessageId)> {
         let mut gone = Vec::new();
-        for mailbox in &mut self.boxes {
+        for mailbox in self.boxes.iter_mut().filter(|m| !is_relay_mailbox(&m.name)) {
             let before = gone.len();
             mailbox.rows.retain(|r| {
                 let keep = r.expires_at_ms >= now_ms;
@@ -499,7 +503,10 @@ pub(super) fn accept(b: &mut Batch<'_, '_>, op: &AcceptOp) -> Result<Accepted, S
         if b.index.stored.contains_key(&key) {
             continue;
         }
+        // A relay mailbox takes mail from anyone: the relay it leads to applies its agents'
+        // consent.
         if copy.recipient != op.sender
+            && !is_relay_mailbox(&copy.recipient)
             && !rule(b, (sender, &op.sender), (recipient, &copy.recipient))?.allows(op.default)
         {
             return Ok(Accepted::NotAllowed(copy.recipient.clone()));
@@ -614,29 +621,40 @@ pub(super) fn record_bounces(
     expired: Vec<(AgentName, AgentName, MessageId)>,
     now_ms: i64,
 ) -> Result<Vec<(AgentName, Bounce)>, StorageError> {
+    let expired_at = Timestamp::from_millisecond(now_ms).unwrap_or(Timestamp::UNIX_EPOCH);
+    let bounces: Vec<(AgentName, Bounce)> = expired
+        .into_iter()
+        .map(|(sender, recipient, id)| {
+            let to = Address::local(recipient);
+            (sender, Bounce { id, to, expired_at })
+        })
+        .collect();
+    for (sender, bounce) in &bounces {
+        insert_bounces(conn, sender, std::slice::from_ref(bounce))?;
+    }
+    Ok(bounces)
+}
+
+/// Stores `sender`'s bounces, each under its recipient as written (a bare name for a local
+/// agent, `name@host` for one on another relay); one already stored is kept as it is.
+pub(super) fn insert_bounces(
+    conn: &Connection,
+    sender: &AgentName,
+    bounces: &[Bounce],
+) -> Result<(), StorageError> {
     let mut insert = conn.prepare_cached(
         "INSERT INTO bounces (sender, message_id, recipient, expired_at) VALUES (?1, ?2, ?3, ?4)
          ON CONFLICT DO NOTHING",
     )?;
-    let expired_at = Timestamp::from_millisecond(now_ms).unwrap_or(Timestamp::UNIX_EPOCH);
-    let mut bounces = Vec::with_capacity(expired.len());
-    for (sender, recipient, id) in expired {
+    for b in bounces {
         insert.execute(rusqlite::params![
             sender.as_str(),
-            id.to_string(),
-            recipient.as_str(),
-            now_ms
+            b.id.to_string(),
+            b.to.to_string(),
+            b.expired_at.as_millisecond()
         ])?;
-        bounces.push((
-            sender,
-            Bounce {
-                id,
-                to: Address::local(recipient),
-                expired_at,
-            },
-        ));
     }
-    Ok(bounces)
+    Ok(())
 }
 
 /// The bounces waiting for `sender`, oldest first, at most `limit`.
@@ -914,7 +932,7 @@ pub(super) fn move_table_to_spool(conn: &Connection, dir: &Path) -> Result<(), S
         }
         let corrupt =
             |what: String| StorageError::Database(format!("queue row {seq} is invalid: {what}"));
-        let name = |s: &str| AgentName::new(s).map_err(|e| corrupt(e.to_string()));
+        let name = |s: &str| AgentName::from_stored(s).map_err(|e| corrupt(e.to_string()));
         let envelope: Vec<u8> = r.get(4)?;
         spool.stored(&StoredCopy {
             seq: Seq::try_from(seq).map_err(|e| corrupt(e.to_string()))?,

@@ -160,6 +160,14 @@ CREATE TABLE bounces (
 -- out with its keys so peers that pinned an older key can follow the chain.
 ALTER TABLE agents ADD COLUMN rotations TEXT;
 "#,
+    r#"
+-- Other relays' keys (Ed25519, 32 bytes), pinned on first contact and never replaced.
+CREATE TABLE relay_pins (
+    relay     TEXT PRIMARY KEY,
+    key       BLOB NOT NULL,
+    pinned_at INTEGER NOT NULL
+) STRICT;
+"#,
 ];
 
 /// The last schema with the `queue` table: a database at or below it has its queue moved to

@@ -211,8 +211,9 @@ impl<'a> Fields<'a> {
         std::str::from_utf8(self.take(len)?).map_err(|e| e.to_string())
     }
 
+    /// A queue name: an agent's, or a relay mailbox.
     pub(super) fn name(&mut self) -> Result<AgentName, String> {
-        AgentName::new(self.text()?).map_err(|e| e.to_string())
+        AgentName::from_stored(self.text()?).map_err(|e| e.to_string())
     }
 }
 

@@ -1,0 +1,45 @@
+//! Other relays' keys, pinned on first contact.
+
+use deadpool_postgres::Client;
+
+use crate::protocol::{RelayKey, RelayName};
+use crate::relay::storage::{RelayPin, StorageError};
+
+/// Pins `key` for `relay` unless one is pinned, and compares. The insert and the read are two
+/// statements: a pin committed by another node between them is seen by the read (each
+/// statement reads what was committed before it began), so two racing nodes agree on one key.
+pub(super) async fn pin(
+    client: &Client,
+    relay: &RelayName,
+    key: &RelayKey,
+) -> Result<RelayPin, StorageError> {
+    let inserted = client
+        .execute(
+            "INSERT INTO relay_pins (relay, key, pinned_at) VALUES ($1, $2, $3)
+             ON CONFLICT (relay) DO NOTHING",
+            &[
+                &relay.as_str(),
+                &key.as_bytes().as_slice(),
+                &super::now_ms(),
+            ],
+        )
+        .await?;
+    if inserted == 1 {
+        return Ok(RelayPin::Pinned);
+    }
+    let pinned: Vec<u8> = client
+        .query_one(
+            "SELECT key FROM relay_pins WHERE relay = $1",
+            &[&relay.as_str()],
+        )
+        .await?
+        .try_get(0)?;
+    let pinned = RelayKey::from_bytes(pinned.try_into().map_err(|_| {
+        StorageError::Database(format!("the key pinned for relay {relay} is not 32 bytes"))
+    })?);
+    Ok(if pinned == *key {
+        RelayPin::Matches
+    } else {
+        RelayPin::Changed { pinned }
+    })
+}
