@@ -613,7 +613,6 @@ async fn cli_json(home: &std::path::Path, relay: &TestRelay, args: &[&str]) -> s
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-#[ignore = "needs the relay link"]
 async fn alice_at_a_and_bob_at_b_write_and_reply_through_mcp_sessions() {
     use common::mcp::{Era, send_args, spawn_mcp};
     // Loopback relays reach each other over plain HTTP and WebSocket without configuration.
@@ -671,7 +670,6 @@ async fn alice_at_a_and_bob_at_b_write_and_reply_through_mcp_sessions() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-#[ignore = "needs the relay link"]
 async fn alice_at_a_and_bob_at_b_write_and_reply_through_the_cli_exactly_once() {
     let (a, b) = (
         TestRelay::start(|_| {}).await,
