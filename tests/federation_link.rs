@@ -62,7 +62,7 @@ async fn mail_accepted_while_the_other_relay_is_down_is_delivered_once_when_it_i
             alice_at.clone(),
             vec![bob_at.clone()],
             "while down",
-            &i.to_string(),
+            i.to_string(),
         );
         ids.push(m.id);
         alice

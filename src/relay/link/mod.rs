@@ -23,12 +23,15 @@ async fn stopped(shutdown: &mut tokio::sync::watch::Receiver<bool>) {
     let _ = shutdown.wait_for(|s| *s).await;
 }
 
+/// A link to start: the relay, and what wakes it.
+type Start = (RelayName, Arc<Notify>);
+
 /// The running links, by the relay they deliver to. A copy committed for a relay's mailbox
 /// wakes its link, started on first need.
 #[derive(Default)]
 pub struct Links {
     woken: Mutex<HashMap<RelayName, Arc<Notify>>>,
-    start: Mutex<Option<mpsc::UnboundedSender<(RelayName, Arc<Notify>)>>>,
+    start: Mutex<Option<mpsc::UnboundedSender<Start>>>,
 }
 
 impl Links {
@@ -64,7 +67,7 @@ impl Links {
     }
 
     /// Where new links are asked for (the supervisor, once it runs).
-    fn serve(&self) -> mpsc::UnboundedReceiver<(RelayName, Arc<Notify>)> {
+    fn serve(&self) -> mpsc::UnboundedReceiver<Start> {
         let (tx, rx) = mpsc::unbounded_channel();
         *self.start.lock().unwrap_or_else(|e| e.into_inner()) = Some(tx);
         rx
