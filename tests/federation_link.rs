@@ -134,3 +134,206 @@ async fn mail_for_a_relay_that_never_comes_back_bounces_after_the_ttl() {
     }
     a.relay.shutdown().await;
 }
+
+/// Acts as the relay `c` over a raw link to `b`: shakes hands with `c`'s own key.
+async fn link_as(c: &TestRelay, b: &TestRelay) -> RawSocket {
+    use futures_util::{SinkExt, StreamExt};
+    use mailslot::crypto::RelayIdentity;
+    use mailslot::crypto::sign::Domain;
+    use mailslot::protocol::{LINK_PATH, LinkAnswer, LinkRequest, link_payload};
+    use tokio_tungstenite::tungstenite::Message as Ws;
+
+    let (c_key, _) =
+        RelayIdentity::load_or_create(&mailslot::relay::identity_beside(&c.db())).unwrap();
+    let url = format!("ws://{}{LINK_PATH}", b.relay.addr());
+    let (mut ws, _) = tokio_tungstenite::connect_async(url.as_str())
+        .await
+        .unwrap();
+    let Some(Ok(Ws::Text(text))) = ws.next().await else {
+        panic!("no challenge")
+    };
+    let LinkAnswer::Challenge { nonce: theirs, .. } = serde_json::from_str(&text).unwrap() else {
+        panic!("{text}")
+    };
+    let nonce = vec![7u8; 32];
+    let payload = link_payload(c.relay.name(), b.relay.name(), &nonce, &theirs);
+    let hello = LinkRequest::Hello {
+        relay: c.relay.name().clone(),
+        nonce,
+        signature: c_key.sign_link(Domain::LinkHello, &payload),
+    };
+    ws.send(Ws::text(serde_json::to_string(&hello).unwrap()))
+        .await
+        .unwrap();
+    let Some(Ok(Ws::Text(text))) = ws.next().await else {
+        panic!("no welcome")
+    };
+    assert!(
+        matches!(
+            serde_json::from_str(&text).unwrap(),
+            LinkAnswer::Welcome { .. }
+        ),
+        "{text}"
+    );
+    ws
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_relay_delivering_mail_from_another_relays_sender_is_refused() {
+    use futures_util::{SinkExt, StreamExt};
+    use mailslot::crypto::Identity;
+    use mailslot::protocol::{ErrorCode, Limits, LinkAnswer, Refusal, deliver_frame};
+    use tokio_tungstenite::tungstenite::Message as Ws;
+
+    let (a, b, c) = (
+        TestRelay::start(|_| {}).await,
+        TestRelay::start(|_| {}).await,
+        TestRelay::start(|_| {}).await,
+    );
+    let bob = TestAgent::new("bob");
+    bob.sync(&b).await;
+    let bob_at = at(&bob, &b);
+    let mut ws = link_as(&c, &b).await;
+    let mut deliver = async |seq, from: &str| {
+        let m = Message::new(
+            Address::parse(from).unwrap(),
+            vec![bob_at.clone()],
+            "s",
+            "b",
+        );
+        let sealed = mailslot::crypto::seal(
+            &m,
+            &Identity::generate(),
+            &[(bob_at.clone(), bob.identity.public().clone())],
+            &Limits::default(),
+        )
+        .unwrap()
+        .remove(0);
+        ws.send(Ws::text(deliver_frame(seq, &sealed.to_bytes())))
+            .await
+            .unwrap();
+        let Some(Ok(Ws::Text(text))) = ws.next().await else {
+            panic!("no answer")
+        };
+        serde_json::from_str::<LinkAnswer>(&text).unwrap()
+    };
+    // C claims a sender of A's.
+    let forged = deliver(1, &format!("mallory@{}", a.relay.name())).await;
+    assert_eq!(
+        forged,
+        LinkAnswer::Taken {
+            seq: 1,
+            refused: vec![Refusal {
+                to: bob_at.clone(),
+                code: ErrorCode::NotSender
+            }]
+        }
+    );
+    // Its own sender is taken.
+    let own = deliver(2, &format!("carol@{}", c.relay.name())).await;
+    assert_eq!(
+        own,
+        LinkAnswer::Taken {
+            seq: 2,
+            refused: vec![]
+        }
+    );
+    // Bob is offered exactly the one from C's own agent (carol is unknown at C, so unreadable).
+    let report = bob.sync(&b).await;
+    let offered: Vec<String> = report
+        .unreadable
+        .iter()
+        .map(|(from, _, _)| from.to_string())
+        .chain(report.received.iter().map(|id| id.to_string()))
+        .collect();
+    assert_eq!(offered, [format!("carol@{}", c.relay.name())], "{report:?}");
+    for r in [a, b, c] {
+        r.relay.shutdown().await;
+    }
+}
+
+/// The relay's `/metrics` text.
+async fn metrics(relay: &TestRelay) -> String {
+    let _ = rustls::crypto::ring::default_provider().install_default();
+    let url = format!("http://{}/metrics", relay.relay.addr());
+    let client = reqwest::Client::builder().no_proxy().build().unwrap();
+    client.get(&url).send().await.unwrap().text().await.unwrap()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn cc_and_bcc_across_three_relays_reach_each_recipient_once_and_hide_the_bcc() {
+    let (a, b, c) = (
+        TestRelay::start(|_| {}).await,
+        TestRelay::start(|_| {}).await,
+        TestRelay::start(|_| {}).await,
+    );
+    let (alice, erin) = (TestAgent::new("alice"), TestAgent::new("erin"));
+    let (bob, dave, carol) = (
+        TestAgent::new("bob"),
+        TestAgent::new("dave"),
+        TestAgent::new("carol"),
+    );
+    for (agent, relay) in [
+        (&alice, &a),
+        (&erin, &a),
+        (&bob, &b),
+        (&dave, &b),
+        (&carol, &c),
+    ] {
+        agent.sync(relay).await;
+    }
+    let mut m = Message::new(
+        at(&alice, &a),
+        vec![at(&bob, &b), erin.address()],
+        "plan",
+        "friday",
+    );
+    m.cc = vec![at(&carol, &c)];
+    m.bcc = vec![at(&dave, &b)];
+    let report = alice.send(&a, m.clone()).await;
+    assert_eq!(report.sent, [m.id], "{:?}", report.not_sent);
+
+    for (agent, relay) in [(&erin, &a), (&bob, &b), (&dave, &b), (&carol, &c)] {
+        assert_eq!(receive(agent, relay, 1).await, [m.id], "{}", agent.name);
+        let stored = agent
+            .store
+            .call(move |s| s.message(&m.id))
+            .await
+            .unwrap()
+            .unwrap();
+        if agent.name == dave.name {
+            continue;
+        }
+        assert!(
+            stored.message.bcc.is_empty(),
+            "{} learns the BCC list: {:?}",
+            agent.name,
+            stored.message.bcc
+        );
+    }
+    for (agent, relay) in [(&erin, &a), (&bob, &b), (&dave, &b), (&carol, &c)] {
+        let again = agent.sync(relay).await;
+        assert!(again.received.is_empty(), "{} got it twice", agent.name);
+    }
+    // Each other relay took its own recipients' copies: bob's and dave's at B, carol's at C.
+    let shown = metrics(&a).await;
+    let line = |relay: &TestRelay| {
+        format!(
+            "mailslot_relay_link_delivered_total{{relay=\"{}\"}} ",
+            relay.relay.name()
+        )
+    };
+    assert!(shown.contains(&format!("{}2", line(&b))), "{shown}");
+    assert!(shown.contains(&format!("{}1", line(&c))), "{shown}");
+    let at_b = metrics(&b).await;
+    assert!(
+        at_b.contains(&format!(
+            "mailslot_relay_link_received_total{{relay=\"{}\"}} 2",
+            a.relay.name()
+        )),
+        "{at_b}"
+    );
+    for r in [a, b, c] {
+        r.relay.shutdown().await;
+    }
+}

@@ -91,6 +91,7 @@ fn far_future() -> i64 {
 fn copies(to: &[&AgentName], body: &str) -> Vec<Copy> {
     to.iter()
         .map(|r| Copy {
+            id: None,
             recipient: (*r).clone(),
             envelope: Arc::from(format!("{{\"to\":\"{r}\",\"body\":\"{body}\"}}").into_bytes()),
         })
@@ -746,15 +747,12 @@ async fn expiry_leaves_relay_mailboxes_to_their_link<B: Backend>(b: B) {
     let now = jiff::Timestamp::now().as_millisecond();
     let (to_bob, to_relay) = (MessageId::new(), MessageId::new());
     for (id, to) in [(to_bob, &bob), (to_relay, &relay_b)] {
+        let mut late = copies(&[to], "late");
+        if to == &relay_b {
+            late[0].id = Some(id.relay_copy(&addr("dave@relay-b")));
+        }
         let stored = s
-            .accept(
-                alice.clone(),
-                id,
-                copies(&[to], "late"),
-                ROOMY,
-                now - 1_000,
-                Policy::Open,
-            )
+            .accept(alice.clone(), id, late, ROOMY, now - 1_000, Policy::Open)
             .await
             .unwrap();
         assert!(matches!(stored, Accepted::Stored(_)), "{stored:?}");
@@ -799,16 +797,12 @@ async fn bounces_a_link_records_are_kept_once<B: Backend>(b: B) {
     let [alice] = agents(&s, &["alice"]).await.try_into().unwrap();
     let relay_b = mailbox("relay-b");
     let id = MessageId::new();
-    s.accept(
-        alice.clone(),
-        id,
-        copies(&[&relay_b], "remote"),
-        ROOMY,
-        far_future(),
-        Policy::Open,
-    )
-    .await
-    .unwrap();
+    // bob@relay-b's copy, under its own id in the relay's mailbox, as the relay stores it.
+    let mut remote = copies(&[&relay_b], "remote");
+    remote[0].id = Some(id.relay_copy(&addr("bob@relay-b")));
+    s.accept(alice.clone(), id, remote, ROOMY, far_future(), Policy::Open)
+        .await
+        .unwrap();
     let bob_b = CopyKey {
         id,
         to: addr("bob@relay-b"),

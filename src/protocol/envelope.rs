@@ -170,18 +170,6 @@ impl EnvelopeHead<'_> {
         Some(self.copy_with(&[key]))
     }
 
-    /// The copy a relay forwards to another relay: the same sealed parts with the keys of
-    /// `to` only, in the envelope's order (each recipient there still gets a copy with its
-    /// own key only). `None` when a recipient in `to` has no key here.
-    pub fn copy_for_all(&self, to: &[&Address]) -> Option<Vec<u8>> {
-        if !to.iter().all(|t| self.keys.iter().any(|k| &k.to == *t)) {
-            return None;
-        }
-        let keys: Vec<&KeyWrapHead<'_>> =
-            self.keys.iter().filter(|k| to.contains(&&k.to)).collect();
-        Some(self.copy_with(&keys))
-    }
-
     fn copy_with(&self, keys: &[&KeyWrapHead<'_>]) -> Vec<u8> {
         let bulk = self.nonce.len()
             + self.ciphertext.len()
@@ -283,19 +271,6 @@ mod tests {
             );
         }
         assert!(head.copy_for(&Address::parse("dave").unwrap()).is_none());
-    }
-
-    #[test]
-    fn a_copy_for_several_keeps_their_keys_only_and_is_canonical() {
-        let env = sealed_for_two();
-        let text = String::from_utf8(env.to_bytes()).unwrap();
-        let head: EnvelopeHead<'_> = serde_json::from_str(&text).unwrap();
-        let all: Vec<&Address> = env.recipients().collect();
-        assert_eq!(head.copy_for_all(&all).unwrap(), env.to_bytes());
-        let one = head.copy_for_all(&all[1..]).unwrap();
-        assert_eq!(one, env.for_recipient(all[1]).unwrap().to_bytes());
-        let dave = Address::parse("dave").unwrap();
-        assert!(head.copy_for_all(&[all[0], &dave]).is_none());
     }
 
     #[test]

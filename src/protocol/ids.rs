@@ -3,7 +3,7 @@
 use serde::{Deserialize, Serialize};
 use uuid::Uuid;
 
-use super::ValidationError;
+use super::{Address, ValidationError};
 
 macro_rules! uuid_v7_id {
     ($(#[$doc:meta])* $name:ident, $field:literal) => {
@@ -72,6 +72,27 @@ uuid_v7_id!(
     MessageId,
     "message id"
 );
+impl MessageId {
+    /// The id the copy of this message for `to` on another relay is kept under in the sending
+    /// relay's mailbox for that relay: every recipient there gets a copy of its own, and a
+    /// re-send of the same copy gets the same id. Still a UUIDv7 with the message's time
+    /// (its first 48 bits); the rest is SHA-256 of the message id and the address.
+    pub fn relay_copy(&self, to: &Address) -> MessageId {
+        use sha2::{Digest, Sha256};
+        let mut hash = Sha256::new();
+        hash.update(b"mailslot/v1/relay-copy\0");
+        hash.update(self.0.as_bytes());
+        hash.update(to.to_string().as_bytes());
+        let digest = hash.finalize();
+        let mut bytes = [0u8; 16];
+        bytes[..6].copy_from_slice(&self.0.as_bytes()[..6]);
+        bytes[6..].copy_from_slice(&digest[..10]);
+        bytes[6] = 0x70 | (bytes[6] & 0x0f);
+        bytes[8] = 0x80 | (bytes[8] & 0x3f);
+        MessageId(Uuid::from_bytes(bytes))
+    }
+}
+
 uuid_v7_id!(
     /// A conversation's id: the first message's thread, carried by every reply.
     ThreadId,

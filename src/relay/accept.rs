@@ -3,7 +3,6 @@
 //! `sent` or a refusal. In between, the session keeps reading, so one connection can have many
 //! sends in one group commit. Consent is checked inside the write, atomically with it.
 
-use std::collections::BTreeMap;
 use std::future::Future;
 use std::pin::Pin;
 use std::time::Duration;
@@ -16,7 +15,7 @@ use super::storage::{Accepted, Copy, Quota, Storage, StorageError};
 use super::wire::error_frame;
 use crate::protocol::{
     Address, AgentName, ENVELOPE_VERSION, EnvelopeHead, ErrorCode, MAX_REF_CHARS,
-    MAX_STORED_NAME_BYTES, MessageId, RelayName, ServerFrame,
+    MAX_STORED_NAME_BYTES, MessageId, ServerFrame,
 };
 
 /// A `send` frame with its envelope left as text, so that [`check`] reads only its head.
@@ -126,16 +125,11 @@ pub async fn check<S: Storage>(
     }
     let mut copies = Vec::with_capacity(envelope.keys.len());
     let mut unknown = Vec::new();
-    // Recipients on other relays, by relay: each relay gets one copy with its own
-    // recipients' keys, in that relay's mailbox here.
-    let mut remote: BTreeMap<&RelayName, Vec<&Address>> = BTreeMap::new();
+    // Recipients on other relays: each gets a copy of its own in its relay's mailbox here.
+    let mut remote: Vec<&Address> = Vec::new();
     for key in &envelope.keys {
         let Some(name) = state.local_name(&key.to) else {
-            let host = key
-                .to
-                .host()
-                .expect("only a remote address has no local name");
-            remote.entry(host).or_default().push(&key.to);
+            remote.push(&key.to);
             continue;
         };
         match state.is_registered(name).await {
@@ -174,6 +168,7 @@ pub async fn check<S: Storage>(
             );
         }
         copies.push(Copy {
+            id: None,
             recipient: name.clone(),
             envelope: copy.into(),
         });
@@ -196,7 +191,8 @@ pub async fn check<S: Storage>(
             None,
         );
     }
-    for (relay, to) in remote {
+    for to in remote {
+        let relay = to.host().expect("only a remote address has no local name");
         if !state.config.links_with(relay) {
             return refuse(
                 ErrorCode::NotAllowed,
@@ -213,8 +209,16 @@ pub async fn check<S: Storage>(
                 None,
             );
         };
+        let id = envelope.id.relay_copy(to);
+        if copies.iter().any(|c: &Copy| c.id == Some(id)) {
+            return refuse(
+                ErrorCode::InvalidEnvelope,
+                format!("{to} is named twice"),
+                None,
+            );
+        }
         let copy = envelope
-            .copy_for_all(&to)
+            .copy_for(to)
             .expect("every address came from this envelope's keys");
         if copy.len() > limits.envelope_bytes {
             return refuse(
@@ -229,6 +233,7 @@ pub async fn check<S: Storage>(
         }
         copies.push(Copy {
             recipient: mailbox,
+            id: Some(id),
             envelope: copy.into(),
         });
     }

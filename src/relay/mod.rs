@@ -174,9 +174,11 @@ impl Relay {
             shutdown_rx.clone(),
         ));
         state.metrics.queued.set(waiting as i64);
-        let (presence, links) = (state.presence.clone(), state.clone());
+        // The listener lives in the storage, so it holds the links, never the state (which
+        // holds the storage: the storage would never be dropped, nor its files closed).
+        let (presence, links) = (state.presence.clone(), state.links.clone());
         state.storage.on_commit(Box::new(move |committed| {
-            links.links.announce(&committed);
+            links.announce(&committed);
             presence.announce(committed);
         }));
         let large_frames = state.receive_budget.frames_at_once();
@@ -241,9 +243,9 @@ async fn serve<S: Storage>(
     let app = http::router(state.clone());
     listener::serve(state.clone(), listener, app, shutdown.clone()).await;
     expiry.abort();
-    links.abort();
     // Sessions see the same signal and close themselves; give them a moment.
     let _ = shutdown.wait_for(|s| *s).await;
+    let _ = links.await;
     let deadline = tokio::time::Instant::now() + DRAIN;
     while state.metrics.connections.get() > 0 && tokio::time::Instant::now() < deadline {
         tokio::time::sleep(Duration::from_millis(10)).await;

@@ -1019,6 +1019,7 @@ mod tests {
                 AgentName::new("alice").unwrap(),
                 MessageId::new(),
                 vec![Copy {
+                    id: None,
                     recipient: bob.clone(),
                     envelope: Arc::from(&br#"{"opaque":true}"#[..]),
                 }],

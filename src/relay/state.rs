@@ -35,7 +35,7 @@ pub struct RelayState<S> {
     /// Per-relay limits on deliveries from other relays.
     pub relay_rate: RateLimiter<RelayName>,
     /// The links delivering to other relays.
-    pub links: Links,
+    pub links: Arc<Links>,
     /// Per-agent contact request limits.
     pub request_rate: RateLimiter<AgentName>,
     /// Per-agent approval attempt limits, against guessing codes.
@@ -66,7 +66,7 @@ impl<S: Storage> RelayState<S> {
         Self {
             send_rate: RateLimiter::new(config.send_rate, config.send_burst),
             relay_rate: RateLimiter::new(config.relay_rate, config.relay_burst),
-            links: Links::default(),
+            links: Arc::new(Links::default()),
             request_rate: RateLimiter::new(
                 config.requests_per_hour / 3600.0,
                 config.requests_per_hour,

@@ -39,7 +39,15 @@ pub async fn run<S: Storage>(state: Arc<RelayState<S>>, mut socket: WebSocket, i
         }
     };
     tracing::info!(%relay, %ip, "link from another relay is up");
-    let Some(sender) = AgentName::relay_mailbox(&relay) else {
+    // Counted with the connections, so that shutdown waits for it to close.
+    state.metrics.connections.inc();
+    serve(&state, &mut socket, &relay).await;
+    state.metrics.connections.dec();
+}
+
+/// Takes deliveries until the link closes, goes idle, or the relay shuts down.
+async fn serve<S: Storage>(state: &Arc<RelayState<S>>, socket: &mut WebSocket, relay: &RelayName) {
+    let Some(sender) = AgentName::relay_mailbox(relay) else {
         return;
     };
     let idle = state.config.idle_timeout();
@@ -58,26 +66,26 @@ pub async fn run<S: Storage>(state: Arc<RelayState<S>>, mut socket: WebSocket, i
                     Ok(Some(Ok(_))) => continue,
                 };
                 if let Some(deliver) = Deliver::read(&text) {
-                    answers.push_back(take(&state, &relay, &sender, deliver));
+                    answers.push_back(take(state, relay, &sender, deliver));
                     continue;
                 }
                 match serde_json::from_str::<LinkRequest>(&text) {
                     Ok(LinkRequest::Ping {}) => answers.push_back(Box::pin(async { LinkAnswer::Pong {} })),
                     _ => {
                         let message = "expected a deliver or ping frame".to_owned();
-                        let _ = say(&mut socket, &LinkAnswer::Error { code: ErrorCode::BadFrame, message }).await;
+                        let _ = say(socket, &LinkAnswer::Error { code: ErrorCode::BadFrame, message }).await;
                         break;
                     }
                 }
             }
             Some(answer) = answers.next() => {
-                if say(&mut socket, &answer).await.is_err() {
+                if say(socket, &answer).await.is_err() {
                     break;
                 }
             }
             () = super::stopped(&mut shutdown) => {
                 let message = "the relay is shutting down".to_owned();
-                let _ = say(&mut socket, &LinkAnswer::Error { code: ErrorCode::ShuttingDown, message }).await;
+                let _ = say(socket, &LinkAnswer::Error { code: ErrorCode::ShuttingDown, message }).await;
                 break;
             }
         }
@@ -231,6 +239,7 @@ fn take<S: Storage>(
         }
         names.push(name.clone());
         copies.push(Copy {
+            id: None,
             recipient: name.clone(),
             envelope: copy.into(),
         });

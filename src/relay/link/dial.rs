@@ -40,16 +40,22 @@ const FIRST_BACKOFF: Duration = Duration::from_millis(250);
 type Socket = WebSocketStream<MaybeTlsStream<TcpStream>>;
 
 /// Starts a link for every relay that has mail waiting and for every one that gets some.
+/// Returns at shutdown once every link has stopped (none outlives the relay's storage).
 pub async fn supervise<S: Storage>(state: Arc<RelayState<S>>) {
     let mut starts = state.links.serve();
     let mut shutdown = state.shutdown.clone();
     let mut rescan = tokio::time::interval(RESCAN);
+    let mut links = tokio::task::JoinSet::new();
     loop {
         tokio::select! {
-            () = super::stopped(&mut shutdown) => return,
-            Some((relay, notify)) = starts.recv() => {
-                tokio::spawn(run(state.clone(), relay, notify));
+            () = super::stopped(&mut shutdown) => {
+                links.shutdown().await;
+                return;
             }
+            Some((relay, notify)) = starts.recv() => {
+                links.spawn(run(state.clone(), relay, notify));
+            }
+            Some(_) = links.join_next() => {}
             _ = rescan.tick() => match state.storage.relay_mailboxes().await {
                 Ok(relays) => relays.iter().for_each(|r| state.links.wake(r)),
                 Err(e) => tracing::warn!(error = %e, "cannot list the mail waiting for other relays; will retry"),

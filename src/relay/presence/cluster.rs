@@ -65,6 +65,8 @@ const FETCH_RANGE: u64 = 256;
 /// this version sends no `from`: its wakes make the session read the queue).
 #[derive(Deserialize)]
 struct Wake {
+    /// An agent, or a relay mailbox (`@host`, whose link the committing node woke itself).
+    #[serde(deserialize_with = "stored_name")]
     recipient: AgentName,
     node: String,
     #[serde(default)]
@@ -73,9 +75,17 @@ struct Wake {
     seq: Option<Seq>,
 }
 
+/// A queue name as the storage writes it: an agent's, or a relay mailbox.
+fn stored_name<'de, D: serde::Deserializer<'de>>(d: D) -> Result<AgentName, D::Error> {
+    let name = String::deserialize(d)?;
+    AgentName::from_stored(&name).map_err(serde::de::Error::custom)
+}
+
 /// `node` claimed `agent`'s delivery session with `epoch`.
 #[derive(Deserialize)]
 struct Lease {
+    /// An agent, or a relay mailbox claimed by a node's link.
+    #[serde(deserialize_with = "stored_name")]
     agent: AgentName,
     epoch: u64,
     node: String,

@@ -12,6 +12,10 @@ use crate::protocol::{Address, AgentName, Bounce, CopyKey, MessageId, Policy, Re
 pub struct Copy {
     /// Who gets it.
     pub recipient: AgentName,
+    /// The id it is stored and deduplicated under when not the message's: each recipient's
+    /// copy in another relay's mailbox has its own ([`MessageId::relay_copy`]), since they
+    /// share that mailbox.
+    pub id: Option<MessageId>,
     /// The canonical envelope bytes, with only this recipient's key.
     pub envelope: Arc<[u8]>,
 }
@@ -119,13 +123,14 @@ pub enum CopyStatus {
     Gone,
 }
 
-/// The queue a copy for `to` waits in: its own for a local agent (a bare address), the
-/// mailbox of its relay for an agent on another relay. `None` for a relay whose name is too
-/// long to be a queue name, which never holds mail.
-pub fn queue_of(to: &Address) -> Option<AgentName> {
+/// The queue a copy of message `id` for `to` waits in, and the id it is stored under there:
+/// a local agent's (a bare address) own queue under the message's id, or the mailbox of its
+/// relay for an agent on another relay, under the id of that recipient's copy. `None` for a
+/// relay whose name is too long to be a queue name, which never holds mail.
+pub fn queue_of(id: MessageId, to: &Address) -> Option<(AgentName, MessageId)> {
     match to.host() {
-        None => Some(to.name().clone()),
-        Some(relay) => AgentName::relay_mailbox(relay),
+        None => Some((to.name().clone(), id)),
+        Some(relay) => Some((AgentName::relay_mailbox(relay)?, id.relay_copy(to))),
     }
 }
 

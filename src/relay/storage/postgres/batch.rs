@@ -197,7 +197,7 @@ impl Writer {
             let mut refused = None;
             for copy in &op.copies {
                 let key = (
-                    id.clone(),
+                    copy.id.map_or_else(|| id.clone(), |c| c.to_string()),
                     op.sender.as_str().to_owned(),
                     copy.recipient.as_str().to_owned(),
                 );
@@ -247,7 +247,7 @@ impl Writer {
                 rows.recipient.push(copy.recipient.as_str());
                 rows.seq.push(seq);
                 rows.sender.push(op.sender.as_str());
-                rows.message_id.push(id.clone());
+                rows.message_id.push(key.0.clone());
                 rows.envelope.push(&copy.envelope);
                 rows.size.push(size);
                 rows.expires_at.push(op.expires_at_ms);
@@ -451,7 +451,7 @@ impl<'a> KeyParams<'a> {
         for op in batch {
             let id = op.id.to_string();
             for copy in &op.copies {
-                ids.push(id.clone());
+                ids.push(copy.id.map_or_else(|| id.clone(), |c| c.to_string()));
                 senders.push(op.sender.as_str());
                 recipients.push(copy.recipient.as_str());
             }

@@ -404,20 +404,26 @@ pub(super) async fn copy_statuses(
 ) -> Result<Vec<CopyStatus>, StorageError> {
     let ids: Vec<String> = keys.iter().map(|k| k.id.to_string()).collect();
     let recipients: Vec<String> = keys.iter().map(|k| k.to.to_string()).collect();
-    // The queue holds a remote recipient's copy in its relay's mailbox.
-    let queues: Vec<String> = keys
+    // The queue holds a remote recipient's copy in its relay's mailbox, under its own id.
+    let (queues, queued_ids): (Vec<String>, Vec<String>) = keys
         .iter()
-        .map(|k| queue_of(&k.to).map_or_else(String::new, String::from))
-        .collect();
+        .map(|k| {
+            queue_of(k.id, &k.to).map_or_else(
+                || (String::new(), String::new()),
+                |(q, id)| (q.to_string(), id.to_string()),
+            )
+        })
+        .unzip();
     let rows = client
         .query(
-            "SELECT EXISTS (SELECT 1 FROM queue q WHERE q.message_id = k.message_id
+            "SELECT EXISTS (SELECT 1 FROM queue q WHERE q.message_id = k.queued_id
                               AND q.sender = $1 AND q.recipient = k.queue),
                     EXISTS (SELECT 1 FROM bounces b WHERE b.sender = $1
                               AND b.message_id = k.message_id AND b.recipient = k.recipient)
-             FROM unnest($2::text[], $3::text[], $4::text[]) WITH ORDINALITY AS k(message_id, recipient, queue, n)
+             FROM unnest($2::text[], $3::text[], $4::text[], $5::text[])
+                  WITH ORDINALITY AS k(message_id, recipient, queue, queued_id, n)
              ORDER BY k.n",
-            &[&sender.as_str(), &ids, &recipients, &queues],
+            &[&sender.as_str(), &ids, &recipients, &queues, &queued_ids],
         )
         .await?;
     rows.iter()

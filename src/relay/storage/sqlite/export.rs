@@ -338,6 +338,7 @@ mod tests {
             let id = MessageId::new();
             let envelope: Arc<[u8]> = vec![fill; 3 << 20].into();
             let copies = vec![Copy {
+                id: None,
                 recipient: name(to),
                 envelope,
             }];

@@ -570,7 +570,9 @@ impl Queue for SqliteStorage {
         let queued: Vec<bool> = {
             let index = queue::lock(&self.index);
             keys.iter()
-                .map(|k| queue_of(&k.to).is_some_and(|q| index.is_queued(&sender, k.id, &q)))
+                .map(|k| {
+                    queue_of(k.id, &k.to).is_some_and(|(q, id)| index.is_queued(&sender, id, &q))
+                })
                 .collect()
         };
         if queued.iter().all(|&q| q) {
@@ -732,6 +734,7 @@ mod tests {
         let storage = SqliteStorage::open(&path).unwrap();
         let copy = || {
             vec![Copy {
+                id: None,
                 recipient: name("bob"),
                 envelope: Arc::from(&b"{}"[..]),
             }]

@@ -497,7 +497,7 @@ pub(super) fn accept(b: &mut Batch<'_, '_>, op: &AcceptOp) -> Result<Accepted, S
     let mut fresh = Vec::with_capacity(op.copies.len());
     for copy in &op.copies {
         let recipient = b.index.id(&copy.recipient);
-        let key = (op.id, sender, recipient);
+        let key = (copy.id.unwrap_or(op.id), sender, recipient);
         // A copy acknowledged a while ago is indistinguishable from a new one; the client's
         // store deduplicates by id, so a late re-send is still shown once.
         if b.index.stored.contains_key(&key) {
@@ -532,7 +532,7 @@ pub(super) fn accept(b: &mut Batch<'_, '_>, op: &AcceptOp) -> Result<Accepted, S
             seq,
             accepted_at_ms: now,
             expires_at_ms: op.expires_at_ms,
-            id: op.id,
+            id: key.0,
             recipient: &copy.recipient,
             sender: &op.sender,
             envelope: &copy.envelope,
@@ -1094,6 +1094,7 @@ mod tests {
                 sender: name("alice"),
                 id: MessageId::new(),
                 copies: vec![Copy {
+                    id: None,
                     recipient: name(to),
                     envelope: Arc::from(vec![7u8; 500]),
                 }],
