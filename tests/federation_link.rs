@@ -337,3 +337,101 @@ async fn cc_and_bcc_across_three_relays_reach_each_recipient_once_and_hide_the_b
         r.relay.shutdown().await;
     }
 }
+
+/// Waits until `relay`'s `/metrics` has a line starting `prefix` whose value is at least `n`.
+async fn metric_at_least(relay: &TestRelay, prefix: &str, n: u64) {
+    let deadline = tokio::time::Instant::now() + EVENT_TIMEOUT * 2;
+    loop {
+        let shown = metrics(relay).await;
+        let value = shown
+            .lines()
+            .find_map(|l| l.strip_prefix(prefix))
+            .and_then(|v| v.trim().parse::<u64>().ok())
+            .unwrap_or(0);
+        if value >= n {
+            return;
+        }
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "{prefix} never reached {n}:\n{shown}"
+        );
+        tokio::task::yield_now().await;
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_dialing_relay_whose_key_changed_is_refused() {
+    let a = TestRelay::start(|c| c.expiry_interval_secs = 1).await;
+    let b = TestRelay::start(|_| {}).await;
+    let (alice, bob) = (TestAgent::new("alice"), TestAgent::new("bob"));
+    alice.sync(&a).await;
+    bob.sync(&b).await;
+    let (alice_at, bob_at) = (at(&alice, &a), at(&bob, &b));
+    let first = Message::new(alice_at.clone(), vec![bob_at.clone()], "hello", "0");
+    alice.send(&a, first.clone()).await;
+    assert_eq!(
+        receive(&bob, &b, 1).await,
+        [first.id],
+        "both relays pinned each other"
+    );
+    let failures = format!(
+        "mailslot_relay_link_failures_total{{relay=\"{}\"}} ",
+        b.relay.name()
+    );
+
+    // A comes back with another key (same name): B refuses its link.
+    let stopped = a.stop().await;
+    std::fs::remove_file(mailslot::relay::identity_beside(&stopped.db())).unwrap();
+    let a = stopped.restart().await;
+    let second = Message::new(alice_at.clone(), vec![bob_at.clone()], "again", "1");
+    assert_eq!(alice.send(&a, second).await.sent.len(), 1, "A takes it");
+    metric_at_least(&a, &failures, 1).await;
+    metric_at_least(
+        &b,
+        "mailslot_relay_rejections_total{code=\"auth_failed\"} ",
+        1,
+    )
+    .await;
+    let report = bob.sync(&b).await;
+    assert!(
+        report.received.is_empty(),
+        "B took mail over a link it should refuse"
+    );
+    a.relay.shutdown().await;
+    b.relay.shutdown().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_answering_relay_whose_key_changed_is_refused() {
+    let a = TestRelay::start(|c| c.expiry_interval_secs = 1).await;
+    let b = TestRelay::start(|_| {}).await;
+    let (alice, bob) = (TestAgent::new("alice"), TestAgent::new("bob"));
+    alice.sync(&a).await;
+    bob.sync(&b).await;
+    let (alice_at, bob_at) = (at(&alice, &a), at(&bob, &b));
+    let first = Message::new(alice_at.clone(), vec![bob_at.clone()], "hello", "0");
+    alice.send(&a, first.clone()).await;
+    assert_eq!(receive(&bob, &b, 1).await, [first.id]);
+
+    // B comes back with another key under the same name: A delivers nothing to it.
+    let stopped = b.stop().await;
+    std::fs::remove_file(mailslot::relay::identity_beside(&stopped.db())).unwrap();
+    let b = stopped.restart().await;
+    let second = Message::new(alice_at, vec![bob_at], "again", "1");
+    assert_eq!(alice.send(&a, second).await.sent.len(), 1, "A takes it");
+    let failures = format!(
+        "mailslot_relay_link_failures_total{{relay=\"{}\"}} ",
+        b.relay.name()
+    );
+    metric_at_least(&a, &failures, 1).await;
+    assert!(
+        !metrics(&b)
+            .await
+            .contains("mailslot_relay_link_received_total{"),
+        "the restarted B took nothing"
+    );
+    let report = bob.sync(&b).await;
+    assert!(report.received.is_empty());
+    a.relay.shutdown().await;
+    b.relay.shutdown().await;
+}
