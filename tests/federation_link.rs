@@ -55,6 +55,7 @@ async fn mail_accepted_while_the_other_relay_is_down_is_delivered_once_when_it_i
     assert_eq!(report.sent, [first.id], "{:?}", report.not_sent);
     assert_eq!(receive(&bob, &b, 1).await, [first.id]);
 
+    let b_name = b.relay.name().clone();
     let b = b.stop().await;
     let mut ids = Vec::new();
     for i in 0..200 {
@@ -78,6 +79,9 @@ async fn mail_accepted_while_the_other_relay_is_down_is_delivered_once_when_it_i
         "A took all 200 with B down: {:?}",
         report.not_sent
     );
+    // Shown per relay while they wait.
+    let queued = format!("mailslot_relay_link_queued{{relay=\"{}\"}} ", b_name);
+    metric_at_least(&a, &queued, 200).await;
 
     let b = b.restart().await;
     let got = receive(&bob, &b, 200).await;

@@ -62,6 +62,9 @@ pub struct Metrics {
     pub link_failures: Family<RelayLabel, Counter>,
     /// Copies stored here that came from another relay, per relay.
     pub link_received: Family<RelayLabel, Counter>,
+    /// Copies waiting here for another relay, per relay (read at each link attempt and at
+    /// most once a second while a link delivers).
+    pub link_queued: Family<RelayLabel, Gauge>,
 }
 
 impl Metrics {
@@ -84,6 +87,7 @@ impl Metrics {
             link_bounced: Family::default(),
             link_failures: Family::default(),
             link_received: Family::default(),
+            link_queued: Family::default(),
             registry: Registry::default(),
         };
         registry.register(
@@ -151,6 +155,11 @@ impl Metrics {
             "link_received",
             "Copies stored here that came from another relay, per relay",
             m.link_received.clone(),
+        );
+        registry.register(
+            "link_queued",
+            "Copies waiting here for another relay, per relay",
+            m.link_queued.clone(),
         );
         storage.register(&mut registry);
         Self { registry, ..m }

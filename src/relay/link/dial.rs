@@ -159,12 +159,7 @@ async fn deliver<S: Storage>(
     notify: &Notify,
 ) -> Result<bool, LinkError> {
     expire(state, relay, mailbox, epoch).await?;
-    if state
-        .storage
-        .pending(mailbox.clone(), 0, 1)
-        .await?
-        .is_empty()
-    {
+    if count_queued(state, relay, mailbox).await? == 0 {
         return Ok(false);
     }
     let key = peer::pinned_key(state, relay).await?;
@@ -265,6 +260,7 @@ async fn stream<S: Storage>(
     let mut in_flight: VecDeque<InFlight> = VecDeque::new();
     let mut last_sent: Seq = 0;
     let mut more = true;
+    let mut counted = tokio::time::Instant::now();
     loop {
         if more && in_flight.len() < LINK_WINDOW {
             let room = LINK_WINDOW - in_flight.len();
@@ -377,15 +373,34 @@ async fn stream<S: Storage>(
             }
             next = ws.next().now_or_never().flatten().map(Some);
         }
-        if let Some(upto) = answered
-            && state.storage.ack(mailbox.clone(), upto, epoch).await? == AckOutcome::Fenced
-        {
-            return Err(LinkError::Fenced);
+        if let Some(upto) = answered {
+            if state.storage.ack(mailbox.clone(), upto, epoch).await? == AckOutcome::Fenced {
+                return Err(LinkError::Fenced);
+            }
+            if counted.elapsed() >= Duration::from_secs(1) {
+                counted = tokio::time::Instant::now();
+                count_queued(state, relay, mailbox).await?;
+            }
         }
         if let Some(stop) = later {
             return Err(stop);
         }
     }
+}
+
+/// How many copies wait for `relay`, shown in `/metrics`.
+async fn count_queued<S: Storage>(
+    state: &RelayState<S>,
+    relay: &RelayName,
+    mailbox: &AgentName,
+) -> Result<u64, StorageError> {
+    let waiting = state.storage.waiting(mailbox.clone()).await?;
+    state
+        .metrics
+        .link_queued
+        .get_or_create(&label_of(relay.as_str()))
+        .set(i64::try_from(waiting).unwrap_or(i64::MAX));
+    Ok(waiting)
 }
 
 /// The id, sender and recipients of a stored copy.
