@@ -551,6 +551,28 @@ async fn the_cli_pins_remote_keys_and_trusts_a_new_relay_key_only_as_confirmed()
         b.relay.fingerprint().as_str()
     );
 
+    // `doctor` checks every relay met: B answers with the key pinned for it.
+    let other = |out: &std::process::Output| -> serde_json::Value {
+        let report: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+        report["checks"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|c| c["name"] == "other relay")
+            .cloned()
+            .unwrap_or_else(|| panic!("no other-relay check: {report}"))
+    };
+    let doctor = ["--agent", "alice", "--json", "doctor"];
+    let check = other(&cli(home.path(), &a, &doctor).await);
+    assert_eq!(check["outcome"], "ok", "{check}");
+    assert!(
+        check["detail"]
+            .as_str()
+            .unwrap()
+            .contains(b.relay.fingerprint().as_str()),
+        "{check}"
+    );
+
     let stopped = b.stop().await;
     let mut key_file = stopped.db().into_os_string();
     key_file.push(".key");
@@ -559,6 +581,15 @@ async fn the_cli_pins_remote_keys_and_trusts_a_new_relay_key_only_as_confirmed()
     let (name, new) = (
         b.relay.name().to_string(),
         b.relay.fingerprint().to_string(),
+    );
+    let out = cli(home.path(), &a, &doctor).await;
+    assert!(!out.status.success(), "a changed relay key fails doctor");
+    let check = other(&out);
+    assert_eq!(check["outcome"], "fail", "{check}");
+    assert!(check["detail"].as_str().unwrap().contains(&new), "{check}");
+    assert!(
+        check["fix"].as_str().unwrap().contains("trust-relay"),
+        "{check}"
     );
 
     let out = cli(home.path(), &a, &["--agent", "alice", "keys", &bob_at_b]).await;

@@ -1,7 +1,8 @@
 //! `mailslot doctor`: what is misconfigured and how to fix it: the config file, the owner
 //! key, the agent's keys and their permissions, its store, its relay (reachable, registered,
-//! and for the loopback relay, whether this home's relay is the one on the port), and the
-//! OpenClaw doorbell, end to end against the gateway. Exits 1 when a check fails.
+//! and for the loopback relay, whether this home's relay is the one on the port), the other
+//! relays it has met (reachable, key as pinned), and the OpenClaw doorbell, end to end against
+//! the gateway. Exits 1 when a check fails.
 
 use serde::Serialize;
 
@@ -72,7 +73,65 @@ fn agent_checks(ctx: &Ctx, name: &AgentName) -> anyhow::Result<Vec<Check>> {
     };
     let mut checks = vec![keys_check(&agent), store_check(&agent)];
     checks.push(relay_check(ctx, &agent)?);
+    checks.extend(other_relays_check(ctx, &agent)?);
     Ok(checks)
+}
+
+/// Each other relay this agent has met (its key pinned): reachable, and still presenting the
+/// pinned key. Unreachable is a warning (mail to its agents waits on this agent's relay); a
+/// changed key fails (nothing from or to its agents is read until the owner confirms it).
+fn other_relays_check(ctx: &Ctx, agent: &Agent) -> anyhow::Result<Vec<Check>> {
+    let pinned = agent.store.pinned_relays()?;
+    if pinned.is_empty() {
+        return Ok(vec![Check {
+            name: "other relays",
+            outcome: Outcome::Skip,
+            detail: "none met yet: no mail to or from another relay's agents".into(),
+            fix: None,
+        }]);
+    }
+    let runtime = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()?;
+    let trusted = &ctx.config.trusted_hosts;
+    Ok(pinned
+        .into_iter()
+        .map(|pin| {
+            let found = runtime.block_on(crate::client::discover(trusted, &pin.relay));
+            let (outcome, detail, fix) = match found {
+                Ok(info) if info.key == pin.key => (
+                    Outcome::Ok,
+                    format!("{} reachable, key {} as pinned", pin.relay, pin.fingerprint),
+                    None,
+                ),
+                Ok(info) => (
+                    Outcome::Fail,
+                    format!(
+                        "{} presents the key {}, not {} pinned on {}",
+                        pin.relay,
+                        info.fingerprint,
+                        pin.fingerprint,
+                        pin.first_seen.strftime("%Y-%m-%d")
+                    ),
+                    Some(format!(
+                        "check the new fingerprint with {}'s operator, then run `mailslot trust-relay {} --fingerprint FP`",
+                        pin.relay, pin.relay
+                    )),
+                ),
+                Err(e) => (
+                    Outcome::Warn,
+                    format!("{} (key {}) cannot be reached: {e}", pin.relay, pin.fingerprint),
+                    Some("mail to its agents waits on your relay; check the name and that it runs".into()),
+                ),
+            };
+            Check {
+                name: "other relay",
+                outcome,
+                detail,
+                fix,
+            }
+        })
+        .collect())
 }
 
 /// The key file is 0600 and the agent's folder 0700 (loading the keys already refused a key

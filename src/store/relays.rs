@@ -105,6 +105,21 @@ impl Store {
             .transpose()
     }
 
+    /// Every relay whose key is pinned, by name.
+    pub fn pinned_relays(&self) -> Result<Vec<PinnedRelay>, StoreError> {
+        let names: Vec<String> = self
+            .conn
+            .prepare("SELECT relay FROM relay_keys ORDER BY relay")?
+            .query_map([], |r| r.get(0))?
+            .collect::<Result<_, _>>()?;
+        let mut pinned = Vec::with_capacity(names.len());
+        for name in names {
+            let relay = RelayName::new(&name).map_err(corrupt)?;
+            pinned.extend(self.pinned_relay(&relay)?);
+        }
+        Ok(pinned)
+    }
+
     /// The key pinned for `relay`.
     pub fn pinned_relay(&self, relay: &RelayName) -> Result<Option<PinnedRelay>, StoreError> {
         let row: Option<(String, String, i64, i64)> = self
