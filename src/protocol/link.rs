@@ -14,8 +14,6 @@ pub const LINK_PATH: &str = "/v1/relay";
 pub const LINK_VERSION: u32 = 1;
 /// Deliveries a dialer sends ahead of their answers.
 pub const LINK_WINDOW: usize = 256;
-/// Refusals one `taken` answer names at most (one per recipient of the envelope).
-pub const MAX_REFUSALS: usize = 1000;
 
 /// What the answering relay sends.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]

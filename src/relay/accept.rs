@@ -14,7 +14,7 @@ use super::state::RelayState;
 use super::storage::{Accepted, Copy, Quota, Storage, StorageError};
 use super::wire::error_frame;
 use crate::protocol::{
-    Address, AgentName, ENVELOPE_VERSION, EnvelopeHead, ErrorCode, MAX_REF_CHARS,
+    Address, AgentName, ENVELOPE_VERSION, EnvelopeHead, ErrorCode, Limits, MAX_REF_CHARS,
     MAX_STORED_NAME_BYTES, MessageId, ServerFrame,
 };
 
@@ -220,13 +220,16 @@ pub async fn check<S: Storage>(
         let copy = envelope
             .copy_for(to)
             .expect("every address came from this envelope's keys");
-        if copy.len() > limits.envelope_bytes {
+        // Every relay takes copies up to the protocol's default limit; a larger one could
+        // never cross a link, so it is refused now rather than bounced later.
+        let limit = limits.envelope_bytes.min(Limits::default().envelope_bytes);
+        if copy.len() > limit {
             return refuse(
                 ErrorCode::TooLarge,
                 format!(
                     "the envelope is {} bytes, over the limit of {}",
                     copy.len(),
-                    limits.envelope_bytes
+                    limit
                 ),
                 None,
             );

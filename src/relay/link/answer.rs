@@ -53,9 +53,14 @@ async fn serve<S: Storage>(state: &Arc<RelayState<S>>, socket: &mut WebSocket, r
     let idle = state.config.idle_timeout();
     let mut shutdown = state.shutdown.clone();
     let mut answers = FuturesOrdered::new();
+    // The bytes of the deliveries whose answers are pending, in order: reading stops while
+    // they are over the relay's outgoing budget, so a link holds a bounded amount of mail.
+    let mut sizes = std::collections::VecDeque::new();
+    let budget = state.config.outgoing_bytes();
     loop {
+        let room = answers.len() < 2 * LINK_WINDOW && sizes.iter().sum::<usize>() < budget;
         tokio::select! {
-            frame = tokio::time::timeout(idle, socket.recv()), if answers.len() < 2 * LINK_WINDOW => {
+            frame = tokio::time::timeout(idle, socket.recv()), if room => {
                 let text = match frame {
                     Err(_) => {
                         tracing::info!(%relay, "link idle; closed");
@@ -66,11 +71,15 @@ async fn serve<S: Storage>(state: &Arc<RelayState<S>>, socket: &mut WebSocket, r
                     Ok(Some(Ok(_))) => continue,
                 };
                 if let Some(deliver) = Deliver::read(&text) {
+                    sizes.push_back(text.len());
                     answers.push_back(take(state, relay, &sender, deliver));
                     continue;
                 }
                 match serde_json::from_str::<LinkRequest>(&text) {
-                    Ok(LinkRequest::Ping {}) => answers.push_back(Box::pin(async { LinkAnswer::Pong {} })),
+                    Ok(LinkRequest::Ping {}) => {
+                        sizes.push_back(0);
+                        answers.push_back(Box::pin(async { LinkAnswer::Pong {} }));
+                    }
                     _ => {
                         let message = "expected a deliver or ping frame".to_owned();
                         let _ = say(socket, &LinkAnswer::Error { code: ErrorCode::BadFrame, message }).await;
@@ -79,6 +88,7 @@ async fn serve<S: Storage>(state: &Arc<RelayState<S>>, socket: &mut WebSocket, r
                 }
             }
             Some(answer) = answers.next() => {
+                sizes.pop_front();
                 if say(socket, &answer).await.is_err() {
                     break;
                 }
@@ -209,6 +219,10 @@ fn take<S: Storage>(
             })
             .collect()
     };
+    if head.keys.is_empty() || head.keys.len() > state.config.limits.recipients {
+        tracing::warn!(%relay, keys = head.keys.len(), "another relay delivered an envelope naming too many recipients; dropped");
+        return refused_all(seq, Vec::new(), String::new());
+    }
     if head.v != ENVELOPE_VERSION {
         return refused_all(seq, refuse_every(ErrorCode::InvalidEnvelope), String::new());
     }

@@ -31,6 +31,8 @@ use crate::protocol::{
 /// How often the supervisor looks for relay mailboxes with mail that no link here serves
 /// (stored by another node, on PostgreSQL).
 const RESCAN: Duration = Duration::from_secs(30);
+/// Copies larger than this on average are read a few at a time.
+const LARGE_COPY: usize = 64 * 1024;
 /// How long a link with nothing to send stays open.
 const IDLE: Duration = Duration::from_secs(30);
 /// The first wait after a failure; it doubles up to the relay's expiry interval (so copies
@@ -240,6 +242,7 @@ async fn connect<S: Storage>(
 /// A delivery sent and not answered yet.
 struct InFlight {
     seq: Seq,
+    bytes: usize,
     id: MessageId,
     sender: AgentName,
     recipients: Vec<Address>,
@@ -261,22 +264,39 @@ async fn stream<S: Storage>(
     let mut last_sent: Seq = 0;
     let mut more = true;
     let mut counted = tokio::time::Instant::now();
+    // The last answer, or the start: no answer within the timeout while deliveries are open
+    // ends the link; so does nothing to do for [`IDLE`].
+    let mut progress = tokio::time::Instant::now();
+    let (budget, mut batch, mut in_flight_bytes) = (state.config.outgoing_bytes(), 64, 0usize);
     loop {
-        if more && in_flight.len() < LINK_WINDOW {
-            let room = LINK_WINDOW - in_flight.len();
-            let batch = state
+        // Within the window and the relay's outgoing budget in bytes; large copies are read a
+        // few at a time.
+        if more && in_flight.len() < LINK_WINDOW && in_flight_bytes < budget {
+            let room = (LINK_WINDOW - in_flight.len()).min(batch);
+            let read = state
                 .storage
                 .pending(mailbox.clone(), last_sent, room)
                 .await?;
-            more = batch.len() == room;
-            for queued in batch {
+            more = read.len() == room;
+            if in_flight.is_empty() && !read.is_empty() {
+                progress = tokio::time::Instant::now();
+            }
+            let bytes: usize = read.iter().map(|q| q.envelope.len()).sum();
+            batch = if bytes > read.len() * LARGE_COPY {
+                4
+            } else {
+                64
+            };
+            for queued in read {
                 let (id, sender, recipients) = read_head(&queued)?;
+                in_flight_bytes += queued.envelope.len();
                 ws.feed(WsMessage::text(deliver_frame(queued.seq, &queued.envelope)))
                     .await
                     .map_err(|e| LinkError::Broken(format!("sending to {relay}: {e}")))?;
                 last_sent = queued.seq;
                 in_flight.push_back(InFlight {
                     seq: queued.seq,
+                    bytes: queued.envelope.len(),
                     id,
                     sender,
                     recipients,
@@ -292,7 +312,7 @@ async fn stream<S: Storage>(
                 more = true;
                 continue;
             }
-            _ = tokio::time::sleep(if in_flight.is_empty() { IDLE } else { within }) => {
+            _ = tokio::time::sleep_until(progress + if in_flight.is_empty() { IDLE } else { within }) => {
                 if in_flight.is_empty() {
                     return Ok(());
                 }
@@ -314,6 +334,8 @@ async fn stream<S: Storage>(
                             "{relay} answered delivery {seq} out of order"
                         )));
                     };
+                    in_flight_bytes -= front.bytes;
+                    progress = tokio::time::Instant::now();
                     let refused: Vec<_> = refused
                         .into_iter()
                         .filter(|r| front.recipients.contains(&r.to))
