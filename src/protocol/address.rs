@@ -97,15 +97,27 @@ impl AgentName {
         RelayName::new(self.0.strip_prefix('@')?).ok()
     }
 
-    /// A name read back from the relay's own storage: an agent's name, or a relay mailbox.
+    /// An agent of another relay as a relay keeps it, the sender of mail that came over a
+    /// link: its full address `name@host`, which no local agent's name can be (`@` is not in
+    /// the alphabet). `None` for a bare address, or one too long to store.
+    pub fn remote_agent(address: &Address) -> Option<Self> {
+        let name = format!("{}@{}", address.name(), address.host()?);
+        (name.len() <= MAX_STORED_NAME_BYTES).then_some(Self(name))
+    }
+
+    /// A name read back from the relay's own storage: an agent's name, a relay mailbox
+    /// (`@host`) or another relay's agent (`name@host`).
     pub fn from_stored(name: &str) -> Result<Self, ValidationError> {
+        let invalid = || ValidationError::new("stored name", format!("{name:?} is not valid"));
         match name.strip_prefix('@') {
             Some(relay) => RelayName::new(relay)
                 .ok()
                 .and_then(|r| Self::relay_mailbox(&r))
-                .ok_or_else(|| {
-                    ValidationError::new("queue name", format!("{name:?} is not a relay mailbox"))
-                }),
+                .ok_or_else(invalid),
+            None if name.contains('@') => Address::parse(name)
+                .ok()
+                .and_then(|a| Self::remote_agent(&a))
+                .ok_or_else(invalid),
             None => Self::new(name),
         }
     }
@@ -354,6 +366,25 @@ impl From<Address> for String {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn stored_names_are_never_agent_names() {
+        let relay = RelayName::new("relay-b.example:7000").unwrap();
+        let mailbox = AgentName::relay_mailbox(&relay).unwrap();
+        let remote =
+            AgentName::remote_agent(&Address::parse("bob@relay-b.example:7000").unwrap()).unwrap();
+        for stored in [&mailbox, &remote] {
+            assert!(AgentName::new(stored.as_str()).is_err(), "{stored}");
+            let json = serde_json::to_string(stored.as_str()).unwrap();
+            assert!(serde_json::from_str::<AgentName>(&json).is_err(), "{json}");
+            assert_eq!(&AgentName::from_stored(stored.as_str()).unwrap(), stored);
+        }
+        assert_eq!(mailbox.mailbox_relay(), Some(relay));
+        assert_eq!(remote.mailbox_relay(), None);
+        assert!(AgentName::remote_agent(&Address::parse("bob").unwrap()).is_none());
+        assert!(AgentName::from_stored("@not a host").is_err());
+        assert!(AgentName::from_stored("bob@").is_err());
+    }
 
     #[test]
     fn names_at_the_length_limit() {

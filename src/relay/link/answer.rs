@@ -47,9 +47,6 @@ pub async fn run<S: Storage>(state: Arc<RelayState<S>>, mut socket: WebSocket, i
 
 /// Takes deliveries until the link closes, goes idle, or the relay shuts down.
 async fn serve<S: Storage>(state: &Arc<RelayState<S>>, socket: &mut WebSocket, relay: &RelayName) {
-    let Some(sender) = AgentName::relay_mailbox(relay) else {
-        return;
-    };
     let idle = state.config.idle_timeout();
     let mut shutdown = state.shutdown.clone();
     let mut answers = FuturesOrdered::new();
@@ -72,7 +69,7 @@ async fn serve<S: Storage>(state: &Arc<RelayState<S>>, socket: &mut WebSocket, r
                 };
                 if let Some(deliver) = Deliver::read(&text) {
                     sizes.push_back(text.len());
-                    answers.push_back(take(state, relay, &sender, deliver));
+                    answers.push_back(take(state, relay, deliver));
                     continue;
                 }
                 match serde_json::from_str::<LinkRequest>(&text) {
@@ -179,12 +176,7 @@ async fn handshake<S: Storage>(
 type Answer = std::pin::Pin<Box<dyn std::future::Future<Output = LinkAnswer> + Send>>;
 
 /// Checks one delivery and queues its write; the answer resolves once it is durable.
-fn take<S: Storage>(
-    state: &Arc<RelayState<S>>,
-    relay: &RelayName,
-    sender: &AgentName,
-    deliver: Deliver<'_>,
-) -> Answer {
+fn take<S: Storage>(state: &Arc<RelayState<S>>, relay: &RelayName, deliver: Deliver<'_>) -> Answer {
     let seq = deliver.seq;
     let later = |code, message: String, wait: Duration| -> Answer {
         let answer = LinkAnswer::Later {
@@ -231,6 +223,10 @@ fn take<S: Storage>(
         tracing::warn!(%relay, from = %head.from, "another relay delivered mail from a sender not its own; refused");
         return refused_all(seq, refuse_every(ErrorCode::NotSender), String::new());
     }
+    // Kept under its full address: its consent rules, dedup and bounces are its own.
+    let Some(sender) = AgentName::remote_agent(&head.from) else {
+        return refused_all(seq, refuse_every(ErrorCode::InvalidEnvelope), String::new());
+    };
     let limits = &state.config.limits;
     let mut copies: Vec<Copy> = Vec::with_capacity(head.keys.len());
     let mut names = Vec::with_capacity(head.keys.len());
@@ -258,7 +254,7 @@ fn take<S: Storage>(
             envelope: copy.into(),
         });
     }
-    let (state, sender, id, relay) = (state.clone(), sender.clone(), head.id, relay.clone());
+    let (state, id, relay) = (state.clone(), head.id, relay.clone());
     let addresses: Vec<_> = head.keys.iter().map(|k| k.to.clone()).collect();
     Box::pin(async move {
         let quota = Quota {
