@@ -26,7 +26,7 @@ async fn request(conn: &mut mailslot::client::Connection, to: &TestAgent) -> Req
     match conn
         .call(|r| ClientFrame::Connect {
             reference: r,
-            to: to.name.clone(),
+            to: to.address(),
             note: "we work on the relay together".into(),
         })
         .await
@@ -47,13 +47,13 @@ async fn approve(
     let owner_signature = by.owner_signs(
         conn,
         &OwnerAct::Approve {
-            from: &from.name,
+            from: &from.address(),
             code: &code,
         },
     );
     conn.call(|r| ClientFrame::Approve {
         reference: r,
-        from: from.name.clone(),
+        from: from.address(),
         code,
         dry_run: false,
         owner_signature,
@@ -69,7 +69,7 @@ async fn check_code(
 ) -> Result<ServerFrame, ClientError> {
     conn.call(|r| ClientFrame::Approve {
         reference: r,
-        from: from.name.clone(),
+        from: from.address(),
         code,
         dry_run: true,
         owner_signature: Vec::new(),
@@ -104,7 +104,7 @@ async fn strangers_are_refused_until_the_owner_approves() {
     // Bob is told about the request, but never sees the code.
     let event = next_event(&mut bob_ws).await;
     assert!(
-        matches!(&event, ConsentEvent::RequestReceived { from, .. } if from == &alice.name),
+        matches!(&event, ConsentEvent::RequestReceived { from, .. } if from == &alice.address()),
         "{event:?}"
     );
     assert!(
@@ -187,16 +187,14 @@ async fn the_requester_is_told_the_outcome() {
     approve(&mut bob_conn, &bob, &alice, code).await.unwrap();
     assert_eq!(
         next_event(&mut alice_ws).await,
-        ConsentEvent::Approved {
-            by: bob.name.clone()
-        }
+        ConsentEvent::Approved { by: bob.address() }
     );
     let mut carol_conn = carol.connect(&relay).await;
-    let owner_signature = carol.owner_signs(&carol_conn, &OwnerAct::Deny(&alice.name));
+    let owner_signature = carol.owner_signs(&carol_conn, &OwnerAct::Deny(&alice.address()));
     carol_conn
         .call(|r| ClientFrame::Deny {
             reference: r,
-            agent: alice.name.clone(),
+            agent: alice.address(),
             owner_signature,
         })
         .await
@@ -204,7 +202,7 @@ async fn the_requester_is_told_the_outcome() {
     assert_eq!(
         next_event(&mut alice_ws).await,
         ConsentEvent::Denied {
-            by: carol.name.clone()
+            by: carol.address()
         }
     );
     let report = alice
@@ -222,11 +220,11 @@ async fn blocks_refuse_mail_and_requests_even_under_open() {
     let (alice, bob) = (TestAgent::new("alice"), TestAgent::new("bob"));
     alice.sync(&relay).await;
     let mut bob_conn = bob.connect(&relay).await;
-    let owner_signature = bob.owner_signs(&bob_conn, &OwnerAct::Block(&alice.name));
+    let owner_signature = bob.owner_signs(&bob_conn, &OwnerAct::Block(&alice.address()));
     bob_conn
         .call(|r| ClientFrame::Block {
             reference: r,
-            agent: alice.name.clone(),
+            agent: alice.address(),
             owner_signature,
         })
         .await
@@ -239,18 +237,18 @@ async fn blocks_refuse_mail_and_requests_even_under_open() {
     let err = conn
         .call(|r| ClientFrame::Connect {
             reference: r,
-            to: bob.name.clone(),
+            to: bob.address(),
             note: String::new(),
         })
         .await
         .unwrap_err();
     assert_eq!(refused(err), ErrorCode::NotAllowed);
     conn.close().await;
-    let owner_signature = bob.owner_signs(&bob_conn, &OwnerAct::Unblock(&alice.name));
+    let owner_signature = bob.owner_signs(&bob_conn, &OwnerAct::Unblock(&alice.address()));
     bob_conn
         .call(|r| ClientFrame::Unblock {
             reference: r,
-            agent: alice.name.clone(),
+            agent: alice.address(),
             owner_signature,
         })
         .await
@@ -298,7 +296,7 @@ async fn pending_requests_and_approval_attempts_are_bounded() {
     let err = conn
         .call(|r| ClientFrame::Connect {
             reference: r,
-            to: targets[3].name.clone(),
+            to: targets[3].address(),
             note: String::new(),
         })
         .await
@@ -547,7 +545,7 @@ async fn consent_changes_need_the_owner_key_not_the_agent_key() {
         Some(ServerFrame::Welcome { .. })
     ));
     let act = OwnerAct::Approve {
-        from: &alice.name,
+        from: &alice.address(),
         code: &code,
     };
     let payload = mailslot::protocol::owner_payload(&relay_id, &nonce, &bob.name, &act);
@@ -560,7 +558,7 @@ async fn consent_changes_need_the_owner_key_not_the_agent_key() {
         &mut ws,
         &ClientFrame::Approve {
             reference: "a".into(),
-            from: alice.name.clone(),
+            from: alice.address(),
             code: code.clone(),
             dry_run: false,
             owner_signature: with_identity.to_vec(),
@@ -575,7 +573,7 @@ async fn consent_changes_need_the_owner_key_not_the_agent_key() {
         &mut ws,
         &ClientFrame::Approve {
             reference: "b".into(),
-            from: alice.name.clone(),
+            from: alice.address(),
             code: code.clone(),
             dry_run: false,
             owner_signature: replayed,
@@ -702,7 +700,7 @@ async fn a_note_never_carries_a_code() {
         let err = e
             .call(|r| ClientFrame::Connect {
                 reference: r,
-                to: bob.name.clone(),
+                to: bob.address(),
                 note: note.clone(),
             })
             .await

@@ -439,3 +439,122 @@ async fn an_answering_relay_whose_key_changed_is_refused() {
     a.relay.shutdown().await;
     b.relay.shutdown().await;
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_contact_request_across_relays_approved_by_the_owner_opens_mail_both_ways() {
+    use mailslot::protocol::{ClientFrame, ErrorCode, OwnerAct, Policy, RequestCode, ServerFrame};
+
+    let contacts = |c: &mut mailslot::relay::RelayConfig| {
+        c.default_policy = Some(Policy::Contacts);
+        c.expiry_interval_secs = 1;
+    };
+    let (a, b) = (
+        TestRelay::start(contacts).await,
+        TestRelay::start(contacts).await,
+    );
+    let (alice, bob) = (TestAgent::new("alice"), TestAgent::new("bob"));
+    alice.sync(&a).await;
+    bob.sync(&b).await;
+    let (alice_at, bob_at) = (at(&alice, &a), at(&bob, &b));
+
+    // A stranger's mail is refused by B, and the refusal comes back as a bounce.
+    let early = Message::new(alice_at.clone(), vec![bob_at.clone()], "hi", "stranger");
+    assert_eq!(alice.send(&a, early.clone()).await.sent, [early.id]);
+    let deadline = tokio::time::Instant::now() + EVENT_TIMEOUT * 2;
+    loop {
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "no bounce for a stranger's mail"
+        );
+        if let Some(b) = alice.sync(&a).await.bounced.first() {
+            assert_eq!((b.id, &b.to), (early.id, &bob_at));
+            break;
+        }
+        tokio::task::yield_now().await;
+    }
+
+    // alice asks bob@B: the code comes back to her, bob sees the request without it.
+    let mut alice_conn = alice.connect(&a).await;
+    let code: RequestCode = match alice_conn
+        .call(|r| ClientFrame::Connect {
+            reference: r,
+            to: bob_at.clone(),
+            note: "we share the deploy".into(),
+        })
+        .await
+        .unwrap()
+    {
+        ServerFrame::Requested { code, .. } => code,
+        other => panic!("expected requested, got {other:?}"),
+    };
+    let mut bob_conn = bob.connect(&b).await;
+    let seen = consent_state(&mut bob_conn).await;
+    assert_eq!(seen.incoming.len(), 1, "{seen:?}");
+    assert_eq!(seen.incoming[0].agent, alice_at);
+    assert!(
+        seen.incoming[0].code.is_none(),
+        "the code never reaches the target"
+    );
+    assert_eq!(
+        consent_state(&mut alice_conn).await.outgoing[0].agent,
+        bob_at
+    );
+
+    // A wrong code is refused; bob's owner approves with the right one.
+    let approve = async |conn: &mut mailslot::client::Connection, code: RequestCode| {
+        let owner_signature = bob.owner_signs(
+            conn,
+            &OwnerAct::Approve {
+                from: &alice_at,
+                code: &code,
+            },
+        );
+        conn.call(|r| ClientFrame::Approve {
+            reference: r,
+            from: alice_at.clone(),
+            code,
+            dry_run: false,
+            owner_signature,
+        })
+        .await
+    };
+    let wrong: RequestCode = "AAAA-AAAA".parse().unwrap();
+    match approve(&mut bob_conn, wrong).await {
+        Err(mailslot::client::ClientError::Refused { code, .. }) => {
+            assert_eq!(code, ErrorCode::BadCode)
+        }
+        other => panic!("a wrong code: {other:?}"),
+    }
+    let done = approve(&mut bob_conn, code).await.unwrap();
+    let ServerFrame::Done { detail, .. } = done else {
+        panic!("{done:?}")
+    };
+    assert!(!detail.contains("could not be told"), "{detail}");
+    assert_eq!(
+        consent_state(&mut bob_conn).await.contacts,
+        [alice_at.clone()]
+    );
+    assert_eq!(
+        consent_state(&mut alice_conn).await.contacts,
+        [bob_at.clone()],
+        "A knows too"
+    );
+    alice_conn.close().await;
+    bob_conn.close().await;
+
+    // Mail now passes both relays' consent, both ways.
+    let m = Message::new(alice_at.clone(), vec![bob_at.clone()], "plan", "friday");
+    assert_eq!(alice.send(&a, m.clone()).await.sent, [m.id]);
+    assert_eq!(receive(&bob, &b, 1).await, [m.id]);
+    let back = Message::new(bob_at, vec![alice_at], "re: plan", "yes");
+    assert_eq!(bob.send(&b, back.clone()).await.sent, [back.id]);
+    assert_eq!(receive(&alice, &a, 1).await, [back.id]);
+    a.relay.shutdown().await;
+    b.relay.shutdown().await;
+}
+
+async fn consent_state(
+    conn: &mut mailslot::client::Connection,
+) -> mailslot::client::consent::ConsentState {
+    mailslot::client::consent::state(conn).await.unwrap()
+}

@@ -773,7 +773,7 @@ async fn another_agents_words_reach_the_model_only_inside_fences() {
     let mut conn = mallory.connect(&relay).await;
     conn.call(|r| mailslot::protocol::ClientFrame::Connect {
         reference: r,
-        to: mailslot::protocol::AgentName::new("bob").unwrap(),
+        to: mailslot::protocol::Address::parse("bob").unwrap(),
         note: format!("HOSTILE note {escape}"),
     })
     .await

@@ -90,7 +90,7 @@ async fn mail_and_consent_events_reach_an_agent_on_the_other_node_at_once() {
     let answer = conn
         .call(|r| ClientFrame::Connect {
             reference: r,
-            to: bob.name.clone(),
+            to: bob.address(),
             note: "we work on the relay together".into(),
         })
         .await
@@ -104,7 +104,7 @@ async fn mail_and_consent_events_reach_an_agent_on_the_other_node_at_once() {
         _ => None,
     })
     .await;
-    assert_eq!(from, alice.name);
+    assert_eq!(from, alice.address());
     no_reconnect(&before);
     conn.close().await;
     handle.stop().await;

@@ -40,7 +40,7 @@ async fn request(conn: &mut Connection, to: &TestAgent) -> RequestCode {
     match conn
         .call(|r| ClientFrame::Connect {
             reference: r,
-            to: to.name.clone(),
+            to: to.address(),
             note: "we work on the relay together".into(),
         })
         .await
@@ -92,14 +92,14 @@ async fn a_sqlite_relay_moves_to_postgres_with_its_names_consent_and_mail() {
     let owner_signature = bob.owner_signs(
         &bob_conn,
         &OwnerAct::Approve {
-            from: &alice.name,
+            from: &alice.address(),
             code: &code,
         },
     );
     bob_conn
         .call(|r| ClientFrame::Approve {
             reference: r,
-            from: alice.name.clone(),
+            from: alice.address(),
             code,
             dry_run: false,
             owner_signature,

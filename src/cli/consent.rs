@@ -13,7 +13,7 @@ use crate::agent::Agent;
 use crate::client::consent::{self as relay_consent, Change, ConsentState, ContactRequest};
 use crate::client::{ClientError, Connection};
 use crate::crypto::PublicIdentity;
-use crate::protocol::{AgentName, Fingerprint, Policy, RequestCode, RequestView};
+use crate::protocol::{Address, Fingerprint, Policy, RequestCode, RequestView};
 
 /// Opens the agent, connects, runs `work`, closes.
 pub(super) fn with_relay<T>(
@@ -35,8 +35,17 @@ pub(super) fn with_relay<T>(
     })
 }
 
-async fn fingerprint(conn: &mut Connection, agent: &AgentName) -> Result<Fingerprint, ClientError> {
-    let keys = conn.lookup(agent).await?;
+/// The fingerprint of `agent`'s keys: from the agent's relay when it is there (a bare name),
+/// else from its own relay.
+async fn fingerprint(
+    ctx: &Ctx,
+    conn: &mut Connection,
+    agent: &Address,
+) -> Result<Fingerprint, ClientError> {
+    if agent.host().is_some() {
+        return crate::client::remote_fingerprint(&ctx.config.trusted_hosts, agent).await;
+    }
+    let keys = conn.lookup(agent.name()).await?;
     PublicIdentity::try_from(keys)
         .map(|k| k.fingerprint())
         .map_err(|e| ClientError::Protocol(e.to_string()))
@@ -44,13 +53,13 @@ async fn fingerprint(conn: &mut Connection, agent: &AgentName) -> Result<Fingerp
 
 #[derive(Serialize)]
 struct Requested {
-    to: AgentName,
+    to: Address,
     code: RequestCode,
     expires_at: jiff::Timestamp,
     your_fingerprint: Fingerprint,
 }
 
-pub(super) fn connect(ctx: &Ctx, to: AgentName, note: String) -> anyhow::Result<()> {
+pub(super) fn connect(ctx: &Ctx, to: Address, note: String) -> anyhow::Result<()> {
     let requested = with_relay(ctx, async |conn, agent| {
         match relay_consent::request(conn, to.clone(), note).await? {
             ContactRequest::Pending { code, expires_at } => Ok(Some(Requested {
@@ -71,7 +80,7 @@ pub(super) fn connect(ctx: &Ctx, to: AgentName, note: String) -> anyhow::Result<
             "Asked {to}. Give {to}'s owner this code yourself (not through an agent):\n\n    {code}\n\nThey approve with `{approve}`. It expires at {when}.\nYour agent's fingerprint, for them to compare: {fp}",
             to = r.to,
             code = r.code,
-            approve = output::command(&r.to, format_args!("approve {}", r.code)),
+            approve = output::command(r.to.name(), format_args!("approve {}", r.code)),
             when = output::when(r.expires_at),
             fp = r.your_fingerprint
         )
@@ -87,8 +96,8 @@ struct Requests {
 #[derive(Serialize)]
 struct Contacts {
     policy: Policy,
-    contacts: Vec<AgentName>,
-    blocked: Vec<AgentName>,
+    contacts: Vec<Address>,
+    blocked: Vec<Address>,
 }
 
 pub(super) fn requests(ctx: &Ctx) -> anyhow::Result<()> {
@@ -127,7 +136,7 @@ pub(super) fn requests(ctx: &Ctx) -> anyhow::Result<()> {
     })
 }
 
-pub(super) fn approve(ctx: &Ctx, code: RequestCode, from: Option<AgentName>) -> anyhow::Result<()> {
+pub(super) fn approve(ctx: &Ctx, code: RequestCode, from: Option<Address>) -> anyhow::Result<()> {
     let stdin = std::io::stdin();
     if !stdin.is_terminal() {
         bail!(
@@ -156,7 +165,7 @@ pub(super) fn approve(ctx: &Ctx, code: RequestCode, from: Option<AgentName>) -> 
         };
         // The code first: a typo should not cost the person a confirmation and a passphrase.
         relay_consent::check_code(conn, &request.agent, &code).await?;
-        let fp = fingerprint(conn, &request.agent).await?;
+        let fp = fingerprint(ctx, conn, &request.agent).await?;
         let mut out = std::io::stderr();
         writeln!(out, "Request from {} (fingerprint {fp})", request.agent)?;
         if !request.note.is_empty() {
@@ -209,7 +218,7 @@ pub(super) fn contacts(ctx: &Ctx) -> anyhow::Result<()> {
             blocked,
         },
         |c| {
-            let list = |v: &[AgentName]| {
+            let list = |v: &[Address]| {
                 if v.is_empty() {
                     "(none)".to_owned()
                 } else {

@@ -311,9 +311,9 @@ pub enum Command {
         after_help = "Examples:\n  mailslot --agent alice connect bob --note \"we share the deploy work\""
     )]
     Connect {
-        /// The agent to ask
+        /// The agent to ask: NAME on this relay, NAME@HOST on another
         #[arg(value_name = "AGENT")]
-        peer: AgentName,
+        peer: Address,
         /// Why, for its owner
         #[arg(long, default_value = "")]
         note: String,
@@ -329,31 +329,31 @@ pub enum Command {
         code: RequestCode,
         /// The requester, when several requests are open
         #[arg(long, value_name = "NAME")]
-        from: Option<AgentName>,
+        from: Option<Address>,
     },
     /// Deny a contact request
     Deny {
         /// The requester
         #[arg(value_name = "AGENT")]
-        peer: AgentName,
+        peer: Address,
     },
     /// Refuse all mail and requests from an agent
     Block {
         /// The agent
         #[arg(value_name = "AGENT")]
-        peer: AgentName,
+        peer: Address,
     },
     /// Lift a block
     Unblock {
         /// The agent
         #[arg(value_name = "AGENT")]
-        peer: AgentName,
+        peer: Address,
     },
     /// End a contact, both ways
     Uncontact {
         /// The contact
         #[arg(value_name = "AGENT")]
-        peer: AgentName,
+        peer: Address,
     },
     /// Show contacts, blocks and the policy; `contacts trust` accepts a peer's changed keys
     Contacts {

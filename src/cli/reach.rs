@@ -11,7 +11,7 @@ use serde::Serialize;
 use super::{Ctx, local_relay};
 use crate::agent::Agent;
 use crate::client::{ClientError, Connection, RelayUrl};
-use crate::protocol::{AgentName, ErrorCode, Policy};
+use crate::protocol::{Address, ErrorCode, Policy};
 
 /// How long to wait for a TCP connection to the embedded relay's port.
 const PORT_TIMEOUT: Duration = Duration::from_millis(250);
@@ -40,9 +40,9 @@ pub(super) enum State {
         /// Who may write without asking.
         policy: Policy,
         /// Contacts its owner approved.
-        contacts: Vec<AgentName>,
+        contacts: Vec<Address>,
         /// Agents its owner blocked.
-        blocked: Vec<AgentName>,
+        blocked: Vec<Address>,
         /// Contact requests waiting for its owner.
         incoming_requests: usize,
     },

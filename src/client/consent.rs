@@ -8,8 +8,8 @@ use super::ask::Ask;
 use super::{ClientError, Connection};
 use crate::crypto::{Owner, owner};
 use crate::protocol::{
-    AgentName, ClientFrame, Fingerprint, OwnerAct, OwnerKey, Policy, RequestCode, RequestView,
-    ServerFrame,
+    Address, AgentName, ClientFrame, Fingerprint, OwnerAct, OwnerKey, Policy, RequestCode,
+    RequestView, ServerFrame,
 };
 
 /// What became of a contact request.
@@ -36,9 +36,9 @@ pub struct ConsentState {
     /// Open requests from this agent, with their codes.
     pub outgoing: Vec<RequestView>,
     /// Its contacts.
-    pub contacts: Vec<AgentName>,
+    pub contacts: Vec<Address>,
     /// The agents it blocked.
-    pub blocked: Vec<AgentName>,
+    pub blocked: Vec<Address>,
 }
 
 /// A consent change, which only the owner key can sign.
@@ -47,18 +47,18 @@ pub enum Change {
     /// Approve `from`'s request with the code its owner passed on.
     Approve {
         /// The requester.
-        from: AgentName,
+        from: Address,
         /// The code.
         code: RequestCode,
     },
     /// Deny a request.
-    Deny(AgentName),
+    Deny(Address),
     /// Refuse all mail and requests from an agent.
-    Block(AgentName),
+    Block(Address),
     /// Lift a block.
-    Unblock(AgentName),
+    Unblock(Address),
     /// End a contact, both ways.
-    Remove(AgentName),
+    Remove(Address),
     /// Set whom the agent accepts mail from.
     Policy(Policy),
 }
@@ -171,7 +171,7 @@ fn unexpected(other: ServerFrame) -> ClientError {
 /// Asks `to`'s owner to accept mail from the connection's agent, with a note for them.
 pub async fn request(
     conn: &mut impl Ask,
-    to: AgentName,
+    to: Address,
     note: String,
 ) -> Result<ContactRequest, ClientError> {
     match conn
@@ -219,7 +219,7 @@ pub async fn state(conn: &mut impl Ask) -> Result<ConsentState, ClientError> {
 /// [`ClientError::Refused`] with `bad_code`.
 pub async fn check_code(
     conn: &mut Connection,
-    from: &AgentName,
+    from: &Address,
     code: &RequestCode,
 ) -> Result<(), ClientError> {
     match conn

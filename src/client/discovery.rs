@@ -180,6 +180,20 @@ pub async fn peek_remote_keys(
     agent_keys(trusted, host, &info, address).await
 }
 
+/// The fingerprint of `address`'s keys on its own relay (`name@host`), vouched for by that
+/// relay's key; nothing is pinned. For an owner to compare with the agent's owner.
+pub async fn remote_fingerprint(
+    trusted: &[RelayName],
+    address: &Address,
+) -> Result<Fingerprint, ClientError> {
+    let host = address
+        .host()
+        .ok_or_else(|| ClientError::Protocol(format!("{address} names no relay")))?;
+    let info = discover(trusted, host).await?;
+    let (keys, _) = agent_keys(trusted, host, &info, address).await?;
+    Ok(keys.fingerprint())
+}
+
 /// The keys of `address` at `host`, whose discovery document is `info`, checked against its key.
 async fn agent_keys(
     trusted: &[RelayName],

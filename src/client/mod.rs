@@ -21,7 +21,8 @@ pub mod whois;
 pub use ask::Ask;
 pub use connection::Connection;
 pub use discovery::{
-    Resolved, discover, is_own_relay, own_relay_name, peek_remote_keys, relay_key, resolve_keys,
+    Resolved, discover, is_own_relay, own_relay_name, peek_remote_keys, relay_key,
+    remote_fingerprint, resolve_keys,
 };
 pub use inbound::{Received, receive};
 pub use outbound::{Flushed, SendFailure, flush as outbound_flush};

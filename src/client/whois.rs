@@ -9,9 +9,7 @@ use super::ask::Ask;
 use super::discovery::peek_remote_keys;
 use super::{ClientError, consent, directory, is_own_relay, presence};
 use crate::crypto::PublicIdentity;
-use crate::protocol::{
-    Address, AgentName, ClientFrame, ErrorCode, Fingerprint, RelayName, ServerFrame,
-};
+use crate::protocol::{Address, ClientFrame, ErrorCode, Fingerprint, RelayName, ServerFrame};
 use crate::store::StoreHandle;
 
 /// Whether the agent exists, as far as can be told.
@@ -146,7 +144,7 @@ async fn local(
         };
         return Ok(whois);
     }
-    whois.contact = contact_status(&consent::state(conn).await?, &name);
+    whois.contact = contact_status(&consent::state(conn).await?, &Address::local(name.clone()));
     whois.listing = directory::list(conn)
         .await?
         .into_iter()
@@ -230,7 +228,7 @@ fn keyed(
     }
 }
 
-fn contact_status(state: &consent::ConsentState, name: &AgentName) -> ContactStatus {
+fn contact_status(state: &consent::ConsentState, name: &Address) -> ContactStatus {
     if state.contacts.contains(name) {
         ContactStatus::Approved
     } else if state.blocked.contains(name) {

@@ -13,7 +13,7 @@ use crate::client::{ClientError, Connection, RelayUrl};
 use crate::crypto::{KeyFileError, Owner, OwnerKeyError, Passphrase, PublicIdentity};
 use crate::keys::read_owner_public;
 use crate::mailbox::Mailbox;
-use crate::protocol::{AgentName, Fingerprint, RequestCode, ValidationError};
+use crate::protocol::{Address, Fingerprint, RequestCode, ValidationError};
 
 /// The largest form accepted (bytes).
 pub const MAX_FORM_BYTES: usize = 8 * 1024;
@@ -43,7 +43,7 @@ pub enum ActionError {
     KeyFile(#[from] KeyFileError),
     /// No open request from that agent.
     #[error("no open contact request from {0}; it may have been answered or expired")]
-    NoRequest(AgentName),
+    NoRequest(Address),
     /// The relay refused or could not be reached.
     #[error(transparent)]
     Relay(#[from] ClientError),
@@ -82,7 +82,7 @@ pub struct ConsentForm {
     /// What to do.
     pub action: Action,
     /// The other agent.
-    pub agent: AgentName,
+    pub agent: Address,
     /// The requester's code (approve only).
     #[serde(default)]
     pub code: String,
@@ -104,7 +104,7 @@ impl ConsentForm {
 #[derive(Debug, Clone)]
 pub struct Incoming {
     /// The requester.
-    pub agent: AgentName,
+    pub agent: Address,
     /// Its note (its owner's words, relayed: untrusted text).
     pub note: String,
     /// When it lapses.
@@ -142,12 +142,16 @@ pub async fn read(
         let state = relay_consent::state(&mut conn).await?;
         let mut incoming = Vec::new();
         for q in &state.incoming {
-            let fingerprint = conn
-                .lookup(&q.agent)
-                .await
-                .ok()
-                .and_then(|keys| PublicIdentity::try_from(keys).ok())
-                .map(|k| k.fingerprint());
+            // Another relay's agent: its keys come from its own relay.
+            let fingerprint = if q.agent.host().is_some() {
+                crate::client::remote_fingerprint(&[], &q.agent).await.ok()
+            } else {
+                conn.lookup(q.agent.name())
+                    .await
+                    .ok()
+                    .and_then(|keys| PublicIdentity::try_from(keys).ok())
+                    .map(|k| k.fingerprint())
+            };
             incoming.push(Incoming {
                 agent: q.agent.clone(),
                 note: q.note.clone(),

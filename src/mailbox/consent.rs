@@ -4,7 +4,7 @@
 
 use super::{Mailbox, MailboxError};
 use crate::client::consent::{self, ConsentState, ContactRequest};
-use crate::protocol::{AgentName, validate_note};
+use crate::protocol::{Address, validate_note};
 use crate::store::Contact;
 
 impl Mailbox {
@@ -12,7 +12,7 @@ impl Mailbox {
     /// request's code is for this agent's owner only: never show it to a model.
     pub async fn request_contact(
         &self,
-        to: AgentName,
+        to: Address,
         note: String,
     ) -> Result<ContactRequest, MailboxError> {
         validate_note(&note)?;

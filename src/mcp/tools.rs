@@ -1024,8 +1024,12 @@ impl MailslotServer {
         &self,
         Parameters(args): Parameters<ContactRequestArgs>,
     ) -> Result<Json<ContactRequestResult>, String> {
-        let to = AgentName::new(args.agent.trim())
-            .map_err(|e| format!("agent {}: write an agent name like \"bob\"", e.problem))?;
+        let to = Address::parse(args.agent.trim()).map_err(|e| {
+            format!(
+                "agent {}: write an agent name like \"bob\", or \"bob@relay.example\" on another relay",
+                e.problem
+            )
+        })?;
         let result = match self.mailbox.request_contact(to.clone(), args.note).await {
             // The code is for this agent's owner only: it never reaches the model.
             Ok(ContactRequest::Pending { expires_at, .. }) => ContactRequestResult {

@@ -105,6 +105,20 @@ impl AgentName {
         (name.len() <= MAX_STORED_NAME_BYTES).then_some(Self(name))
     }
 
+    /// The address of a name a relay keeps: a remote agent's full address, else the bare
+    /// name of an agent there.
+    pub fn stored_address(&self) -> Address {
+        match self.0.split_once('@') {
+            Some((name, host)) if !name.is_empty() => {
+                match (AgentName::new(name), RelayName::new(host)) {
+                    (Ok(name), Ok(host)) => Address::remote(name, host),
+                    _ => Address::local(self.clone()),
+                }
+            }
+            _ => Address::local(self.clone()),
+        }
+    }
+
     /// A name read back from the relay's own storage: an agent's name, a relay mailbox
     /// (`@host`) or another relay's agent (`name@host`).
     pub fn from_stored(name: &str) -> Result<Self, ValidationError> {

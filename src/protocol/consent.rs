@@ -7,7 +7,7 @@ use std::str::FromStr;
 use jiff::Timestamp;
 use serde::{Deserialize, Serialize};
 
-use super::{AgentName, ValidationError};
+use super::{Address, ValidationError};
 
 /// The longest note on a contact request, in characters.
 pub const MAX_NOTE_CHARS: usize = 500;
@@ -170,7 +170,7 @@ impl From<RequestCode> for String {
 #[serde(deny_unknown_fields)]
 pub struct RequestView {
     /// The other agent: the target for outgoing requests, the requester for incoming ones.
-    pub agent: AgentName,
+    pub agent: Address,
     /// The requester's note.
     pub note: String,
     /// When it lapses.
@@ -187,7 +187,7 @@ pub enum ConsentEvent {
     /// Someone asked to become a contact. No code: the owner gets it out of band.
     RequestReceived {
         /// The requester.
-        from: AgentName,
+        from: Address,
         /// Its note.
         note: String,
         /// When the request lapses.
@@ -196,12 +196,12 @@ pub enum ConsentEvent {
     /// A request this agent made was approved.
     Approved {
         /// The agent whose owner approved.
-        by: AgentName,
+        by: Address,
     },
     /// A request this agent made was denied.
     Denied {
         /// The agent whose owner denied.
-        by: AgentName,
+        by: Address,
     },
     /// Copies of this agent's mail expired undelivered: ask for them with `bounces`.
     Bounced {},

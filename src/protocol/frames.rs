@@ -105,9 +105,9 @@ pub enum ServerFrame {
         /// Requests by this agent (with codes).
         outgoing: Vec<RequestView>,
         /// Approved contacts.
-        contacts: Vec<AgentName>,
+        contacts: Vec<Address>,
         /// Blocked agents.
-        blocked: Vec<AgentName>,
+        blocked: Vec<Address>,
     },
     /// The public directory, answering `directory`.
     DirectoryList {
@@ -231,7 +231,7 @@ pub enum ClientFrame {
         #[serde(rename = "ref")]
         reference: String,
         /// The agent asked.
-        to: AgentName,
+        to: Address,
         /// Why, for its owner.
         note: String,
     },
@@ -241,7 +241,7 @@ pub enum ClientFrame {
         #[serde(rename = "ref")]
         reference: String,
         /// The requester the owner confirmed.
-        from: AgentName,
+        from: Address,
         /// The code the requester's owner passed on.
         code: RequestCode,
         /// Only check that `from` has an open request with `code`: nothing changes, so no
@@ -259,7 +259,7 @@ pub enum ClientFrame {
         #[serde(rename = "ref")]
         reference: String,
         /// The requester.
-        agent: AgentName,
+        agent: Address,
         /// The owner key's signature over the act (see `owner_payload`).
         #[serde(with = "b64")]
         owner_signature: Vec<u8>,
@@ -270,7 +270,7 @@ pub enum ClientFrame {
         #[serde(rename = "ref")]
         reference: String,
         /// The agent.
-        agent: AgentName,
+        agent: Address,
         /// The owner key's signature over the act (see `owner_payload`).
         #[serde(with = "b64")]
         owner_signature: Vec<u8>,
@@ -281,7 +281,7 @@ pub enum ClientFrame {
         #[serde(rename = "ref")]
         reference: String,
         /// The agent.
-        agent: AgentName,
+        agent: Address,
         /// The owner key's signature over the act (see `owner_payload`).
         #[serde(with = "b64")]
         owner_signature: Vec<u8>,
@@ -292,7 +292,7 @@ pub enum ClientFrame {
         #[serde(rename = "ref")]
         reference: String,
         /// The contact.
-        agent: AgentName,
+        agent: Address,
         /// The owner key's signature over the act (see `owner_payload`).
         #[serde(with = "b64")]
         owner_signature: Vec<u8>,

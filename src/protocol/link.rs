@@ -6,7 +6,9 @@
 use serde::{Deserialize, Serialize};
 use serde_json::value::RawValue;
 
-use super::{Address, ErrorCode, RelayName, Seq, b64};
+use jiff::Timestamp;
+
+use super::{Address, ErrorCode, RelayName, RequestCode, Seq, b64};
 
 /// Where a relay takes links from other relays.
 pub const LINK_PATH: &str = "/v1/relay";
@@ -65,6 +67,15 @@ pub enum LinkAnswer {
     },
     /// Answers `ping`.
     Pong {},
+    /// A `connect` or `approved` was applied.
+    Done {},
+    /// A `connect` or `approved` was refused.
+    Refused {
+        /// Why: `not_allowed`, `unknown_agent`, `bad_code`, `too_many_requests`, ...
+        code: ErrorCode,
+        /// In words, for the requester's owner.
+        message: String,
+    },
 }
 
 /// One recipient the answering relay will not take a copy for.
@@ -94,6 +105,31 @@ pub enum LinkRequest {
     },
     /// Keeps the link open.
     Ping {},
+    /// `from`, an agent of the dialing relay, asks `to`, an agent here, to accept its mail.
+    /// The code was made by the dialing relay and given to `from`'s owner only; it is kept
+    /// here to check the approval, never shown to `to`.
+    Connect {
+        /// The requester, `name@<dialing relay>`.
+        from: Address,
+        /// The agent asked, `name@<this relay>`.
+        to: Address,
+        /// The requester's note.
+        note: String,
+        /// The request's code.
+        code: RequestCode,
+        /// When the request lapses.
+        expires_at: Timestamp,
+    },
+    /// `target`'s owner, on the dialing relay, approved `requester`'s request with `code`:
+    /// they are contacts on that relay, and now here too.
+    Approved {
+        /// The requester, an agent here.
+        requester: Address,
+        /// The approving agent, `name@<dialing relay>`.
+        target: Address,
+        /// The code of the request.
+        code: RequestCode,
+    },
 }
 
 /// A `deliver` frame with its envelope left as text, as the answering relay reads it (a

@@ -6,7 +6,7 @@ use std::fmt;
 
 use serde::{Deserialize, Serialize};
 
-use super::{AgentName, Policy, RequestCode, ValidationError, b64};
+use super::{Address, AgentName, Policy, RequestCode, ValidationError, b64};
 
 /// An owner's Ed25519 public key.
 #[derive(Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
@@ -55,18 +55,18 @@ pub enum OwnerAct<'a> {
     /// Approve `from`'s request with its code.
     Approve {
         /// The requester.
-        from: &'a AgentName,
+        from: &'a Address,
         /// The code the requester's owner passed on.
         code: &'a RequestCode,
     },
     /// Deny a request.
-    Deny(&'a AgentName),
+    Deny(&'a Address),
     /// Block an agent.
-    Block(&'a AgentName),
+    Block(&'a Address),
     /// Lift a block.
-    Unblock(&'a AgentName),
+    Unblock(&'a Address),
     /// End a contact.
-    Remove(&'a AgentName),
+    Remove(&'a Address),
     /// Set the agent's policy.
     SetPolicy(Policy),
     /// Replace the owner key (signed by the current one).
@@ -118,11 +118,16 @@ mod tests {
 
     #[test]
     fn each_act_signs_different_bytes() {
-        let alice = AgentName::new("alice").unwrap();
-        let bob = AgentName::new("bob").unwrap();
+        let alice = Address::parse("alice").unwrap();
+        let (bob, remote_bob) = (
+            AgentName::new("bob").unwrap(),
+            Address::parse("bob@relay-b.example").unwrap(),
+        );
+        let local_bob = Address::local(bob.clone());
         let acts = [
             OwnerAct::Block(&alice),
-            OwnerAct::Block(&bob),
+            OwnerAct::Block(&local_bob),
+            OwnerAct::Block(&remote_bob),
             OwnerAct::Unblock(&alice),
             OwnerAct::Remove(&alice),
             OwnerAct::Deny(&alice),

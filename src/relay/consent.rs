@@ -5,13 +5,14 @@
 
 use std::time::Duration;
 
+use super::link;
 use super::state::RelayState;
 use super::storage::{ConsentChange, ConsentOutcome, Storage, StorageError};
 use super::wire::error_frame;
 use crate::crypto::owner;
 use crate::protocol::{
-    AgentName, ClientFrame, ConsentEvent, ErrorCode, OwnerKey, RequestCode, ServerFrame,
-    validate_note,
+    Address, AgentName, ClientFrame, ConsentEvent, ErrorCode, LinkAnswer, LinkRequest,
+    MAX_STORED_NAME_BYTES, OwnerKey, RequestCode, ServerFrame, validate_note,
 };
 
 fn error(reference: String, code: ErrorCode, message: impl Into<String>) -> ServerFrame {
@@ -59,6 +60,28 @@ pub async fn handle<S: Storage>(
     } else {
         None
     };
+    // Peers are kept by name when they are agents here, by full address when not.
+    let peer_of = |frame: &ClientFrame| match frame {
+        ClientFrame::Approve { from: peer, .. }
+        | ClientFrame::Deny { agent: peer, .. }
+        | ClientFrame::Block { agent: peer, .. }
+        | ClientFrame::Unblock { agent: peer, .. }
+        | ClientFrame::Remove { agent: peer, .. } => Some(state.stored_peer(peer)),
+        _ => None,
+    };
+    let peer = match peer_of(&frame) {
+        Some(None) => {
+            let reference = frame.reference().unwrap_or_default().to_owned();
+            return Ok(error(
+                reference,
+                ErrorCode::BadFrame,
+                format!("an address is at most {MAX_STORED_NAME_BYTES} bytes"),
+            ));
+        }
+        Some(Some(peer)) => Some(peer),
+        None => None,
+    };
+    let peer = || peer.clone().expect("a frame that names a peer");
     Ok(match frame {
         ClientFrame::Connect {
             reference,
@@ -67,17 +90,13 @@ pub async fn handle<S: Storage>(
         } => request(state, agent, reference, to, note).await,
         ClientFrame::Approve {
             reference,
-            from,
             code,
             dry_run: true,
             ..
-        } => check_code(state, agent, reference, from, code).await,
+        } => check_code(state, agent, reference, peer(), code).await,
         ClientFrame::Approve {
-            reference,
-            from,
-            code,
-            ..
-        } => approve(state, agent, reference, from, code).await,
+            reference, code, ..
+        } => approve(state, agent, reference, peer(), code).await,
         ClientFrame::Deny {
             reference,
             agent: requester,
@@ -85,13 +104,16 @@ pub async fn handle<S: Storage>(
         } => {
             let change = ConsentChange::Deny {
                 target: agent.clone(),
-                requester: requester.clone(),
+                requester: peer(),
             };
             match state.storage.consent(change).await {
                 Ok(ConsentOutcome::Applied(_)) => {
-                    state
-                        .presence
-                        .tell(&requester, ConsentEvent::Denied { by: agent.clone() });
+                    state.presence.tell(
+                        &peer(),
+                        ConsentEvent::Denied {
+                            by: Address::local(agent.clone()),
+                        },
+                    );
                     done(reference, format!("denied {requester}'s request"))
                 }
                 Ok(_) => error(
@@ -104,7 +126,7 @@ pub async fn handle<S: Storage>(
         }
         ClientFrame::Block {
             reference,
-            agent: peer,
+            agent: shown,
             ..
         } => {
             apply(
@@ -112,15 +134,15 @@ pub async fn handle<S: Storage>(
                 reference,
                 ConsentChange::Block {
                     owner: agent.clone(),
-                    peer: peer.clone(),
+                    peer: peer(),
                 },
-                format!("blocked {peer}"),
+                format!("blocked {shown}"),
             )
             .await
         }
         ClientFrame::Unblock {
             reference,
-            agent: peer,
+            agent: shown,
             ..
         } => {
             apply(
@@ -128,15 +150,15 @@ pub async fn handle<S: Storage>(
                 reference,
                 ConsentChange::Unblock {
                     owner: agent.clone(),
-                    peer: peer.clone(),
+                    peer: peer(),
                 },
-                format!("unblocked {peer}"),
+                format!("unblocked {shown}"),
             )
             .await
         }
         ClientFrame::Remove {
             reference,
-            agent: peer,
+            agent: shown,
             ..
         } => {
             apply(
@@ -144,9 +166,9 @@ pub async fn handle<S: Storage>(
                 reference,
                 ConsentChange::Remove {
                     owner: agent.clone(),
-                    peer: peer.clone(),
+                    peer: peer(),
                 },
-                format!("{peer} is no longer a contact"),
+                format!("{shown} is no longer a contact"),
             )
             .await
         }
@@ -180,8 +202,8 @@ pub async fn handle<S: Storage>(
                     policy: s.policy.unwrap_or(state.config.effective_default_policy()),
                     incoming: s.incoming,
                     outgoing: s.outgoing,
-                    contacts: s.contacts,
-                    blocked: s.blocked,
+                    contacts: s.contacts.iter().map(AgentName::stored_address).collect(),
+                    blocked: s.blocked.iter().map(AgentName::stored_address).collect(),
                 },
                 Err(e) => internal(reference, e),
             }
@@ -275,25 +297,43 @@ async fn request<S: Storage>(
     state: &RelayState<S>,
     agent: &AgentName,
     reference: String,
-    to: AgentName,
+    to: Address,
     note: String,
 ) -> ServerFrame {
     if let Err(e) = validate_note(&note) {
         return error(reference, ErrorCode::BadFrame, e.to_string());
     }
-    if &to == agent {
+    let Some(target) = state.stored_peer(&to) else {
+        return error(
+            reference,
+            ErrorCode::BadFrame,
+            format!("an address is at most {MAX_STORED_NAME_BYTES} bytes"),
+        );
+    };
+    if &target == agent {
         return error(reference, ErrorCode::BadFrame, "an agent cannot ask itself");
     }
-    match state.is_registered(&to).await {
-        Ok(true) => {}
-        Ok(false) => {
+    let remote = to.host().filter(|_| state.local_name(&to).is_none());
+    match remote {
+        Some(relay) if !state.config.links_with(relay) => {
             return error(
                 reference,
-                ErrorCode::UnknownAgent,
-                format!("no agent named {to} on this relay"),
+                ErrorCode::NotAllowed,
+                format!("this relay does not deliver to {relay} (its operator denied it)"),
             );
         }
-        Err(e) => return internal(reference, e),
+        Some(_) => {}
+        None => match state.is_registered(&target).await {
+            Ok(true) => {}
+            Ok(false) => {
+                return error(
+                    reference,
+                    ErrorCode::UnknownAgent,
+                    format!("no agent named {to} on this relay"),
+                );
+            }
+            Err(e) => return internal(reference, e),
+        },
     }
     if let Err(wait) = state.request_rate.take(agent) {
         return retry_error(
@@ -317,51 +357,93 @@ async fn request<S: Storage>(
         + jiff::SignedDuration::from_secs(state.config.request_ttl_secs as i64);
     let change = ConsentChange::Request {
         from: agent.clone(),
-        to: to.clone(),
+        to: target.clone(),
         note: note.clone(),
         code: code.clone(),
         expires_at_ms: expires_at.as_millisecond(),
         max_pending: state.config.max_pending_requests,
     };
     match state.storage.consent(change).await {
-        Ok(ConsentOutcome::Applied(_)) => {
-            state.presence.tell(
-                &to,
-                ConsentEvent::RequestReceived {
-                    from: agent.clone(),
-                    note,
-                    expires_at,
-                },
-            );
-            ServerFrame::Requested {
+        Ok(ConsentOutcome::Applied(_)) => {}
+        Ok(ConsentOutcome::AlreadyContacts) => {
+            return done(reference, format!("{to} is already a contact"));
+        }
+        Ok(ConsentOutcome::TooManyPending) => {
+            return retry_error(
                 reference,
-                code,
+                ErrorCode::TooManyRequests,
+                format!(
+                    "{agent} already has {} open requests; wait for answers or for them to expire",
+                    state.config.max_pending_requests
+                ),
+                Duration::from_secs(state.config.request_ttl_secs),
+            );
+        }
+        Ok(ConsentOutcome::NoteHasCode) => {
+            return error(
+                reference,
+                ErrorCode::BadFrame,
+                "note: holds the code of an open request to the same agent; codes go from owner to owner, never through agents, so leave it out",
+            );
+        }
+        Ok(_) => {
+            return error(
+                reference,
+                ErrorCode::NotAllowed,
+                format!("{to} does not accept requests from {agent}"),
+            );
+        }
+        Err(e) => return internal(reference, e),
+    }
+    match remote {
+        None => state.presence.tell(
+            &target,
+            ConsentEvent::RequestReceived {
+                from: Address::local(agent.clone()),
+                note,
                 expires_at,
+            },
+        ),
+        // The other relay records it too (and tells its agent), or the request is withdrawn
+        // here and its refusal is the answer.
+        Some(relay) => {
+            let ask = LinkRequest::Connect {
+                from: Address::remote(agent.clone(), state.name.clone()),
+                to: to.clone(),
+                note,
+                code: code.clone(),
+                expires_at,
+            };
+            let refusal = match link::ask(state, relay, ask).await {
+                Ok(LinkAnswer::Done {}) => None,
+                Ok(LinkAnswer::Refused { code, message }) => Some((code, message, None)),
+                Ok(other) => Some((
+                    ErrorCode::Internal,
+                    format!("{relay} answered the request with {other:?}"),
+                    Some(Duration::from_secs(60)),
+                )),
+                Err(why) => Some((
+                    ErrorCode::Internal,
+                    format!("{relay} cannot be reached to pass the request on: {why}"),
+                    Some(Duration::from_secs(60)),
+                )),
+            };
+            if let Some((code, message, retry)) = refusal {
+                let withdraw = ConsentChange::Deny {
+                    target: target.clone(),
+                    requester: agent.clone(),
+                };
+                if let Err(e) = state.storage.consent(withdraw).await {
+                    tracing::warn!(%agent, %to, error = %e, "could not withdraw a request the other relay refused");
+                }
+                return error_frame(Some(reference), code, message, retry);
             }
         }
-        Ok(ConsentOutcome::AlreadyContacts) => {
-            done(reference, format!("{to} is already a contact"))
-        }
-        Ok(ConsentOutcome::TooManyPending) => retry_error(
-            reference,
-            ErrorCode::TooManyRequests,
-            format!(
-                "{agent} already has {} open requests; wait for answers or for them to expire",
-                state.config.max_pending_requests
-            ),
-            Duration::from_secs(state.config.request_ttl_secs),
-        ),
-        Ok(ConsentOutcome::NoteHasCode) => error(
-            reference,
-            ErrorCode::BadFrame,
-            "note: holds the code of an open request to the same agent; codes go from owner to owner, never through agents, so leave it out",
-        ),
-        Ok(_) => error(
-            reference,
-            ErrorCode::NotAllowed,
-            format!("{to} does not accept requests from {agent}"),
-        ),
-        Err(e) => internal(reference, e),
+    }
+    ServerFrame::Requested {
+        reference,
+        code,
+        expires_at,
     }
 }
 
@@ -430,15 +512,45 @@ async fn approve<S: Storage>(
         .consent(ConsentChange::Approve {
             target: agent.clone(),
             requester,
-            code,
+            code: code.clone(),
         })
         .await
     {
         Ok(ConsentOutcome::Applied(Some(requester))) => {
-            state
-                .presence
-                .tell(&requester, ConsentEvent::Approved { by: agent.clone() });
-            done(reference, format!("{requester} is now a contact"))
+            let address = requester.stored_address();
+            let Some(relay) = address.host() else {
+                state.presence.tell(
+                    &requester,
+                    ConsentEvent::Approved {
+                        by: Address::local(agent.clone()),
+                    },
+                );
+                return done(reference, format!("{requester} is now a contact"));
+            };
+            // The requester's relay records the contact too, so this agent's mail to it is
+            // taken there.
+            let told = LinkRequest::Approved {
+                requester: address.clone(),
+                target: Address::remote(agent.clone(), state.name.clone()),
+                code,
+            };
+            match link::ask(state, relay, told).await {
+                Ok(LinkAnswer::Done {}) => done(reference, format!("{address} is now a contact")),
+                outcome => {
+                    tracing::warn!(%agent, requester = %address, ?outcome, "the requester's relay did not take the approval");
+                    done(
+                        reference,
+                        format!(
+                            "{address} is now a contact here; its relay {relay} could not be told ({}), so mail to it may be refused there until it is: approve again later",
+                            match outcome {
+                                Ok(LinkAnswer::Refused { message, .. }) => message,
+                                Ok(other) => format!("{other:?}"),
+                                Err(why) => why,
+                            }
+                        ),
+                    )
+                }
+            }
         }
         Ok(_) => error(reference, ErrorCode::BadCode, BAD_CODE),
         Err(e) => internal(reference, e),

@@ -128,6 +128,15 @@ impl<S: Storage> RelayState<S> {
             .remove(name);
     }
 
+    /// How this relay keeps `address` in its tables: an agent here by its name, another
+    /// relay's agent by its full address (`None` when that is too long to keep).
+    pub fn stored_peer(&self, address: &Address) -> Option<AgentName> {
+        match self.local_name(address) {
+            Some(name) => Some(name.clone()),
+            None => AgentName::remote_agent(address),
+        }
+    }
+
     /// The agent name behind `address` if it lives on this relay.
     pub fn local_name<'a>(&self, address: &'a Address) -> Option<&'a AgentName> {
         match address.host() {

@@ -77,6 +77,13 @@ async fn serve<S: Storage>(state: &Arc<RelayState<S>>, socket: &mut WebSocket, r
                         sizes.push_back(0);
                         answers.push_back(Box::pin(async { LinkAnswer::Pong {} }));
                     }
+                    Ok(request @ (LinkRequest::Connect { .. } | LinkRequest::Approved { .. })) => {
+                        sizes.push_back(0);
+                        let (state, relay) = (state.clone(), relay.clone());
+                        answers.push_back(Box::pin(async move {
+                            super::consent::apply(&state, &relay, request).await
+                        }));
+                    }
                     _ => {
                         let message = "expected a deliver or ping frame".to_owned();
                         let _ = say(socket, &LinkAnswer::Error { code: ErrorCode::BadFrame, message }).await;

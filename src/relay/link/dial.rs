@@ -239,6 +239,27 @@ async fn connect<S: Storage>(
     Ok(ws)
 }
 
+/// Sends one request (a contact request or an approval) to `relay` over a link of its own,
+/// and returns the answer: the request is not mail, and its sender waits for it.
+pub async fn ask<S: Storage>(
+    state: &RelayState<S>,
+    relay: &RelayName,
+    request: LinkRequest,
+) -> Result<LinkAnswer, String> {
+    let key = peer::pinned_key(state, relay)
+        .await
+        .map_err(|e| e.to_string())?;
+    let mut ws = connect(state, relay, &key)
+        .await
+        .map_err(|e| e.to_string())?;
+    send(&mut ws, &request).await.map_err(|e| e.to_string())?;
+    let answer = answer(&mut ws, relay, state.config.link_timeout())
+        .await
+        .map_err(|e| e.to_string());
+    let _ = ws.close(None).await;
+    answer
+}
+
 /// A delivery sent and not answered yet.
 struct InFlight {
     seq: Seq,

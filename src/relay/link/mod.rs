@@ -4,6 +4,7 @@
 //! `peer` finds and pins another relay's key.
 
 mod answer;
+mod consent;
 mod dial;
 mod peer;
 
@@ -13,7 +14,7 @@ use std::sync::{Arc, Mutex};
 use tokio::sync::{Notify, mpsc};
 
 pub use answer::run as answer;
-pub(super) use dial::supervise;
+pub(super) use dial::{ask, supervise};
 
 use super::storage::Committed;
 use crate::protocol::RelayName;

@@ -299,7 +299,7 @@ async fn names(
         .into_iter()
         .map(|row| {
             let name: String = row.try_get(0)?;
-            AgentName::new(&name).map_err(|e| invalid("agent name", e))
+            AgentName::from_stored(&name).map_err(|e| invalid("agent name", e))
         })
         .collect()
 }
@@ -320,7 +320,9 @@ async fn requests(
             let code: String = row.try_get(2)?;
             let expires: i64 = row.try_get(3)?;
             Ok(RequestView {
-                agent: AgentName::new(&other).map_err(|e| invalid("agent name", e))?,
+                agent: AgentName::from_stored(&other)
+                    .map_err(|e| invalid("agent name", e))?
+                    .stored_address(),
                 note: row.try_get(1)?,
                 expires_at: jiff::Timestamp::from_millisecond(expires)
                     .map_err(|e| invalid("request expiry", e))?,

@@ -360,7 +360,7 @@ pub(super) fn names(
 ) -> Result<Vec<AgentName>, StorageError> {
     let mut stmt = conn.prepare_cached(sql)?;
     let rows = stmt.query_map([agent.as_str()], |r| r.get::<_, String>(0))?;
-    rows.map(|r| AgentName::new(&r?).map_err(|e| StorageError::Database(e.to_string())))
+    rows.map(|r| AgentName::from_stored(&r?).map_err(|e| StorageError::Database(e.to_string())))
         .collect()
 }
 
@@ -384,7 +384,9 @@ pub(super) fn requests(
         let (other, note, code, expires) = row?;
         let bad = |e: String| StorageError::Database(e);
         Ok(RequestView {
-            agent: AgentName::new(&other).map_err(|e| bad(e.to_string()))?,
+            agent: AgentName::from_stored(&other)
+                .map_err(|e| bad(e.to_string()))?
+                .stored_address(),
             note,
             expires_at: jiff::Timestamp::from_millisecond(expires)
                 .map_err(|e| bad(e.to_string()))?,
