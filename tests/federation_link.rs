@@ -532,11 +532,11 @@ async fn a_contact_request_across_relays_approved_by_the_owner_opens_mail_both_w
     assert!(!detail.contains("could not be told"), "{detail}");
     assert_eq!(
         consent_state(&mut bob_conn).await.contacts,
-        [alice_at.clone()]
+        std::slice::from_ref(&alice_at)
     );
     assert_eq!(
         consent_state(&mut alice_conn).await.contacts,
-        [bob_at.clone()],
+        std::slice::from_ref(&bob_at),
         "A knows too"
     );
     alice_conn.close().await;
