@@ -539,7 +539,7 @@ impl Run<'_> {
     /// share of the one relay's. Agents alternate between the federated relays, so each
     /// relay both sends over its link and takes the other's.
     async fn federated(&self) -> anyhow::Result<Vec<Summary>> {
-        if self.args.agents % 2 != 0 {
+        if !self.args.agents.is_multiple_of(2) {
             bail!(
                 "--federated needs an even --agents (not {}): the agents alternate between the two relays, so in the ring every message crosses to the other one",
                 self.args.agents
