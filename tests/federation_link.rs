@@ -136,6 +136,18 @@ async fn mail_for_a_relay_that_never_comes_back_bounces_after_the_ttl() {
     a.relay.shutdown().await;
 }
 
+/// Puts `messages` in `agent`'s outbox, for its next sync to send.
+async fn queue(agent: &TestAgent, messages: &[Message]) {
+    for m in messages {
+        let m = m.clone();
+        agent
+            .store
+            .call(move |s| s.queue_outgoing(&m))
+            .await
+            .unwrap();
+    }
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn kill_9_of_the_sending_relay_mid_stream_loses_and_doubles_nothing_sent() {
     const N: usize = 300;
@@ -174,13 +186,7 @@ async fn kill_9_of_the_sending_relay_mid_stream_loses_and_doubles_nothing_sent()
         async move {
             let (mut sent, mut queued) = (Vec::new(), 0);
             for batch in messages.chunks(BATCH) {
-                for m in batch.iter().cloned() {
-                    alice
-                        .store
-                        .call(move |s| s.queue_outgoing(&m))
-                        .await
-                        .unwrap();
-                }
+                queue(&alice, batch).await;
                 queued += batch.len();
                 let sync = mailslot::client::sync(
                     &url,
@@ -217,13 +223,7 @@ async fn kill_9_of_the_sending_relay_mid_stream_loses_and_doubles_nothing_sent()
 
     let (_a, url) = spawn_relay_on(&db, listen);
     assert_eq!(url, a_url, "A is back on its address");
-    for m in messages[queued..].iter().cloned() {
-        alice
-            .store
-            .call(move |s| s.queue_outgoing(&m))
-            .await
-            .unwrap();
-    }
+    queue(&alice, &messages[queued..]).await;
     // Sends cut off by the kill go again from alice's outbox; A deduplicates those it had.
     let report = alice.sync_url(&a_url).await;
     assert!(report.not_sent.is_empty(), "{:?}", report.not_sent);
