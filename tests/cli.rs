@@ -571,6 +571,48 @@ fn bench_commands_run_and_report_percentiles() {
 }
 
 #[test]
+fn bench_relay_federated_runs_the_ring_across_two_relays_beside_one() {
+    let home = Home::new();
+    // The benchmark fails unless every message arrived exactly once.
+    let rows = home.json(&[
+        "bench",
+        "relay",
+        "--federated",
+        "--agents",
+        "4",
+        "--messages",
+        "40",
+        "--paced-rate",
+        "400",
+    ]);
+    let cases: Vec<&str> = rows
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|r| r["case"].as_str().unwrap())
+        .collect();
+    for phase in ["flat out", "paced at 400/s"] {
+        for relays in ["1 node on SQLite", "2 federated relays on SQLite"] {
+            assert!(
+                cases
+                    .iter()
+                    .any(|c| c.starts_with(&format!("send→delivered, {phase} (4 agents, {relays}"))),
+                "{phase} on {relays}: {cases:?}"
+            );
+        }
+        assert!(
+            cases
+                .iter()
+                .any(|c| c.starts_with(&format!("{phase}: federated delivered+acked/s"))),
+            "{cases:?}"
+        );
+    }
+    let out = home.run(&["bench", "relay", "--federated", "--agents", "3"]);
+    assert_eq!(out.status.code(), Some(1));
+    assert!(stderr(&out).contains("even --agents"), "{}", stderr(&out));
+}
+
+#[test]
 fn doctor_warns_until_the_owner_key_exists_and_owner_init_needs_a_terminal() {
     let home = Home::new();
     let out = home.run(&["--agent", "alice", "--json", "doctor"]);

@@ -1,14 +1,15 @@
 //! Relay-to-relay delivery: real relays on different loopback ports deliver each other's mail
-//! over the link, exactly once, through an outage of the receiving relay, and bounce what the
-//! other relay is never there to take; a relay that speaks for another relay's agents is
-//! refused.
+//! over the link, exactly once, through an outage of the receiving relay and a `kill -9` of
+//! the sending one, and bounce what the other relay is never there to take; a relay that
+//! speaks for another relay's agents is refused; owners on both sides decide who may write.
 
 mod common;
 
 use std::collections::HashSet;
+use std::sync::Arc;
 
 use common::*;
-use mailslot::protocol::{Address, Message};
+use mailslot::protocol::{Address, Message, MessageId, RelayName};
 
 fn at(agent: &TestAgent, relay: &TestRelay) -> Address {
     Address::remote(agent.name.clone(), relay.relay.name().clone())
@@ -557,4 +558,114 @@ async fn consent_state(
     conn: &mut mailslot::client::Connection,
 ) -> mailslot::client::consent::ConsentState {
     mailslot::client::consent::state(conn).await.unwrap()
+}
+
+/// Puts `messages` in `agent`'s outbox, for its next sync to send.
+async fn queue(agent: &TestAgent, messages: &[Message]) {
+    for m in messages {
+        let m = m.clone();
+        agent
+            .store
+            .call(move |s| s.queue_outgoing(&m))
+            .await
+            .unwrap();
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn kill_9_of_the_sending_relay_mid_stream_loses_and_doubles_nothing_sent() {
+    const N: usize = 300;
+    const BATCH: usize = 20;
+    // A is a process of its own, to be killed; it must come back on the same address, since
+    // that is its name, and on the same database (and so the same key, pinned at B).
+    let dir = tempfile::tempdir().unwrap();
+    let db = dir.path().join("relay.db");
+    let listen = free_loopback_addr();
+    let (mut a, a_url) = spawn_relay_on(&db, listen);
+    let b = TestRelay::start(|_| {}).await;
+    let (alice, bob) = (Arc::new(TestAgent::new("alice")), TestAgent::new("bob"));
+    alice.sync_url(&a_url).await;
+    bob.sync(&b).await;
+    let alice_at = Address::remote(
+        alice.name.clone(),
+        RelayName::new(&listen.to_string()).unwrap(),
+    );
+    let bob_at = at(&bob, &b);
+    let messages: Vec<Message> = (0..N)
+        .map(|i| {
+            Message::new(
+                alice_at.clone(),
+                vec![bob_at.clone()],
+                "mid-stream",
+                i.to_string(),
+            )
+        })
+        .collect();
+
+    // alice sends batch after batch until A dies under her; what A answered `sent` is kept.
+    let first_sent = Arc::new(tokio::sync::Notify::new());
+    let sender = tokio::spawn({
+        let (alice, url, messages) = (alice.clone(), a_url.clone(), messages.clone());
+        let first_sent = first_sent.clone();
+        async move {
+            let (mut sent, mut queued) = (Vec::new(), 0);
+            for batch in messages.chunks(BATCH) {
+                queue(&alice, batch).await;
+                queued += batch.len();
+                let sync = mailslot::client::sync(
+                    &url,
+                    &alice.name,
+                    &alice.identity,
+                    Some(alice.owner.public()),
+                    &alice.store,
+                );
+                match tokio::time::timeout(EVENT_TIMEOUT, sync).await {
+                    Ok(Ok(report)) => {
+                        sent.extend(report.sent);
+                        first_sent.notify_one();
+                    }
+                    // A is gone: what this sync sent stays in alice's outbox or on A's disk.
+                    Ok(Err(_)) | Err(_) => break,
+                }
+            }
+            (sent, queued)
+        }
+    });
+    // A has answered `sent` for a batch and alice sends the next ones; the link is
+    // streaming once bob has mail from A: kill A then.
+    tokio::time::timeout(EVENT_TIMEOUT, first_sent.notified())
+        .await
+        .expect("A answered no batch");
+    let mut got = receive(&bob, &b, 1).await;
+    a.kill();
+    let (sent_before, queued) = sender.await.unwrap();
+    eprintln!(
+        "killed A with {} of {N} answered sent, {} at bob",
+        sent_before.len(),
+        got.len()
+    );
+
+    let (_a, url) = spawn_relay_on(&db, listen);
+    assert_eq!(url, a_url, "A is back on its address");
+    queue(&alice, &messages[queued..]).await;
+    // Sends cut off by the kill go again from alice's outbox; A deduplicates those it had.
+    let report = alice.sync_url(&a_url).await;
+    assert!(report.not_sent.is_empty(), "{:?}", report.not_sent);
+    let sent: HashSet<MessageId> = sent_before.into_iter().chain(report.sent).collect();
+
+    got.extend(receive(&bob, &b, N - got.len()).await);
+    let unique: HashSet<MessageId> = got.iter().copied().collect();
+    assert_eq!(unique.len(), got.len(), "none stored twice at bob");
+    let missing: Vec<_> = sent.difference(&unique).collect();
+    assert!(
+        missing.is_empty(),
+        "{} messages answered `sent` never arrived, e.g. {:?}",
+        missing.len(),
+        missing.first()
+    );
+    let all: HashSet<MessageId> = messages.iter().map(|m| m.id).collect();
+    assert_eq!(unique, all, "every message arrived, and nothing else");
+    let report = bob.sync(&b).await;
+    assert!(report.received.is_empty(), "{report:?}");
+    b.relay.shutdown().await;
 }

@@ -110,6 +110,11 @@ pub struct RelayBenchArgs {
     /// Also hold this many idle authenticated connections and report relay memory
     #[arg(long, default_value_t = 0, value_parser = clap::value_parser!(u32).range(0..=19_000))]
     pub idle: u32,
+    /// Measure two federated relays (each on SQLite, agents alternating between them, so in
+    /// the ring every message crosses the relay-to-relay link, both ways) beside the same load
+    /// on one relay, in the same run; needs an even --agents
+    #[arg(long, conflicts_with_all = ["url", "nodes", "db", "postgres", "backlog", "idle"])]
+    pub federated: bool,
 }
 
 /// Options for `bench store`.

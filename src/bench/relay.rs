@@ -1,8 +1,9 @@
 //! `bench relay`: a load generator against real relay processes on loopback: one node on
 //! SQLite, several nodes sharing one PostgreSQL database (the agents spread over them, so
-//! mail crosses nodes), or relays given by URL. Messages are signed and sealed before the
-//! timed phase; receivers acknowledge without opening them, so the figures are the relays'.
-//! Every message must arrive exactly once. CPU time is read from `/proc`: the relay nodes'
+//! mail crosses nodes), two federated relays (the agents spread over them and addressed as
+//! `name@relay`, so mail crosses the relay-to-relay link) beside one relay, or relays given by
+//! URL. Messages are signed and sealed before the timed phase; receivers acknowledge without
+//! opening them, so the figures are the relays'. Every message must arrive exactly once. CPU time is read from `/proc`: the relay nodes'
 //! and, when it runs here, the PostgreSQL server's.
 
 use std::collections::HashMap;
@@ -24,7 +25,8 @@ use crate::client::RelayUrl;
 use crate::crypto::sign::{Domain, signature};
 use crate::crypto::{Identity, seal};
 use crate::protocol::{
-    Address, AgentName, ClientFrame, Limits, Message, MessageId, ServerFrame, hello_payload,
+    Address, AgentName, ClientFrame, Limits, Message, MessageId, RelayName, ServerFrame,
+    hello_payload,
 };
 use crate::relay::storage::is_postgres_url;
 
@@ -54,6 +56,10 @@ struct Node {
 struct Relays {
     nodes: Vec<Node>,
     urls: Vec<RelayUrl>,
+    /// The relays' names when they are federated (independent relays, each with its own
+    /// database): agents are then addressed as `name@relay`, so mail between agents on
+    /// different relays crosses the relay-to-relay link. Empty for one relay or one cluster.
+    federation: Vec<RelayName>,
     /// Who the relays are, for the report: "1 node on SQLite", "2 nodes on PostgreSQL".
     what: String,
 }
@@ -65,13 +71,18 @@ impl Relays {
             return Ok(Self {
                 nodes: Vec::new(),
                 urls: args.url.clone(),
+                federation: Vec::new(),
                 what: match args.url.len() {
                     1 => "the relay at --url".to_owned(),
                     n => format!("{n} relays given with --url"),
                 },
             });
         }
-        let count = args.nodes as usize;
+        Self::start(args.nodes as usize, backend)
+    }
+
+    /// `count` fresh nodes on `backend`.
+    fn start(count: usize, backend: &Backend) -> anyhow::Result<Self> {
         let mut nodes = Vec::with_capacity(count);
         let mut urls = Vec::with_capacity(count);
         for _ in 0..count {
@@ -87,14 +98,39 @@ impl Relays {
         Ok(Self {
             nodes,
             urls,
+            federation: Vec::new(),
             what: format!("{count} node{plural} on {on}"),
         })
+    }
+
+    /// Two independent relays on loopback, each on a SQLite database of its own. A loopback
+    /// relay's name is the address it listens on, and loopback relays reach each other over
+    /// plain WebSocket with no configuration.
+    fn federated() -> anyhow::Result<Self> {
+        let mut relays = Self::start(2, &Backend::Sqlite)?;
+        relays.federation = relays
+            .urls
+            .iter()
+            .map(|u| RelayName::new(u.authority()))
+            .collect::<Result<_, _>>()?;
+        relays.what = "2 federated relays on SQLite".to_owned();
+        Ok(relays)
     }
 
     /// The relay agent number `i` connects to: agents are spread over the relays in turn, so
     /// in a ring every message crosses from one node to the next.
     fn url(&self, i: usize) -> &RelayUrl {
         &self.urls[i % self.urls.len()]
+    }
+
+    /// The address of agent number `i`, called `name`: with its relay's name when the relays
+    /// are federated (what its envelopes' `from` and its recipients' keys must say), bare
+    /// otherwise.
+    fn address(&self, i: usize, name: &AgentName) -> Address {
+        match self.federation.get(i % self.urls.len()) {
+            Some(relay) => Address::remote(name.clone(), relay.clone()),
+            None => Address::local(name.clone()),
+        }
     }
 
     /// CPU seconds (user + system) so far, summed over the nodes started here, and of their
@@ -129,7 +165,7 @@ impl Node {
         // Benchmarks must not trip the abuse limits.
         std::fs::write(
             &config,
-            "send_rate = 1e9\nsend_burst = 1e9\nquota_messages = 100000000\nquota_bytes = 100000000000\nregistration_burst = 1e9\nmax_connections_per_ip = 1000000\n",
+            "send_rate = 1e9\nsend_burst = 1e9\nquota_messages = 100000000\nquota_bytes = 100000000000\nregistration_burst = 1e9\nmax_connections_per_ip = 1000000\nrelay_rate = 1e9\nrelay_burst = 1e9\n",
         )?;
         let db = match backend {
             Backend::Sqlite => dir.path().join("relay.db").into_os_string(),
@@ -281,19 +317,19 @@ fn agents(n: usize, prefix: &str) -> anyhow::Result<Vec<Agent>> {
         .collect()
 }
 
-/// Seals `count` messages of `size` bytes from `from` to `to`, as ready-to-send `send` frames.
+/// Seals `count` messages of `size` bytes from `from` (at `from_addr`) to `to` (at
+/// `to_addr`), as ready-to-send `send` frames.
 fn envelopes(
-    from: &Agent,
-    to: &Agent,
+    (from, from_addr): (&Agent, Address),
+    (to, to_addr): (&Agent, Address),
     count: usize,
     size: usize,
 ) -> anyhow::Result<Vec<(MessageId, String)>> {
-    let to_addr = Address::local(to.name.clone());
     let keys = [(to_addr.clone(), to.identity.public().clone())];
     (0..count)
         .map(|i| {
             let m = Message::new(
-                Address::local(from.name.clone()),
+                from_addr.clone(),
                 vec![to_addr.clone()],
                 "bench",
                 "x".repeat(size),
@@ -448,6 +484,9 @@ pub(super) fn run(args: &RelayBenchArgs) -> anyhow::Result<Vec<Summary>> {
             postgres,
             tag: run_tag()?,
         };
+        if args.federated {
+            return run.federated().await;
+        }
         let mut rows = Vec::new();
         let relays = Relays::for_args(args, &run.backend)?;
         rows.extend(run.flow(&relays, args.rate, "flat out").await?);
@@ -495,6 +534,39 @@ struct Run<'a> {
 }
 
 impl Run<'_> {
+    /// The same ring on one relay and on two federated relays, one right after the other:
+    /// flat out, then (with `--paced-rate`) paced; each time the federated throughput as a
+    /// share of the one relay's. Agents alternate between the federated relays, so each
+    /// relay both sends over its link and takes the other's.
+    async fn federated(&self) -> anyhow::Result<Vec<Summary>> {
+        if !self.args.agents.is_multiple_of(2) {
+            bail!(
+                "--federated needs an even --agents (not {}): the agents alternate between the two relays, so in the ring every message crosses to the other one",
+                self.args.agents
+            );
+        }
+        let one = Relays::start(1, &Backend::Sqlite)?;
+        let two = Relays::federated()?;
+        let mut phases = vec![(self.args.rate, "flat out".to_owned())];
+        if let Some(rate) = self.args.paced_rate {
+            phases.push((Some(rate), format!("paced at {rate}/s")));
+        }
+        let mut rows = Vec::new();
+        for (rate, label) in phases {
+            let single = self.flow(&one, rate, &label).await?;
+            let federated = self.flow(&two, rate, &label).await?;
+            let share = federated[0].ops_per_sec / single[0].ops_per_sec * 100.0;
+            eprintln!("{label}: federated {share:.0} % of one relay's delivered+acked/s");
+            rows.extend(single);
+            rows.extend(federated);
+            rows.push(figure(
+                format!("{label}: federated delivered+acked/s, % of one relay's (in ops/s)"),
+                share,
+            ));
+        }
+        Ok(rows)
+    }
+
     /// Each agent sends to the next one in a ring; all run at once.
     async fn flow(
         &self,
@@ -509,9 +581,10 @@ impl Run<'_> {
         eprintln!("sealing {} messages of {} bytes…", per_agent * n, args.size);
         let mut outgoing = Vec::with_capacity(n);
         for (i, a) in ring.iter().enumerate() {
+            let next = (i + 1) % n;
             outgoing.push(envelopes(
-                a,
-                &ring[(i + 1) % n],
+                (a, relays.address(i, &a.name)),
+                (&ring[next], relays.address(next, &ring[next].name)),
                 per_agent,
                 args.size as usize,
             )?);
@@ -591,7 +664,10 @@ impl Run<'_> {
         )];
         if !relays.nodes.is_empty() {
             rows.push(figure(
-                format!("{label}: relay CPU µs/message, all nodes (in ops/s)"),
+                format!(
+                    "{label}: relay CPU µs/message, all of {} (in ops/s)",
+                    relays.what
+                ),
                 per_message(cpu),
             ));
         }
@@ -618,7 +694,12 @@ impl Run<'_> {
         let mut sockets = Vec::new();
         let mut outgoing = Vec::new();
         for (i, s) in senders.iter().enumerate() {
-            outgoing.push(envelopes(s, &sink, per, args.size as usize)?);
+            outgoing.push(envelopes(
+                (s, relays.address(i, &s.name)),
+                (&sink, relays.address(0, &sink.name)),
+                per,
+                args.size as usize,
+            )?);
             sockets.push(login(relays.url(i), &s.name, &s.identity).await?);
         }
         let tally = Arc::new(Mutex::new(Tally::default()));

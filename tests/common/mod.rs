@@ -494,9 +494,27 @@ impl Drop for RelayChild {
 /// Starts `mailslot relay` on `db` (a SQLite path or a PostgreSQL URL), listening on a free
 /// loopback port, and returns it with the URL it printed.
 pub fn spawn_relay(db: impl AsRef<std::ffi::OsStr>) -> (RelayChild, RelayUrl) {
+    spawn_relay_on(db, "127.0.0.1:0".parse().unwrap())
+}
+
+/// A loopback address with a port that was free a moment ago, for a relay that must come
+/// back on the same address (its name, when no host is set) after a crash.
+pub fn free_loopback_addr() -> std::net::SocketAddr {
+    std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+}
+
+/// Starts `mailslot relay` on `db`, listening on `listen`, and returns it with the URL it
+/// printed.
+pub fn spawn_relay_on(
+    db: impl AsRef<std::ffi::OsStr>,
+    listen: std::net::SocketAddr,
+) -> (RelayChild, RelayUrl) {
     use std::io::{BufRead, BufReader};
     let mut child = std::process::Command::new(env!("CARGO_BIN_EXE_mailslot"))
-        .args(["relay", "--listen", "127.0.0.1:0", "--db"])
+        .args(["relay", "--listen", &listen.to_string(), "--db"])
         .arg(db)
         .env_clear()
         .stderr(std::process::Stdio::piped())
