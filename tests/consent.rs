@@ -220,11 +220,11 @@ async fn blocks_refuse_mail_and_requests_even_under_open() {
     let (alice, bob) = (TestAgent::new("alice"), TestAgent::new("bob"));
     alice.sync(&relay).await;
     let mut bob_conn = bob.connect(&relay).await;
-    let owner_signature = bob.owner_signs(&bob_conn, &OwnerAct::Block(&alice.address()));
+    let owner_signature = bob.owner_signs(&bob_conn, &OwnerAct::Block(&alice.address().into()));
     bob_conn
         .call(|r| ClientFrame::Block {
             reference: r,
-            agent: alice.address(),
+            agent: alice.address().into(),
             owner_signature,
         })
         .await
@@ -244,11 +244,11 @@ async fn blocks_refuse_mail_and_requests_even_under_open() {
         .unwrap_err();
     assert_eq!(refused(err), ErrorCode::NotAllowed);
     conn.close().await;
-    let owner_signature = bob.owner_signs(&bob_conn, &OwnerAct::Unblock(&alice.address()));
+    let owner_signature = bob.owner_signs(&bob_conn, &OwnerAct::Unblock(&alice.address().into()));
     bob_conn
         .call(|r| ClientFrame::Unblock {
             reference: r,
-            agent: alice.address(),
+            agent: alice.address().into(),
             owner_signature,
         })
         .await

@@ -669,3 +669,81 @@ async fn kill_9_of_the_sending_relay_mid_stream_loses_and_doubles_nothing_sent()
     assert!(report.received.is_empty(), "{report:?}");
     b.relay.shutdown().await;
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_owner_blocks_a_whole_relay_and_lifts_the_block() {
+    use mailslot::protocol::{ClientFrame, ErrorCode, OwnerAct, Peer};
+
+    let a = TestRelay::start(|c| c.expiry_interval_secs = 1).await;
+    let b = TestRelay::start(|_| {}).await;
+    let (alice, bob) = (TestAgent::new("alice"), TestAgent::new("bob"));
+    alice.sync(&a).await;
+    bob.sync(&b).await;
+    let (alice_at, bob_at) = (at(&alice, &a), at(&bob, &b));
+
+    // bob's owner blocks every agent of A.
+    let relay_a = Peer::AnyAt(a.relay.name().clone());
+    let mut bob_conn = bob.connect(&b).await;
+    let owner_signature = bob.owner_signs(&bob_conn, &OwnerAct::Block(&relay_a));
+    bob_conn
+        .call(|r| ClientFrame::Block {
+            reference: r,
+            agent: relay_a.clone(),
+            owner_signature,
+        })
+        .await
+        .unwrap();
+    assert_eq!(
+        consent_state(&mut bob_conn).await.blocked,
+        std::slice::from_ref(&relay_a)
+    );
+
+    // Mail from A bounces as refused, and so does a contact request.
+    let blocked = Message::new(alice_at.clone(), vec![bob_at.clone()], "hi", "blocked");
+    assert_eq!(alice.send(&a, blocked.clone()).await.sent, [blocked.id]);
+    let deadline = tokio::time::Instant::now() + EVENT_TIMEOUT * 2;
+    loop {
+        assert!(tokio::time::Instant::now() < deadline, "no bounce");
+        if let Some(bounce) = alice.sync(&a).await.bounced.first() {
+            assert_eq!((bounce.id, &bounce.to), (blocked.id, &bob_at));
+            break;
+        }
+        tokio::task::yield_now().await;
+    }
+    let mut alice_conn = alice.connect(&a).await;
+    match alice_conn
+        .call(|r| ClientFrame::Connect {
+            reference: r,
+            to: bob_at.clone(),
+            note: String::new(),
+        })
+        .await
+    {
+        Err(mailslot::client::ClientError::Refused { code, .. }) => {
+            assert_eq!(code, ErrorCode::NotAllowed)
+        }
+        other => panic!("a request from a blocked relay: {other:?}"),
+    }
+    assert!(
+        consent_state(&mut alice_conn).await.outgoing.is_empty(),
+        "the refused request is withdrawn at A"
+    );
+    alice_conn.close().await;
+
+    // Lifted: A's mail is taken again.
+    let owner_signature = bob.owner_signs(&bob_conn, &OwnerAct::Unblock(&relay_a));
+    bob_conn
+        .call(|r| ClientFrame::Unblock {
+            reference: r,
+            agent: relay_a.clone(),
+            owner_signature,
+        })
+        .await
+        .unwrap();
+    bob_conn.close().await;
+    let after = Message::new(alice_at, vec![bob_at], "hi", "again");
+    assert_eq!(alice.send(&a, after.clone()).await.sent, [after.id]);
+    assert_eq!(receive(&bob, &b, 1).await, [after.id]);
+    a.relay.shutdown().await;
+    b.relay.shutdown().await;
+}

@@ -945,6 +945,107 @@ async fn mail_from_another_relay_meets_its_recipients_consent<B: Backend>(b: B) 
     assert!(s.pending(carol, 0, 10).await.unwrap().is_empty());
 }
 
+async fn a_block_of_a_whole_relay_refuses_its_agents_unless_one_is_a_contact<B: Backend>(b: B) {
+    let s = b.open().await;
+    let [bob] = agents(&s, &["bob"]).await.try_into().unwrap();
+    let remote = |a: &str| AgentName::remote_agent(&addr(a)).unwrap();
+    let (alice, carol, dave) = (
+        remote("alice@relay-a"),
+        remote("carol@relay-a"),
+        remote("dave@relay-c"),
+    );
+    let relay_a = AgentName::any_at(&RelayName::new("relay-a").unwrap()).unwrap();
+    let apply = |change| s.consent(change);
+    for change in [
+        ConsentChange::Block {
+            owner: bob.clone(),
+            peer: relay_a.clone(),
+        },
+        ConsentChange::Request {
+            from: carol.clone(),
+            to: bob.clone(),
+            note: String::new(),
+            code: "7KQF-3MZA".parse().unwrap(),
+            expires_at_ms: far_future(),
+            max_pending: 3,
+        },
+    ] {
+        let outcome = apply(change).await.unwrap();
+        assert!(
+            matches!(
+                outcome,
+                ConsentOutcome::Applied(_) | ConsentOutcome::NotAllowed
+            ),
+            "{outcome:?}"
+        );
+    }
+    let send = |from: &AgentName| {
+        s.accept(
+            from.clone(),
+            MessageId::new(),
+            copies(&[&bob], "hello"),
+            ROOMY,
+            far_future(),
+            Policy::Open,
+        )
+    };
+    assert_eq!(
+        send(&alice).await.unwrap(),
+        Accepted::NotAllowed(bob.clone())
+    );
+    assert_eq!(
+        send(&dave).await.unwrap(),
+        Accepted::Stored(vec![bob.clone()]),
+        "another relay's agents are not blocked"
+    );
+    let state = s.consent_state(bob.clone(), 0).await.unwrap();
+    assert_eq!(
+        state.blocked,
+        vec![relay_a.clone()],
+        "read back as the relay's block"
+    );
+    assert!(
+        state.incoming.is_empty(),
+        "a request from the blocked relay was refused"
+    );
+    // A contact at that relay is the owner's own choice, and passes.
+    s.consent(ConsentChange::Unblock {
+        owner: bob.clone(),
+        peer: relay_a.clone(),
+    })
+    .await
+    .unwrap();
+    s.consent(ConsentChange::Request {
+        from: carol.clone(),
+        to: bob.clone(),
+        note: String::new(),
+        code: "7KQF-3MZA".parse().unwrap(),
+        expires_at_ms: far_future(),
+        max_pending: 3,
+    })
+    .await
+    .unwrap();
+    s.consent(ConsentChange::Approve {
+        target: bob.clone(),
+        requester: carol.clone(),
+        code: "7KQF-3MZA".parse().unwrap(),
+    })
+    .await
+    .unwrap();
+    s.consent(ConsentChange::Block {
+        owner: bob.clone(),
+        peer: relay_a,
+    })
+    .await
+    .unwrap();
+    assert_eq!(
+        send(&carol).await.unwrap(),
+        Accepted::Stored(vec![bob.clone()]),
+        "the contact's own row comes before its relay's block"
+    );
+    assert_eq!(send(&alice).await.unwrap(), Accepted::NotAllowed(bob));
+}
+
 macro_rules! contract {
     ($backend:ident, $make:path) => {
         mod $backend {
@@ -1077,6 +1178,17 @@ macro_rules! contract {
                     return;
                 };
                 super::mail_from_another_relay_meets_its_recipients_consent(b).await;
+            }
+            #[tokio::test]
+            async fn a_block_of_a_whole_relay_refuses_its_agents_unless_one_is_a_contact() {
+                let Some(b) = $make(stringify!(
+                    a_block_of_a_whole_relay_refuses_its_agents_unless_one_is_a_contact
+                ))
+                .await
+                else {
+                    return;
+                };
+                super::a_block_of_a_whole_relay_refuses_its_agents_unless_one_is_a_contact(b).await;
             }
         }
     };

@@ -13,7 +13,7 @@ use crate::agent::Agent;
 use crate::client::consent::{self as relay_consent, Change, ConsentState, ContactRequest};
 use crate::client::{ClientError, Connection};
 use crate::crypto::PublicIdentity;
-use crate::protocol::{Address, Fingerprint, Policy, RequestCode, RequestView};
+use crate::protocol::{Address, Fingerprint, Peer, Policy, RequestCode, RequestView};
 
 /// Opens the agent, connects, runs `work`, closes.
 pub(super) fn with_relay<T>(
@@ -97,7 +97,7 @@ struct Requests {
 struct Contacts {
     policy: Policy,
     contacts: Vec<Address>,
-    blocked: Vec<Address>,
+    blocked: Vec<Peer>,
 }
 
 pub(super) fn requests(ctx: &Ctx) -> anyhow::Result<()> {
@@ -218,7 +218,7 @@ pub(super) fn contacts(ctx: &Ctx) -> anyhow::Result<()> {
             blocked,
         },
         |c| {
-            let list = |v: &[Address]| {
+            fn list(v: &[impl ToString]) -> String {
                 if v.is_empty() {
                     "(none)".to_owned()
                 } else {
@@ -227,7 +227,7 @@ pub(super) fn contacts(ctx: &Ctx) -> anyhow::Result<()> {
                         .collect::<Vec<_>>()
                         .join(", ")
                 }
-            };
+            }
             format!(
                 "policy    {}\ncontacts  {}\nblocked   {}",
                 c.policy,

@@ -34,7 +34,7 @@ use crate::client::RelayUrl;
 use crate::client::consent::Change;
 use crate::config::{self, Config, Paths};
 use crate::protocol::{
-    Address, AgentName, Fingerprint, Importance, InviteToken, MemoryId, Policy, RelayName,
+    Address, AgentName, Fingerprint, Importance, InviteToken, MemoryId, Peer, Policy, RelayName,
     RequestCode,
 };
 use crate::store::{IdPart, SentState};
@@ -339,15 +339,15 @@ pub enum Command {
     },
     /// Refuse all mail and requests from an agent
     Block {
-        /// The agent
+        /// The agent (NAME, NAME@HOST), or every agent of a relay (*@HOST)
         #[arg(value_name = "AGENT")]
-        peer: Address,
+        peer: Peer,
     },
     /// Lift a block
     Unblock {
-        /// The agent
+        /// The agent (NAME, NAME@HOST), or a relay (*@HOST)
         #[arg(value_name = "AGENT")]
-        peer: Address,
+        peer: Peer,
     },
     /// End a contact, both ways
     Uncontact {

@@ -11,7 +11,7 @@ use serde::Serialize;
 use super::{Ctx, local_relay};
 use crate::agent::Agent;
 use crate::client::{ClientError, Connection, RelayUrl};
-use crate::protocol::{Address, ErrorCode, Policy};
+use crate::protocol::{Address, ErrorCode, Peer, Policy};
 
 /// How long to wait for a TCP connection to the embedded relay's port.
 const PORT_TIMEOUT: Duration = Duration::from_millis(250);
@@ -42,7 +42,7 @@ pub(super) enum State {
         /// Contacts its owner approved.
         contacts: Vec<Address>,
         /// Agents its owner blocked.
-        blocked: Vec<Address>,
+        blocked: Vec<Peer>,
         /// Contact requests waiting for its owner.
         incoming_requests: usize,
     },

@@ -8,7 +8,7 @@ use super::ask::Ask;
 use super::{ClientError, Connection};
 use crate::crypto::{Owner, owner};
 use crate::protocol::{
-    Address, AgentName, ClientFrame, Fingerprint, OwnerAct, OwnerKey, Policy, RequestCode,
+    Address, AgentName, ClientFrame, Fingerprint, OwnerAct, OwnerKey, Peer, Policy, RequestCode,
     RequestView, ServerFrame,
 };
 
@@ -37,8 +37,8 @@ pub struct ConsentState {
     pub outgoing: Vec<RequestView>,
     /// Its contacts.
     pub contacts: Vec<Address>,
-    /// The agents it blocked.
-    pub blocked: Vec<Address>,
+    /// The agents and relays it blocked.
+    pub blocked: Vec<Peer>,
 }
 
 /// A consent change, which only the owner key can sign.
@@ -53,10 +53,10 @@ pub enum Change {
     },
     /// Deny a request.
     Deny(Address),
-    /// Refuse all mail and requests from an agent.
-    Block(Address),
+    /// Refuse all mail and requests from an agent, or from every agent of a relay.
+    Block(Peer),
     /// Lift a block.
-    Unblock(Address),
+    Unblock(Peer),
     /// End a contact, both ways.
     Remove(Address),
     /// Set whom the agent accepts mail from.

@@ -9,7 +9,7 @@ use super::ask::Ask;
 use super::discovery::peek_remote_keys;
 use super::{ClientError, consent, directory, is_own_relay, presence};
 use crate::crypto::PublicIdentity;
-use crate::protocol::{Address, ClientFrame, ErrorCode, Fingerprint, RelayName, ServerFrame};
+use crate::protocol::{Address, ClientFrame, ErrorCode, Fingerprint, Peer, RelayName, ServerFrame};
 use crate::store::StoreHandle;
 
 /// Whether the agent exists, as far as can be told.
@@ -231,7 +231,11 @@ fn keyed(
 fn contact_status(state: &consent::ConsentState, name: &Address) -> ContactStatus {
     if state.contacts.contains(name) {
         ContactStatus::Approved
-    } else if state.blocked.contains(name) {
+    } else if state.blocked.contains(&Peer::Agent(name.clone()))
+        || name
+            .host()
+            .is_some_and(|h| state.blocked.contains(&Peer::AnyAt(h.clone())))
+    {
         ContactStatus::Blocked
     } else if state.incoming.iter().any(|r| r.agent == *name) {
         ContactStatus::PendingIncoming

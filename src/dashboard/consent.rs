@@ -187,8 +187,8 @@ pub async fn apply(
             code: RequestCode::parse(code.trim())?,
         },
         Action::Deny => Change::Deny(agent),
-        Action::Block => Change::Block(agent),
-        Action::Unblock => Change::Unblock(agent),
+        Action::Block => Change::Block(agent.into()),
+        Action::Unblock => Change::Unblock(agent.into()),
         Action::Remove => Change::Remove(agent),
     };
     let local = read_owner_public(owner_key)?;

@@ -9,7 +9,7 @@ use maud::{DOCTYPE, Markup, html};
 use super::consent::Consent;
 use super::relay_status::RelayReport;
 use crate::doorbell::frame;
-use crate::protocol::{Address, AgentName, Fingerprint};
+use crate::protocol::{AgentName, Fingerprint};
 use crate::store::{Contact, Recalled, SentItem, SentState, StoredMessage, Trust};
 
 /// The longest subject shown in a list (characters).
@@ -323,7 +323,7 @@ fn consent_form(
     agent: &AgentName,
     csrf: &str,
     action: &str,
-    other: &Address,
+    other: &impl std::fmt::Display,
     label: &str,
     code: bool,
 ) -> Markup {

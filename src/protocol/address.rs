@@ -105,6 +105,20 @@ impl AgentName {
         (name.len() <= MAX_STORED_NAME_BYTES).then_some(Self(name))
     }
 
+    /// Every agent of the relay `relay` as a relay keeps a block of them: `*@relay`.
+    pub fn any_at(relay: &RelayName) -> Option<Self> {
+        let name = format!("*@{relay}");
+        (name.len() <= MAX_STORED_NAME_BYTES).then_some(Self(name))
+    }
+
+    /// The peer a name a relay keeps in its consent tables stands for.
+    pub fn stored_peer(&self) -> Peer {
+        match self.0.strip_prefix("*@").map(RelayName::new) {
+            Some(Ok(host)) => Peer::AnyAt(host),
+            _ => Peer::Agent(self.stored_address()),
+        }
+    }
+
     /// The address of a name a relay keeps: a remote agent's full address, else the bare
     /// name of an agent there.
     pub fn stored_address(&self) -> Address {
@@ -123,6 +137,12 @@ impl AgentName {
     /// (`@host`) or another relay's agent (`name@host`).
     pub fn from_stored(name: &str) -> Result<Self, ValidationError> {
         let invalid = || ValidationError::new("stored name", format!("{name:?} is not valid"));
+        if let Some(relay) = name.strip_prefix("*@") {
+            return RelayName::new(relay)
+                .ok()
+                .and_then(|r| Self::any_at(&r))
+                .ok_or_else(invalid);
+        }
         match name.strip_prefix('@') {
             Some(relay) => RelayName::new(relay)
                 .ok()
@@ -277,6 +297,62 @@ impl Address {
     /// The relay host part, if the address names one.
     pub fn host(&self) -> Option<&RelayName> {
         self.host.as_ref()
+    }
+}
+
+/// Whom an owner blocks: one agent (`name`, `name@host`), or every agent of a relay
+/// (`*@host`).
+#[derive(Debug, Clone, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
+#[serde(try_from = "String", into = "String")]
+pub enum Peer {
+    /// One agent.
+    Agent(Address),
+    /// Every agent of the relay `host`.
+    AnyAt(RelayName),
+}
+
+impl Peer {
+    /// Parses `name`, `name@host` or `*@host`.
+    pub fn parse(s: &str) -> Result<Self, ValidationError> {
+        match s.strip_prefix("*@") {
+            Some(host) => RelayName::new(host).map(Peer::AnyAt),
+            None => Address::parse(s).map(Peer::Agent),
+        }
+    }
+}
+
+impl fmt::Display for Peer {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Peer::Agent(a) => a.fmt(f),
+            Peer::AnyAt(host) => write!(f, "*@{host}"),
+        }
+    }
+}
+
+impl FromStr for Peer {
+    type Err = ValidationError;
+    fn from_str(s: &str) -> Result<Self, Self::Err> {
+        Self::parse(s)
+    }
+}
+
+impl TryFrom<String> for Peer {
+    type Error = ValidationError;
+    fn try_from(s: String) -> Result<Self, Self::Error> {
+        Self::parse(&s)
+    }
+}
+
+impl From<Peer> for String {
+    fn from(p: Peer) -> Self {
+        p.to_string()
+    }
+}
+
+impl From<Address> for Peer {
+    fn from(a: Address) -> Self {
+        Peer::Agent(a)
     }
 }
 

@@ -7,7 +7,7 @@ use jiff::Timestamp;
 
 use super::{
     Address, AgentName, ConsentEvent, InviteToken, KeyRotation, MessageId, OwnerAct, OwnerKey,
-    Policy, PublicKeys, RequestCode, RequestView, SealedEnvelope, b64,
+    Peer, Policy, PublicKeys, RequestCode, RequestView, SealedEnvelope, b64,
 };
 
 /// The protocol version this build speaks.
@@ -106,8 +106,8 @@ pub enum ServerFrame {
         outgoing: Vec<RequestView>,
         /// Approved contacts.
         contacts: Vec<Address>,
-        /// Blocked agents.
-        blocked: Vec<Address>,
+        /// Blocked agents and relays.
+        blocked: Vec<Peer>,
     },
     /// The public directory, answering `directory`.
     DirectoryList {
@@ -270,7 +270,7 @@ pub enum ClientFrame {
         #[serde(rename = "ref")]
         reference: String,
         /// The agent.
-        agent: Address,
+        agent: Peer,
         /// The owner key's signature over the act (see `owner_payload`).
         #[serde(with = "b64")]
         owner_signature: Vec<u8>,
@@ -281,7 +281,7 @@ pub enum ClientFrame {
         #[serde(rename = "ref")]
         reference: String,
         /// The agent.
-        agent: Address,
+        agent: Peer,
         /// The owner key's signature over the act (see `owner_payload`).
         #[serde(with = "b64")]
         owner_signature: Vec<u8>,

@@ -20,7 +20,7 @@ mod owner;
 mod receipt;
 mod rotation;
 
-pub use address::{Address, AgentName, MAX_NAME_LEN, MAX_STORED_NAME_BYTES, RelayName};
+pub use address::{Address, AgentName, MAX_NAME_LEN, MAX_STORED_NAME_BYTES, Peer, RelayName};
 pub use consent::{ConsentEvent, MAX_NOTE_CHARS, Policy, RequestCode, RequestView, validate_note};
 pub use discovery::{
     AgentKeys, EndpointPath, MAX_DISCOVERY_BYTES, RelayEndpoint, RelayInfo, RelayKey,

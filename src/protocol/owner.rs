@@ -6,7 +6,7 @@ use std::fmt;
 
 use serde::{Deserialize, Serialize};
 
-use super::{Address, AgentName, Policy, RequestCode, ValidationError, b64};
+use super::{Address, AgentName, Peer, Policy, RequestCode, ValidationError, b64};
 
 /// An owner's Ed25519 public key.
 #[derive(Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
@@ -62,9 +62,9 @@ pub enum OwnerAct<'a> {
     /// Deny a request.
     Deny(&'a Address),
     /// Block an agent.
-    Block(&'a Address),
+    Block(&'a Peer),
     /// Lift a block.
-    Unblock(&'a Address),
+    Unblock(&'a Peer),
     /// End a contact.
     Remove(&'a Address),
     /// Set the agent's policy.
@@ -123,12 +123,19 @@ mod tests {
             AgentName::new("bob").unwrap(),
             Address::parse("bob@relay-b.example").unwrap(),
         );
-        let local_bob = Address::local(bob.clone());
+        let peer = |a: &Address| Peer::Agent(a.clone());
+        let (alice_peer, local_bob, remote_bob, relay_b) = (
+            peer(&alice),
+            Peer::Agent(Address::local(bob.clone())),
+            peer(&remote_bob),
+            Peer::parse("*@relay-b.example").unwrap(),
+        );
         let acts = [
-            OwnerAct::Block(&alice),
+            OwnerAct::Block(&alice_peer),
             OwnerAct::Block(&local_bob),
             OwnerAct::Block(&remote_bob),
-            OwnerAct::Unblock(&alice),
+            OwnerAct::Block(&relay_b),
+            OwnerAct::Unblock(&alice_peer),
             OwnerAct::Remove(&alice),
             OwnerAct::Deny(&alice),
             OwnerAct::SetPolicy(Policy::Open),

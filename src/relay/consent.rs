@@ -64,9 +64,10 @@ pub async fn handle<S: Storage>(
     let peer_of = |frame: &ClientFrame| match frame {
         ClientFrame::Approve { from: peer, .. }
         | ClientFrame::Deny { agent: peer, .. }
-        | ClientFrame::Block { agent: peer, .. }
-        | ClientFrame::Unblock { agent: peer, .. }
         | ClientFrame::Remove { agent: peer, .. } => Some(state.stored_peer(peer)),
+        ClientFrame::Block { agent: peer, .. } | ClientFrame::Unblock { agent: peer, .. } => {
+            Some(state.stored_block(peer))
+        }
         _ => None,
     };
     let peer = match peer_of(&frame) {
@@ -75,7 +76,9 @@ pub async fn handle<S: Storage>(
             return Ok(error(
                 reference,
                 ErrorCode::BadFrame,
-                format!("an address is at most {MAX_STORED_NAME_BYTES} bytes"),
+                format!(
+                    "an address is at most {MAX_STORED_NAME_BYTES} bytes, and a relay cannot block itself"
+                ),
             ));
         }
         Some(Some(peer)) => Some(peer),
@@ -203,7 +206,7 @@ pub async fn handle<S: Storage>(
                     incoming: s.incoming,
                     outgoing: s.outgoing,
                     contacts: s.contacts.iter().map(AgentName::stored_address).collect(),
-                    blocked: s.blocked.iter().map(AgentName::stored_address).collect(),
+                    blocked: s.blocked.iter().map(AgentName::stored_peer).collect(),
                 },
                 Err(e) => internal(reference, e),
             }

@@ -14,7 +14,7 @@ use super::metrics::Metrics;
 use super::presence::Presence;
 use super::storage::{Storage, StorageError};
 use crate::crypto::RelayIdentity;
-use crate::protocol::{Address, AgentName, RelayName};
+use crate::protocol::{Address, AgentName, Peer, RelayName};
 
 /// Shared relay state.
 pub struct RelayState<S> {
@@ -134,6 +134,16 @@ impl<S: Storage> RelayState<S> {
         match self.local_name(address) {
             Some(name) => Some(name.clone()),
             None => AgentName::remote_agent(address),
+        }
+    }
+
+    /// How this relay keeps a peer an owner blocks: as [`RelayState::stored_peer`], or a
+    /// whole relay as `*@host` (`None` when too long to keep, or this relay itself).
+    pub fn stored_block(&self, peer: &Peer) -> Option<AgentName> {
+        match peer {
+            Peer::Agent(address) => self.stored_peer(address),
+            Peer::AnyAt(host) if *host == self.name => None,
+            Peer::AnyAt(host) => AgentName::any_at(host),
         }
     }
 

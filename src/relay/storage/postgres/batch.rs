@@ -388,10 +388,13 @@ impl Statements {
             ),
             // The consent rule of every (sender, recipient) pair, in the pairs' order.
             tx.prepare_cached(
-                "SELECT a.policy, r.kind
+                // The sender's own row first, else a block of its whole relay (`*@host`).
+                "SELECT a.policy,
+                        (SELECT r.kind FROM relations r WHERE r.owner = k.recipient
+                             AND r.peer IN (k.sender, '*@' || split_part(k.sender, '@', 2))
+                         ORDER BY r.peer = k.sender DESC LIMIT 1)
                  FROM unnest($1::text[], $2::text[]) WITH ORDINALITY AS k(sender, recipient, i)
                  LEFT JOIN agents a ON a.name = k.recipient
-                 LEFT JOIN relations r ON r.owner = k.recipient AND r.peer = k.sender
                  ORDER BY k.i",
             ),
             tx.prepare_cached(

@@ -174,8 +174,16 @@ impl Rule {
         recipient: &AgentName,
     ) -> Result<Self, StorageError> {
         let (policy, kind): (Option<String>, Option<String>) = tx
-            .prepare_cached("SELECT a.policy, (SELECT kind FROM relations WHERE owner = a.name AND peer = ?2) FROM agents a WHERE a.name = ?1")?
-            .query_row([recipient.as_str(), sender.as_str()], |r| Ok((r.get(0)?, r.get(1)?)))
+            // The sender's own row first, else a block of its whole relay (`*@host`).
+            .prepare_cached(
+                "SELECT a.policy, (SELECT kind FROM relations WHERE owner = a.name
+                                       AND peer IN (?2, '*@' || substr(?2, instr(?2, '@') + 1))
+                                   ORDER BY peer = ?2 DESC LIMIT 1)
+                 FROM agents a WHERE a.name = ?1",
+            )?
+            .query_row([recipient.as_str(), sender.as_str()], |r| {
+                Ok((r.get(0)?, r.get(1)?))
+            })
             .optional()?
             .unwrap_or((None, None));
         Ok(Self {
@@ -198,6 +206,23 @@ impl Rule {
             Relation::None => policy == Policy::Open,
         }
     }
+}
+
+/// How `owner` relates to `peer`: its own row, else a block of `peer`'s whole relay.
+fn relation_or_relay(
+    tx: &rusqlite::Transaction<'_>,
+    owner: &AgentName,
+    peer: &AgentName,
+) -> Result<Option<String>, StorageError> {
+    Ok(tx
+        .query_row(
+            "SELECT kind FROM relations WHERE owner = ?1
+                 AND peer IN (?2, '*@' || substr(?2, instr(?2, '@') + 1))
+             ORDER BY peer = ?2 DESC LIMIT 1",
+            [owner.as_str(), peer.as_str()],
+            |r| r.get(0),
+        )
+        .optional()?)
 }
 
 fn relation(
@@ -248,7 +273,7 @@ pub(super) fn consent(
                 )
                 .optional()?
                 .flatten();
-            if relation(tx, to, from)?.as_deref() == Some("blocked")
+            if relation_or_relay(tx, to, from)?.as_deref() == Some("blocked")
                 || policy.as_deref() == Some("closed")
             {
                 return Ok(ConsentOutcome::NotAllowed);
