@@ -747,3 +747,39 @@ async fn an_owner_blocks_a_whole_relay_and_lifts_the_block() {
     a.relay.shutdown().await;
     b.relay.shutdown().await;
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_copy_that_expires_at_the_recipients_relay_bounces_to_the_sender_on_its_relay() {
+    let a = TestRelay::start(|_| {}).await;
+    let b = TestRelay::start(|c| {
+        c.ttl_secs = 1;
+        c.expiry_interval_secs = 1;
+    })
+    .await;
+    let (alice, bob) = (TestAgent::new("alice"), TestAgent::new("bob"));
+    alice.sync(&a).await;
+    bob.sync(&b).await;
+    let (alice_at, bob_at) = (at(&alice, &a), at(&bob, &b));
+    // bob never comes back for it: B expires it, and tells A.
+    let m = Message::new(alice_at, vec![bob_at.clone()], "unread", "x");
+    assert_eq!(alice.send(&a, m.clone()).await.sent, [m.id]);
+    let deadline = tokio::time::Instant::now() + EVENT_TIMEOUT * 2;
+    loop {
+        assert!(tokio::time::Instant::now() < deadline, "no bounce from B");
+        if let Some(bounce) = alice.sync(&a).await.bounced.first() {
+            assert_eq!(
+                (bounce.id, &bounce.to),
+                (m.id, &bob_at),
+                "named as B names it"
+            );
+            break;
+        }
+        tokio::task::yield_now().await;
+    }
+    // It expired at B: bob never gets the copy.
+    metric_at_least(&b, "mailslot_relay_expired_total ", 1).await;
+    let report = bob.sync(&b).await;
+    assert!(report.received.is_empty(), "{report:?}");
+    a.relay.shutdown().await;
+    b.relay.shutdown().await;
+}

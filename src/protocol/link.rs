@@ -78,6 +78,23 @@ pub enum LinkAnswer {
     },
 }
 
+/// Bounces one `bounced` request carries at most.
+pub const MAX_LINK_BOUNCES: usize = 100;
+
+/// A copy that expired on the relay of its recipient, for its sender's relay.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RemoteBounce {
+    /// The sender, an agent of the relay told.
+    pub from: Address,
+    /// The message id.
+    pub id: super::MessageId,
+    /// The recipient whose copy expired, an agent of the telling relay.
+    pub to: Address,
+    /// When it expired.
+    pub expired_at: Timestamp,
+}
+
 /// One recipient the answering relay will not take a copy for.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
@@ -119,6 +136,12 @@ pub enum LinkRequest {
         code: RequestCode,
         /// When the request lapses.
         expires_at: Timestamp,
+    },
+    /// Copies of mail from agents here expired on the dialing relay before their recipients
+    /// took them: the senders get bounces, as for their own relay's.
+    Bounced {
+        /// At most [`MAX_LINK_BOUNCES`].
+        bounces: Vec<RemoteBounce>,
     },
     /// `target`'s owner, on the dialing relay, approved `requester`'s request with `code`:
     /// they are contacts on that relay, and now here too.

@@ -40,8 +40,8 @@ pub use invite::InviteToken;
 pub use keys::PublicKeys;
 pub use limits::Limits;
 pub use link::{
-    Deliver, LINK_PATH, LINK_VERSION, LINK_WINDOW, LinkAnswer, LinkRequest, Refusal, deliver_frame,
-    link_payload,
+    Deliver, LINK_PATH, LINK_VERSION, LINK_WINDOW, LinkAnswer, LinkRequest, MAX_LINK_BOUNCES,
+    Refusal, RemoteBounce, deliver_frame, link_payload,
 };
 pub use message::{Attachment, Message, now_millis};
 pub use owner::{OwnerAct, OwnerKey, owner_payload};

@@ -892,6 +892,13 @@ mod tests {
             self.inner.waiting(agent).await
         }
 
+        async fn remote_bounce_senders(
+            &self,
+            limit: usize,
+        ) -> Result<Vec<AgentName>, StorageError> {
+            self.inner.remote_bounce_senders(limit).await
+        }
+
         async fn relay_mailboxes(&self) -> Result<Vec<RelayName>, StorageError> {
             self.inner.relay_mailboxes().await
         }

@@ -77,6 +77,13 @@ async fn serve<S: Storage>(state: &Arc<RelayState<S>>, socket: &mut WebSocket, r
                         sizes.push_back(0);
                         answers.push_back(Box::pin(async { LinkAnswer::Pong {} }));
                     }
+                    Ok(LinkRequest::Bounced { bounces }) => {
+                        sizes.push_back(0);
+                        let (state, relay) = (state.clone(), relay.clone());
+                        answers.push_back(Box::pin(async move {
+                            super::bounces::take(&state, &relay, bounces).await
+                        }));
+                    }
                     Ok(request @ (LinkRequest::Connect { .. } | LinkRequest::Approved { .. })) => {
                         sizes.push_back(0);
                         let (state, relay) = (state.clone(), relay.clone());

@@ -116,7 +116,7 @@ pub async fn apply<S: Storage>(
                 Err(e) => refused(ErrorCode::Internal, e.to_string()),
             }
         }
-        LinkRequest::Hello { .. } | LinkRequest::Ping {} => {
+        LinkRequest::Hello { .. } | LinkRequest::Ping {} | LinkRequest::Bounced { .. } => {
             refused(ErrorCode::UnexpectedFrame, "not a consent request".into())
         }
     }

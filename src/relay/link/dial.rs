@@ -48,6 +48,7 @@ pub async fn supervise<S: Storage>(state: Arc<RelayState<S>>) {
     let mut shutdown = state.shutdown.clone();
     let mut rescan = tokio::time::interval(RESCAN);
     let mut links = tokio::task::JoinSet::new();
+    links.spawn(super::bounces::carry(state.clone()));
     loop {
         tokio::select! {
             () = super::stopped(&mut shutdown) => {

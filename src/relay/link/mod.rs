@@ -4,6 +4,7 @@
 //! `peer` finds and pins another relay's key.
 
 mod answer;
+mod bounces;
 mod consent;
 mod dial;
 mod peer;

@@ -218,6 +218,13 @@ pub trait Queue: Send + Sync + 'static {
         limit: usize,
     ) -> impl Future<Output = Result<Vec<Bounce>, StorageError>> + Send;
 
+    /// The senders on other relays (`name@host`) that bounces wait for here, at most
+    /// `limit`: their relays are told over a link.
+    fn remote_bounce_senders(
+        &self,
+        limit: usize,
+    ) -> impl Future<Output = Result<Vec<AgentName>, StorageError>> + Send;
+
     /// Where each of `sender`'s copies in `keys` stands, in the order asked. Reads only: no
     /// write on this path or on the ack path. A copy's expiry and its bounce are one write,
     /// so a copy is never seen as gone between the two.

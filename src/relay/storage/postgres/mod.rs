@@ -356,6 +356,10 @@ impl Queue for PostgresStorage {
         queue::expire(&mut self.client().await?, now_ms).await
     }
 
+    async fn remote_bounce_senders(&self, limit: usize) -> Result<Vec<AgentName>, StorageError> {
+        queue::remote_bounce_senders(&self.client().await?, limit).await
+    }
+
     async fn bounces(&self, sender: AgentName, limit: usize) -> Result<Vec<Bounce>, StorageError> {
         queue::bounces(&self.client().await?, &sender, limit).await
     }

@@ -275,6 +275,27 @@ pub(super) async fn waiting(client: &Client, agent: &AgentName) -> Result<u64, S
     }
 }
 
+/// The senders on other relays that bounces wait for, at most `limit`.
+pub(super) async fn remote_bounce_senders(
+    client: &Client,
+    limit: usize,
+) -> Result<Vec<AgentName>, StorageError> {
+    let limit = i64::try_from(limit).unwrap_or(i64::MAX);
+    let rows = client
+        .query(
+            "SELECT DISTINCT sender FROM bounces WHERE strpos(sender, '@') > 1
+             ORDER BY sender LIMIT $1",
+            &[&limit],
+        )
+        .await?;
+    rows.iter()
+        .map(|row| {
+            let name: String = row.try_get(0)?;
+            AgentName::from_stored(&name).map_err(|_| corrupt("bounces", "sender"))
+        })
+        .collect()
+}
+
 /// The relays whose mailboxes hold copies.
 pub(super) async fn relay_mailboxes(client: &Client) -> Result<Vec<RelayName>, StorageError> {
     let rows = client

@@ -560,6 +560,11 @@ impl Queue for SqliteStorage {
             .await
     }
 
+    async fn remote_bounce_senders(&self, limit: usize) -> Result<Vec<AgentName>, StorageError> {
+        self.read(move |conn| queue::remote_bounce_senders(conn, limit))
+            .await
+    }
+
     async fn copy_statuses(
         &self,
         sender: AgentName,

@@ -688,6 +688,22 @@ pub(super) fn bounces(
     Ok(bounces)
 }
 
+/// The senders on other relays that bounces wait for, at most `limit`.
+pub(super) fn remote_bounce_senders(
+    conn: &Connection,
+    limit: usize,
+) -> Result<Vec<AgentName>, StorageError> {
+    let mut stmt = conn.prepare_cached(
+        "SELECT DISTINCT sender FROM bounces WHERE instr(sender, '@') > 1 ORDER BY sender LIMIT ?1",
+    )?;
+    let rows = stmt.query_map([limit as i64], |r| r.get::<_, String>(0))?;
+    rows.map(|r| {
+        AgentName::from_stored(&r?)
+            .map_err(|e| StorageError::Database(format!("a bounce row has an invalid sender: {e}")))
+    })
+    .collect()
+}
+
 /// Whether a bounce waits for `sender` for each of `keys`, in order.
 pub(super) fn bounced(
     conn: &Connection,
