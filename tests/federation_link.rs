@@ -41,14 +41,40 @@ async fn receive(
     got
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn mail_accepted_while_the_other_relay_is_down_is_delivered_once_when_it_is_back() {
-    let a = TestRelay::start(|c| c.expiry_interval_secs = 1).await;
-    let b = TestRelay::start(|_| {}).await;
+/// Syncs `agent` until the relay reports a bounce; returns it.
+async fn bounced(agent: &TestAgent, relay: &TestRelay) -> mailslot::protocol::Bounce {
+    let deadline = tokio::time::Instant::now() + EVENT_TIMEOUT * 2;
+    loop {
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "no bounce for {}",
+            agent.name
+        );
+        if let Some(bounce) = agent.sync(relay).await.bounced.first() {
+            return bounce.clone();
+        }
+        // The links and the expiry run in the background; the next sync asks again.
+        tokio::task::yield_now().await;
+    }
+}
+
+/// Two relays (A set up by `a`, B by `b`), alice registered at A and bob at B, and their
+/// full addresses.
+async fn pair(
+    a: impl FnOnce(&mut mailslot::relay::RelayConfig),
+    b: impl FnOnce(&mut mailslot::relay::RelayConfig),
+) -> (TestRelay, TestRelay, TestAgent, TestAgent, Address, Address) {
+    let (a, b) = (TestRelay::start(a).await, TestRelay::start(b).await);
     let (alice, bob) = (TestAgent::new("alice"), TestAgent::new("bob"));
     alice.sync(&a).await;
     bob.sync(&b).await;
     let (alice_at, bob_at) = (at(&alice, &a), at(&bob, &b));
+    (a, b, alice, bob, alice_at, bob_at)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn mail_accepted_while_the_other_relay_is_down_is_delivered_once_when_it_is_back() {
+    let (a, b, alice, bob, alice_at, bob_at) = pair(|c| c.expiry_interval_secs = 1, |_| {}).await;
 
     // The first message, with B up, pins bob@B's keys at alice.
     let first = Message::new(alice_at.clone(), vec![bob_at.clone()], "hello", "0");
@@ -101,16 +127,14 @@ async fn mail_accepted_while_the_other_relay_is_down_is_delivered_once_when_it_i
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn mail_for_a_relay_that_never_comes_back_bounces_after_the_ttl() {
-    let a = TestRelay::start(|c| {
-        c.ttl_secs = 1;
-        c.expiry_interval_secs = 1;
-    })
+    let (a, b, alice, bob, alice_at, bob_at) = pair(
+        |c| {
+            c.ttl_secs = 1;
+            c.expiry_interval_secs = 1;
+        },
+        |_| {},
+    )
     .await;
-    let b = TestRelay::start(|_| {}).await;
-    let (alice, bob) = (TestAgent::new("alice"), TestAgent::new("bob"));
-    alice.sync(&a).await;
-    bob.sync(&b).await;
-    let (alice_at, bob_at) = (at(&alice, &a), at(&bob, &b));
     let first = Message::new(alice_at.clone(), vec![bob_at.clone()], "hello", "0");
     alice.send(&a, first).await;
     receive(&bob, &b, 1).await;
@@ -119,24 +143,12 @@ async fn mail_for_a_relay_that_never_comes_back_bounces_after_the_ttl() {
     let lost = Message::new(alice_at, vec![bob_at.clone()], "lost", "1");
     let report = alice.send(&a, lost.clone()).await;
     assert_eq!(report.sent, [lost.id]);
-    let deadline = tokio::time::Instant::now() + EVENT_TIMEOUT * 2;
-    loop {
-        assert!(
-            tokio::time::Instant::now() < deadline,
-            "no bounce for {}",
-            lost.id
-        );
-        let report = alice.sync(&a).await;
-        if let Some(bounce) = report.bounced.first() {
-            assert_eq!(
-                (bounce.id, &bounce.to),
-                (lost.id, &bob_at),
-                "named per recipient"
-            );
-            break;
-        }
-        tokio::task::yield_now().await;
-    }
+    let bounce = bounced(&alice, &a).await;
+    assert_eq!(
+        (bounce.id, &bounce.to),
+        (lost.id, &bob_at),
+        "named per recipient"
+    );
     a.relay.shutdown().await;
 }
 
@@ -366,12 +378,7 @@ async fn metric_at_least(relay: &TestRelay, prefix: &str, n: u64) {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_dialing_relay_whose_key_changed_is_refused() {
-    let a = TestRelay::start(|c| c.expiry_interval_secs = 1).await;
-    let b = TestRelay::start(|_| {}).await;
-    let (alice, bob) = (TestAgent::new("alice"), TestAgent::new("bob"));
-    alice.sync(&a).await;
-    bob.sync(&b).await;
-    let (alice_at, bob_at) = (at(&alice, &a), at(&bob, &b));
+    let (a, b, alice, bob, alice_at, bob_at) = pair(|c| c.expiry_interval_secs = 1, |_| {}).await;
     let first = Message::new(alice_at.clone(), vec![bob_at.clone()], "hello", "0");
     alice.send(&a, first.clone()).await;
     assert_eq!(
@@ -408,12 +415,7 @@ async fn a_dialing_relay_whose_key_changed_is_refused() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_answering_relay_whose_key_changed_is_refused() {
-    let a = TestRelay::start(|c| c.expiry_interval_secs = 1).await;
-    let b = TestRelay::start(|_| {}).await;
-    let (alice, bob) = (TestAgent::new("alice"), TestAgent::new("bob"));
-    alice.sync(&a).await;
-    bob.sync(&b).await;
-    let (alice_at, bob_at) = (at(&alice, &a), at(&bob, &b));
+    let (a, b, alice, bob, alice_at, bob_at) = pair(|c| c.expiry_interval_secs = 1, |_| {}).await;
     let first = Message::new(alice_at.clone(), vec![bob_at.clone()], "hello", "0");
     alice.send(&a, first.clone()).await;
     assert_eq!(receive(&bob, &b, 1).await, [first.id]);
@@ -449,30 +451,13 @@ async fn a_contact_request_across_relays_approved_by_the_owner_opens_mail_both_w
         c.default_policy = Some(Policy::Contacts);
         c.expiry_interval_secs = 1;
     };
-    let (a, b) = (
-        TestRelay::start(contacts).await,
-        TestRelay::start(contacts).await,
-    );
-    let (alice, bob) = (TestAgent::new("alice"), TestAgent::new("bob"));
-    alice.sync(&a).await;
-    bob.sync(&b).await;
-    let (alice_at, bob_at) = (at(&alice, &a), at(&bob, &b));
+    let (a, b, alice, bob, alice_at, bob_at) = pair(contacts, contacts).await;
 
     // A stranger's mail is refused by B, and the refusal comes back as a bounce.
     let early = Message::new(alice_at.clone(), vec![bob_at.clone()], "hi", "stranger");
     assert_eq!(alice.send(&a, early.clone()).await.sent, [early.id]);
-    let deadline = tokio::time::Instant::now() + EVENT_TIMEOUT * 2;
-    loop {
-        assert!(
-            tokio::time::Instant::now() < deadline,
-            "no bounce for a stranger's mail"
-        );
-        if let Some(b) = alice.sync(&a).await.bounced.first() {
-            assert_eq!((b.id, &b.to), (early.id, &bob_at));
-            break;
-        }
-        tokio::task::yield_now().await;
-    }
+    let bounce = bounced(&alice, &a).await;
+    assert_eq!((bounce.id, &bounce.to), (early.id, &bob_at));
 
     // alice asks bob@B: the code comes back to her, bob sees the request without it.
     let mut alice_conn = alice.connect(&a).await;
@@ -674,12 +659,7 @@ async fn kill_9_of_the_sending_relay_mid_stream_loses_and_doubles_nothing_sent()
 async fn an_owner_blocks_a_whole_relay_and_lifts_the_block() {
     use mailslot::protocol::{ClientFrame, ErrorCode, OwnerAct, Peer};
 
-    let a = TestRelay::start(|c| c.expiry_interval_secs = 1).await;
-    let b = TestRelay::start(|_| {}).await;
-    let (alice, bob) = (TestAgent::new("alice"), TestAgent::new("bob"));
-    alice.sync(&a).await;
-    bob.sync(&b).await;
-    let (alice_at, bob_at) = (at(&alice, &a), at(&bob, &b));
+    let (a, b, alice, bob, alice_at, bob_at) = pair(|c| c.expiry_interval_secs = 1, |_| {}).await;
 
     // bob's owner blocks every agent of A.
     let relay_a = Peer::AnyAt(a.relay.name().clone());
@@ -701,15 +681,8 @@ async fn an_owner_blocks_a_whole_relay_and_lifts_the_block() {
     // Mail from A bounces as refused, and so does a contact request.
     let blocked = Message::new(alice_at.clone(), vec![bob_at.clone()], "hi", "blocked");
     assert_eq!(alice.send(&a, blocked.clone()).await.sent, [blocked.id]);
-    let deadline = tokio::time::Instant::now() + EVENT_TIMEOUT * 2;
-    loop {
-        assert!(tokio::time::Instant::now() < deadline, "no bounce");
-        if let Some(bounce) = alice.sync(&a).await.bounced.first() {
-            assert_eq!((bounce.id, &bounce.to), (blocked.id, &bob_at));
-            break;
-        }
-        tokio::task::yield_now().await;
-    }
+    let bounce = bounced(&alice, &a).await;
+    assert_eq!((bounce.id, &bounce.to), (blocked.id, &bob_at));
     let mut alice_conn = alice.connect(&a).await;
     match alice_conn
         .call(|r| ClientFrame::Connect {
@@ -750,32 +723,23 @@ async fn an_owner_blocks_a_whole_relay_and_lifts_the_block() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_copy_that_expires_at_the_recipients_relay_bounces_to_the_sender_on_its_relay() {
-    let a = TestRelay::start(|_| {}).await;
-    let b = TestRelay::start(|c| {
-        c.ttl_secs = 1;
-        c.expiry_interval_secs = 1;
-    })
+    let (a, b, alice, bob, alice_at, bob_at) = pair(
+        |_| {},
+        |c| {
+            c.ttl_secs = 1;
+            c.expiry_interval_secs = 1;
+        },
+    )
     .await;
-    let (alice, bob) = (TestAgent::new("alice"), TestAgent::new("bob"));
-    alice.sync(&a).await;
-    bob.sync(&b).await;
-    let (alice_at, bob_at) = (at(&alice, &a), at(&bob, &b));
     // bob never comes back for it: B expires it, and tells A.
     let m = Message::new(alice_at, vec![bob_at.clone()], "unread", "x");
     assert_eq!(alice.send(&a, m.clone()).await.sent, [m.id]);
-    let deadline = tokio::time::Instant::now() + EVENT_TIMEOUT * 2;
-    loop {
-        assert!(tokio::time::Instant::now() < deadline, "no bounce from B");
-        if let Some(bounce) = alice.sync(&a).await.bounced.first() {
-            assert_eq!(
-                (bounce.id, &bounce.to),
-                (m.id, &bob_at),
-                "named as B names it"
-            );
-            break;
-        }
-        tokio::task::yield_now().await;
-    }
+    let bounce = bounced(&alice, &a).await;
+    assert_eq!(
+        (bounce.id, &bounce.to),
+        (m.id, &bob_at),
+        "named as B names it"
+    );
     // It expired at B: bob never gets the copy.
     metric_at_least(&b, "mailslot_relay_expired_total ", 1).await;
     let report = bob.sync(&b).await;
