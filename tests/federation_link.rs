@@ -747,3 +747,41 @@ async fn a_copy_that_expires_at_the_recipients_relay_bounces_to_the_sender_on_it
     a.relay.shutdown().await;
     b.relay.shutdown().await;
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_denial_across_relays_withdraws_the_request_at_the_requesters_relay() {
+    use mailslot::protocol::{ClientFrame, OwnerAct, ServerFrame};
+
+    let (a, b, alice, bob, alice_at, bob_at) = pair(|_| {}, |_| {}).await;
+    let mut alice_conn = alice.connect(&a).await;
+    let asked = alice_conn
+        .call(|r| ClientFrame::Connect {
+            reference: r,
+            to: bob_at.clone(),
+            note: String::new(),
+        })
+        .await
+        .unwrap();
+    assert!(matches!(asked, ServerFrame::Requested { .. }), "{asked:?}");
+    assert_eq!(consent_state(&mut alice_conn).await.outgoing.len(), 1);
+
+    let mut bob_conn = bob.connect(&b).await;
+    let owner_signature = bob.owner_signs(&bob_conn, &OwnerAct::Deny(&alice_at));
+    bob_conn
+        .call(|r| ClientFrame::Deny {
+            reference: r,
+            agent: alice_at.clone(),
+            owner_signature,
+        })
+        .await
+        .unwrap();
+    assert!(consent_state(&mut bob_conn).await.incoming.is_empty());
+    assert!(
+        consent_state(&mut alice_conn).await.outgoing.is_empty(),
+        "withdrawn at A too"
+    );
+    alice_conn.close().await;
+    bob_conn.close().await;
+    a.relay.shutdown().await;
+    b.relay.shutdown().await;
+}

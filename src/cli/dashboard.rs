@@ -26,6 +26,7 @@ pub(super) fn run(ctx: &Ctx, listen: SocketAddr, open: bool) -> anyhow::Result<(
             listen,
             paths: ctx.paths.clone(),
             relay,
+            trusted_hosts: ctx.config.trusted_hosts.clone(),
         })
         .await
         .context("starting the dashboard")?;

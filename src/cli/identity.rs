@@ -178,7 +178,11 @@ pub(super) fn rotate_keys(ctx: &Ctx) -> anyhow::Result<()> {
         .worker_threads(1)
         .enable_all()
         .build()?
-        .block_on(crate::mailbox::rotate_keys(agent, url))?;
+        .block_on(crate::mailbox::rotate_keys(
+            agent,
+            url,
+            ctx.config.trusted_hosts.clone(),
+        ))?;
     let announced = rotated
         .announced
         .into_iter()

@@ -25,6 +25,7 @@ use crate::agent::{Agent, AgentError};
 use crate::client::RelayUrl;
 use crate::config::Paths;
 use crate::mailbox::{Mailbox, MailboxError};
+use crate::protocol::RelayName;
 
 /// Why the dashboard could not start.
 #[derive(Debug, thiserror::Error)]
@@ -67,6 +68,8 @@ pub struct DashboardConfig {
     pub paths: Paths,
     /// The relay those agents use.
     pub relay: RelayUrl,
+    /// Other relays reached without TLS (the home's `trusted_hosts`).
+    pub trusted_hosts: Vec<RelayName>,
 }
 
 /// A running dashboard.
@@ -104,7 +107,9 @@ impl Dashboard {
         let mut agents = BTreeMap::new();
         for name in names {
             let (agent, _) = Agent::open_or_create(&config.paths, &name)?;
-            let mailbox = Mailbox::open(agent, config.relay.clone()).await?;
+            let mailbox =
+                Mailbox::open_trusting(agent, config.relay.clone(), config.trusted_hosts.clone())
+                    .await?;
             tokio::spawn(live::forward(mailbox.clone(), live.clone()));
             agents.insert(name, mailbox);
         }

@@ -7,7 +7,9 @@ use super::{ConnectionLock, Mailbox, MailboxError, SendOutcome};
 use crate::agent::Agent;
 use crate::client::{ClientError, Connection, RelayUrl};
 use crate::crypto::{Identity, sign_rotation};
-use crate::protocol::{Address, ErrorCode, Fingerprint, KeyRotation, Message, ValidationError};
+use crate::protocol::{
+    Address, ErrorCode, Fingerprint, KeyRotation, Message, RelayName, ValidationError,
+};
 
 /// What [`rotate_keys`] did.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -21,7 +23,11 @@ pub struct Rotated {
 }
 
 /// Rotates `agent`'s keys at `relay` and announces the new ones to its pinned peers.
-pub async fn rotate_keys(mut agent: Agent, relay: RelayUrl) -> Result<Rotated, MailboxError> {
+pub async fn rotate_keys(
+    mut agent: Agent,
+    relay: RelayUrl,
+    trusted: Vec<RelayName>,
+) -> Result<Rotated, MailboxError> {
     let lock = ConnectionLock::for_agent(&agent.dir);
     let held = lock.try_take()?;
     if held.is_none() {
@@ -33,7 +39,8 @@ pub async fn rotate_keys(mut agent: Agent, relay: RelayUrl) -> Result<Rotated, M
     agent.commit_next_identity(next)?;
     drop(held);
     let new = agent.identity.fingerprint();
-    let mailbox = Mailbox::open(agent, relay).await?;
+    // Peers on other relays are told too, over TLS unless trusted.
+    let mailbox = Mailbox::open_trusting(agent, relay, trusted).await?;
     let announced = mailbox.announce(rotation).await;
     mailbox.close().await;
     Ok(Rotated {

@@ -137,6 +137,13 @@ pub enum LinkRequest {
         /// When the request lapses.
         expires_at: Timestamp,
     },
+    /// `target`'s owner, on the dialing relay, denied `requester`'s request: it is withdrawn.
+    Denied {
+        /// The requester, an agent here.
+        requester: Address,
+        /// The denying agent, `name@<dialing relay>`.
+        target: Address,
+    },
     /// Copies of mail from agents here expired on the dialing relay before their recipients
     /// took them: the senders get bounces, as for their own relay's.
     Bounced {

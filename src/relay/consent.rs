@@ -110,15 +110,28 @@ pub async fn handle<S: Storage>(
                 requester: peer(),
             };
             match state.storage.consent(change).await {
-                Ok(ConsentOutcome::Applied(_)) => {
-                    state.presence.tell(
-                        &peer(),
-                        ConsentEvent::Denied {
-                            by: Address::local(agent.clone()),
-                        },
-                    );
-                    done(reference, format!("denied {requester}'s request"))
-                }
+                Ok(ConsentOutcome::Applied(_)) => match requester.host() {
+                    // Another relay's agent: its relay withdraws the request and tells it.
+                    Some(relay) if state.local_name(&requester).is_none() => {
+                        let told = LinkRequest::Denied {
+                            requester: requester.clone(),
+                            target: Address::remote(agent.clone(), state.name.clone()),
+                        };
+                        if let Err(why) = link::ask(state, relay, told).await {
+                            tracing::info!(%requester, %why, "the requester's relay was not told of the denial; its request lapses there");
+                        }
+                        done(reference, format!("denied {requester}'s request"))
+                    }
+                    _ => {
+                        state.presence.tell(
+                            &peer(),
+                            ConsentEvent::Denied {
+                                by: Address::local(agent.clone()),
+                            },
+                        );
+                        done(reference, format!("denied {requester}'s request"))
+                    }
+                },
                 Ok(_) => error(
                     reference,
                     ErrorCode::BadCode,

@@ -84,7 +84,9 @@ async fn serve<S: Storage>(state: &Arc<RelayState<S>>, socket: &mut WebSocket, r
                             super::bounces::take(&state, &relay, bounces).await
                         }));
                     }
-                    Ok(request @ (LinkRequest::Connect { .. } | LinkRequest::Approved { .. })) => {
+                    Ok(request @ (LinkRequest::Connect { .. }
+                    | LinkRequest::Approved { .. }
+                    | LinkRequest::Denied { .. })) => {
                         sizes.push_back(0);
                         let (state, relay) = (state.clone(), relay.clone());
                         answers.push_back(Box::pin(async move {

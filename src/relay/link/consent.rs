@@ -116,6 +116,34 @@ pub async fn apply<S: Storage>(
                 Err(e) => refused(ErrorCode::Internal, e.to_string()),
             }
         }
+        LinkRequest::Denied { requester, target } => {
+            let (Some(denier), Some(asker)) = (theirs(relay, &target), ours(state, &requester))
+            else {
+                return refused(
+                    ErrorCode::NotAllowed,
+                    format!(
+                        "{relay} denies for {target}, which is not its agent, or {requester}, which is not an agent here"
+                    ),
+                );
+            };
+            let change = ConsentChange::Deny {
+                target: denier,
+                requester: asker.clone(),
+            };
+            match state.storage.consent(change).await {
+                Ok(ConsentOutcome::Applied(_)) => {
+                    state
+                        .presence
+                        .tell(&asker, ConsentEvent::Denied { by: target });
+                    LinkAnswer::Done {}
+                }
+                Ok(_) => refused(
+                    ErrorCode::BadCode,
+                    format!("{requester} has no open request to {target}"),
+                ),
+                Err(e) => refused(ErrorCode::Internal, e.to_string()),
+            }
+        }
         LinkRequest::Hello { .. } | LinkRequest::Ping {} | LinkRequest::Bounced { .. } => {
             refused(ErrorCode::UnexpectedFrame, "not a consent request".into())
         }
