@@ -167,16 +167,7 @@ impl EnvelopeHead<'_> {
     /// buffer as it went. The tests hold it to [`SealedEnvelope::to_bytes`].
     pub fn copy_for(&self, to: &Address) -> Option<Vec<u8>> {
         let key = self.keys.iter().find(|k| &k.to == to)?;
-        Some(self.copy_with(&[key]))
-    }
-
-    fn copy_with(&self, keys: &[&KeyWrapHead<'_>]) -> Vec<u8> {
-        let bulk = self.nonce.len()
-            + self.ciphertext.len()
-            + keys
-                .iter()
-                .map(|k| k.enc.len() + k.key.len() + 64)
-                .sum::<usize>();
+        let bulk = self.nonce.len() + self.ciphertext.len() + key.enc.len() + key.key.len();
         let mut out = Vec::with_capacity(bulk + 256);
         out.extend_from_slice(br#"{"v":"#);
         json(&mut out, &self.v);
@@ -190,21 +181,14 @@ impl EnvelopeHead<'_> {
         text(&mut out, &self.nonce);
         out.extend_from_slice(br#","ciphertext":"#);
         text(&mut out, &self.ciphertext);
-        out.extend_from_slice(br#","keys":["#);
-        for (i, key) in keys.iter().enumerate() {
-            if i > 0 {
-                out.push(b',');
-            }
-            out.extend_from_slice(br#"{"to":"#);
-            json(&mut out, &key.to);
-            out.extend_from_slice(br#","enc":"#);
-            text(&mut out, &key.enc);
-            out.extend_from_slice(br#","key":"#);
-            text(&mut out, &key.key);
-            out.push(b'}');
-        }
-        out.extend_from_slice(b"]}");
-        out
+        out.extend_from_slice(br#","keys":[{"to":"#);
+        json(&mut out, &key.to);
+        out.extend_from_slice(br#","enc":"#);
+        text(&mut out, &key.enc);
+        out.extend_from_slice(br#","key":"#);
+        text(&mut out, &key.key);
+        out.extend_from_slice(b"}]}");
+        Some(out)
     }
 }
 

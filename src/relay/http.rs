@@ -118,13 +118,7 @@ async fn websocket<S: Storage>(
 ) -> Response {
     let done = done.map(|Extension(done)| done).unwrap_or_default();
     // The socket's connection slot was taken when it was accepted (`listener`).
-    let max = state.config.max_frame_bytes();
-    // The default 128 KiB read buffer per socket would cost 1.3 GiB at 10,000 idle agents.
-    upgrade
-        .max_message_size(max)
-        .max_frame_size(max)
-        .read_buffer_size(SOCKET_BUFFER)
-        .write_buffer_size(WRITE_BUFFER)
+    sized(upgrade, &state.config)
         .on_upgrade(move |socket| session::run(state, socket, peer.ip(), done))
 }
 
@@ -134,13 +128,19 @@ async fn link<S: Storage>(
     ConnectInfo(peer): ConnectInfo<SocketAddr>,
     upgrade: WebSocketUpgrade,
 ) -> Response {
-    let max = state.config.max_frame_bytes();
+    sized(upgrade, &state.config)
+        .on_upgrade(move |socket| super::link::answer(state, socket, peer.ip()))
+}
+
+/// A WebSocket upgrade with the relay's frame limit and small buffers: the default 128 KiB
+/// read buffer per socket would cost 1.3 GiB at 10,000 idle agents.
+fn sized(upgrade: WebSocketUpgrade, config: &super::RelayConfig) -> WebSocketUpgrade {
+    let max = config.max_frame_bytes();
     upgrade
         .max_message_size(max)
         .max_frame_size(max)
         .read_buffer_size(SOCKET_BUFFER)
         .write_buffer_size(WRITE_BUFFER)
-        .on_upgrade(move |socket| super::link::answer(state, socket, peer.ip()))
 }
 
 /// A registration over HTTP: the signature over the name and keys proves key possession.

@@ -31,6 +31,15 @@ pub struct RelayLabel {
     pub relay: String,
 }
 
+impl RelayLabel {
+    /// The label of `relay`'s series.
+    pub fn of(relay: &crate::protocol::RelayName) -> Self {
+        Self {
+            relay: relay.to_string(),
+        }
+    }
+}
+
 /// Every metric the relay keeps.
 pub struct Metrics {
     registry: Registry,

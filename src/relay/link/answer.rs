@@ -17,6 +17,7 @@ use axum::extract::ws::{Message, WebSocket};
 use futures_util::StreamExt;
 use futures_util::stream::FuturesOrdered;
 
+use super::super::metrics::RelayLabel;
 use super::super::state::RelayState;
 use super::super::storage::{Accepted, Copy, Quota, Storage};
 use super::peer;
@@ -326,9 +327,7 @@ fn take<S: Storage>(state: &Arc<RelayState<S>>, relay: &RelayName, deliver: Deli
                     state
                         .metrics
                         .link_received
-                        .get_or_create(&super::super::metrics::RelayLabel {
-                            relay: relay.to_string(),
-                        })
+                        .get_or_create(&RelayLabel::of(&relay))
                         .inc_by(n);
                     break;
                 }

@@ -5,7 +5,8 @@
 use super::super::state::RelayState;
 use super::super::storage::{ConsentChange, ConsentOutcome, Storage};
 use crate::protocol::{
-    Address, AgentName, ConsentEvent, ErrorCode, LinkAnswer, LinkRequest, RelayName, validate_note,
+    Address, AgentName, ConsentEvent, ErrorCode, LinkAnswer, LinkRequest, RelayName, RequestCode,
+    validate_note,
 };
 
 /// Applies a `connect` or `approved` from `relay`.
@@ -85,68 +86,67 @@ pub async fn apply<S: Storage>(
             requester,
             target,
             code,
-        } => {
-            let (Some(approver), Some(asker)) = (theirs(relay, &target), ours(state, &requester))
-            else {
-                return refused(
-                    ErrorCode::NotAllowed,
-                    format!(
-                        "{relay} approves for {target}, which is not its agent, or {requester}, which is not an agent here"
-                    ),
-                );
-            };
-            // The request must be open here with that code: a relay cannot make contacts
-            // nobody asked for.
-            let change = ConsentChange::Approve {
-                target: approver,
-                requester: asker.clone(),
-                code,
-            };
-            match state.storage.consent(change).await {
-                Ok(ConsentOutcome::Applied(_)) => {
-                    state
-                        .presence
-                        .tell(&asker, ConsentEvent::Approved { by: target });
-                    LinkAnswer::Done {}
-                }
-                Ok(_) => refused(
-                    ErrorCode::BadCode,
-                    format!("{requester} has no open request to {target} with that code"),
-                ),
-                Err(e) => refused(ErrorCode::Internal, e.to_string()),
-            }
-        }
+        } => settle(state, relay, requester, target, Some(code)).await,
         LinkRequest::Denied { requester, target } => {
-            let (Some(denier), Some(asker)) = (theirs(relay, &target), ours(state, &requester))
-            else {
-                return refused(
-                    ErrorCode::NotAllowed,
-                    format!(
-                        "{relay} denies for {target}, which is not its agent, or {requester}, which is not an agent here"
-                    ),
-                );
-            };
-            let change = ConsentChange::Deny {
-                target: denier,
-                requester: asker.clone(),
-            };
-            match state.storage.consent(change).await {
-                Ok(ConsentOutcome::Applied(_)) => {
-                    state
-                        .presence
-                        .tell(&asker, ConsentEvent::Denied { by: target });
-                    LinkAnswer::Done {}
-                }
-                Ok(_) => refused(
-                    ErrorCode::BadCode,
-                    format!("{requester} has no open request to {target}"),
-                ),
-                Err(e) => refused(ErrorCode::Internal, e.to_string()),
-            }
+            settle(state, relay, requester, target, None).await
         }
         LinkRequest::Hello { .. } | LinkRequest::Ping {} | LinkRequest::Bounced { .. } => {
             refused(ErrorCode::UnexpectedFrame, "not a consent request".into())
         }
+    }
+}
+
+/// `target`'s answer to `requester`'s request here, from `target`'s relay: an approval with
+/// the request's `code`, or (`None`) a denial. It applies only to a request open here, so a
+/// relay can neither make contacts nobody asked for nor speak for another relay's agents.
+async fn settle<S: Storage>(
+    state: &RelayState<S>,
+    relay: &RelayName,
+    requester: Address,
+    target: Address,
+    code: Option<RequestCode>,
+) -> LinkAnswer {
+    let refused = |code, message: String| LinkAnswer::Refused { code, message };
+    let (Some(answerer), Some(asker)) = (theirs(relay, &target), ours(state, &requester)) else {
+        return refused(
+            ErrorCode::NotAllowed,
+            format!(
+                "{relay} answers for {target}, which is not its agent, or {requester}, which is not an agent here"
+            ),
+        );
+    };
+    let with_code = if code.is_some() {
+        " with that code"
+    } else {
+        ""
+    };
+    let (change, event) = match code {
+        Some(code) => (
+            ConsentChange::Approve {
+                target: answerer,
+                requester: asker.clone(),
+                code,
+            },
+            ConsentEvent::Approved { by: target.clone() },
+        ),
+        None => (
+            ConsentChange::Deny {
+                target: answerer,
+                requester: asker.clone(),
+            },
+            ConsentEvent::Denied { by: target.clone() },
+        ),
+    };
+    match state.storage.consent(change).await {
+        Ok(ConsentOutcome::Applied(_)) => {
+            state.presence.tell(&asker, event);
+            LinkAnswer::Done {}
+        }
+        Ok(_) => refused(
+            ErrorCode::BadCode,
+            format!("{requester} has no open request to {target}{with_code}"),
+        ),
+        Err(e) => refused(ErrorCode::Internal, e.to_string()),
     }
 }
 

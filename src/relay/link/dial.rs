@@ -18,6 +18,7 @@ use tokio_tungstenite::tungstenite::protocol::WebSocketConfig;
 use tokio_tungstenite::{Connector, MaybeTlsStream, WebSocketStream};
 
 use super::super::bounce;
+use super::super::metrics::RelayLabel;
 use super::super::state::RelayState;
 use super::super::storage::{AckOutcome, Epoch, Queued, Storage, StorageError};
 use super::peer::{self, PeerError};
@@ -25,7 +26,7 @@ use crate::crypto::sign::Domain;
 use crate::crypto::verify_link;
 use crate::protocol::{
     Address, AgentName, Bounce, EnvelopeHead, LINK_PATH, LINK_VERSION, LINK_WINDOW, LinkAnswer,
-    LinkRequest, MessageId, RelayEndpoint, RelayName, Seq, deliver_frame, link_payload,
+    LinkRequest, MessageId, Refusal, RelayEndpoint, RelayName, Seq, deliver_frame, link_payload,
 };
 
 /// How often the supervisor looks for relay mailboxes with mail that no link here serves
@@ -87,7 +88,6 @@ async fn run<S: Storage>(state: Arc<RelayState<S>>, relay: RelayName, notify: Ar
     let Some(mailbox) = AgentName::relay_mailbox(&relay) else {
         return;
     };
-    let label = relay.to_string();
     let mut backoff = FIRST_BACKOFF;
     let max_backoff = Duration::from_secs(state.config.expiry_interval_secs.clamp(1, 60));
     loop {
@@ -126,7 +126,7 @@ async fn run<S: Storage>(state: Arc<RelayState<S>>, relay: RelayName, notify: Ar
                 state
                     .metrics
                     .link_failures
-                    .get_or_create(&label_of(&label))
+                    .get_or_create(&RelayLabel::of(&relay))
                     .inc();
                 if matches!(e, LinkError::Peer(PeerError::KeyChanged { .. })) {
                     tracing::error!(%relay, error = %e, "refusing a relay whose key changed");
@@ -143,12 +143,6 @@ async fn run<S: Storage>(state: Arc<RelayState<S>>, relay: RelayName, notify: Ar
             _ = tokio::time::sleep(wait) => {}
             () = super::stopped(&mut shutdown) => return,
         }
-    }
-}
-
-fn label_of(relay: &str) -> super::super::metrics::RelayLabel {
-    super::super::metrics::RelayLabel {
-        relay: relay.to_owned(),
     }
 }
 
@@ -261,15 +255,6 @@ pub async fn ask<S: Storage>(
     answer
 }
 
-/// A delivery sent and not answered yet.
-struct InFlight {
-    seq: Seq,
-    bytes: usize,
-    id: MessageId,
-    sender: AgentName,
-    recipients: Vec<Address>,
-}
-
 /// Sends the mailbox's copies a window ahead of the answers and acknowledges each answered
 /// one. Returns when nothing was sent or answered for [`IDLE`].
 async fn stream<S: Storage>(
@@ -281,8 +266,10 @@ async fn stream<S: Storage>(
     ws: &mut Socket,
 ) -> Result<(), LinkError> {
     let within = state.config.link_timeout();
-    let label = label_of(relay.as_str());
-    let mut in_flight: VecDeque<InFlight> = VecDeque::new();
+    let label = RelayLabel::of(relay);
+    // Deliveries sent and not answered yet, kept whole (within the budget below): a copy's
+    // head is read only to bounce it.
+    let mut in_flight: VecDeque<Queued> = VecDeque::new();
     let mut last_sent: Seq = 0;
     let mut more = true;
     let mut counted = tokio::time::Instant::now();
@@ -310,19 +297,12 @@ async fn stream<S: Storage>(
                 64
             };
             for queued in read {
-                let (id, sender, recipients) = read_head(&queued)?;
                 in_flight_bytes += queued.envelope.len();
                 ws.feed(WsMessage::text(deliver_frame(queued.seq, &queued.envelope)))
                     .await
                     .map_err(|e| LinkError::Broken(format!("sending to {relay}: {e}")))?;
                 last_sent = queued.seq;
-                in_flight.push_back(InFlight {
-                    seq: queued.seq,
-                    bytes: queued.envelope.len(),
-                    id,
-                    sender,
-                    recipients,
-                });
+                in_flight.push_back(queued);
             }
             ws.flush()
                 .await
@@ -356,41 +336,14 @@ async fn stream<S: Storage>(
                             "{relay} answered delivery {seq} out of order"
                         )));
                     };
-                    in_flight_bytes -= front.bytes;
+                    in_flight_bytes -= front.envelope.len();
                     progress = tokio::time::Instant::now();
-                    let refused: Vec<_> = refused
-                        .into_iter()
-                        .filter(|r| front.recipients.contains(&r.to))
-                        .collect();
-                    let taken = front.recipients.len() - refused.len();
-                    state
-                        .metrics
-                        .link_delivered
-                        .get_or_create(&label)
-                        .inc_by(taken as u64);
-                    if !refused.is_empty() {
-                        tracing::info!(%relay, id = %front.id, refused = ?refused, "the other relay refused recipients; bouncing them");
-                        let now = jiff::Timestamp::now();
-                        let bounces = refused
-                            .into_iter()
-                            .map(|r| Bounce {
-                                id: front.id,
-                                to: r.to,
-                                expired_at: now,
-                            })
-                            .collect::<Vec<_>>();
-                        state
-                            .metrics
-                            .link_bounced
-                            .get_or_create(&label)
-                            .inc_by(bounces.len() as u64);
-                        // Recorded before the ack: a crash between the two sends the copy
-                        // again, and the same bounce is recorded once.
-                        state
-                            .storage
-                            .record_bounces(front.sender.clone(), bounces)
-                            .await?;
-                        bounce::announce(state, [front.sender]);
+                    // A copy for another relay names one recipient (each has its own), so
+                    // one without refusals is one delivery.
+                    if refused.is_empty() {
+                        state.metrics.link_delivered.get_or_create(&label).inc();
+                    } else {
+                        bounce_refused(state, relay, &front, refused).await?;
                     }
                     answered = Some(seq);
                 }
@@ -442,9 +395,56 @@ async fn count_queued<S: Storage>(
     state
         .metrics
         .link_queued
-        .get_or_create(&label_of(relay.as_str()))
+        .get_or_create(&RelayLabel::of(relay))
         .set(i64::try_from(waiting).unwrap_or(i64::MAX));
     Ok(waiting)
+}
+
+/// Counts a copy the other relay answered with refusals, and bounces its refused recipients
+/// to the sender, before the copy is acknowledged: a crash between the two sends it again,
+/// and the same bounce is recorded once.
+async fn bounce_refused<S: Storage>(
+    state: &RelayState<S>,
+    relay: &RelayName,
+    copy: &Queued,
+    refused: Vec<Refusal>,
+) -> Result<(), LinkError> {
+    let (id, sender, recipients) = read_head(copy)?;
+    let refused: Vec<_> = refused
+        .into_iter()
+        .filter(|r| recipients.contains(&r.to))
+        .collect();
+    let label = RelayLabel::of(relay);
+    let taken = recipients.len() - refused.len();
+    state
+        .metrics
+        .link_delivered
+        .get_or_create(&label)
+        .inc_by(taken as u64);
+    if refused.is_empty() {
+        return Ok(());
+    }
+    tracing::info!(%relay, %id, refused = ?refused, "the other relay refused recipients; bouncing them");
+    let now = jiff::Timestamp::now();
+    let bounces: Vec<Bounce> = refused
+        .into_iter()
+        .map(|r| Bounce {
+            id,
+            to: r.to,
+            expired_at: now,
+        })
+        .collect();
+    state
+        .metrics
+        .link_bounced
+        .get_or_create(&label)
+        .inc_by(bounces.len() as u64);
+    state
+        .storage
+        .record_bounces(sender.clone(), bounces)
+        .await?;
+    bounce::announce(state, [sender]);
+    Ok(())
 }
 
 /// The id, sender and recipients of a stored copy.

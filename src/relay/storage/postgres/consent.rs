@@ -30,8 +30,9 @@ impl Rule {
     }
 }
 
-/// How `owner` relates to `peer`: its own row, else a block of `peer`'s whole relay.
-async fn relation_or_relay(
+/// How `owner` relates to `peer`: its own row, else a block of `peer`'s whole relay (which
+/// is only ever a block, so "contact" is the peer's own row).
+async fn relation(
     tx: &impl GenericClient,
     owner: &AgentName,
     peer: &AgentName,
@@ -41,21 +42,6 @@ async fn relation_or_relay(
             "SELECT kind FROM relations WHERE owner = $1
                  AND peer IN ($2, '*@' || split_part($2, '@', 2))
              ORDER BY peer = $2 DESC LIMIT 1",
-            &[&owner.as_str(), &peer.as_str()],
-        )
-        .await?
-        .map(|row| row.try_get(0))
-        .transpose()?)
-}
-
-async fn relation(
-    tx: &impl GenericClient,
-    owner: &AgentName,
-    peer: &AgentName,
-) -> Result<Option<String>, StorageError> {
-    Ok(tx
-        .query_opt(
-            "SELECT kind FROM relations WHERE owner = $1 AND peer = $2",
             &[&owner.as_str(), &peer.as_str()],
         )
         .await?
@@ -106,7 +92,7 @@ pub(super) async fn consent(
                 Some(row) => row.try_get(0)?,
                 None => None,
             };
-            if relation_or_relay(&tx, to, from).await?.as_deref() == Some("blocked")
+            if relation(&tx, to, from).await?.as_deref() == Some("blocked")
                 || policy.as_deref() == Some("closed")
             {
                 return Ok(ConsentOutcome::NotAllowed);

@@ -208,8 +208,9 @@ impl Rule {
     }
 }
 
-/// How `owner` relates to `peer`: its own row, else a block of `peer`'s whole relay.
-fn relation_or_relay(
+/// How `owner` relates to `peer`: its own row, else a block of `peer`'s whole relay (which
+/// is only ever a block, so "contact" is the peer's own row).
+fn relation(
     tx: &rusqlite::Transaction<'_>,
     owner: &AgentName,
     peer: &AgentName,
@@ -219,20 +220,6 @@ fn relation_or_relay(
             "SELECT kind FROM relations WHERE owner = ?1
                  AND peer IN (?2, '*@' || substr(?2, instr(?2, '@') + 1))
              ORDER BY peer = ?2 DESC LIMIT 1",
-            [owner.as_str(), peer.as_str()],
-            |r| r.get(0),
-        )
-        .optional()?)
-}
-
-fn relation(
-    tx: &rusqlite::Transaction<'_>,
-    owner: &AgentName,
-    peer: &AgentName,
-) -> Result<Option<String>, StorageError> {
-    Ok(tx
-        .query_row(
-            "SELECT kind FROM relations WHERE owner = ?1 AND peer = ?2",
             [owner.as_str(), peer.as_str()],
             |r| r.get(0),
         )
@@ -273,7 +260,7 @@ pub(super) fn consent(
                 )
                 .optional()?
                 .flatten();
-            if relation_or_relay(tx, to, from)?.as_deref() == Some("blocked")
+            if relation(tx, to, from)?.as_deref() == Some("blocked")
                 || policy.as_deref() == Some("closed")
             {
                 return Ok(ConsentOutcome::NotAllowed);
