@@ -226,7 +226,7 @@ async fn a_relay_delivering_mail_from_another_relays_sender_is_refused() {
         )
         .unwrap()
         .remove(0);
-        ws.send(Ws::text(deliver_frame(seq, &sealed.to_bytes())))
+        ws.send(Ws::text(deliver_frame(seq, &sealed.to_bytes()).unwrap()))
             .await
             .unwrap();
         let Some(Ok(Ws::Text(text))) = ws.next().await else {

@@ -115,6 +115,10 @@ pub struct RelayBenchArgs {
     /// on one relay, in the same run; needs an even --agents
     #[arg(long, conflicts_with_all = ["url", "nodes", "db", "postgres", "backlog", "idle"])]
     pub federated: bool,
+    /// With --federated: flat-out rounds, one relay then two in each; the share reported is
+    /// the median of the rounds' (a shared machine's noise moves single runs by a third)
+    #[arg(long, default_value_t = 3, requires = "federated", value_parser = clap::value_parser!(u32).range(1..=20))]
+    pub rounds: u32,
 }
 
 /// Options for `bench store`.

@@ -483,6 +483,7 @@ pub(super) fn run(args: &RelayBenchArgs) -> anyhow::Result<Vec<Summary>> {
             backend,
             postgres,
             tag: run_tag()?,
+            flows: Default::default(),
         };
         if args.federated {
             return run.federated().await;
@@ -531,12 +532,14 @@ struct Run<'a> {
     postgres: Option<ServerCpu>,
     /// See [`run_tag`].
     tag: String,
+    /// Flows run so far: each one's agents are new, named after its number.
+    flows: std::sync::atomic::AtomicU32,
 }
 
 impl Run<'_> {
     /// The same ring on one relay and on two federated relays, one right after the other:
-    /// flat out, then (with `--paced-rate`) paced; each time the federated throughput as a
-    /// share of the one relay's. Agents alternate between the federated relays, so each
+    /// flat out (`--rounds` times), then (with `--paced-rate`) paced; each time the federated
+    /// throughput as a share of the one relay's, and the median share of the rounds. Agents alternate between the federated relays, so each
     /// relay both sends over its link and takes the other's.
     async fn federated(&self) -> anyhow::Result<Vec<Summary>> {
         if !self.args.agents.is_multiple_of(2) {
@@ -547,21 +550,39 @@ impl Run<'_> {
         }
         let one = Relays::start(1, &Backend::Sqlite)?;
         let two = Relays::federated()?;
-        let mut phases = vec![(self.args.rate, "flat out".to_owned())];
+        let rounds = self.args.rounds as usize;
+        let mut phases = vec![(self.args.rate, "flat out".to_owned(), rounds)];
         if let Some(rate) = self.args.paced_rate {
-            phases.push((Some(rate), format!("paced at {rate}/s")));
+            phases.push((Some(rate), format!("paced at {rate}/s"), 1));
         }
         let mut rows = Vec::new();
-        for (rate, label) in phases {
-            let single = self.flow(&one, rate, &label).await?;
-            let federated = self.flow(&two, rate, &label).await?;
-            let share = federated[0].ops_per_sec / single[0].ops_per_sec * 100.0;
-            eprintln!("{label}: federated {share:.0} % of one relay's delivered+acked/s");
-            rows.extend(single);
-            rows.extend(federated);
+        for (rate, label, rounds) in phases {
+            let mut shares = Vec::with_capacity(rounds);
+            for round in 1..=rounds {
+                // Each round's agents are new (named after its label).
+                let label = match rounds {
+                    1 => label.clone(),
+                    _ => format!("{label}, round {round} of {rounds}"),
+                };
+                let single = self.flow(&one, rate, &label).await?;
+                let federated = self.flow(&two, rate, &label).await?;
+                let share = federated[0].ops_per_sec / single[0].ops_per_sec * 100.0;
+                eprintln!("{label}: federated {share:.0} % of one relay's delivered+acked/s");
+                rows.extend(single);
+                rows.extend(federated);
+                shares.push(share);
+            }
+            shares.sort_by(f64::total_cmp);
+            let median = shares[shares.len() / 2];
+            let (low, high) = (shares[0], shares[shares.len() - 1]);
+            eprintln!(
+                "{label}: federated {median:.0} % of one relay's delivered+acked/s (median of {rounds}; {low:.0}–{high:.0} %)"
+            );
             rows.push(figure(
-                format!("{label}: federated delivered+acked/s, % of one relay's (in ops/s)"),
-                share,
+                format!(
+                    "{label}: federated delivered+acked/s, % of one relay's, median of {rounds} (in ops/s)"
+                ),
+                median,
             ));
         }
         Ok(rows)
@@ -577,7 +598,10 @@ impl Run<'_> {
         let args = self.args;
         let n = args.agents as usize;
         let per_agent = (args.messages as usize).div_ceil(n);
-        let ring = agents(n, &format!("ring{}-{}-", label.len(), self.tag))?;
+        let flow = self
+            .flows
+            .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        let ring = agents(n, &format!("ring{flow}-{}-", self.tag))?;
         eprintln!("sealing {} messages of {} bytes…", per_agent * n, args.size);
         let mut outgoing = Vec::with_capacity(n);
         for (i, a) in ring.iter().enumerate() {

@@ -18,6 +18,7 @@ mod metrics;
 mod migrate;
 mod online;
 mod presence;
+mod pushes;
 mod registration;
 mod retire;
 mod rotate;
@@ -178,8 +179,7 @@ impl Relay {
         // holds the storage: the storage would never be dropped, nor its files closed).
         let (presence, links) = (state.presence.clone(), state.links.clone());
         state.storage.on_commit(Box::new(move |committed| {
-            links.announce(&committed);
-            presence.announce(committed);
+            presence.announce(links.announce(committed));
         }));
         let large_frames = state.receive_budget.frames_at_once();
         let task = tokio::spawn(serve(state, listener, shutdown_rx));

@@ -17,12 +17,13 @@ use super::accept::{self, QueuedSend, SendFrame};
 use super::auth::{authenticate, welcome};
 use super::inbound::FrameDone;
 use super::presence::{Attached, Kick};
+use super::pushes::{self, Pushed, Step};
 use super::state::RelayState;
 use super::storage::{AckOutcome, Committed, Epoch, Storage};
-use super::wire::{
-    Bounds, Ending, Outgoing, close, deliver_frame, error_frame, is_too_large, refuse,
+use super::wire::{Bounds, Ending, Outgoing, close, error_frame, is_too_large, refuse};
+use crate::protocol::{
+    AgentName, ClientFrame, ErrorCode, PROTOCOL_VERSION, Seq, ServerFrame, deliver_frame,
 };
-use crate::protocol::{AgentName, ClientFrame, ErrorCode, PROTOCOL_VERSION, Seq, ServerFrame};
 
 /// Deliveries sent and not yet acknowledged, at most.
 const WINDOW: u64 = 1024;
@@ -300,11 +301,6 @@ async fn serve<S: Storage>(
         if d.fenced {
             return Some(kicked(agent, Some(Kick::Replaced)));
         }
-        // Pushed mail was dropped: forget what is queued and read from the database instead.
-        if attached.missed.take() {
-            attached.pushes.clear();
-            d.need_fetch = true;
-        }
         // Deliveries wait while half the connection's byte bound waits for the client.
         if d.need_fetch && d.in_flight < WINDOW && out.has_room() {
             if let Err(ending) = deliver(state, out, agent, &mut d).await {
@@ -323,13 +319,16 @@ async fn serve<S: Storage>(
                 return Some(kicked(agent, kick.ok()));
             }
             _ = out.stalled() => return Some(stalled(state)),
-            _ = attached.missed.notified(), if !d.need_fetch => {}
             _ = out.drained(), if !out.has_room() => {}
-            Some(copy) = attached.pushes.recv(), if !d.need_fetch && d.in_flight < WINDOW && out.has_room() => {
-                if let Err(ending) = push(state, out, agent, &mut d, copy) {
-                    return Some(ending);
+            Some(pushed) = attached.pushes.recv(), if !d.need_fetch && d.in_flight < WINDOW && out.has_room() => match pushed {
+                Pushed::Copy(copy) => {
+                    if let Err(ending) = push(state, out, agent, &mut d, copy) {
+                        return Some(ending);
+                    }
                 }
-            }
+                // Pushed mail was dropped: read the database instead.
+                Pushed::Missed => d.need_fetch = true,
+            },
             Some((reference, id, outcome)) = sends.next(), if !sends.is_empty() => {
                 if !out.frame(&accept::answer(state, agent, reference, id, outcome)) {
                     return Some(gone(out));
@@ -399,7 +398,7 @@ fn push<S: Storage>(
     d: &mut Delivery,
     copy: Committed,
 ) -> Result<(), Ending> {
-    match next_step(&copy, d.last_sent) {
+    match pushes::step(&copy, d.last_sent) {
         Step::Skip => return Ok(()),
         Step::Read => {
             d.need_fetch = true;
@@ -424,27 +423,6 @@ fn push<S: Storage>(
         .delivery_latency
         .observe((now - copy.accepted_at_ms).max(0) as f64 / 1000.0);
     Ok(())
-}
-
-/// What a session does with a pushed copy.
-#[derive(Debug, PartialEq, Eq)]
-enum Step {
-    /// Delivered already (by a read of the queue).
-    Skip,
-    /// Next in order: deliver it.
-    Deliver,
-    /// A copy before it is not delivered yet: read the queue from the last delivery.
-    Read,
-}
-
-fn next_step(copy: &Committed, last_sent: Seq) -> Step {
-    if copy.seq <= last_sent {
-        Step::Skip
-    } else if copy.prev.is_some_and(|prev| prev > last_sent) {
-        Step::Read
-    } else {
-        Step::Deliver
-    }
 }
 
 /// Queues the next stored envelopes that fit in the connection's room, and `caught_up` once
@@ -705,27 +683,6 @@ mod tests {
     use crate::relay::{Relay, RelayConfig};
 
     const TIMEOUT: Duration = Duration::from_secs(20);
-
-    #[test]
-    fn a_push_past_an_undelivered_copy_reads_the_queue_instead() {
-        let copy = |seq, prev| Committed {
-            recipient: AgentName::new("bob").unwrap(),
-            seq,
-            envelope: Arc::from(&b"{}"[..]),
-            accepted_at_ms: 0,
-            prev,
-        };
-        assert_eq!(next_step(&copy(5, Some(4)), 5), Step::Skip, "delivered");
-        assert_eq!(next_step(&copy(6, Some(5)), 5), Step::Deliver, "next");
-        // 6 was committed by another node and its wake is still on the way: delivering 7 and
-        // taking its ack would delete 6 unseen.
-        assert_eq!(next_step(&copy(7, Some(6)), 5), Step::Read, "a gap");
-        assert_eq!(
-            next_step(&copy(9, None), 5),
-            Step::Deliver,
-            "relay-wide numbers"
-        );
-    }
 
     /// How long an ack is held when nothing reads the queue meanwhile (the fixed relay).
     const HOLD: Duration = Duration::from_millis(300);

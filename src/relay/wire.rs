@@ -4,7 +4,6 @@
 //! bounded, deliveries pause while half of that waits, and a writer that makes no progress for
 //! the write deadline ends the connection, whatever the client still sends (pings included).
 
-use std::fmt::Write;
 use std::future::Future;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
@@ -18,7 +17,7 @@ use tokio::task::JoinHandle;
 use tokio::time::{Instant, timeout, timeout_at};
 use tokio_util::sync::CancellationToken;
 
-use crate::protocol::{ErrorCode, Seq, ServerFrame};
+use crate::protocol::{ErrorCode, ServerFrame};
 
 /// WebSocket close codes (4000–4999 are for applications).
 pub mod close {
@@ -64,17 +63,6 @@ pub fn error_frame(
         message: message.into(),
         retry_after_ms: retry.map(|d| d.as_millis() as u64),
     }
-}
-
-/// Writes a delivery without re-parsing the stored envelope: the relay never decodes mail.
-pub fn deliver_frame(seq: Seq, envelope: &[u8]) -> Option<String> {
-    let envelope = std::str::from_utf8(envelope).ok()?;
-    // Sized once: one delivery is one allocation and one copy of the envelope.
-    let mut frame = String::with_capacity(envelope.len() + 64);
-    write!(frame, r#"{{"type":"deliver","seq":{seq},"envelope":"#).ok()?;
-    frame.push_str(envelope);
-    frame.push('}');
-    Some(frame)
 }
 
 fn text(frame: &ServerFrame) -> Message {
@@ -322,38 +310,4 @@ pub fn is_too_large(e: axum::Error) -> bool {
     e.into_inner()
         .downcast_ref::<Error>()
         .is_some_and(|e| matches!(e, Error::Capacity(_)))
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn spliced_deliveries_parse_as_frames() {
-        let alice = crate::crypto::Identity::generate();
-        let bob = crate::crypto::Identity::generate();
-        let to = crate::protocol::Address::parse("bob").unwrap();
-        let m = crate::protocol::Message::new(
-            crate::protocol::Address::parse("alice").unwrap(),
-            vec![to.clone()],
-            "s",
-            "b",
-        );
-        let env = crate::crypto::seal(
-            &m,
-            &alice,
-            &[(to, bob.public().clone())],
-            &Default::default(),
-        )
-        .unwrap()
-        .remove(0);
-        let text = deliver_frame(42, &env.to_bytes()).unwrap();
-        assert_eq!(
-            serde_json::from_str::<ServerFrame>(&text).unwrap(),
-            ServerFrame::Deliver {
-                seq: 42,
-                envelope: env
-            }
-        );
-    }
 }

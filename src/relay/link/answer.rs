@@ -14,8 +14,8 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use axum::extract::ws::{Message, WebSocket};
-use futures_util::StreamExt;
 use futures_util::stream::FuturesOrdered;
+use futures_util::{FutureExt, SinkExt, StreamExt};
 
 use super::super::metrics::RelayLabel;
 use super::super::state::RelayState;
@@ -54,9 +54,10 @@ async fn serve<S: Storage>(state: &Arc<RelayState<S>>, socket: &mut WebSocket, r
     // The bytes of the deliveries whose answers are pending, in order: reading stops while
     // they are over the relay's outgoing budget, so a link holds a bounded amount of mail.
     let mut sizes = std::collections::VecDeque::new();
+    let mut held = 0usize;
     let budget = state.config.outgoing_bytes();
     loop {
-        let room = answers.len() < 2 * LINK_WINDOW && sizes.iter().sum::<usize>() < budget;
+        let room = answers.len() < 2 * LINK_WINDOW && held < budget;
         tokio::select! {
             frame = tokio::time::timeout(idle, socket.recv()), if room => {
                 let text = match frame {
@@ -70,6 +71,7 @@ async fn serve<S: Storage>(state: &Arc<RelayState<S>>, socket: &mut WebSocket, r
                 };
                 if let Some(deliver) = Deliver::read(&text) {
                     sizes.push_back(text.len());
+                    held += text.len();
                     answers.push_back(take(state, relay, deliver));
                     continue;
                 }
@@ -102,8 +104,16 @@ async fn serve<S: Storage>(state: &Arc<RelayState<S>>, socket: &mut WebSocket, r
                 }
             }
             Some(answer) = answers.next() => {
-                sizes.pop_front();
-                if say(socket, &answer).await.is_err() {
+                held -= sizes.pop_front().unwrap_or(0);
+                let mut sent = socket.feed(text_of(&answer)).await;
+                // Every answer already ready goes out with this one, in one write.
+                while sent.is_ok()
+                    && let Some(answer) = answers.next().now_or_never().flatten()
+                {
+                    held -= sizes.pop_front().unwrap_or(0);
+                    sent = socket.feed(text_of(&answer)).await;
+                }
+                if sent.is_err() || socket.flush().await.is_err() {
                     break;
                 }
             }
@@ -364,6 +374,13 @@ fn refused_all(seq: Seq, refused: Vec<Refusal>, why: String) -> Answer {
 }
 
 async fn say(socket: &mut WebSocket, answer: &LinkAnswer) -> Result<(), axum::Error> {
-    let text = serde_json::to_string(answer).expect("link frames serialize");
-    socket.send(Message::Text(text.into())).await
+    socket.send(text_of(answer)).await
+}
+
+fn text_of(answer: &LinkAnswer) -> Message {
+    Message::Text(
+        serde_json::to_string(answer)
+            .expect("link frames serialize")
+            .into(),
+    )
 }

@@ -12,13 +12,13 @@ use std::time::Duration;
 
 use futures_util::{FutureExt, SinkExt, StreamExt};
 use tokio::net::TcpStream;
-use tokio::sync::Notify;
 use tokio_tungstenite::tungstenite::Message as WsMessage;
 use tokio_tungstenite::tungstenite::protocol::WebSocketConfig;
 use tokio_tungstenite::{Connector, MaybeTlsStream, WebSocketStream};
 
 use super::super::bounce;
 use super::super::metrics::RelayLabel;
+use super::super::pushes::{self, Pushed, Pushes, Step};
 use super::super::state::RelayState;
 use super::super::storage::{AckOutcome, Epoch, Queued, Storage, StorageError};
 use super::peer::{self, PeerError};
@@ -56,8 +56,8 @@ pub async fn supervise<S: Storage>(state: Arc<RelayState<S>>) {
                 links.shutdown().await;
                 return;
             }
-            Some((relay, notify)) = starts.recv() => {
-                links.spawn(run(state.clone(), relay, notify));
+            Some((relay, pushes)) = starts.recv() => {
+                links.spawn(run(state.clone(), relay, pushes));
             }
             Some(_) = links.join_next() => {}
             _ = rescan.tick() => match state.storage.relay_mailboxes().await {
@@ -84,7 +84,7 @@ enum LinkError {
 }
 
 /// One link: delivers until the mailbox is empty, then ends (the next copy starts another).
-async fn run<S: Storage>(state: Arc<RelayState<S>>, relay: RelayName, notify: Arc<Notify>) {
+async fn run<S: Storage>(state: Arc<RelayState<S>>, relay: RelayName, mut pushes: Pushes) {
     let Some(mailbox) = AgentName::relay_mailbox(&relay) else {
         return;
     };
@@ -95,7 +95,7 @@ async fn run<S: Storage>(state: Arc<RelayState<S>>, relay: RelayName, notify: Ar
             return;
         }
         let outcome = match state.storage.claim(mailbox.clone()).await {
-            Ok(epoch) => deliver(&state, &relay, &mailbox, epoch, &notify).await,
+            Ok(epoch) => deliver(&state, &relay, &mailbox, epoch, &mut pushes).await,
             Err(e) => Err(LinkError::Storage(e)),
         };
         let wait = match outcome {
@@ -106,7 +106,7 @@ async fn run<S: Storage>(state: Arc<RelayState<S>>, relay: RelayName, notify: Ar
             Ok(false) => {
                 // Empty: end, then look once more, so a copy committed in between (whose
                 // wake reached this task) is not left without a link.
-                state.links.ended(&relay, &notify);
+                state.links.ended(&relay, &pushes);
                 if let Ok(waiting) = state.storage.pending(mailbox.clone(), 0, 1).await
                     && !waiting.is_empty()
                 {
@@ -115,7 +115,7 @@ async fn run<S: Storage>(state: Arc<RelayState<S>>, relay: RelayName, notify: Ar
                 return;
             }
             Err(LinkError::Fenced) => {
-                state.links.ended(&relay, &notify);
+                state.links.ended(&relay, &pushes);
                 return;
             }
             Err(LinkError::Later(why, wait)) => {
@@ -153,7 +153,7 @@ async fn deliver<S: Storage>(
     relay: &RelayName,
     mailbox: &AgentName,
     epoch: Epoch,
-    notify: &Notify,
+    pushes: &mut Pushes,
 ) -> Result<bool, LinkError> {
     expire(state, relay, mailbox, epoch).await?;
     if count_queued(state, relay, mailbox).await? == 0 {
@@ -162,7 +162,7 @@ async fn deliver<S: Storage>(
     let key = peer::pinned_key(state, relay).await?;
     let mut ws = connect(state, relay, &key).await?;
     tracing::info!(%relay, "link to another relay is up");
-    let result = stream(state, relay, mailbox, epoch, notify, &mut ws).await;
+    let result = stream(state, relay, mailbox, epoch, pushes, &mut ws).await;
     let _ = ws.close(None).await;
     result.map(|()| true)
 }
@@ -255,72 +255,129 @@ pub async fn ask<S: Storage>(
     answer
 }
 
+/// The deliveries sent on a connection and not answered yet.
+struct Window {
+    /// Their sequence numbers and sizes, in order.
+    open: VecDeque<(Seq, usize)>,
+    bytes: usize,
+    /// The most this connection holds unanswered, in bytes.
+    budget: usize,
+    last_sent: Seq,
+    /// The last answer, or the first delivery after none was open: no answer within the
+    /// timeout while deliveries are open ends the link; so does nothing to do for [`IDLE`].
+    progress: tokio::time::Instant,
+}
+
+impl Window {
+    fn has_room(&self) -> bool {
+        self.open.len() < LINK_WINDOW && self.bytes < self.budget
+    }
+
+    /// Sends one copy (fed: the caller flushes).
+    async fn send(&mut self, ws: &mut Socket, seq: Seq, envelope: &[u8]) -> Result<(), LinkError> {
+        if self.open.is_empty() {
+            self.progress = tokio::time::Instant::now();
+        }
+        let frame = deliver_frame(seq, envelope)
+            .ok_or_else(|| LinkError::Broken(format!("copy {seq} is not text")))?;
+        ws.feed(WsMessage::text(frame))
+            .await
+            .map_err(|e| LinkError::Broken(format!("sending: {e}")))?;
+        self.open.push_back((seq, envelope.len()));
+        self.bytes += envelope.len();
+        self.last_sent = seq;
+        Ok(())
+    }
+
+    /// Closes the oldest delivery, which must be `seq`.
+    fn answered(&mut self, seq: Seq) -> bool {
+        match self.open.front() {
+            Some(&(front, len)) if front == seq => {
+                self.open.pop_front();
+                self.bytes -= len;
+                self.progress = tokio::time::Instant::now();
+                true
+            }
+            _ => false,
+        }
+    }
+}
+
 /// Sends the mailbox's copies a window ahead of the answers and acknowledges each answered
-/// one. Returns when nothing was sent or answered for [`IDLE`].
+/// one. Copies come from the mailbox until a read comes back short, then as they are
+/// committed (pushed), until a push is dropped or a copy before one was not seen here:
+/// then from the mailbox again. Returns when nothing was sent or answered for [`IDLE`].
 async fn stream<S: Storage>(
     state: &RelayState<S>,
     relay: &RelayName,
     mailbox: &AgentName,
     epoch: Epoch,
-    notify: &Notify,
+    pushes: &mut Pushes,
     ws: &mut Socket,
 ) -> Result<(), LinkError> {
     let within = state.config.link_timeout();
     let label = RelayLabel::of(relay);
-    // Deliveries sent and not answered yet, kept whole (within the budget below): a copy's
-    // head is read only to bounce it.
-    let mut in_flight: VecDeque<Queued> = VecDeque::new();
-    let mut last_sent: Seq = 0;
-    let mut more = true;
+    let mut window = Window {
+        open: VecDeque::new(),
+        bytes: 0,
+        budget: state.config.outgoing_bytes(),
+        last_sent: 0,
+        progress: tokio::time::Instant::now(),
+    };
+    // What was pushed before this connection is in the mailbox, read first.
+    pushes.clear();
+    let (mut read, mut batch) = (true, 64);
     let mut counted = tokio::time::Instant::now();
-    // The last answer, or the start: no answer within the timeout while deliveries are open
-    // ends the link; so does nothing to do for [`IDLE`].
-    let mut progress = tokio::time::Instant::now();
-    let (budget, mut batch, mut in_flight_bytes) = (state.config.outgoing_bytes(), 64, 0usize);
+    let broken = |e: tokio_tungstenite::tungstenite::Error| {
+        LinkError::Broken(format!("sending to {relay}: {e}"))
+    };
     loop {
-        // Within the window and the relay's outgoing budget in bytes; large copies are read a
-        // few at a time.
-        if more && in_flight.len() < LINK_WINDOW && in_flight_bytes < budget {
-            let room = (LINK_WINDOW - in_flight.len()).min(batch);
-            let read = state
+        if read && window.has_room() {
+            let want = (LINK_WINDOW - window.open.len()).min(batch);
+            let copies = state
                 .storage
-                .pending(mailbox.clone(), last_sent, room)
+                .pending(mailbox.clone(), window.last_sent, want)
                 .await?;
-            more = read.len() == room;
-            if in_flight.is_empty() && !read.is_empty() {
-                progress = tokio::time::Instant::now();
-            }
-            let bytes: usize = read.iter().map(|q| q.envelope.len()).sum();
-            batch = if bytes > read.len() * LARGE_COPY {
+            read = copies.len() == want;
+            // Large copies are read a few at a time.
+            let bytes: usize = copies.iter().map(|q| q.envelope.len()).sum();
+            batch = if bytes > copies.len() * LARGE_COPY {
                 4
             } else {
                 64
             };
-            for queued in read {
-                in_flight_bytes += queued.envelope.len();
-                ws.feed(WsMessage::text(deliver_frame(queued.seq, &queued.envelope)))
-                    .await
-                    .map_err(|e| LinkError::Broken(format!("sending to {relay}: {e}")))?;
-                last_sent = queued.seq;
-                in_flight.push_back(queued);
+            for copy in &copies {
+                window.send(ws, copy.seq, &copy.envelope).await?;
             }
-            ws.flush()
-                .await
-                .map_err(|e| LinkError::Broken(format!("sending to {relay}: {e}")))?;
+            ws.flush().await.map_err(broken)?;
+            continue;
         }
         let frame = tokio::select! {
             frame = ws.next() => frame,
-            _ = notify.notified() => {
-                more = true;
+            Some(pushed) = pushes.recv(), if !read && window.has_room() => {
+                // This copy and every one already pushed, within the window; one flush.
+                let mut next = Some(pushed);
+                while let Some(pushed) = next {
+                    match pushed {
+                        Pushed::Missed => read = true,
+                        Pushed::Copy(copy) => match pushes::step(&copy, window.last_sent) {
+                            Step::Skip => {}
+                            Step::Read => read = true,
+                            Step::Deliver => window.send(ws, copy.seq, &copy.envelope).await?,
+                        },
+                    }
+                    next = (!read && window.has_room()).then(|| pushes.try_recv()).flatten();
+                }
+                ws.flush().await.map_err(broken)?;
                 continue;
             }
-            _ = tokio::time::sleep_until(progress + if in_flight.is_empty() { IDLE } else { within }) => {
-                if in_flight.is_empty() {
+            _ = tokio::time::sleep_until(window.progress + if window.open.is_empty() { IDLE } else { within }) => {
+                if window.open.is_empty() {
                     return Ok(());
                 }
                 return Err(LinkError::Broken(format!(
                     "{relay} answered nothing for {within:?} with {} deliveries open",
-                    in_flight.len()
+                    window.open.len()
                 )));
             }
         };
@@ -331,19 +388,17 @@ async fn stream<S: Storage>(
         while let Some(frame) = next {
             match read_answer(frame, relay)? {
                 LinkAnswer::Taken { seq, refused } => {
-                    let Some(front) = in_flight.pop_front().filter(|f| f.seq == seq) else {
+                    if !window.answered(seq) {
                         return Err(LinkError::Broken(format!(
                             "{relay} answered delivery {seq} out of order"
                         )));
-                    };
-                    in_flight_bytes -= front.envelope.len();
-                    progress = tokio::time::Instant::now();
+                    }
                     // A copy for another relay names one recipient (each has its own), so
                     // one without refusals is one delivery.
                     if refused.is_empty() {
                         state.metrics.link_delivered.get_or_create(&label).inc();
                     } else {
-                        bounce_refused(state, relay, &front, refused).await?;
+                        bounce_refused(state, relay, mailbox, seq, refused).await?;
                     }
                     answered = Some(seq);
                 }
@@ -402,14 +457,25 @@ async fn count_queued<S: Storage>(
 
 /// Counts a copy the other relay answered with refusals, and bounces its refused recipients
 /// to the sender, before the copy is acknowledged: a crash between the two sends it again,
-/// and the same bounce is recorded once.
+/// and the same bounce is recorded once. The copy is read back from the mailbox (it is
+/// acknowledged only after this), since a link keeps only the numbers of what it sent.
 async fn bounce_refused<S: Storage>(
     state: &RelayState<S>,
     relay: &RelayName,
-    copy: &Queued,
+    mailbox: &AgentName,
+    seq: Seq,
     refused: Vec<Refusal>,
 ) -> Result<(), LinkError> {
-    let (id, sender, recipients) = read_head(copy)?;
+    let copy = state
+        .storage
+        .pending(mailbox.clone(), seq.saturating_sub(1), 1)
+        .await?
+        .pop()
+        .filter(|c| c.seq == seq)
+        .ok_or_else(|| {
+            LinkError::Broken(format!("copy {seq} left the mailbox before its answer"))
+        })?;
+    let (id, sender, recipients) = read_head(&copy)?;
     let refused: Vec<_> = refused
         .into_iter()
         .filter(|r| recipients.contains(&r.to))

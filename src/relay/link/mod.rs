@@ -10,61 +10,75 @@ mod dial;
 mod peer;
 
 use std::collections::HashMap;
-use std::sync::{Arc, Mutex};
+use std::sync::Mutex;
 
-use tokio::sync::{Notify, mpsc};
+use tokio::sync::mpsc;
 
 pub use answer::run as answer;
 pub(super) use dial::{ask, supervise};
 
+use super::pushes::{self, PushSender, Pushes};
 use super::storage::Committed;
-use crate::protocol::RelayName;
+use crate::protocol::{LINK_WINDOW, RelayName};
 
 /// Resolves when the relay shuts down.
 async fn stopped(shutdown: &mut tokio::sync::watch::Receiver<bool>) {
     let _ = shutdown.wait_for(|s| *s).await;
 }
 
-/// A link to start: the relay, and what wakes it.
-type Start = (RelayName, Arc<Notify>);
+/// A link to start: the relay, and the copies committed for it.
+type Start = (RelayName, Pushes);
 
-/// The running links, by the relay they deliver to. A copy committed for a relay's mailbox
-/// wakes its link, started on first need.
+/// Copies queued for one link at most; beyond that it reads its relay's mailbox.
+const PUSH_BACKLOG: usize = 4 * LINK_WINDOW;
+/// Bytes of copies queued for one link at most, likewise.
+const PUSH_BYTES: usize = 8 * 1024 * 1024;
+
+/// The running links, by the relay they deliver to. Copies committed for a relay's mailbox
+/// are pushed to its link ([`crate::relay::pushes`]), which is started on first need.
 #[derive(Default)]
 pub struct Links {
-    woken: Mutex<HashMap<RelayName, Arc<Notify>>>,
+    running: Mutex<HashMap<RelayName, PushSender>>,
     start: Mutex<Option<mpsc::UnboundedSender<Start>>>,
 }
 
 impl Links {
-    /// Wakes the link to `relay`, or has one started.
+    /// Has the link to `relay` read its mailbox, or has one started (which reads it first).
     pub fn wake(&self, relay: &RelayName) {
-        let mut woken = self.woken.lock().unwrap_or_else(|e| e.into_inner());
-        if let Some(notify) = woken.get(relay) {
-            notify.notify_one();
-            return;
-        }
-        let notify = Arc::new(Notify::new());
-        notify.notify_one();
-        let start = self.start.lock().unwrap_or_else(|e| e.into_inner());
-        if let Some(start) = start.as_ref()
-            && start.send((relay.clone(), notify.clone())).is_ok()
-        {
-            woken.insert(relay.clone(), notify);
+        let mut running = self.lock();
+        match running.get(relay) {
+            Some(link) => link.miss(),
+            None => self.start(&mut running, relay),
         }
     }
 
-    /// Wakes the links of the relays among these copies' recipients.
-    pub fn announce(&self, committed: &[Committed]) {
-        let mut last: Option<&crate::protocol::AgentName> = None;
-        for copy in committed {
-            if last == Some(&copy.recipient) {
+    /// Hands the copies for other relays' mailboxes to their links, in commit order, and
+    /// returns the rest (the copies for agents here).
+    pub fn announce(&self, mut committed: Vec<Committed>) -> Vec<Committed> {
+        let mut running = None;
+        // A relay's mailbox is the one kind of name that starts with `@`.
+        for copy in committed.extract_if(.., |c| c.recipient.as_str().starts_with('@')) {
+            let Some(relay) = copy.recipient.mailbox_relay() else {
                 continue;
+            };
+            let running = running.get_or_insert_with(|| self.lock());
+            match running.get(&relay) {
+                Some(link) => link.push(copy),
+                None => self.start(running, &relay),
             }
-            last = Some(&copy.recipient);
-            if let Some(relay) = copy.recipient.mailbox_relay() {
-                self.wake(&relay);
-            }
+        }
+        committed
+    }
+
+    /// Starts a link to `relay`; it reads the mailbox first, so what was committed before it
+    /// listened is not missed.
+    fn start(&self, running: &mut HashMap<RelayName, PushSender>, relay: &RelayName) {
+        let (link, pushes) = pushes::channel(PUSH_BACKLOG, PUSH_BYTES);
+        let start = self.start.lock().unwrap_or_else(|e| e.into_inner());
+        if let Some(start) = start.as_ref()
+            && start.send((relay.clone(), pushes)).is_ok()
+        {
+            running.insert(relay.clone(), link);
         }
     }
 
@@ -76,10 +90,14 @@ impl Links {
     }
 
     /// Forgets a link that ended, so the next copy starts a new one.
-    fn ended(&self, relay: &RelayName, notify: &Arc<Notify>) {
-        let mut woken = self.woken.lock().unwrap_or_else(|e| e.into_inner());
-        if woken.get(relay).is_some_and(|n| Arc::ptr_eq(n, notify)) {
-            woken.remove(relay);
+    fn ended(&self, relay: &RelayName, pushes: &Pushes) {
+        let mut running = self.lock();
+        if running.get(relay).is_some_and(|link| link.feeds(pushes)) {
+            running.remove(relay);
         }
+    }
+
+    fn lock(&self) -> std::sync::MutexGuard<'_, HashMap<RelayName, PushSender>> {
+        self.running.lock().unwrap_or_else(|e| e.into_inner())
     }
 }

@@ -1,10 +1,9 @@
 //! Who is online on this node: one live session per agent. A new connection for an agent replaces the old
 //! one, and the old one's cleanup can never remove the new one (cleanup is by connection id).
 //!
-//! Stored copies are pushed to online recipients straight from the commit, in commit order, so
-//! a session delivers new mail without reading it back from the database. When a session falls
-//! behind and its push queue is full, the push is dropped, the session is flagged, and it
-//! reads the missed mail from the database instead — in order, never twice.
+//! Stored copies are pushed to online recipients straight from the commit, in commit order
+//! ([`crate::relay::pushes`]), so a session delivers new mail without reading it back from
+//! the database; one that falls behind reads the database instead.
 //!
 //! Sessions of one agent never overlap: each takes the agent's *turn* before it reads the
 //! queue, and a replaced session holds it until it has ended, so every ack it received is
@@ -14,15 +13,16 @@
 use std::collections::HashMap;
 use std::future::Future;
 use std::pin::Pin;
-use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 
-use tokio::sync::{Mutex as AsyncMutex, Notify, OwnedMutexGuard, mpsc, oneshot};
+use tokio::sync::{Mutex as AsyncMutex, OwnedMutexGuard, mpsc, oneshot};
 
 use jiff::Timestamp;
 
 use super::Presence;
 use crate::protocol::{AgentName, ConsentEvent, Online};
+use crate::relay::pushes::{self, PushSender, Pushes};
 use crate::relay::storage::{Committed, Epoch, StorageError};
 
 /// Consent events queued for one session at most; more are dropped (the state stays
@@ -39,92 +39,9 @@ struct Entry {
     /// The lease its session claimed, once it has, and when: from then on it is online.
     epoch: Option<(Epoch, Timestamp)>,
     turn: Turn,
-    missed: Arc<Missed>,
     kick: oneshot::Sender<Kick>,
     events: mpsc::Sender<ConsentEvent>,
     pushes: PushSender,
-}
-
-/// The hub's end of a session's pushes.
-struct PushSender {
-    copies: mpsc::Sender<Committed>,
-    bytes: Arc<AtomicUsize>,
-}
-
-impl PushSender {
-    /// Queues `copy` unless the session already has [`PUSH_BACKLOG`] copies or [`PUSH_BYTES`]
-    /// waiting.
-    fn try_push(&self, copy: Committed) -> bool {
-        let n = copy.envelope.len();
-        if self.bytes.fetch_add(n, Ordering::AcqRel) + n > PUSH_BYTES
-            || self.copies.try_send(copy).is_err()
-        {
-            self.bytes.fetch_sub(n, Ordering::AcqRel);
-            return false;
-        }
-        true
-    }
-}
-
-/// Copies stored for one session's agent, in commit order.
-pub struct Pushes {
-    copies: mpsc::Receiver<Committed>,
-    bytes: Arc<AtomicUsize>,
-}
-
-impl Pushes {
-    fn new(capacity: usize) -> (PushSender, Self) {
-        let (tx, copies) = mpsc::channel(capacity);
-        let bytes = Arc::new(AtomicUsize::new(0));
-        let sender = PushSender {
-            copies: tx,
-            bytes: bytes.clone(),
-        };
-        (sender, Self { copies, bytes })
-    }
-
-    /// The next pushed copy.
-    pub async fn recv(&mut self) -> Option<Committed> {
-        let copy = self.copies.recv().await?;
-        self.bytes.fetch_sub(copy.envelope.len(), Ordering::AcqRel);
-        Some(copy)
-    }
-
-    /// A pushed copy already waiting, if any.
-    pub fn try_recv(&mut self) -> Option<Committed> {
-        let copy = self.copies.try_recv().ok()?;
-        self.bytes.fetch_sub(copy.envelope.len(), Ordering::AcqRel);
-        Some(copy)
-    }
-
-    /// Drops every waiting copy (the session reads them from the database instead).
-    pub fn clear(&mut self) {
-        while self.try_recv().is_some() {}
-    }
-}
-
-/// Set when a push was dropped; the session then reads from the database.
-#[derive(Default)]
-pub struct Missed {
-    flag: AtomicBool,
-    wake: Notify,
-}
-
-impl Missed {
-    /// Clears the flag, saying whether it was set.
-    pub fn take(&self) -> bool {
-        self.flag.swap(false, Ordering::AcqRel)
-    }
-
-    /// Resolves when a push is dropped.
-    pub async fn notified(&self) {
-        self.wake.notified().await
-    }
-
-    fn set(&self) {
-        self.flag.store(true, Ordering::Release);
-        self.wake.notify_one();
-    }
 }
 
 /// The right to serve an agent, shared by the sessions that replace one another. Held by at
@@ -151,13 +68,11 @@ pub struct Hub {
 pub struct Attached {
     /// This connection's id, for [`Hub::detach`].
     pub conn: u64,
-    /// Raised when pushed mail was dropped and must be read from the database.
-    pub missed: Arc<Missed>,
     /// Fires when a newer connection for the same agent takes over, or the agent retired.
     pub kicked: oneshot::Receiver<Kick>,
     /// Consent events for the agent.
     pub events: mpsc::Receiver<ConsentEvent>,
-    /// Copies stored for the agent, in commit order.
+    /// Copies stored for the agent, in commit order, or word to read the database.
     pub pushes: Pushes,
     /// The agent's turn: take it before reading the queue, hold it until detached.
     pub turn: Turn,
@@ -186,10 +101,9 @@ impl Presence for Hub {
         let conn = self.next_conn.fetch_add(1, Ordering::Relaxed);
         let (kick, kicked) = oneshot::channel();
         let (events_tx, events) = mpsc::channel(1);
-        let (pushes_tx, pushes) = Pushes::new(1);
+        let (pushes_tx, pushes) = pushes::channel(1, PUSH_BYTES);
         let attached = Attached {
             conn,
-            missed: Arc::new(Missed::default()),
             kicked,
             events,
             pushes,
@@ -207,10 +121,9 @@ impl Presence for Hub {
     /// shares the older one's [`Turn`], so it can wait for it to end.
     fn attach(&self, agent: &AgentName) -> Attached {
         let conn = self.next_conn.fetch_add(1, Ordering::Relaxed);
-        let missed = Arc::new(Missed::default());
         let (kick, kicked) = oneshot::channel();
         let (events_tx, events) = mpsc::channel(EVENT_BACKLOG);
-        let (pushes_tx, pushes) = Pushes::new(PUSH_BACKLOG);
+        let (pushes_tx, pushes) = pushes::channel(PUSH_BACKLOG, PUSH_BYTES);
         let mut sessions = self.lock();
         let turn = sessions
             .get(agent)
@@ -220,7 +133,6 @@ impl Presence for Hub {
             conn,
             epoch: None,
             turn: turn.clone(),
-            missed: missed.clone(),
             kick,
             events: events_tx,
             pushes: pushes_tx,
@@ -230,7 +142,6 @@ impl Presence for Hub {
         }
         Attached {
             conn,
-            missed,
             kicked,
             events,
             pushes,
@@ -257,10 +168,8 @@ impl Presence for Hub {
     fn announce(&self, committed: Vec<Committed>) {
         let sessions = self.lock();
         for copy in committed {
-            if let Some(e) = sessions.get(&copy.recipient)
-                && !e.pushes.try_push(copy)
-            {
-                e.missed.set();
+            if let Some(e) = sessions.get(&copy.recipient) {
+                e.pushes.push(copy);
             }
         }
     }
@@ -315,7 +224,7 @@ impl Hub {
     /// Has the agent's session read the queue: another node committed mail for it.
     pub fn wake(&self, agent: &AgentName) {
         if let Some(e) = self.lock().get(agent) {
-            e.missed.set();
+            e.pushes.miss();
         }
     }
 
@@ -327,7 +236,7 @@ impl Hub {
     /// Has every session read the queue: news from other nodes may have been missed.
     pub fn wake_all(&self) {
         for e in self.lock().values() {
-            e.missed.set();
+            e.pushes.miss();
         }
     }
 
@@ -428,39 +337,23 @@ mod tests {
     }
 
     #[test]
-    fn pushes_arrive_in_order_and_overflow_raises_the_flag() {
+    fn pushes_reach_the_recipients_session_only() {
+        use futures_util::FutureExt;
         let hub = Hub::default();
-        let bob = AgentName::new("bob").unwrap();
-        let mut attached = hub.attach(&bob);
-        hub.announce(
-            (1..=PUSH_BACKLOG as u64 + 1)
-                .map(|s| copy(&bob, s))
-                .collect(),
+        let (bob, carol) = (
+            AgentName::new("bob").unwrap(),
+            AgentName::new("carol").unwrap(),
         );
-        assert!(attached.missed.take(), "the overflow is flagged");
-        assert!(!attached.missed.take(), "and the flag clears");
-        let seqs: Vec<u64> = std::iter::from_fn(|| attached.pushes.try_recv())
-            .map(|c| c.seq)
-            .collect();
-        assert_eq!(seqs, (1..=PUSH_BACKLOG as u64).collect::<Vec<_>>());
-    }
-
-    #[test]
-    fn pushes_are_bounded_in_bytes_too() {
-        let hub = Hub::default();
-        let bob = AgentName::new("bob").unwrap();
         let mut attached = hub.attach(&bob);
-        let big = |seq| Committed {
-            envelope: Arc::from(vec![b'x'; PUSH_BYTES / 4]),
-            ..copy(&bob, seq)
+        hub.announce(vec![copy(&carol, 1), copy(&bob, 2)]);
+        let Some(Some(pushes::Pushed::Copy(c))) = attached.pushes.recv().now_or_never() else {
+            panic!("bob's copy is pushed");
         };
-        hub.announce((1..=5).map(big).collect());
-        assert!(attached.missed.take(), "the fifth is over the byte bound");
-        assert_eq!(attached.pushes.try_recv().map(|c| c.seq), Some(1));
-        hub.announce(vec![big(6)]);
-        assert!(!attached.missed.take(), "taking one made room for one");
-        attached.pushes.clear();
-        hub.announce((7..=10).map(big).collect());
-        assert!(!attached.missed.take(), "clearing freed every byte");
+        assert_eq!(c.seq, 2);
+        hub.wake(&bob);
+        assert!(matches!(
+            attached.pushes.recv().now_or_never(),
+            Some(Some(pushes::Pushed::Missed))
+        ));
     }
 }
