@@ -346,6 +346,34 @@ fn envelopes(
         .collect()
 }
 
+/// `make(0..n)`, spread over the machine's cores (sealing is the slow part of a benchmark's
+/// setup), in order.
+fn on_every_core<T: Send>(
+    n: usize,
+    make: impl Fn(usize) -> anyhow::Result<T> + Sync,
+) -> anyhow::Result<Vec<T>> {
+    let threads = std::thread::available_parallelism().map_or(1, |c| c.get());
+    let make = &make;
+    let mut made: Vec<(usize, T)> = std::thread::scope(|scope| {
+        let workers: Vec<_> = (0..threads)
+            .map(|t| {
+                scope.spawn(move || {
+                    (t..n)
+                        .step_by(threads)
+                        .map(|i| Ok((i, make(i)?)))
+                        .collect::<anyhow::Result<Vec<_>>>()
+                })
+            })
+            .collect();
+        workers.into_iter().try_fold(Vec::with_capacity(n), |mut all, w| {
+            all.extend(w.join().map_err(|_| anyhow::anyhow!("a sealing thread panicked"))??);
+            anyhow::Ok(all)
+        })
+    })?;
+    made.sort_by_key(|(i, _)| *i);
+    Ok(made.into_iter().map(|(_, t)| t).collect())
+}
+
 /// Just what the generator needs from a relay frame; the envelope's bulk is skipped unparsed.
 #[derive(serde::Deserialize)]
 struct Incoming {
@@ -603,16 +631,16 @@ impl Run<'_> {
             .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
         let ring = agents(n, &format!("ring{flow}-{}-", self.tag))?;
         eprintln!("sealing {} messages of {} bytes…", per_agent * n, args.size);
-        let mut outgoing = Vec::with_capacity(n);
-        for (i, a) in ring.iter().enumerate() {
+        let addresses: Vec<_> = (0..n).map(|i| relays.address(i, &ring[i].name)).collect();
+        let outgoing = on_every_core(n, |i| {
             let next = (i + 1) % n;
-            outgoing.push(envelopes(
-                (a, relays.address(i, &a.name)),
-                (&ring[next], relays.address(next, &ring[next].name)),
+            envelopes(
+                (&ring[i], addresses[i].clone()),
+                (&ring[next], addresses[next].clone()),
                 per_agent,
                 args.size as usize,
-            )?);
-        }
+            )
+        })?;
         let mut sockets = Vec::with_capacity(n);
         for (i, a) in ring.iter().enumerate() {
             sockets.push(login(relays.url(i), &a.name, &a.identity).await?);

@@ -15,6 +15,7 @@ use std::time::Duration;
 
 use axum::extract::ws::{Message, WebSocket};
 use futures_util::stream::FuturesOrdered;
+use prometheus_client::metrics::counter::Counter;
 use futures_util::{FutureExt, SinkExt, StreamExt};
 
 use super::super::metrics::RelayLabel;
@@ -24,7 +25,7 @@ use super::peer;
 use crate::crypto::sign::Domain;
 use crate::crypto::verify_link;
 use crate::protocol::{
-    AgentName, Deliver, ENVELOPE_VERSION, EnvelopeHead, ErrorCode, LINK_VERSION, LINK_WINDOW,
+    AgentName, Deliver, ENVELOPE_VERSION, ErrorCode, LINK_VERSION, LINK_WINDOW,
     LinkAnswer, LinkRequest, Refusal, RelayName, Seq, link_payload,
 };
 
@@ -56,6 +57,11 @@ async fn serve<S: Storage>(state: &Arc<RelayState<S>>, socket: &mut WebSocket, r
     let mut sizes = std::collections::VecDeque::new();
     let mut held = 0usize;
     let budget = state.config.outgoing_bytes();
+    let received = state
+        .metrics
+        .link_received
+        .get_or_create(&RelayLabel::of(relay))
+        .clone();
     loop {
         let room = answers.len() < 2 * LINK_WINDOW && held < budget;
         tokio::select! {
@@ -72,7 +78,10 @@ async fn serve<S: Storage>(state: &Arc<RelayState<S>>, socket: &mut WebSocket, r
                 if let Some(deliver) = Deliver::read(&text) {
                     sizes.push_back(text.len());
                     held += text.len();
-                    answers.push_back(take(state, relay, deliver));
+                    answers.push_back(match deliver {
+                        Ok(deliver) => take(state, relay, &received, deliver),
+                        Err((seq, why)) => refused_all(seq, Vec::new(), why),
+                    });
                     continue;
                 }
                 match serde_json::from_str::<LinkRequest>(&text) {
@@ -203,7 +212,12 @@ async fn handshake<S: Storage>(
 type Answer = std::pin::Pin<Box<dyn std::future::Future<Output = LinkAnswer> + Send>>;
 
 /// Checks one delivery and queues its write; the answer resolves once it is durable.
-fn take<S: Storage>(state: &Arc<RelayState<S>>, relay: &RelayName, deliver: Deliver<'_>) -> Answer {
+fn take<S: Storage>(
+    state: &Arc<RelayState<S>>,
+    relay: &RelayName,
+    received: &Counter,
+    deliver: Deliver<'_>,
+) -> Answer {
     let seq = deliver.seq;
     let later = |code, message: String, wait: Duration| -> Answer {
         let answer = LinkAnswer::Later {
@@ -224,10 +238,7 @@ fn take<S: Storage>(state: &Arc<RelayState<S>>, relay: &RelayName, deliver: Deli
             wait,
         );
     }
-    let head: EnvelopeHead<'_> = match serde_json::from_str(deliver.envelope.get()) {
-        Ok(head) => head,
-        Err(e) => return refused_all(seq, Vec::new(), format!("{e}")),
-    };
+    let head = deliver.envelope;
     let mut refused = Vec::new();
     let refuse_every = |code| -> Vec<Refusal> {
         head.keys
@@ -281,7 +292,7 @@ fn take<S: Storage>(state: &Arc<RelayState<S>>, relay: &RelayName, deliver: Deli
             envelope: copy.into(),
         });
     }
-    let (state, id, relay) = (state.clone(), head.id, relay.clone());
+    let (state, id, received) = (state.clone(), head.id, received.clone());
     let addresses: Vec<_> = head.keys.iter().map(|k| k.to.clone()).collect();
     Box::pin(async move {
         let quota = Quota {
@@ -334,11 +345,7 @@ fn take<S: Storage>(state: &Arc<RelayState<S>>, relay: &RelayName, deliver: Deli
                     let n = recipients.len() as u64;
                     state.metrics.accepted.inc_by(n);
                     state.metrics.queued.inc_by(n as i64);
-                    state
-                        .metrics
-                        .link_received
-                        .get_or_create(&RelayLabel::of(&relay))
-                        .inc_by(n);
+                    received.inc_by(n);
                     break;
                 }
                 Ok(Accepted::Duplicate) => break,

@@ -316,7 +316,11 @@ async fn stream<S: Storage>(
     ws: &mut Socket,
 ) -> Result<(), LinkError> {
     let within = state.config.link_timeout();
-    let label = RelayLabel::of(relay);
+    let delivered = state
+        .metrics
+        .link_delivered
+        .get_or_create(&RelayLabel::of(relay))
+        .clone();
     let mut window = Window {
         open: VecDeque::new(),
         bytes: 0,
@@ -396,7 +400,7 @@ async fn stream<S: Storage>(
                     // A copy for another relay names one recipient (each has its own), so
                     // one without refusals is one delivery.
                     if refused.is_empty() {
-                        state.metrics.link_delivered.get_or_create(&label).inc();
+                        delivered.inc();
                     } else {
                         bounce_refused(state, relay, mailbox, seq, refused).await?;
                     }

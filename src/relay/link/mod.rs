@@ -56,15 +56,21 @@ impl Links {
     /// returns the rest (the copies for agents here).
     pub fn announce(&self, mut committed: Vec<Committed>) -> Vec<Committed> {
         let mut running = None;
+        // The relay of the copy before, which is mostly this copy's.
+        let mut last: Option<(crate::protocol::AgentName, RelayName)> = None;
         // A relay's mailbox is the one kind of name that starts with `@`.
         for copy in committed.extract_if(.., |c| c.recipient.as_str().starts_with('@')) {
-            let Some(relay) = copy.recipient.mailbox_relay() else {
-                continue;
-            };
+            if last.as_ref().is_none_or(|(mailbox, _)| *mailbox != copy.recipient) {
+                let Some(relay) = copy.recipient.mailbox_relay() else {
+                    continue;
+                };
+                last = Some((copy.recipient.clone(), relay));
+            }
+            let Some((_, relay)) = &last else { continue };
             let running = running.get_or_insert_with(|| self.lock());
-            match running.get(&relay) {
+            match running.get(relay) {
                 Some(link) => link.push(copy),
-                None => self.start(running, &relay),
+                None => self.start(running, relay),
             }
         }
         committed
