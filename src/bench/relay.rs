@@ -365,10 +365,15 @@ fn on_every_core<T: Send>(
                 })
             })
             .collect();
-        workers.into_iter().try_fold(Vec::with_capacity(n), |mut all, w| {
-            all.extend(w.join().map_err(|_| anyhow::anyhow!("a sealing thread panicked"))??);
-            anyhow::Ok(all)
-        })
+        workers
+            .into_iter()
+            .try_fold(Vec::with_capacity(n), |mut all, w| {
+                all.extend(
+                    w.join()
+                        .map_err(|_| anyhow::anyhow!("a sealing thread panicked"))??,
+                );
+                anyhow::Ok(all)
+            })
     })?;
     made.sort_by_key(|(i, _)| *i);
     Ok(made.into_iter().map(|(_, t)| t).collect())
@@ -602,14 +607,18 @@ impl Run<'_> {
             }
             shares.sort_by(f64::total_cmp);
             let median = shares[shares.len() / 2];
-            let (low, high) = (shares[0], shares[shares.len() - 1]);
-            eprintln!(
-                "{label}: federated {median:.0} % of one relay's delivered+acked/s (median of {rounds}; {low:.0}–{high:.0} %)"
-            );
+            let of = match rounds {
+                1 => String::new(),
+                _ => {
+                    let (low, high) = (shares[0], shares[shares.len() - 1]);
+                    eprintln!(
+                        "{label}: federated {median:.0} % of one relay's delivered+acked/s (median of {rounds}; {low:.0}–{high:.0} %)"
+                    );
+                    format!(", median of {rounds}")
+                }
+            };
             rows.push(figure(
-                format!(
-                    "{label}: federated delivered+acked/s, % of one relay's, median of {rounds} (in ops/s)"
-                ),
+                format!("{label}: federated delivered+acked/s, % of one relay's{of} (in ops/s)"),
                 median,
             ));
         }

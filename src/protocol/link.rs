@@ -260,9 +260,14 @@ mod tests {
             "s",
             "b",
         );
-        crate::crypto::seal(&m, &alice, &[(to, bob.public().clone())], &Default::default())
-            .unwrap()
-            .remove(0)
+        crate::crypto::seal(
+            &m,
+            &alice,
+            &[(to, bob.public().clone())],
+            &Default::default(),
+        )
+        .unwrap()
+        .remove(0)
     }
 
     #[test]

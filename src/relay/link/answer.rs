@@ -15,8 +15,8 @@ use std::time::Duration;
 
 use axum::extract::ws::{Message, WebSocket};
 use futures_util::stream::FuturesOrdered;
-use prometheus_client::metrics::counter::Counter;
 use futures_util::{FutureExt, SinkExt, StreamExt};
+use prometheus_client::metrics::counter::Counter;
 
 use super::super::metrics::RelayLabel;
 use super::super::state::RelayState;
@@ -25,8 +25,8 @@ use super::peer;
 use crate::crypto::sign::Domain;
 use crate::crypto::verify_link;
 use crate::protocol::{
-    AgentName, Deliver, ENVELOPE_VERSION, ErrorCode, LINK_VERSION, LINK_WINDOW,
-    LinkAnswer, LinkRequest, Refusal, RelayName, Seq, link_payload,
+    AgentName, Deliver, ENVELOPE_VERSION, ErrorCode, LINK_VERSION, LINK_WINDOW, LinkAnswer,
+    LinkRequest, Refusal, RelayName, Seq, link_payload,
 };
 
 /// Serves one link from another relay.

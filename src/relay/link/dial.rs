@@ -34,6 +34,8 @@ use crate::protocol::{
 const RESCAN: Duration = Duration::from_secs(30);
 /// Copies larger than this on average are read a few at a time.
 const LARGE_COPY: usize = 64 * 1024;
+/// Free places in the window a read from the mailbox waits for.
+const REFILL: usize = 128;
 /// How long a link with nothing to send stays open.
 const IDLE: Duration = Duration::from_secs(30);
 /// The first wait after a failure; it doubles up to the relay's expiry interval (so copies
@@ -336,7 +338,9 @@ async fn stream<S: Storage>(
         LinkError::Broken(format!("sending to {relay}: {e}"))
     };
     loop {
-        if read && window.has_room() {
+        // Read when a good batch fits: answers come in small groups, and a read per group
+        // would cost a database round trip for a few copies.
+        if read && window.has_room() && window.open.len() + REFILL <= LINK_WINDOW {
             let want = (LINK_WINDOW - window.open.len()).min(batch);
             let copies = state
                 .storage

@@ -60,7 +60,10 @@ impl Links {
         let mut last: Option<(crate::protocol::AgentName, RelayName)> = None;
         // A relay's mailbox is the one kind of name that starts with `@`.
         for copy in committed.extract_if(.., |c| c.recipient.as_str().starts_with('@')) {
-            if last.as_ref().is_none_or(|(mailbox, _)| *mailbox != copy.recipient) {
+            if last
+                .as_ref()
+                .is_none_or(|(mailbox, _)| *mailbox != copy.recipient)
+            {
                 let Some(relay) = copy.recipient.mailbox_relay() else {
                     continue;
                 };
@@ -105,5 +108,59 @@ impl Links {
 
     fn lock(&self) -> std::sync::MutexGuard<'_, HashMap<RelayName, PushSender>> {
         self.running.lock().unwrap_or_else(|e| e.into_inner())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::sync::Arc;
+
+    use super::*;
+    use crate::protocol::AgentName;
+    use crate::relay::pushes::Pushed;
+
+    fn copy(to: &AgentName, seq: u64) -> Committed {
+        Committed {
+            recipient: to.clone(),
+            seq,
+            envelope: Arc::from(&b"{}"[..]),
+            accepted_at_ms: 0,
+            prev: None,
+        }
+    }
+
+    #[test]
+    fn a_relays_copies_go_to_its_link_and_an_overflow_makes_it_read() {
+        let links = Links::default();
+        let mut starts = links.serve();
+        let relay = RelayName::new("relay-b.example").unwrap();
+        let mailbox = AgentName::relay_mailbox(&relay).unwrap();
+        let bob = AgentName::new("bob").unwrap();
+        let rest = links.announce(vec![copy(&mailbox, 1), copy(&bob, 2)]);
+        assert_eq!(rest, [copy(&bob, 2)], "an agent's copy is the sessions'");
+        let (started, mut pushes) = starts.try_recv().expect("the first copy starts a link");
+        assert_eq!(started, relay);
+        assert!(
+            pushes.try_recv().is_none(),
+            "the new link reads the mailbox first"
+        );
+        links.announce(vec![copy(&mailbox, 3)]);
+        assert!(matches!(pushes.try_recv(), Some(Pushed::Copy(c)) if c.seq == 3));
+        links.announce(
+            (4..5 + PUSH_BACKLOG as u64)
+                .map(|s| copy(&mailbox, s))
+                .collect(),
+        );
+        assert!(
+            matches!(pushes.try_recv(), Some(Pushed::Missed)),
+            "too many: read instead"
+        );
+        assert!(starts.try_recv().is_err(), "one link per relay");
+        links.ended(&relay, &pushes);
+        links.announce(vec![copy(&mailbox, 9999)]);
+        assert!(
+            starts.try_recv().is_ok(),
+            "after it ended, the next copy starts another"
+        );
     }
 }
