@@ -172,6 +172,18 @@ impl Missed {
     }
 }
 
+/// A copy of `bytes` bytes for `to`, numbered `seq`, for tests of what takes pushes.
+#[cfg(test)]
+pub fn test_copy(to: &crate::protocol::AgentName, seq: Seq, bytes: usize) -> Committed {
+    Committed {
+        recipient: to.clone(),
+        seq,
+        envelope: Arc::from(vec![b'x'; bytes]),
+        accepted_at_ms: 0,
+        prev: None,
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use futures_util::FutureExt;
@@ -180,13 +192,7 @@ mod tests {
     use crate::protocol::AgentName;
 
     fn copy(seq: u64, bytes: usize) -> Committed {
-        Committed {
-            recipient: AgentName::new("bob").unwrap(),
-            seq,
-            envelope: Arc::from(vec![b'x'; bytes]),
-            accepted_at_ms: 0,
-            prev: None,
-        }
+        test_copy(&AgentName::new("bob").unwrap(), seq, bytes)
     }
 
     fn next(pushes: &mut Pushes) -> Option<u64> {

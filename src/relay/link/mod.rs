@@ -113,20 +113,12 @@ impl Links {
 
 #[cfg(test)]
 mod tests {
-    use std::sync::Arc;
-
     use super::*;
     use crate::protocol::AgentName;
     use crate::relay::pushes::Pushed;
 
     fn copy(to: &AgentName, seq: u64) -> Committed {
-        Committed {
-            recipient: to.clone(),
-            seq,
-            envelope: Arc::from(&b"{}"[..]),
-            accepted_at_ms: 0,
-            prev: None,
-        }
+        crate::relay::pushes::test_copy(to, seq, 2)
     }
 
     #[test]

@@ -275,13 +275,7 @@ mod tests {
     use super::*;
 
     fn copy(to: &AgentName, seq: u64) -> Committed {
-        Committed {
-            recipient: to.clone(),
-            seq,
-            envelope: Arc::from(&b"{}"[..]),
-            accepted_at_ms: 0,
-            prev: None,
-        }
+        crate::relay::pushes::test_copy(to, seq, 2)
     }
 
     #[test]
