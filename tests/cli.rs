@@ -584,6 +584,8 @@ fn bench_relay_federated_runs_the_ring_across_two_relays_beside_one() {
         "40",
         "--paced-rate",
         "400",
+        "--rounds",
+        "2",
     ]);
     let cases: Vec<&str> = rows
         .as_array()
@@ -591,22 +593,26 @@ fn bench_relay_federated_runs_the_ring_across_two_relays_beside_one() {
         .iter()
         .map(|r| r["case"].as_str().unwrap())
         .collect();
-    for phase in ["flat out", "paced at 400/s"] {
-        for relays in ["1 node on SQLite", "2 federated relays on SQLite"] {
-            assert!(
-                cases
-                    .iter()
-                    .any(|c| c.starts_with(&format!("send→delivered, {phase} (4 agents, {relays}"))),
-                "{phase} on {relays}: {cases:?}"
-            );
-        }
+    let has = |prefix: String| {
         assert!(
-            cases
-                .iter()
-                .any(|c| c.starts_with(&format!("{phase}: federated delivered+acked/s"))),
-            "{cases:?}"
-        );
+            cases.iter().any(|c| c.starts_with(&prefix)),
+            "{prefix}: {cases:?}"
+        )
+    };
+    // Flat out once per round, paced once, each on one relay and on the pair.
+    for phase in [
+        "flat out, round 1 of 2",
+        "flat out, round 2 of 2",
+        "paced at 400/s",
+    ] {
+        for relays in ["1 node on SQLite", "2 federated relays on SQLite"] {
+            has(format!("send→delivered, {phase} (4 agents, {relays}"));
+        }
     }
+    has("flat out: federated delivered+acked/s, % of one relay's, median of 2".to_owned());
+    has("paced at 400/s: federated delivered+acked/s, % of one relay's (in".to_owned());
+    let out = home.run(&["bench", "relay", "--rounds", "2"]);
+    assert_eq!(out.status.code(), Some(2), "--rounds is for --federated");
     let out = home.run(&["bench", "relay", "--federated", "--agents", "3"]);
     assert_eq!(out.status.code(), Some(1));
     assert!(stderr(&out).contains("even --agents"), "{}", stderr(&out));
