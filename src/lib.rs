@@ -13,6 +13,7 @@ pub mod crypto;
 pub mod dashboard;
 pub mod demo;
 pub mod doorbell;
+pub mod fetch;
 pub mod keys;
 pub mod mailbox;
 pub mod mcp;

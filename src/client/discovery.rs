@@ -7,6 +7,7 @@ use std::time::Duration;
 
 use super::{ClientError, Connection, RelayUrl};
 use crate::crypto::{PublicIdentity, relay_fingerprint, verify_agent_keys};
+use crate::fetch::BodyError;
 use crate::protocol::{
     Address, AgentKeys, ErrorCode, Fingerprint, MAX_DISCOVERY_BYTES, RelayEndpoint, RelayInfo,
     RelayName, WELL_KNOWN_PATH,
@@ -272,25 +273,20 @@ async fn get_json<T: serde::de::DeserializeOwned>(
         url: url.to_owned(),
         reason,
     };
-    let mut response = http
+    let response = http
         .get(url)
         .send()
         .await
         .map_err(|e| unreachable(e.to_string()))?;
     let status = response.status();
-    let mut body = Vec::new();
-    while let Some(chunk) = response
-        .chunk()
+    let body = crate::fetch::body(response, MAX_DISCOVERY_BYTES)
         .await
-        .map_err(|e| unreachable(e.to_string()))?
-    {
-        if body.len() + chunk.len() > MAX_DISCOVERY_BYTES {
-            return Err(ClientError::Protocol(format!(
-                "{url} answered more than {MAX_DISCOVERY_BYTES} bytes"
-            )));
-        }
-        body.extend_from_slice(&chunk);
-    }
+        .map_err(|e| match e {
+            BodyError::Read(e) => unreachable(e.to_string()),
+            BodyError::TooLarge(max) => {
+                ClientError::Protocol(format!("{url} answered more than {max} bytes"))
+            }
+        })?;
     if !status.is_success() {
         return Err(match serde_json::from_slice::<Refusal>(&body) {
             Ok(Refusal { code, message }) => ClientError::Refused {

@@ -7,6 +7,7 @@ use std::time::Duration;
 use super::super::state::RelayState;
 use super::super::storage::{RelayPin, Storage};
 use crate::crypto::relay_fingerprint;
+use crate::fetch::BodyError;
 use crate::protocol::{MAX_DISCOVERY_BYTES, RelayEndpoint, RelayInfo, RelayKey, RelayName};
 
 /// Why another relay could not be vouched for.
@@ -92,7 +93,7 @@ async fn discover<S: Storage>(
         state.config.link_timeout(),
     )
     .map_err(unreachable)?;
-    let mut response = http
+    let response = http
         .get(&url)
         .send()
         .await
@@ -100,19 +101,12 @@ async fn discover<S: Storage>(
     if !response.status().is_success() {
         return Err(unreachable(format!("answered {}", response.status())));
     }
-    let mut body = Vec::new();
-    while let Some(chunk) = response
-        .chunk()
+    let body = crate::fetch::body(response, MAX_DISCOVERY_BYTES)
         .await
-        .map_err(|e| unreachable(e.to_string()))?
-    {
-        if body.len() + chunk.len() > MAX_DISCOVERY_BYTES {
-            return Err(invalid(format!(
-                "the document is over {MAX_DISCOVERY_BYTES} bytes"
-            )));
-        }
-        body.extend_from_slice(&chunk);
-    }
+        .map_err(|e| match e {
+            BodyError::Read(e) => unreachable(e.to_string()),
+            BodyError::TooLarge(max) => invalid(format!("the document is over {max} bytes")),
+        })?;
     let info: RelayInfo = serde_json::from_slice(&body)
         .map_err(|e| invalid(format!("not a discovery document: {e}")))?;
     if info.name != *relay {
