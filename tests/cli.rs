@@ -537,6 +537,15 @@ fn missing_keys_are_never_silently_regenerated() {
     assert!(stderr(&out).contains("no key file"), "{}", stderr(&out));
 }
 
+/// The case names of a benchmark's JSON rows.
+fn cases(rows: &Value) -> Vec<&str> {
+    rows.as_array()
+        .unwrap()
+        .iter()
+        .map(|r| r["case"].as_str().unwrap())
+        .collect()
+}
+
 #[test]
 fn bench_commands_run_and_report_percentiles() {
     let home = Home::new();
@@ -550,12 +559,7 @@ fn bench_commands_run_and_report_percentiles() {
         "--inserts",
         "100",
     ]);
-    let cases: Vec<&str> = rows
-        .as_array()
-        .unwrap()
-        .iter()
-        .map(|r| r["case"].as_str().unwrap())
-        .collect();
+    let cases = cases(&rows);
     assert!(
         cases.iter().any(|c| c.starts_with("recall, 2 words")),
         "{cases:?}"
@@ -587,12 +591,7 @@ fn bench_relay_federated_runs_the_ring_across_two_relays_beside_one() {
         "--rounds",
         "2",
     ]);
-    let cases: Vec<&str> = rows
-        .as_array()
-        .unwrap()
-        .iter()
-        .map(|r| r["case"].as_str().unwrap())
-        .collect();
+    let cases = cases(&rows);
     let has = |prefix: String| {
         assert!(
             cases.iter().any(|c| c.starts_with(&prefix)),

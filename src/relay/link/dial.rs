@@ -275,6 +275,12 @@ impl Window {
         self.open.len() < LINK_WINDOW && self.bytes < self.budget
     }
 
+    /// Room for a good batch read from the mailbox: answers come in small groups, and a read
+    /// per group would cost a database round trip for a few copies.
+    fn has_room_for_a_read(&self) -> bool {
+        self.open.len() + REFILL <= LINK_WINDOW && self.bytes < self.budget
+    }
+
     /// Sends one copy (fed: the caller flushes).
     async fn send(&mut self, ws: &mut Socket, seq: Seq, envelope: &[u8]) -> Result<(), LinkError> {
         if self.open.is_empty() {
@@ -338,9 +344,7 @@ async fn stream<S: Storage>(
         LinkError::Broken(format!("sending to {relay}: {e}"))
     };
     loop {
-        // Read when a good batch fits: answers come in small groups, and a read per group
-        // would cost a database round trip for a few copies.
-        if read && window.has_room() && window.open.len() + REFILL <= LINK_WINDOW {
+        if read && window.has_room_for_a_read() {
             let want = (LINK_WINDOW - window.open.len()).min(batch);
             let copies = state
                 .storage

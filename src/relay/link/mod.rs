@@ -64,10 +64,10 @@ impl Links {
                 .as_ref()
                 .is_none_or(|(mailbox, _)| *mailbox != copy.recipient)
             {
-                let Some(relay) = copy.recipient.mailbox_relay() else {
-                    continue;
-                };
-                last = Some((copy.recipient.clone(), relay));
+                last = copy
+                    .recipient
+                    .mailbox_relay()
+                    .map(|r| (copy.recipient.clone(), r));
             }
             let Some((_, relay)) = &last else { continue };
             let running = running.get_or_insert_with(|| self.lock());
