@@ -5,7 +5,7 @@
 
 use super::{Mailbox, MailboxError};
 use crate::protocol::{MessageId, ThreadId};
-use crate::store::{Contact, InboxQuery, SessionKey, StoredMessage, UnreadSummary, Via};
+use crate::store::{Contact, IdlePath, InboxQuery, SessionKey, StoredMessage, UnreadSummary, Via};
 
 impl Mailbox {
     /// Received messages matching `query`: unread first, newest first.
@@ -87,6 +87,65 @@ impl Mailbox {
             .0
             .store
             .call(move |s| s.mark_shown(&session, &ids, via))
+            .await?)
+    }
+
+    /// How `session`'s model was first shown message `id`, if it was.
+    pub async fn shown_via(
+        &self,
+        session: SessionKey,
+        id: MessageId,
+    ) -> Result<Option<Via>, MailboxError> {
+        Ok(self
+            .0
+            .store
+            .call(move |s| s.shown_via(&session, &id))
+            .await?)
+    }
+
+    /// Takes, for a doorbell about to ring `session`, those of `ids` that are unread and not
+    /// yet shown to it (see `Store::take_for_ring`).
+    pub async fn take_for_ring(
+        &self,
+        session: SessionKey,
+        ids: Vec<MessageId>,
+        via: Via,
+    ) -> Result<Vec<MessageId>, MailboxError> {
+        Ok(self
+            .0
+            .store
+            .call(move |s| s.take_for_ring(&session, &ids, via))
+            .await?)
+    }
+
+    /// Undoes a take whose ring failed, so the hooks show the messages after all.
+    pub async fn give_back(
+        &self,
+        session: SessionKey,
+        ids: Vec<MessageId>,
+        via: Via,
+    ) -> Result<(), MailboxError> {
+        Ok(self
+            .0
+            .store
+            .call(move |s| s.give_back(&session, &ids, via))
+            .await?)
+    }
+
+    /// Claims (`Some`) or releases (`None`) the path by which this process wakes `session`.
+    pub async fn claim_idle_path(
+        &self,
+        session: SessionKey,
+        path: Option<IdlePath>,
+    ) -> Result<(), MailboxError> {
+        let pid = std::process::id();
+        Ok(self
+            .0
+            .store
+            .call(move |s| match path {
+                Some(path) => s.claim_idle_path(&session, path, pid),
+                None => s.release_idle_path(&session, pid),
+            })
             .await?)
     }
 

@@ -221,6 +221,24 @@ const MIGRATIONS: &[&str] = &[
         DELETE FROM attachments WHERE message_id = old.id;
     END;
     "#,
+    // 9: which doorbell rings each client session's model while it is idle, claimed by the
+    // `mailslot mcp` process (`pid`) that serves the session: a Claude Code channel or its
+    // inbox socket. A session without a live claim is woken by the rewake hook instead,
+    // which waits while the session is busy (`turns`, kept by the session's hooks: the
+    // hooks after a tool and at the end of a turn show mail to a busy session).
+    r#"
+    CREATE TABLE doorbells (
+        session TEXT PRIMARY KEY,
+        path    TEXT NOT NULL,
+        pid     INTEGER NOT NULL,
+        since   INTEGER NOT NULL
+    ) STRICT, WITHOUT ROWID;
+    CREATE TABLE turns (
+        session TEXT PRIMARY KEY,
+        busy    INTEGER NOT NULL CHECK (busy IN (0, 1)),
+        at      INTEGER NOT NULL
+    ) STRICT, WITHOUT ROWID;
+    "#,
 ];
 
 /// The schema version this build writes.

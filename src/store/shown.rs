@@ -5,7 +5,7 @@
 
 use std::fmt;
 
-use rusqlite::params;
+use rusqlite::{OptionalExtension, params};
 
 use super::messages::{COLUMNS, decode, from_row};
 use super::time::to_ms;
@@ -72,17 +72,34 @@ pub enum Via {
     Channel,
     /// A tool result that listed or showed it.
     Tool,
+    /// A notice written to Claude Code's session inbox socket.
+    Socket,
+    /// The rewake hook's digest (an `asyncRewake` hook that exited 2).
+    Rewake,
 }
 
 impl Via {
-    fn as_str(self) -> &'static str {
+    /// The name stored in the ledger.
+    pub fn as_str(self) -> &'static str {
         match self {
             Via::Hook => "hook",
             Via::Channel => "channel",
             Via::Tool => "tool",
+            Via::Socket => "socket",
+            Via::Rewake => "rewake",
         }
     }
+
+    fn parse(raw: &str) -> Option<Self> {
+        [Via::Hook, Via::Channel, Via::Tool, Via::Socket, Via::Rewake]
+            .into_iter()
+            .find(|v| v.as_str() == raw)
+    }
 }
+
+/// Received messages that are unread and not yet shown to the session (`?1`).
+const UNSEEN: &str = "direction = 'in' AND read_at IS NULL
+     AND NOT EXISTS (SELECT 1 FROM shown WHERE shown.session = ?1 AND shown.message_id = messages.id)";
 
 impl Store {
     /// Records that `ids` were put in front of `session`'s model (once per message: the
@@ -125,8 +142,6 @@ impl Store {
         limit: usize,
         via: Via,
     ) -> Result<(Vec<StoredMessage>, u32), StoreError> {
-        const UNSEEN: &str = "direction = 'in' AND read_at IS NULL
-             AND NOT EXISTS (SELECT 1 FROM shown WHERE shown.session = ?1 AND shown.message_id = messages.id)";
         // Read-only first: the common answer, nothing new, takes no write lock.
         let any: bool = self.conn.query_row(
             &format!("SELECT EXISTS (SELECT 1 FROM messages WHERE {UNSEEN})"),
@@ -154,6 +169,75 @@ impl Store {
         )?;
         tx.commit()?;
         Ok((found, marked as u32))
+    }
+
+    /// Takes those of `ids` that `session`'s model has not been shown and that are still
+    /// unread, recording them as shown `via` in one transaction, and returns them (in the
+    /// order given). A doorbell takes a message before it rings, so no hook or other
+    /// doorbell shows it too; [`Store::give_back`] undoes a take whose ring failed.
+    pub fn take_for_ring(
+        &mut self,
+        session: &SessionKey,
+        ids: &[MessageId],
+        via: Via,
+    ) -> Result<Vec<MessageId>, StoreError> {
+        if ids.is_empty() {
+            return Ok(Vec::new());
+        }
+        let now = to_ms(now_millis());
+        let tx = self.write_tx()?;
+        let mut taken = Vec::new();
+        {
+            let mut take = tx.prepare_cached(&format!(
+                "INSERT INTO shown (session, message_id, via, shown_at)
+                 SELECT ?1, id, ?3, ?4 FROM messages WHERE id = ?2 AND {UNSEEN}"
+            ))?;
+            for id in ids {
+                if take.execute(params![session.as_str(), id.to_string(), via.as_str(), now])? > 0 {
+                    taken.push(*id);
+                }
+            }
+        }
+        tx.commit()?;
+        Ok(taken)
+    }
+
+    /// Forgets that `ids` were shown to `session` `via` (a ring that could not be written), so
+    /// the hooks show them after all.
+    pub fn give_back(
+        &mut self,
+        session: &SessionKey,
+        ids: &[MessageId],
+        via: Via,
+    ) -> Result<(), StoreError> {
+        let tx = self.write_tx()?;
+        {
+            let mut forget = tx.prepare_cached(
+                "DELETE FROM shown WHERE session = ?1 AND message_id = ?2 AND via = ?3",
+            )?;
+            for id in ids {
+                forget.execute(params![session.as_str(), id.to_string(), via.as_str()])?;
+            }
+        }
+        tx.commit()?;
+        Ok(())
+    }
+
+    /// How `session`'s model was first shown message `id`, if it was.
+    pub fn shown_via(
+        &self,
+        session: &SessionKey,
+        id: &MessageId,
+    ) -> Result<Option<Via>, StoreError> {
+        let via: Option<String> = self
+            .conn
+            .query_row(
+                "SELECT via FROM shown WHERE session = ?1 AND message_id = ?2",
+                params![session.as_str(), id.to_string()],
+                |r| r.get(0),
+            )
+            .optional()?;
+        Ok(via.as_deref().and_then(Via::parse))
     }
 }
 
