@@ -1,9 +1,11 @@
-//! `mailslot hook session-start|prompt|post-tool|stop`: Claude Code hooks. They read the
+//! `mailslot hook session-start|prompt|post-tool|stop|wake`: Claude Code hooks. They read the
 //! hook's JSON on stdin and the local store only (no network, no key creation), so they stay
 //! fast enough to run on every prompt and after every tool call. An agent that does not exist
-//! yet has no mail: the hooks print nothing. What each prints is `doorbell::hooks`.
+//! yet has no mail: the hooks print nothing. What each prints is `doorbell::hooks`; `wake`
+//! (an `asyncRewake` entry) waits in the background and is `doorbell::claude_code::wake`.
 
 use std::io::Read;
+use std::process::ExitCode;
 
 use anyhow::Context;
 use clap::ValueEnum;
@@ -11,11 +13,14 @@ use clap::ValueEnum;
 use super::Ctx;
 use super::output::outln;
 use crate::config;
+use crate::doorbell::claude_code::wake::{self, Woke};
 use crate::doorbell::hooks::{self, HookEvent, HookInput};
-use crate::store::Store;
+use crate::store::{SessionKey, Store};
 
 /// The largest hook input read (Claude Code sends a small JSON object, with the prompt).
 const MAX_INPUT_BYTES: u64 = 1024 * 1024;
+/// The exit code with which an `asyncRewake` hook wakes the model (its stderr is shown).
+const REWAKE: u8 = 2;
 
 /// Which hook is running.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
@@ -28,20 +33,63 @@ pub enum HookKind {
     PostTool,
     /// Stop: mail not shown yet keeps the agent working (once; never in a loop).
     Stop,
+    /// SessionStart and Stop with "asyncRewake": true: waits for mail and wakes the session
+    /// (exit 2, the digest on stderr), unless mailslot mcp rings it by channel or socket.
+    Wake,
 }
 
-impl From<HookKind> for HookEvent {
-    fn from(kind: HookKind) -> Self {
-        match kind {
-            HookKind::SessionStart => HookEvent::SessionStart,
-            HookKind::Prompt => HookEvent::Prompt,
-            HookKind::PostTool => HookEvent::PostTool,
-            HookKind::Stop => HookEvent::Stop,
+impl HookKind {
+    fn event(self) -> Option<HookEvent> {
+        match self {
+            HookKind::SessionStart => Some(HookEvent::SessionStart),
+            HookKind::Prompt => Some(HookEvent::Prompt),
+            HookKind::PostTool => Some(HookEvent::PostTool),
+            HookKind::Stop => Some(HookEvent::Stop),
+            HookKind::Wake => None,
         }
     }
 }
 
-pub(super) fn run(ctx: &Ctx, kind: HookKind) -> anyhow::Result<()> {
+pub(super) fn run(ctx: &Ctx, kind: HookKind) -> anyhow::Result<ExitCode> {
+    let input = read_input()?;
+    let cwd = std::env::current_dir()?;
+    let name = config::resolve_agent(ctx.agent.clone(), &ctx.config, &cwd)?;
+    let agent_dir = ctx.paths.agent_dir(&name);
+    let path = crate::agent::store_path(&agent_dir);
+    if !path.exists() {
+        return Ok(ExitCode::SUCCESS);
+    }
+    let mut store = Store::open(&path)?;
+    let Some(event) = kind.event() else {
+        // Without a session there is nothing to wait for on its behalf.
+        let Some(session) = input
+            .session_id
+            .as_deref()
+            .map(SessionKey::new)
+            .transpose()?
+        else {
+            return Ok(ExitCode::SUCCESS);
+        };
+        let watched = wake::Watched::now();
+        return Ok(
+            match wake::wait(&mut store, &name, &agent_dir, &session, watched, wake::LIFE)? {
+                Woke::Mail(digest) => {
+                    eprintln!("{digest}");
+                    ExitCode::from(REWAKE)
+                }
+                Woke::Headless | Woke::Joined | Woke::SessionEnded | Woke::Expired => {
+                    ExitCode::SUCCESS
+                }
+            },
+        );
+    };
+    if let Some(out) = hooks::answer(&mut store, &name, event, &input)? {
+        outln!("{out}")?;
+    }
+    Ok(ExitCode::SUCCESS)
+}
+
+fn read_input() -> anyhow::Result<HookInput> {
     let mut raw = Vec::new();
     std::io::stdin()
         .lock()
@@ -52,21 +100,9 @@ pub(super) fn run(ctx: &Ctx, kind: HookKind) -> anyhow::Result<()> {
         raw.len() as u64 <= MAX_INPUT_BYTES,
         "the hook input on stdin is over {MAX_INPUT_BYTES} bytes; Claude Code sends a small JSON object"
     );
-    let input: HookInput = if raw.iter().all(u8::is_ascii_whitespace) {
-        HookInput::default()
-    } else {
-        serde_json::from_slice(&raw)
-            .context("the hook input on stdin is not the JSON object Claude Code sends")?
-    };
-    let cwd = std::env::current_dir()?;
-    let name = config::resolve_agent(ctx.agent.clone(), &ctx.config, &cwd)?;
-    let path = crate::agent::store_path(&ctx.paths.agent_dir(&name));
-    if !path.exists() {
-        return Ok(());
+    if raw.iter().all(u8::is_ascii_whitespace) {
+        return Ok(HookInput::default());
     }
-    let mut store = Store::open(&path)?;
-    if let Some(out) = hooks::answer(&mut store, &name, kind.into(), &input)? {
-        outln!("{out}")?;
-    }
-    Ok(())
+    serde_json::from_slice(&raw)
+        .context("the hook input on stdin is not the JSON object Claude Code sends")
 }

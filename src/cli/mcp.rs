@@ -4,6 +4,7 @@
 use anyhow::Context;
 
 use super::Ctx;
+use crate::doorbell::claude_code::{self, Route};
 use crate::mailbox::{Mailbox, RelayStatus};
 use crate::store::SessionKey;
 
@@ -41,8 +42,10 @@ pub(super) fn run(ctx: &Ctx, http: Option<std::net::SocketAddr>) -> anyhow::Resu
                 crate::mcp::serve_http(mailbox, doorbell, addr, stop).await?;
             }
             None => {
+                let session = client_session();
+                let route = claude_code_route(&mailbox, &doorbell, session.clone());
                 let (reader, writer) = rmcp::transport::io::stdio_pipes();
-                crate::mcp::serve_with(mailbox, doorbell, client_session(), reader, writer).await?;
+                crate::mcp::serve_with(mailbox, doorbell, session, route, reader, writer).await?;
             }
         }
         anyhow::Ok(())
@@ -61,6 +64,34 @@ fn client_session() -> Option<SessionKey> {
             |e| tracing::warn!(error = %e, "ignoring {}", crate::config::ENV_CLAUDE_CODE_SESSION),
         )
         .ok()
+}
+
+/// The route of the Claude Code session this server serves: which path wakes it while idle
+/// (logged with the reason), the socket doorbell started when it may be needed, and the
+/// session claimed in the store. Outside Claude Code every client gets channel events.
+fn claude_code_route(
+    mailbox: &Mailbox,
+    doorbell: &crate::doorbell::Doorbell,
+    session: Option<SessionKey>,
+) -> Route {
+    let Some(cc) = claude_code::Session::from_env(session) else {
+        return Route::open();
+    };
+    let choice = cc.choose();
+    tracing::info!(path = choice.path.as_str(), reason = %choice.reason, "doorbell for an idle Claude Code session");
+    let route = Route::for_session(&cc);
+    let may_ring = choice.path != claude_code::Path::Hooks && cc.socket_usable();
+    if let Some(socket) = cc.socket.clone().filter(|_| may_ring) {
+        claude_code::socket::start(
+            mailbox.clone(),
+            doorbell,
+            cc.key.clone(),
+            socket,
+            route.clone(),
+        );
+    }
+    route.keep_claimed(mailbox.clone());
+    route
 }
 
 /// With the embedded default, nobody else restarts the loopback relay when it stops: each

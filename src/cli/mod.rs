@@ -417,7 +417,7 @@ pub enum Command {
         #[arg(long, value_name = "ADDR")]
         http: Option<std::net::SocketAddr>,
     },
-    /// Claude Code hooks: the digest of mail the session has not seen (session-start, prompt, post-tool), or keep working on it (stop)
+    /// Claude Code hooks: the digest of mail the session has not seen (session-start, prompt, post-tool), keep working on it (stop), or wake an idle session (wake, in an asyncRewake entry)
     Hook {
         /// Which hook
         #[arg(value_enum)]
@@ -775,7 +775,7 @@ fn dispatch(cli: Cli) -> anyhow::Result<ExitCode> {
         Command::Presence { agents } => peers::presence(&ctx, agents),
         Command::Whois { address } => peers::whois(&ctx, address),
         Command::Policy { policy } => consent::change(&ctx, Change::Policy(policy)),
-        Command::Hook { kind } => hook::run(&ctx, kind),
+        Command::Hook { kind } => return hook::run(&ctx, kind),
         Command::Mcp { http } => mcp::run(&ctx, http),
         Command::Dashboard { listen, no_open } => dashboard::run(&ctx, listen, !no_open),
         Command::Demo => tokio::runtime::Builder::new_multi_thread()

@@ -52,6 +52,9 @@ pub enum HookError {
     /// The store failed.
     #[error(transparent)]
     Store(#[from] StoreError),
+    /// The rewake hook's lock file could not be taken.
+    #[error("the rewake hook's lock file: {0}")]
+    Lock(#[from] std::io::Error),
 }
 
 /// What to print on stdout for `event` (nothing when `None`), for agent `agent`.
@@ -61,18 +64,38 @@ pub fn answer(
     event: HookEvent,
     input: &HookInput,
 ) -> Result<Option<String>, HookError> {
-    if event == HookEvent::Stop && input.stop_hook_active {
-        return Ok(None);
-    }
     let session = input
         .session_id
         .as_deref()
         .map(SessionKey::new)
         .transpose()?;
-    if let (Some(session), Some(prompt)) = (&session, &input.prompt) {
+    let answer = answer_for(store, agent, event, input, session.as_ref())?;
+    if let Some(session) = &session {
+        // A prompt or a tool call means a turn runs; a Stop that lets Claude stop ends it.
+        let busy = match event {
+            HookEvent::Prompt | HookEvent::PostTool => true,
+            HookEvent::SessionStart => false,
+            HookEvent::Stop => answer.is_some(),
+        };
+        store.set_busy(session, busy)?;
+    }
+    Ok(answer)
+}
+
+fn answer_for(
+    store: &mut Store,
+    agent: &AgentName,
+    event: HookEvent,
+    input: &HookInput,
+    session: Option<&SessionKey>,
+) -> Result<Option<String>, HookError> {
+    if event == HookEvent::Stop && input.stop_hook_active {
+        return Ok(None);
+    }
+    if let (Some(session), Some(prompt)) = (session, &input.prompt) {
         store.mark_shown(session, &channel_message_ids(prompt), Via::Channel)?;
     }
-    let (unseen, total) = match &session {
+    let (unseen, total) = match session {
         Some(session) => store.take_unseen(session, DIGEST_ITEMS, Via::Hook)?,
         None => (
             store.inbox(&InboxQuery {

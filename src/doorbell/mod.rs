@@ -3,6 +3,7 @@
 //! ([`frame`]); the sinks (MCP notifications, Claude Code channel events) subscribe to the
 //! rings. The unread footer ([`footer`]) is the pull-side fallback on every tool result.
 
+pub mod claude_code;
 pub mod digest;
 pub mod footer;
 pub mod frame;

@@ -30,6 +30,7 @@ use rmcp::service::ServerInitializeError;
 use tokio_util::sync::CancellationToken;
 
 use crate::doorbell::Doorbell;
+use crate::doorbell::claude_code::Route;
 use crate::mailbox::Mailbox;
 use crate::store::SessionKey;
 
@@ -57,15 +58,16 @@ where
     W: tokio::io::AsyncWrite + Unpin + Send + 'static,
 {
     let doorbell = Doorbell::start(&mailbox);
-    serve_with(mailbox, doorbell, None, reader, writer).await
+    serve_with(mailbox, doorbell, None, Route::open(), reader, writer).await
 }
 
 /// [`serve`] ringing a `doorbell` the caller started (and may give to other sinks), for the
-/// client session `session` when the client names one.
+/// client session `session` when the client names one, with channel events as `route` says.
 pub async fn serve_with<R, W>(
     mailbox: Mailbox,
     doorbell: Doorbell,
     session: Option<SessionKey>,
+    route: Route,
     reader: R,
     writer: W,
 ) -> Result<(), McpError>
@@ -74,8 +76,9 @@ where
     W: tokio::io::AsyncWrite + Unpin + Send + 'static,
 {
     let eof = CancellationToken::new();
-    let server =
-        MailslotServer::new(mailbox.clone(), doorbell, eof.clone()).with_client_session(session);
+    let server = MailslotServer::new(mailbox.clone(), doorbell, eof.clone())
+        .with_client_session(session)
+        .with_route(route.clone());
     let reader = EofSignal::new(reader, eof.clone());
     let result = match server.serve((reader, writer)).await {
         Ok(running) => {
@@ -98,6 +101,7 @@ where
         Err(e) => Err(McpError::Setup(e.to_string())),
     };
     eof.cancel();
+    route.release(&mailbox).await;
     mailbox.close().await;
     result
 }

@@ -19,6 +19,7 @@ use tokio::sync::broadcast;
 use tokio_util::sync::CancellationToken;
 
 use super::resources::{INBOX, SENT};
+use crate::doorbell::claude_code::Route;
 use crate::doorbell::{Doorbell, Ring};
 use crate::mailbox::{Mailbox, MailboxEvent};
 
@@ -91,14 +92,27 @@ pub fn channel_notification(ring: &Ring) -> ServerNotification {
     ))
 }
 
+/// A legacy session's push targets.
+pub struct Legacy {
+    /// The session's peer.
+    pub peer: Peer<RoleServer>,
+    /// The URIs it subscribed to.
+    pub subscriptions: Subscriptions,
+    /// Whether rings go out as channel events.
+    pub route: Route,
+    /// The mailbox (to record what a channel event showed).
+    pub mailbox: Mailbox,
+}
+
 /// Pushes `feeds` (subscribed when the session began) to a legacy session until its
 /// transport closes or `stop` fires.
-pub async fn legacy(
-    peer: Peer<RoleServer>,
-    mut feeds: Feeds,
-    subscriptions: Subscriptions,
-    stop: CancellationToken,
-) {
+pub async fn legacy(to: Legacy, mut feeds: Feeds, stop: CancellationToken) {
+    let Legacy {
+        peer,
+        subscriptions,
+        route,
+        mailbox,
+    } = to;
     loop {
         let next = tokio::select! {
             _ = stop.cancelled() => return,
@@ -108,7 +122,7 @@ pub async fn legacy(
             },
         };
         let pushed = match next {
-            Some(ring) => push_legacy(&peer, &ring, &subscriptions).await,
+            Some(ring) => push_legacy(&peer, &ring, &subscriptions, &route, &mailbox).await,
             None if subscriptions.contains(SENT) => {
                 peer.notify_resource_updated(ResourceUpdatedNotificationParam::new(SENT))
                     .await
@@ -126,6 +140,8 @@ async fn push_legacy(
     peer: &Peer<RoleServer>,
     ring: &Ring,
     subscriptions: &Subscriptions,
+    route: &Route,
+    mailbox: &Mailbox,
 ) -> Result<(), rmcp::service::ServiceError> {
     if ring.message.is_some() {
         if subscriptions.contains(INBOX) {
@@ -134,7 +150,15 @@ async fn push_legacy(
         }
         peer.notify_resource_list_changed().await?;
     }
-    peer.send_notification(channel_notification(ring)).await
+    // A Claude Code session served by the inbox socket or the rewake hook gets no channel
+    // event: never two rings for one message.
+    if !route.rings_channel() {
+        return Ok(());
+    }
+    peer.send_notification(channel_notification(ring)).await?;
+    let (route, mailbox, ring) = (route.clone(), mailbox.clone(), ring.clone());
+    tokio::spawn(async move { route.after_channel_ring(&mailbox, ring).await });
+    Ok(())
 }
 
 /// What a listen stream may carry: the inbox and any URI asked for (other URIs simply never

@@ -28,6 +28,7 @@ use super::push::{self, Feeds, Subscriptions};
 use super::resources;
 use super::strict;
 use crate::doorbell::Doorbell;
+use crate::doorbell::claude_code::Route;
 use crate::doorbell::footer::footer;
 use crate::mailbox::Mailbox;
 use crate::protocol::MessageId;
@@ -52,6 +53,8 @@ pub struct MailslotServer {
     /// The client's own session (Claude Code's), when it names one: messages that tool
     /// results list are recorded as shown to it, so its hooks do not show them again.
     client_session: Option<SessionKey>,
+    /// Whether rings go out as channel events (see `doorbell::claude_code`).
+    route: Route,
 }
 
 impl MailslotServer {
@@ -66,7 +69,14 @@ impl MailslotServer {
             doorbell,
             stop,
             client_session: None,
+            route: Route::open(),
         }
+    }
+
+    /// Rings go out as channel events as `route` says (a Claude Code session's path).
+    pub fn with_route(mut self, route: Route) -> Self {
+        self.route = route;
+        self
     }
 
     /// This server serves the client session `session` (one stdio client).
@@ -101,6 +111,7 @@ impl MailslotServer {
         Self {
             subscriptions: Subscriptions::default(),
             client_session: None,
+            route: Route::open(),
             pending: Arc::new(Mutex::new(Some(Feeds::subscribe(
                 &self.doorbell,
                 &self.mailbox,
@@ -115,9 +126,13 @@ impl MailslotServer {
             return;
         };
         tokio::spawn(push::legacy(
-            peer,
+            push::Legacy {
+                peer,
+                subscriptions: self.subscriptions.clone(),
+                route: self.route.clone(),
+                mailbox: self.mailbox.clone(),
+            },
             feeds,
-            self.subscriptions.clone(),
             self.stop.clone(),
         ));
     }
