@@ -657,6 +657,73 @@ fn doctor_warns_until_the_owner_key_exists_and_owner_init_needs_a_terminal() {
 }
 
 #[test]
+fn doctor_says_which_path_wakes_an_idle_claude_code_session() {
+    let home = Home::new();
+    home.ok(&["--agent", "alice", "init"]);
+    let check = |settings: Option<&str>| {
+        let project = home.path().join("project");
+        std::fs::create_dir_all(project.join(".claude")).unwrap();
+        if let Some(settings) = settings {
+            std::fs::write(project.join(".claude/settings.json"), settings).unwrap();
+        }
+        let out = home
+            .command(&["--agent", "alice", "--json", "doctor"])
+            .env("HOME", home.path())
+            .current_dir(&project)
+            .stdin(Stdio::null())
+            .output()
+            .unwrap();
+        let report: Value = serde_json::from_slice(&out.stdout).unwrap();
+        report["checks"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|c| c["name"] == "claude code")
+            .unwrap_or_else(|| panic!("no claude code check: {report}"))
+            .clone()
+    };
+    let socket = check(None);
+    assert_eq!(socket["outcome"], "ok", "{socket}");
+    assert!(
+        socket["detail"]
+            .as_str()
+            .unwrap()
+            .contains("woken by the inbox socket"),
+        "{socket}"
+    );
+
+    let refused = check(Some(r#"{"crossSessionInbound": "refuse"}"#));
+    assert_eq!(refused["outcome"], "warn", "{refused}");
+    let detail = refused["detail"].as_str().unwrap();
+    assert!(
+        detail.contains("woken by the rewake hook") && detail.contains("\"refuse\""),
+        "{refused}"
+    );
+    assert!(
+        refused["fix"]
+            .as_str()
+            .unwrap()
+            .contains("mcp-config-examples/claude-code")
+    );
+
+    let mut example: Value = serde_json::from_str(
+        &std::fs::read_to_string(
+            Path::new(env!("CARGO_MANIFEST_DIR"))
+                .join("mcp-config-examples/claude-code/.claude/settings.json"),
+        )
+        .unwrap(),
+    )
+    .unwrap();
+    example["crossSessionInbound"] = Value::from("hold");
+    let held = check(Some(&example.to_string()));
+    assert_eq!(held["outcome"], "ok", "{held}");
+    assert!(
+        held["detail"].as_str().unwrap().contains("\"hold\""),
+        "{held}"
+    );
+}
+
+#[test]
 fn help_is_grouped_and_completions_and_man_pages_are_printed() {
     let home = Home::new();
     let help = home.ok(&["--help"]);

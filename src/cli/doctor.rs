@@ -10,9 +10,11 @@ use super::{Ctx, output, reach};
 use crate::agent::Agent;
 use crate::config;
 use crate::crypto::owner;
+use crate::doorbell::claude_code;
 use crate::doorbell::openclaw::check::{self, Check, Outcome};
 use crate::keys::read_owner_public;
 use crate::protocol::AgentName;
+use crate::store::{SessionKey, Store};
 
 #[derive(Serialize)]
 struct Report {
@@ -230,6 +232,65 @@ fn relay_check(ctx: &Ctx, agent: &Agent) -> anyhow::Result<Check> {
     })
 }
 
+/// Which path wakes an idle Claude Code session of this agent, and why: this session's, when
+/// doctor runs inside one (its environment names it), else the sessions Claude Code starts
+/// in this folder, from their settings.
+fn claude_code_check(ctx: &Ctx, agent: &AgentName) -> Check {
+    let name = "claude code";
+    let files = claude_code::launch::session_settings_files();
+    let rewake = claude_code::launch::has_rewake_hook(&files, "hook wake");
+    let session = std::env::var(config::ENV_CLAUDE_CODE_SESSION)
+        .ok()
+        .and_then(|raw| SessionKey::new(&raw).ok());
+    let (who, cc) = match claude_code::Session::from_env(session) {
+        Some(cc) => (format!("this session ({})", cc.key), cc),
+        None => (
+            "Claude Code sessions started here (2.1.224 or later)".to_owned(),
+            claude_code::Session {
+                key: SessionKey::new("doctor").expect("a valid key"),
+                socket: Some(claude_code::InboxSocket::new("inbox.sock".into(), None)),
+                inbound: claude_code::launch::inbound_setting(&files),
+                flags: claude_code::launch::Flags::default(),
+            },
+        ),
+    };
+    let choice = cc.choose();
+    let store = crate::agent::store_path(&ctx.paths.agent_dir(agent));
+    let claim = Some(store)
+        .filter(|p| p.exists())
+        .and_then(|p| Store::open(&p).ok())
+        .and_then(|s| s.idle_claim(&cc.key).ok().flatten())
+        .filter(|c| claude_code::wake::alive(c.pid))
+        .map(|c| {
+            format!(
+                "; mailslot mcp (pid {}) rings it by {} since {}",
+                c.pid,
+                c.path.as_str(),
+                c.since
+            )
+        })
+        .unwrap_or_default();
+    let detail = format!(
+        "{who}: idle, woken by the {} ({}){claim}; busy, shown new mail after each tool call (PostToolUse hook)",
+        choice.path.as_str(),
+        choice.reason
+    );
+    if choice.path == claude_code::Path::Hooks && !cc.flags.headless && !rewake {
+        return Check {
+            name,
+            outcome: Outcome::Warn,
+            detail: format!("{detail}; but no `mailslot hook wake` hook with \"asyncRewake\": true is configured, so an idle session waits for the user"),
+            fix: Some("copy the hooks of mcp-config-examples/claude-code/.claude/settings.json into .claude/settings.json".into()),
+        };
+    }
+    Check {
+        name,
+        outcome: Outcome::Ok,
+        detail,
+        fix: None,
+    }
+}
+
 pub(super) fn run(ctx: &Ctx) -> anyhow::Result<()> {
     let cwd = std::env::current_dir()?;
     let agent = config::resolve_agent(ctx.agent.clone(), &ctx.config, &cwd)?;
@@ -248,6 +309,7 @@ pub(super) fn run(ctx: &Ctx) -> anyhow::Result<()> {
     }];
     checks.push(owner_check(ctx));
     checks.extend(agent_checks(ctx, &agent)?);
+    checks.push(claude_code_check(ctx, &agent));
     match &ctx.config.openclaw {
         None => checks.push(Check {
             name: "openclaw",
