@@ -108,11 +108,22 @@ fn every_example_runs_mailslot_with_flags_and_variables_it_accepts() {
                     assert_eq!(words[0], "mailslot", "{}", file.display());
                     assert!(words.contains(&"hook".to_owned()));
                     check_command(file, &words[1..]);
+                    // The rewake hook only works in the background: it waits for mail.
+                    let wake = words.last().is_some_and(|w| w == "wake");
+                    assert_eq!(
+                        hook["asyncRewake"] == true,
+                        wake,
+                        "{}: {hook}",
+                        file.display()
+                    );
                     hooks += 1;
                 }
             }
         }
     }
     assert!(servers >= 4, "only {servers} mailslot servers found");
-    assert_eq!(hooks, 4, "the Claude Code example has the four hooks");
+    assert_eq!(
+        hooks, 6,
+        "the Claude Code example has the four hooks and the rewake hook at SessionStart and Stop"
+    );
 }
