@@ -82,11 +82,11 @@ fn claude_code_route(
     let route = Route::for_session(&cc);
     let may_ring = choice.path != claude_code::Path::Hooks && cc.socket_usable();
     if let Some(socket) = cc.socket.clone().filter(|_| may_ring) {
-        claude_code::socket::start(
+        crate::doorbell::bell::start(
             mailbox.clone(),
             doorbell,
             cc.key.clone(),
-            socket,
+            crate::doorbell::bell::Bell::Socket(socket),
             route.clone(),
         );
     }

@@ -3,7 +3,9 @@
 //! ([`frame`]); the sinks (MCP notifications, Claude Code channel events) subscribe to the
 //! rings. The unread footer ([`footer`]) is the pull-side fallback on every tool result.
 
+pub mod bell;
 pub mod claude_code;
+pub mod codex;
 pub mod digest;
 pub mod footer;
 pub mod frame;

@@ -29,6 +29,7 @@ use super::resources;
 use super::strict;
 use crate::doorbell::Doorbell;
 use crate::doorbell::claude_code::Route;
+use crate::doorbell::codex;
 use crate::doorbell::footer::footer;
 use crate::mailbox::Mailbox;
 use crate::protocol::MessageId;
@@ -55,6 +56,9 @@ pub struct MailslotServer {
     client_session: Option<SessionKey>,
     /// Whether rings go out as channel events (see `doorbell::claude_code`).
     route: Route,
+    /// The Codex thread this server serves, once a tool call named it: rung through
+    /// `codex queue`, and what its tool results show is recorded under it.
+    codex_thread: Arc<std::sync::OnceLock<SessionKey>>,
 }
 
 impl MailslotServer {
@@ -70,6 +74,7 @@ impl MailslotServer {
             stop,
             client_session: None,
             route: Route::open(),
+            codex_thread: Arc::default(),
         }
     }
 
@@ -87,7 +92,11 @@ impl MailslotServer {
 
     /// Records that a tool result put `ids` in front of the client session's model.
     pub(super) async fn shown(&self, ids: Vec<MessageId>) {
-        let Some(session) = self.client_session.clone() else {
+        let Some(session) = self
+            .client_session
+            .clone()
+            .or_else(|| self.codex_thread.get().cloned())
+        else {
             return;
         };
         if let Err(e) = self.mailbox.mark_shown(session, ids, Via::Tool).await {
@@ -112,6 +121,7 @@ impl MailslotServer {
             subscriptions: Subscriptions::default(),
             client_session: None,
             route: Route::open(),
+            codex_thread: Arc::default(),
             pending: Arc::new(Mutex::new(Some(Feeds::subscribe(
                 &self.doorbell,
                 &self.mailbox,
@@ -135,6 +145,25 @@ impl MailslotServer {
             feeds,
             self.stop.clone(),
         ));
+    }
+
+    /// Codex names its thread in every tool call's `_meta.threadId`: the first one starts the
+    /// Codex doorbell (stdio only: one client, one thread).
+    fn learn_codex_thread(&self, context: &RequestContext<RoleServer>) {
+        if self.codex_thread.get().is_some() || self.client_session.is_some() {
+            return;
+        }
+        let Some(raw) = context.meta.get("threadId").and_then(|v| v.as_str()) else {
+            return;
+        };
+        match codex::ThreadId::parse(raw) {
+            Ok(thread) => {
+                let _ = self
+                    .codex_thread
+                    .get_or_init(|| codex::ring_thread(&self.mailbox, &self.doorbell, thread));
+            }
+            Err(e) => tracing::warn!(error = %e, "ignoring the tool call's thread id"),
+        }
     }
 
     async fn footer_line(&self) -> Option<String> {
@@ -197,6 +226,7 @@ impl ServerHandler for MailslotServer {
         request: CallToolRequestParams,
         context: RequestContext<RoleServer>,
     ) -> Result<CallToolResponse, ErrorData> {
+        self.learn_codex_thread(&context);
         let refusal = self
             .tool_router
             .get(&request.name)

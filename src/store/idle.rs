@@ -79,6 +79,18 @@ impl Store {
     /// starts one, a Stop that lets it stop ends it). Rows older than 30 days are dropped.
     pub fn set_busy(&mut self, session: &SessionKey, busy: bool) -> Result<(), StoreError> {
         let now = to_ms(now_millis());
+        // Hooks run on every prompt and tool call: write only a change, or a renewal due.
+        let current: Option<(bool, i64)> = self
+            .conn
+            .query_row(
+                "SELECT busy, at FROM turns WHERE session = ?1",
+                [session.as_str()],
+                |r| Ok((r.get(0)?, r.get(1)?)),
+            )
+            .optional()?;
+        if current.is_some_and(|(was, at)| was == busy && now - at < BUSY_FOR_MS / 3) {
+            return Ok(());
+        }
         let tx = self.write_tx()?;
         tx.execute(
             "INSERT INTO turns (session, busy, at) VALUES (?1, ?2, ?3)

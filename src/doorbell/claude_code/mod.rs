@@ -239,6 +239,11 @@ impl Route {
         Self::new(State::Open, None, false)
     }
 
+    /// The route of a bell that always rings (a Codex thread's queue).
+    pub fn bell(session: SessionKey) -> Self {
+        Self::new(State::Socket, Some(session), false)
+    }
+
     /// The route for `session`, starting on its choice.
     pub fn for_session(session: &Session) -> Self {
         let state = match session.choose().path {
