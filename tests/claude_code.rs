@@ -935,3 +935,47 @@ fn a_refused_socket_leaves_the_wake_to_one_rewake_hook_per_session() {
         .await;
     });
 }
+
+#[test]
+fn a_channel_flag_without_the_preview_hands_the_wake_to_the_socket() {
+    let Some((claude, tmux)) = tools() else {
+        return;
+    };
+    isolated(async || {
+        let mut scene = Scene::start(claude, tmux, false).await;
+        // The README's preview command, copied by a user whose account has no preview: Claude
+        // Code skips the channel without a word to mailslot.
+        let _session = Interactive::launch(
+            &scene,
+            "--dangerously-load-development-channels server:mailslot",
+        )
+        .await;
+        wait_until(
+            CLAUDE_TIMEOUT,
+            "Claude Code skips mailslot's channel",
+            async || debug_log_has(&scene, "Channel notifications skipped").then_some(()),
+        )
+        .await;
+
+        // The first message goes to the channel, shows nowhere, and is handed to the socket;
+        // the next goes to the socket at once. Each starts one turn with its notice.
+        for n in 0..2 {
+            let id = scene
+                .peer_sends(&format!("SUBJECT-HANDOVER-{n}"), "BODY-HANDOVER")
+                .await;
+            let turn = scene.api.next_turn(CLAUDE_TIMEOUT).await;
+            let prompt = turn.last_text();
+            assert!(
+                prompt.contains(&format!("message_id {id} from bob")),
+                "{prompt}"
+            );
+            assert_eq!(deliveries(&turn.text(), &id), 1, "{}", turn.excerpt());
+            turn.answer(Reply::text("Noted."));
+            wait_until(CLAUDE_TIMEOUT, "the woken turn ends", async || {
+                scene.idle().then_some(())
+            })
+            .await;
+        }
+        assert!(scene.api.pending_turn().is_none());
+    });
+}
