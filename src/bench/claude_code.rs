@@ -1,10 +1,17 @@
-//! `mailslot bench mcp --claude-code PATH`: the channel doorbell through the real Claude
-//! Code. An interactive Claude Code (in a tmux server of its own) runs `mailslot mcp` for one
-//! agent; another agent sends it messages one at a time; the time measured is from the send
-//! until the request that carries the message reaches Claude Code's model (a loopback
-//! stand-in for the Anthropic Messages API that answers every request with a short text).
-//! Like the tests, it stands in for an account that has the channels research preview by
-//! writing the cached account flag into a temporary `~/.claude.json`.
+//! `mailslot bench mcp --claude-code PATH`: the doorbells that wake an idle Claude Code
+//! session, through the real Claude Code. An interactive Claude Code (in a tmux server of its
+//! own) runs `mailslot mcp` for one agent, with the example hooks; another agent sends it
+//! messages one at a time; the time measured is from the send until the request that carries
+//! the message (its id) reaches Claude Code's model (a loopback stand-in for the Anthropic
+//! Messages API that answers every request with a short text). One session per path:
+//! - the inbox socket: an ordinary account, no flags;
+//! - the rewake hook: the same, with `crossSessionInbound: "refuse"` in the user's settings;
+//! - the channel: an account with the channels preview (the cached account flag written into
+//!   a temporary `~/.claude.json`) launched with the development-channels flag.
+//!
+//! [`socket_share`] measures mailslot's own part of the socket path: a real `mailslot mcp`
+//! process told that a socket of the benchmark's is its session's inbox, send until the
+//! notice is written there.
 
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
@@ -23,25 +30,67 @@ use crate::protocol::{Address, AgentName, Message};
 
 /// How long Claude Code may take to start, or to ask its model about a message.
 const WAIT: Duration = Duration::from_secs(60);
-/// The pause after each answered turn, so the next message finds the session idle.
-const SETTLE: Duration = Duration::from_millis(500);
+/// The pause after each answered turn, so the next message finds the session idle (the
+/// rewake hook leaves mail alone for 1.5 s after a turn ends).
+const SETTLE: Duration = Duration::from_millis(2500);
 /// The dummy API key (Claude Code remembers approved keys by their last 20 characters).
 const API_KEY: &str = "sk-ant-api03-mailslot-bench-key-000000000000000";
 
-/// Sends `messages` messages and measures send -> the model's request.
-pub async fn channel_latency(
+/// A path that wakes an idle session.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum WakePath {
+    /// The session's inbox socket (any account).
+    Socket,
+    /// The rewake hook (the socket refused).
+    Rewake,
+    /// The channel (an account with the preview).
+    Channel,
+}
+
+impl WakePath {
+    fn name(self) -> &'static str {
+        match self {
+            WakePath::Socket => "socket",
+            WakePath::Rewake => "rewake",
+            WakePath::Channel => "channel",
+        }
+    }
+}
+
+/// The hooks of `mcp-config-examples/claude-code/.claude/settings.json`, running `exe` as
+/// agent `agent`.
+fn example_hooks(exe: &Path, agent: &str) -> Value {
+    let hook = |kind: &str| json!({ "type": "command", "command": format!("'{}' --agent {agent} hook {kind}", exe.display()) });
+    let wake = json!({
+        "type": "command",
+        "command": format!("'{}' --agent {agent} hook wake", exe.display()),
+        "asyncRewake": true,
+        "timeout": 43260,
+    });
+    json!({
+        "SessionStart": [{ "hooks": [hook("session-start"), wake.clone()] }],
+        "UserPromptSubmit": [{ "hooks": [hook("prompt")] }],
+        "PostToolUse": [{ "hooks": [hook("post-tool")] }],
+        "Stop": [{ "hooks": [hook("stop"), wake] }],
+    })
+}
+
+/// Sends `messages` messages to an idle session woken by `path` and measures send -> the
+/// model's request.
+pub async fn wake_latency(
     exe: &Path,
     claude: &Path,
     tmux: &Path,
     home: &Path,
     relay: &RelayUrl,
+    path: WakePath,
     messages: u32,
 ) -> anyhow::Result<Summary> {
     let (api, mut requests) = model_api().await?;
-    let dir = home.join("claude-code");
+    let dir = home.join(format!("claude-code-{}", path.name()));
     let (project, user_home) = (dir.join("project"), dir.join("home"));
     let mailslot_home = dir.join("mailslot");
-    std::fs::create_dir_all(&project)?;
+    std::fs::create_dir_all(project.join(".claude"))?;
     std::fs::create_dir_all(user_home.join(".claude"))?;
     let env = [
         ("HOME", user_home.display().to_string()),
@@ -67,18 +116,29 @@ pub async fn channel_latency(
         .to_string(),
     )?;
     std::fs::write(
-        user_home.join(".claude.json"),
-        json!({
-            "hasCompletedOnboarding": true,
-            "customApiKeyResponses": { "approved": [&API_KEY[API_KEY.len() - 20..]], "rejected": [] },
-            "projects": { project.display().to_string(): {
-                "hasTrustDialogAccepted": true,
-                "hasCompletedProjectOnboarding": true,
-                "enabledMcpjsonServers": ["mailslot"],
-            }},
-            "cachedGrowthBookFeatures": { "tengu_harbor": true },
-        })
-        .to_string(),
+        project.join(".claude/settings.json"),
+        json!({ "hooks": example_hooks(exe, "cc") }).to_string(),
+    )?;
+    let mut state = json!({
+        "hasCompletedOnboarding": true,
+        "customApiKeyResponses": { "approved": [&API_KEY[API_KEY.len() - 20..]], "rejected": [] },
+        "projects": { project.display().to_string(): {
+            "hasTrustDialogAccepted": true,
+            "hasCompletedProjectOnboarding": true,
+            "enabledMcpjsonServers": ["mailslot"],
+        }},
+    });
+    if path == WakePath::Channel {
+        state["cachedGrowthBookFeatures"] = json!({ "tengu_harbor": true });
+    }
+    std::fs::write(user_home.join(".claude.json"), state.to_string())?;
+    let mut user_settings = json!({ "permissions": { "allow": ["mcp__mailslot"] } });
+    if path == WakePath::Rewake {
+        user_settings["crossSessionInbound"] = json!("refuse");
+    }
+    std::fs::write(
+        user_home.join(".claude/settings.json"),
+        user_settings.to_string(),
     )?;
     // Registered before Claude Code starts, so the first send is accepted.
     let sync = tokio::process::Command::new(exe)
@@ -99,8 +159,13 @@ pub async fn channel_latency(
         socket: dir.join("tmux.sock"),
     };
     let debug_log = dir.join("claude-debug.log");
+    let flags = if path == WakePath::Channel {
+        "--dangerously-load-development-channels server:mailslot"
+    } else {
+        ""
+    };
     let command = format!(
-        "exec '{}' --dangerously-load-development-channels server:mailslot --debug-file '{}'",
+        "exec '{}' {flags} --debug-file '{}'",
         claude.display(),
         debug_log.display()
     );
@@ -121,23 +186,35 @@ pub async fn channel_latency(
             ],
         )
         .await?;
-    poll(|| async {
-        Ok(session
-            .run(&env, &project, &["capture-pane", "-p", "-t", "cc"])
-            .await?
-            .contains("I am using this for local development"))
-    })
-    .await
-    .context("Claude Code did not show the development-channels warning")?;
-    session
-        .run(&env, &project, &["send-keys", "-t", "cc", "Enter"])
-        .await?;
-    poll(|| async {
-        Ok(std::fs::read_to_string(&debug_log)
-            .is_ok_and(|log| log.contains("Channel notifications registered")))
-    })
-    .await
-    .context("Claude Code did not register mailslot's channel (see its debug log)")?;
+    let log_has = |text: &'static str| {
+        let debug_log = debug_log.clone();
+        move || {
+            let debug_log = debug_log.clone();
+            async move { Ok(std::fs::read_to_string(&debug_log).is_ok_and(|log| log.contains(text))) }
+        }
+    };
+    if path == WakePath::Channel {
+        poll(|| async {
+            Ok(session
+                .run(&env, &project, &["capture-pane", "-p", "-t", "cc"])
+                .await?
+                .contains("I am using this for local development"))
+        })
+        .await
+        .context("Claude Code did not show the development-channels warning")?;
+        session
+            .run(&env, &project, &["send-keys", "-t", "cc", "Enter"])
+            .await?;
+        poll(log_has("Channel notifications registered"))
+            .await
+            .context("Claude Code did not register mailslot's channel (see its debug log)")?;
+    } else {
+        poll(log_has("MCP server \"mailslot\": Successfully connected"))
+            .await
+            .context("Claude Code did not connect mailslot's MCP server (see its debug log)")?;
+        // The first waiter of the rewake path arms after its grace.
+        tokio::time::sleep(SETTLE).await;
+    }
 
     let paths = Paths::new(Some(mailslot_home), None)?;
     let (sender, _) = Agent::open_or_create(&paths, &AgentName::new("cc-sender")?)?;
@@ -146,8 +223,8 @@ pub async fn channel_latency(
     let mut samples = Vec::with_capacity(messages as usize);
     let start = Instant::now();
     for i in 0..messages {
-        let marker = format!("bench-channel-{i}-{}", uuid::Uuid::now_v7().simple());
-        let message = Message::new(sender.address().clone(), vec![to.clone()], "bench", &marker);
+        let message = Message::new(sender.address().clone(), vec![to.clone()], "bench", "x");
+        let marker = message.id.to_string();
         let t = Instant::now();
         if !matches!(sender.send(message).await?, SendOutcome::Sent) {
             bail!("message {i} was not sent");
@@ -155,7 +232,12 @@ pub async fn channel_latency(
         loop {
             let (at, body) = tokio::time::timeout(WAIT, requests.recv())
                 .await
-                .with_context(|| format!("Claude Code's model never saw message {i}"))?
+                .with_context(|| {
+                    format!(
+                        "Claude Code's model never saw message {i} ({})",
+                        path.name()
+                    )
+                })?
                 .context("the model stand-in stopped")?;
             if body.contains(&marker) {
                 samples.push(at.duration_since(t));
@@ -168,7 +250,107 @@ pub async fn channel_latency(
     sender.close().await;
     drop(session);
     Ok(Summary::new(
-        "channel: send -> Claude Code's model request",
+        match path {
+            WakePath::Socket => "socket: send -> Claude Code's model request (idle session)",
+            WakePath::Rewake => "rewake hook: send -> Claude Code's model request (idle session)",
+            WakePath::Channel => "channel: send -> Claude Code's model request (idle session)",
+        },
+        samples,
+        total,
+    ))
+}
+
+/// mailslot's own share of the socket path: a real `mailslot mcp` process (driven by rmcp's
+/// client, as the demo does) is told by the environment Claude Code would give it that a
+/// socket of the benchmark's is its session's inbox; the time is from the send until the
+/// notice naming the message arrives on that socket.
+pub async fn socket_share(
+    exe: &Path,
+    home: &Path,
+    relay: &RelayUrl,
+    messages: u32,
+) -> anyhow::Result<Summary> {
+    let dir = home.join("socket-share");
+    std::fs::create_dir_all(&dir)?;
+    let socket = dir.join("inbox.sock");
+    let listener = tokio::net::UnixListener::bind(&socket)?;
+    let (lines_tx, mut lines) = mpsc::unbounded_channel::<(Instant, String)>();
+    tokio::spawn(async move {
+        while let Ok((stream, _)) = listener.accept().await {
+            let tx = lines_tx.clone();
+            tokio::spawn(async move {
+                use tokio::io::AsyncBufReadExt;
+                let mut reader = tokio::io::BufReader::new(stream).lines();
+                while let Ok(Some(line)) = reader.next_line().await {
+                    let _ = tx.send((Instant::now(), line));
+                }
+            });
+        }
+    });
+    let mailslot_home = dir.join("mailslot");
+    let env = [
+        (crate::config::ENV_HOME, mailslot_home.display().to_string()),
+        (crate::config::ENV_RELAY, relay.to_string()),
+        (
+            crate::config::ENV_CLAUDE_CODE_SESSION,
+            uuid::Uuid::now_v7().to_string(),
+        ),
+        (
+            crate::doorbell::claude_code::ENV_SOCKET,
+            socket.display().to_string(),
+        ),
+    ];
+    let register = tokio::process::Command::new(exe)
+        .args(["--agent", "share", "register"])
+        .env_clear()
+        .envs(env.iter().cloned())
+        .output()
+        .await?;
+    if !register.status.success() {
+        bail!(
+            "registering the agent failed: {}",
+            String::from_utf8_lossy(&register.stderr)
+        );
+    }
+    let mut cmd = tokio::process::Command::new(exe);
+    cmd.args(["--agent", "share", "mcp"])
+        .current_dir(&dir)
+        .env_clear()
+        .envs(env.iter().cloned())
+        .env(crate::config::ENV_LOG, "warn");
+    let transport = rmcp::transport::TokioChildProcess::new(cmd)
+        .with_context(|| format!("starting {}", exe.display()))?;
+    let driver =
+        crate::demo::driver::Driver::connect(transport, crate::demo::driver::Era::Legacy).await?;
+    let paths = Paths::new(Some(mailslot_home), None)?;
+    let (sender, _) = Agent::open_or_create(&paths, &AgentName::new("share-sender")?)?;
+    let sender = Mailbox::open(sender, relay.clone()).await?;
+    let to = Address::parse("share")?;
+    let mut samples = Vec::with_capacity(messages as usize);
+    let start = Instant::now();
+    for i in 0..messages {
+        let message = Message::new(sender.address().clone(), vec![to.clone()], "bench", "x");
+        let marker = message.id.to_string();
+        let t = Instant::now();
+        if !matches!(sender.send(message).await?, SendOutcome::Sent) {
+            bail!("message {i} was not sent");
+        }
+        loop {
+            let (at, line) = tokio::time::timeout(WAIT, lines.recv())
+                .await
+                .with_context(|| format!("no notice for message {i} on the socket"))?
+                .context("the socket stopped")?;
+            if line.contains(&marker) {
+                samples.push(at.duration_since(t));
+                break;
+            }
+        }
+    }
+    let total = start.elapsed();
+    sender.close().await;
+    driver.close().await?;
+    Ok(Summary::new(
+        "socket, mailslot's share: send -> notice written to the inbox socket",
         samples,
         total,
     ))

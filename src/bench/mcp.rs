@@ -2,7 +2,8 @@
 //! on an embedded relay, driven by rmcp's client: tool-call latency, send -> doorbell latency
 //! at the recipient, startup and shutdown of a server, the Claude Code hooks as processes,
 //! `inbox` and `search` over stores of 10,000 and more messages (`volume.rs`),
-//! and with `--claude-code` the channel through the real Claude Code (`claude_code.rs`).
+//! and with `--claude-code` the paths that wake an idle session (socket, rewake hook, channel)
+//! through the real Claude Code, and mailslot's share of the socket path (`claude_code.rs`).
 
 use std::time::{Duration, Instant};
 
@@ -151,16 +152,27 @@ async fn measure(args: &McpBenchArgs) -> anyhow::Result<Vec<Summary>> {
     }
     if let Some(claude) = &args.claude_code {
         rows.push(
-            super::claude_code::channel_latency(
-                &exe,
-                claude,
-                &args.tmux,
-                home.path(),
-                &url,
-                args.channel_messages,
-            )
-            .await?,
+            super::claude_code::socket_share(&exe, home.path(), &url, args.channel_messages)
+                .await?,
         );
+        for path in [
+            super::claude_code::WakePath::Socket,
+            super::claude_code::WakePath::Rewake,
+            super::claude_code::WakePath::Channel,
+        ] {
+            rows.push(
+                super::claude_code::wake_latency(
+                    &exe,
+                    claude,
+                    &args.tmux,
+                    home.path(),
+                    &url,
+                    path,
+                    args.channel_messages,
+                )
+                .await?,
+            );
+        }
     }
     relay.shutdown().await;
     Ok(rows)

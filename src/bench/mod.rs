@@ -55,14 +55,15 @@ pub struct McpBenchArgs {
     /// store holds this many unread messages; one agent per size, comma-separated
     #[arg(long, value_delimiter = ',', default_value = "10000", value_parser = clap::value_parser!(u32).range(20..=1_000_000))]
     pub store_sizes: Vec<u32>,
-    /// Also measure the channel doorbell through this real Claude Code binary (run
-    /// interactively in tmux against a loopback stand-in for its model API)
+    /// Also measure the paths that wake an idle session (inbox socket, rewake hook, channel)
+    /// through this real Claude Code binary (run interactively in tmux against a loopback
+    /// stand-in for its model API), and mailslot's share of the socket path
     #[arg(long, value_name = "PATH")]
     pub claude_code: Option<std::path::PathBuf>,
     /// The tmux binary for --claude-code
     #[arg(long, value_name = "PATH", default_value = "tmux")]
     pub tmux: std::path::PathBuf,
-    /// Messages sent through Claude Code, one at a time
+    /// Messages sent through Claude Code on each path, one at a time
     #[arg(long, default_value_t = 20, value_parser = clap::value_parser!(u32).range(1..=1_000))]
     pub channel_messages: u32,
 }
