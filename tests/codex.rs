@@ -230,6 +230,15 @@ fn kill_codex_daemons(codex_home: &Path) {
     }
 }
 
+/// The newest user input item of a request, as text.
+fn newest_user_input(turn: &Turn) -> String {
+    turn.request["input"]
+        .as_array()
+        .and_then(|items| items.iter().rev().find(|i| i["role"] == "user"))
+        .map(ToString::to_string)
+        .unwrap_or_default()
+}
+
 /// The user's input items of the newest request, as text.
 fn user_inputs(turn: &Turn) -> String {
     turn.request["input"]
@@ -333,31 +342,28 @@ fn an_idle_interactive_codex_session_wakes_by_its_queue() {
         ])
         .await;
 
-        // The owner asks; the model lists the inbox (Codex names the thread in the call).
         // Keys typed while the TUI still starts are lost: type until the prompt shows them.
-        common::wait_until(
-            CODEX_TIMEOUT,
-            "the prompt takes the owner's text",
-            async || {
-                let screen = tmux_run(&["capture-pane", "-p", "-t", "codex"]).await;
-                if screen.contains("PROMPT-CODEX") {
-                    return Some(());
-                }
-                if screen.contains("Ask Codex") {
-                    tmux_run(&[
-                        "send-keys",
-                        "-t",
-                        "codex",
-                        "-l",
-                        "PROMPT-CODEX check my mail",
-                    ])
-                    .await;
-                }
-                None
-            },
-        )
-        .await;
-        tmux_run(&["send-keys", "-t", "codex", "Enter"]).await;
+        let type_prompt = async |text: &str, ready: &str| {
+            common::wait_until(
+                CODEX_TIMEOUT,
+                "the prompt takes the owner's text",
+                async || {
+                    let screen = tmux_run(&["capture-pane", "-p", "-t", "codex"]).await;
+                    if screen.contains(text) {
+                        return Some(());
+                    }
+                    if screen.contains(ready) {
+                        tmux_run(&["send-keys", "-t", "codex", "-l", text]).await;
+                    }
+                    None
+                },
+            )
+            .await;
+            tmux_run(&["send-keys", "-t", "codex", "Enter"]).await;
+        };
+
+        // The owner asks; the model lists the inbox (Codex names the thread in the call).
+        type_prompt("PROMPT-CODEX check my mail", "Ask Codex").await;
         let turn = api.next_turn(CODEX_TIMEOUT).await;
         assert!(
             user_inputs(&turn).contains("PROMPT-CODEX"),
@@ -393,11 +399,7 @@ fn an_idle_interactive_codex_session_wakes_by_its_queue() {
         .unwrap();
         let id = sent["id"].as_str().unwrap().to_owned();
         let turn = api.next_turn(CODEX_TIMEOUT).await;
-        let newest = turn.request["input"]
-            .as_array()
-            .and_then(|items| items.iter().rev().find(|i| i["role"] == "user"))
-            .map(ToString::to_string)
-            .unwrap_or_default();
+        let newest = newest_user_input(&turn);
         assert!(
             newest.contains("[mailslot] New mail for alice: 1 message.")
                 && newest.contains(&format!("message_id {id} from bob")),
@@ -412,29 +414,7 @@ fn an_idle_interactive_codex_session_wakes_by_its_queue() {
 
         // One message, one turn: the next request is the owner's next prompt, and the notice
         // is in it once.
-        common::wait_until(
-            CODEX_TIMEOUT,
-            "the prompt takes the next text",
-            async || {
-                let screen = tmux_run(&["capture-pane", "-p", "-t", "codex"]).await;
-                if screen.contains("PROMPT-AFTER") {
-                    return Some(());
-                }
-                if screen.contains("Noted.") {
-                    tmux_run(&[
-                        "send-keys",
-                        "-t",
-                        "codex",
-                        "-l",
-                        "PROMPT-AFTER anything else?",
-                    ])
-                    .await;
-                }
-                None
-            },
-        )
-        .await;
-        tmux_run(&["send-keys", "-t", "codex", "Enter"]).await;
+        type_prompt("PROMPT-AFTER anything else?", "Noted.").await;
         let turn = api.next_turn(CODEX_TIMEOUT).await;
         let newest = turn.request["input"]
             .as_array()

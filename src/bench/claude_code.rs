@@ -87,6 +87,8 @@ pub async fn wake_latency(
     messages: u32,
 ) -> anyhow::Result<Summary> {
     let (api, mut requests) = model_api().await?;
+    // Each path's session and sender are agents of their own on the one relay.
+    let agent = format!("cc-{}", path.name());
     let dir = home.join(format!("claude-code-{}", path.name()));
     let (project, user_home) = (dir.join("project"), dir.join("home"));
     let mailslot_home = dir.join("mailslot");
@@ -111,13 +113,13 @@ pub async fn wake_latency(
     std::fs::write(
         project.join(".mcp.json"),
         json!({ "mcpServers": { "mailslot": {
-            "command": exe, "args": ["mcp", "--agent", "cc"],
+            "command": exe, "args": ["mcp", "--agent", &agent],
         }}})
         .to_string(),
     )?;
     std::fs::write(
         project.join(".claude/settings.json"),
-        json!({ "hooks": example_hooks(exe, "cc") }).to_string(),
+        json!({ "hooks": example_hooks(exe, &agent) }).to_string(),
     )?;
     let mut state = json!({
         "hasCompletedOnboarding": true,
@@ -141,18 +143,7 @@ pub async fn wake_latency(
         user_settings.to_string(),
     )?;
     // Registered before Claude Code starts, so the first send is accepted.
-    let sync = tokio::process::Command::new(exe)
-        .args(["--agent", "cc", "register"])
-        .env_clear()
-        .envs(env.iter().cloned())
-        .output()
-        .await?;
-    if !sync.status.success() {
-        bail!(
-            "registering the agent failed: {}",
-            String::from_utf8_lossy(&sync.stderr)
-        );
-    }
+    register(exe, &env, &agent).await?;
 
     let session = Tmux {
         tmux: tmux.to_owned(),
@@ -217,9 +208,9 @@ pub async fn wake_latency(
     }
 
     let paths = Paths::new(Some(mailslot_home), None)?;
-    let (sender, _) = Agent::open_or_create(&paths, &AgentName::new("cc-sender")?)?;
+    let (sender, _) = Agent::open_or_create(&paths, &AgentName::new(&format!("{agent}-sender"))?)?;
     let sender = Mailbox::open(sender, relay.clone()).await?;
-    let to = Address::parse("cc")?;
+    let to = Address::parse(&agent)?;
     let mut samples = Vec::with_capacity(messages as usize);
     let start = Instant::now();
     for i in 0..messages {
@@ -300,18 +291,7 @@ pub async fn socket_share(
             socket.display().to_string(),
         ),
     ];
-    let register = tokio::process::Command::new(exe)
-        .args(["--agent", "share", "register"])
-        .env_clear()
-        .envs(env.iter().cloned())
-        .output()
-        .await?;
-    if !register.status.success() {
-        bail!(
-            "registering the agent failed: {}",
-            String::from_utf8_lossy(&register.stderr)
-        );
-    }
+    register(exe, &env, "share").await?;
     let mut cmd = tokio::process::Command::new(exe);
     cmd.args(["--agent", "share", "mcp"])
         .current_dir(&dir)
@@ -345,6 +325,9 @@ pub async fn socket_share(
                 break;
             }
         }
+        // One message at a time into an idle session: past its burst the bell paces notices
+        // (one per 2.5 s) and the wait would measure the pacing, not the path.
+        tokio::time::sleep(SETTLE).await;
     }
     let total = start.elapsed();
     sender.close().await;
@@ -354,6 +337,23 @@ pub async fn socket_share(
         samples,
         total,
     ))
+}
+
+/// Registers `agent` with `exe` in the environment `env`.
+async fn register(exe: &Path, env: &[(&str, String)], agent: &str) -> anyhow::Result<()> {
+    let out = tokio::process::Command::new(exe)
+        .args(["--agent", agent, "register"])
+        .env_clear()
+        .envs(env.iter().cloned())
+        .output()
+        .await?;
+    if !out.status.success() {
+        bail!(
+            "registering {agent} failed: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+    }
+    Ok(())
 }
 
 /// A tmux server of the benchmark's own.

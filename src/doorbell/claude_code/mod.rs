@@ -75,10 +75,12 @@ impl InboxSocket {
             .filter(|t| {
                 let ok = !t.is_empty()
                     && t.len() <= MAX_TOKEN
-                    && t.bytes().all(|b| b.is_ascii_graphic());
+                    && t
+                        .bytes()
+                        .all(|b| b.is_ascii_alphanumeric() || matches!(b, b'.' | b'_' | b'-'));
                 if !ok {
                     tracing::warn!(
-                        "ignoring {ENV_TOKEN}: not 1 to {MAX_TOKEN} printable ASCII characters"
+                        "ignoring {ENV_TOKEN}: not 1 to {MAX_TOKEN} letters, digits, '.', '_' or '-'"
                     );
                 }
                 ok

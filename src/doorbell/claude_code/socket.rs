@@ -18,24 +18,25 @@ impl InboxSocket {
     /// Writes `text` as one user message on the socket: the auth line (when Claude Code gave a
     /// token), then the message, then closes.
     pub async fn write(&self, text: &str) -> Result<(), RingError> {
-        let socket = self;
         let fail = |source| RingError::Socket {
-            path: socket.path.display().to_string(),
+            path: self.path.display().to_string(),
             source,
         };
-        let mut lines = String::new();
-        if let Some(token) = socket.token() {
-            lines.push_str(&serde_json::json!({ "type": "auth", "token": token }).to_string());
-            lines.push('\n');
+        // Built in a buffer that is wiped after the write: it holds the token. The token is
+        // letters, digits, '.', '_' and '-' (checked when read), so it needs no escaping.
+        let mut lines = zeroize::Zeroizing::new(String::new());
+        if let Some(token) = self.token() {
+            lines.push_str(r#"{"type":"auth","token":""#);
+            lines.push_str(token);
+            lines.push_str("\"}\n");
         }
         lines.push_str(
             &serde_json::json!({ "type": "user", "message": { "role": "user", "content": text } })
                 .to_string(),
         );
         lines.push('\n');
-        let lines = zeroize::Zeroizing::new(lines);
         let mut stream = tokio::time::timeout(WRITE_TIMEOUT, async {
-            let mut stream = UnixStream::connect(&socket.path).await?;
+            let mut stream = UnixStream::connect(&self.path).await?;
             stream.write_all(lines.as_bytes()).await?;
             Ok(stream)
         })
@@ -47,5 +48,50 @@ impl InboxSocket {
             tracing::debug!(error = %e, "closing the inbox socket after a complete write");
         }
         Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use tokio::io::AsyncBufReadExt;
+
+    use super::*;
+
+    #[tokio::test]
+    async fn writes_the_auth_line_then_one_user_message() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("inbox.sock");
+        let listener = tokio::net::UnixListener::bind(&path).unwrap();
+        let socket = InboxSocket::new(path.clone(), Some("0123abcd".into()));
+        assert!(
+            !format!("{socket:?}").contains("0123abcd"),
+            "the token is redacted"
+        );
+        let (written, accepted) = tokio::join!(
+            socket.write("[mailslot] line one\nline \"two\""),
+            listener.accept()
+        );
+        written.unwrap();
+        let mut lines = tokio::io::BufReader::new(accepted.unwrap().0).lines();
+        let auth: serde_json::Value =
+            serde_json::from_str(&lines.next_line().await.unwrap().unwrap()).unwrap();
+        assert_eq!(
+            auth,
+            serde_json::json!({ "type": "auth", "token": "0123abcd" })
+        );
+        let user: serde_json::Value =
+            serde_json::from_str(&lines.next_line().await.unwrap().unwrap()).unwrap();
+        assert_eq!(user["type"], "user");
+        assert_eq!(
+            user["message"]["content"],
+            "[mailslot] line one\nline \"two\""
+        );
+        assert!(lines.next_line().await.unwrap().is_none(), "then it closes");
+
+        // Nobody listening: an error that names the socket.
+        drop(listener);
+        std::fs::remove_file(&path).unwrap();
+        let e = socket.write("x").await.unwrap_err();
+        assert!(e.to_string().contains("inbox.sock"), "{e}");
     }
 }
