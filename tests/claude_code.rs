@@ -187,28 +187,26 @@ impl Scene {
         sent["id"].as_str().unwrap().to_owned()
     }
 
-    /// Whether the one Claude Code session's hooks last recorded the end of a turn.
+    /// Whether the Claude Code session's hooks last recorded the end of a turn (mailslot's
+    /// own record of the session's turns, written by the example's hooks).
     fn idle(&self) -> bool {
-        let sessions = self.home().join(".claude/sessions");
-        let Some(id) = std::fs::read_dir(sessions)
-            .into_iter()
-            .flatten()
-            .flatten()
-            .filter_map(|e| std::fs::read_to_string(e.path()).ok())
-            .filter_map(|t| serde_json::from_str::<Value>(&t).ok())
-            .find_map(|v| v["sessionId"].as_str().map(str::to_owned))
-        else {
-            return false;
-        };
         let store = self
             .mailslot_home()
             .join("agents")
             .join(AGENT)
             .join("store.db");
-        let session = mailslot::store::SessionKey::new(&id).unwrap();
-        mailslot::store::Store::open(&store)
-            .and_then(|s| s.is_busy(&session))
-            .is_ok_and(|busy| !busy)
+        let Ok(db) = rusqlite::Connection::open_with_flags(
+            store,
+            rusqlite::OpenFlags::SQLITE_OPEN_READ_ONLY,
+        ) else {
+            return false;
+        };
+        db.query_row(
+            "SELECT EXISTS (SELECT 1 FROM turns) AND NOT EXISTS (SELECT 1 FROM turns WHERE busy = 1)",
+            [],
+            |r| r.get::<_, bool>(0),
+        )
+        .unwrap_or(false)
     }
 
     /// Waits until the agent's store holds `n` unread messages.
