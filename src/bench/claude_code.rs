@@ -207,38 +207,17 @@ pub async fn wake_latency(
         tokio::time::sleep(SETTLE).await;
     }
 
-    let paths = Paths::new(Some(mailslot_home), None)?;
-    let (sender, _) = Agent::open_or_create(&paths, &AgentName::new(&format!("{agent}-sender"))?)?;
-    let sender = Mailbox::open(sender, relay.clone()).await?;
-    let to = Address::parse(&agent)?;
-    let mut samples = Vec::with_capacity(messages as usize);
-    let start = Instant::now();
-    for i in 0..messages {
-        let message = Message::new(sender.address().clone(), vec![to.clone()], "bench", "x");
-        let marker = message.id.to_string();
-        let t = Instant::now();
-        if !matches!(sender.send(message).await?, SendOutcome::Sent) {
-            bail!("message {i} was not sent");
-        }
-        loop {
-            let (at, body) = tokio::time::timeout(WAIT, requests.recv())
-                .await
-                .with_context(|| {
-                    format!(
-                        "Claude Code's model never saw message {i} ({})",
-                        path.name()
-                    )
-                })?
-                .context("the model stand-in stopped")?;
-            if body.contains(&marker) {
-                samples.push(at.duration_since(t));
-                break;
-            }
-        }
-        tokio::time::sleep(SETTLE).await;
-    }
-    let total = start.elapsed();
-    sender.close().await;
+    let what = format!("Claude Code's model ({})", path.name());
+    let (samples, total) = timed_sends(
+        mailslot_home,
+        relay,
+        &format!("{agent}-sender"),
+        &agent,
+        messages,
+        &mut requests,
+        &what,
+    )
+    .await?;
     drop(session);
     Ok(Summary::new(
         match path {
@@ -302,10 +281,41 @@ pub async fn socket_share(
         .with_context(|| format!("starting {}", exe.display()))?;
     let driver =
         crate::demo::driver::Driver::connect(transport, crate::demo::driver::Era::Legacy).await?;
+    let (samples, total) = timed_sends(
+        mailslot_home,
+        relay,
+        "share-sender",
+        "share",
+        messages,
+        &mut lines,
+        "the inbox socket",
+    )
+    .await?;
+    driver.close().await?;
+    Ok(Summary::new(
+        "socket, mailslot's share: send -> notice written to the inbox socket",
+        samples,
+        total,
+    ))
+}
+
+/// Sends `messages` messages from a new agent `from` (in `mailslot_home`) to `to`, one at a
+/// time and [`SETTLE`] apart (past its burst the bell paces notices, one per 2.5 s, and a
+/// wait would measure the pacing, not the path), and times each from the send until a line
+/// on `seen` names it. The samples and the whole run's time.
+async fn timed_sends(
+    mailslot_home: PathBuf,
+    relay: &RelayUrl,
+    from: &str,
+    to: &str,
+    messages: u32,
+    seen: &mut mpsc::UnboundedReceiver<(Instant, String)>,
+    what: &str,
+) -> anyhow::Result<(Vec<Duration>, Duration)> {
     let paths = Paths::new(Some(mailslot_home), None)?;
-    let (sender, _) = Agent::open_or_create(&paths, &AgentName::new("share-sender")?)?;
+    let (sender, _) = Agent::open_or_create(&paths, &AgentName::new(from)?)?;
     let sender = Mailbox::open(sender, relay.clone()).await?;
-    let to = Address::parse("share")?;
+    let to = Address::parse(to)?;
     let mut samples = Vec::with_capacity(messages as usize);
     let start = Instant::now();
     for i in 0..messages {
@@ -316,27 +326,20 @@ pub async fn socket_share(
             bail!("message {i} was not sent");
         }
         loop {
-            let (at, line) = tokio::time::timeout(WAIT, lines.recv())
+            let (at, line) = tokio::time::timeout(WAIT, seen.recv())
                 .await
-                .with_context(|| format!("no notice for message {i} on the socket"))?
-                .context("the socket stopped")?;
+                .with_context(|| format!("{what} never saw message {i}"))?
+                .context("the benchmark's listener stopped")?;
             if line.contains(&marker) {
                 samples.push(at.duration_since(t));
                 break;
             }
         }
-        // One message at a time into an idle session: past its burst the bell paces notices
-        // (one per 2.5 s) and the wait would measure the pacing, not the path.
         tokio::time::sleep(SETTLE).await;
     }
     let total = start.elapsed();
     sender.close().await;
-    driver.close().await?;
-    Ok(Summary::new(
-        "socket, mailslot's share: send -> notice written to the inbox socket",
-        samples,
-        total,
-    ))
+    Ok((samples, total))
 }
 
 /// Registers `agent` with `exe` in the environment `env`.
