@@ -239,21 +239,6 @@ fn newest_user_input(turn: &Turn) -> String {
         .unwrap_or_default()
 }
 
-/// The user's input items of the newest request, as text.
-fn user_inputs(turn: &Turn) -> String {
-    turn.request["input"]
-        .as_array()
-        .map(|items| {
-            items
-                .iter()
-                .filter(|i| i["role"] == "user")
-                .map(|i| i["content"].to_string())
-                .collect::<Vec<_>>()
-                .join("\n")
-        })
-        .unwrap_or_default()
-}
-
 #[test]
 fn an_idle_interactive_codex_session_wakes_by_its_queue() {
     let Some((codex, tmux)) = codex_and_tmux() else {
@@ -366,7 +351,7 @@ fn an_idle_interactive_codex_session_wakes_by_its_queue() {
         type_prompt("PROMPT-CODEX check my mail", "Ask Codex").await;
         let turn = api.next_turn(CODEX_TIMEOUT).await;
         assert!(
-            user_inputs(&turn).contains("PROMPT-CODEX"),
+            newest_user_input(&turn).contains("PROMPT-CODEX"),
             "{}",
             turn.request
         );

@@ -246,12 +246,7 @@ fn claude_code_check(ctx: &Ctx, agent: &AgentName) -> Check {
         Some(cc) => (format!("this session ({})", cc.key), cc),
         None => (
             "Claude Code sessions started here (2.1.224 or later)".to_owned(),
-            claude_code::Session {
-                key: SessionKey::new("doctor").expect("a valid key"),
-                socket: Some(claude_code::InboxSocket::new("inbox.sock".into(), None)),
-                inbound: claude_code::launch::inbound_setting(&files),
-                flags: claude_code::launch::Flags::default(),
-            },
+            claude_code::Session::new_interactive(&files),
         ),
     };
     let choice = cc.choose();

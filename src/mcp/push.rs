@@ -156,8 +156,11 @@ async fn push_legacy(
         return Ok(());
     }
     peer.send_notification(channel_notification(ring)).await?;
-    let (route, mailbox, ring) = (route.clone(), mailbox.clone(), ring.clone());
-    tokio::spawn(async move { route.after_channel_ring(&mailbox, ring).await });
+    // Only a Claude Code session's channel is recorded or proven.
+    if route.session().is_some() && ring.message.is_some() {
+        let (route, mailbox, ring) = (route.clone(), mailbox.clone(), ring.clone());
+        tokio::spawn(async move { route.after_channel_ring(&mailbox, ring).await });
+    }
     Ok(())
 }
 

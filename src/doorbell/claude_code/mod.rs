@@ -159,6 +159,18 @@ impl Session {
         })
     }
 
+    /// What a new interactive session started with these settings files would be: a
+    /// Claude Code recent enough to give its inbox socket, launched without flags (for
+    /// `mailslot doctor` outside a session).
+    pub fn new_interactive(files: &[PathBuf]) -> Self {
+        Self {
+            key: SessionKey::new("new-session").expect("a valid session key"),
+            socket: Some(InboxSocket::new(PathBuf::from("inbox.sock"), None)),
+            inbound: launch::inbound_setting(files),
+            flags: launch::Flags::default(),
+        }
+    }
+
     /// Whether the inbox socket can start a turn (present, and neither refused nor held).
     pub fn socket_usable(&self) -> bool {
         self.socket.is_some() && self.inbound.0 == Inbound::Accept
