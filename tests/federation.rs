@@ -745,6 +745,38 @@ async fn alice_at_a_and_bob_at_b_write_and_reply_through_the_cli_exactly_once() 
         }
     }
     assert_eq!(received, [serde_json::json!(id)], "exactly once");
+    // The sender's views read mail that went to another relay, once it is delivered too.
+    let deadline = tokio::time::Instant::now() + EVENT_TIMEOUT;
+    loop {
+        let got = cli_json(alice_home, &a, &["--agent", "alice", "sync"]).await;
+        if got["delivered"].as_array().is_some_and(|d| !d.is_empty()) {
+            break;
+        }
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "alice never heard that bob took {id}: {got}"
+        );
+        tokio::task::yield_now().await;
+    }
+    let sent_view = cli_json(alice_home, &a, &["--agent", "alice", "sent"]).await;
+    let entry = &sent_view.as_array().unwrap()[0];
+    assert_eq!(entry["state"], "delivered", "{sent_view}");
+    assert_eq!(
+        entry["recipients"][0]["to"],
+        bob_full.as_str(),
+        "{sent_view}"
+    );
+    assert_eq!(entry["recipients"][0]["state"], "delivered", "{sent_view}");
+    for view in [&["read", &id][..], &["thread", &id], &["search", "friday"]] {
+        let shown = cli_json(alice_home, &a, &[&["--agent", "alice"], view].concat()).await;
+        assert!(shown.to_string().contains(&id), "{view:?}: {shown}");
+    }
+    let doctor = cli(alice_home, &a, &["--agent", "alice", "doctor"]).await;
+    assert!(
+        String::from_utf8_lossy(&doctor.stdout).contains("integrity ok"),
+        "{}",
+        String::from_utf8_lossy(&doctor.stdout)
+    );
     let shown = cli_json(bob_home, &b, &["--agent", "bob", "read", &id]).await;
     assert_eq!(shown["message"]["from"], alice_full.as_str(), "{shown}");
     assert_eq!(shown["trust"], "verified", "{shown}");
@@ -775,6 +807,118 @@ async fn alice_at_a_and_bob_at_b_write_and_reply_through_the_cli_exactly_once() 
     // Nothing more for bob: the first copy was taken once.
     let again = cli_json(bob_home, &b, &["--agent", "bob", "sync"]).await;
     assert_eq!(again["received"], serde_json::json!([]), "{again}");
+    a.relay.shutdown().await;
+    b.relay.shutdown().await;
+}
+
+/// `message` from `sender`, sealed to `to` with `keys`' public keys.
+fn sealed_message(
+    message: &Message,
+    sender: &TestAgent,
+    to: Address,
+    keys: &TestAgent,
+) -> SealedEnvelope {
+    seal(
+        message,
+        &sender.identity,
+        &[(to, keys.identity.public().clone())],
+        &Limits::default(),
+    )
+    .unwrap()
+    .remove(0)
+}
+
+#[tokio::test]
+async fn a_receipt_counts_only_from_the_exact_address_the_mail_went_to() {
+    use mailslot::protocol::{Receipt, ReceiptKind};
+    let (a, b) = (
+        TestRelay::start(|_| {}).await,
+        TestRelay::start(|_| {}).await,
+    );
+    let alice = TestAgent::new("alice");
+    // bob and x here on A; a namesake bob and the real x on B.
+    let (bob, x_here) = (TestAgent::new("bob"), TestAgent::new("x"));
+    let (bob_there, x) = (TestAgent::new("bob"), TestAgent::new("x"));
+    for agent in [&alice, &bob, &x_here] {
+        agent.sync(&a).await;
+    }
+    for agent in [&bob_there, &x] {
+        agent.sync(&b).await;
+    }
+    let sent = Message::new(
+        alice.address(),
+        vec![Address::local(bob.name.clone()), at("x", &b)],
+        "plan",
+        "ok?",
+    );
+    let (of, thread) = (sent.id, sent.thread);
+    alice
+        .store
+        .call(move |s| s.insert_message(&sent, mailslot::store::Direction::Out, Trust::Verified))
+        .await
+        .unwrap();
+    let ack = |answer: &str| Receipt {
+        of,
+        kind: ReceiptKind::Acknowledged,
+        answer: Some(answer.into()),
+    };
+    let mut conn = alice.connect(&a).await;
+    let mut give = async |giver: &TestAgent, from: Address, answer: &str| {
+        let receipt = Message::receipt(from, alice.address(), thread, ack(answer));
+        let envelope = sealed_message(&receipt, giver, alice.address(), &alice);
+        receive(
+            &mut conn,
+            &alice.store,
+            &[],
+            &alice.name,
+            &alice.identity,
+            envelope,
+        )
+        .await
+        .unwrap()
+    };
+    // The namesakes first: neither answers for the agent the mail went to.
+    let got = give(&bob_there, at("bob", &b), "bob at B agrees").await;
+    assert!(
+        matches!(&got, Received::Unreadable { reason, .. } if reason.contains("not one of its recipients")),
+        "{got:?}"
+    );
+    let got = give(&x_here, x_here.address(), "local x agrees").await;
+    assert!(
+        matches!(&got, Received::Unreadable { reason, .. } if reason.contains("not one of its recipients")),
+        "{got:?}"
+    );
+    // The real ones count, each under the address the mail went to.
+    let got = give(&bob, bob.address(), "bob agrees").await;
+    assert!(
+        matches!(&got, Received::Receipt { record, .. } if record.recipient == bob.address()),
+        "{got:?}"
+    );
+    let got = give(&x, at("x", &b), "x agrees").await;
+    assert!(
+        matches!(&got, Received::Receipt { record, .. } if record.recipient == at("x", &b)),
+        "{got:?}"
+    );
+    let stored = alice
+        .store
+        .call(move |s| s.message(&of))
+        .await
+        .unwrap()
+        .unwrap();
+    let answers: Vec<(String, String)> = stored
+        .receipts
+        .iter()
+        .map(|r| (r.recipient.to_string(), r.answer.clone().unwrap()))
+        .collect();
+    let mut expected = vec![
+        ("bob".to_owned(), "bob agrees".to_owned()),
+        (at("x", &b).to_string(), "x agrees".to_owned()),
+    ];
+    let mut answers = answers;
+    answers.sort();
+    expected.sort();
+    assert_eq!(answers, expected);
+    conn.close().await;
     a.relay.shutdown().await;
     b.relay.shutdown().await;
 }

@@ -1130,8 +1130,8 @@ async fn a_copy_that_expires_while_the_relay_is_down_bounces_after_it_starts() {
     assert_eq!(names(&stored.bounced), ["bob"]);
 }
 
-fn names(agents: &[mailslot::protocol::AgentName]) -> Vec<&str> {
-    agents.iter().map(|a| a.as_str()).collect()
+fn names(agents: &[mailslot::protocol::Address]) -> Vec<String> {
+    agents.iter().map(ToString::to_string).collect()
 }
 
 /// Reads frames until one `pick` accepts, skipping `caught_up` and the like.

@@ -525,7 +525,7 @@ fn sent_mail_lists_each_message_with_where_it_stands() {
         ],
         "newest first, received mail left out"
     );
-    assert_eq!(listed[0].stored.bounced, [AgentName::new("bob").unwrap()]);
+    assert_eq!(listed[0].stored.bounced, [addr("bob")]);
     assert_eq!(store.sent(None, 1).unwrap().len(), 1);
     let only_failed = store.sent(Some(SentState::Failed), 10).unwrap();
     assert_eq!(only_failed.len(), 1);
@@ -795,7 +795,7 @@ fn a_bounce_marks_only_this_agents_sent_mail_and_only_once() {
         1
     );
     let stored = store.message(&sent.id).unwrap().unwrap();
-    let names: Vec<&str> = stored.bounced.iter().map(|a| a.as_str()).collect();
+    let names: Vec<&str> = stored.bounced.iter().map(|a| a.name().as_str()).collect();
     assert_eq!(names.len(), 2);
     assert!(
         names.contains(&"bob") && names.contains(&"carol"),
@@ -1134,7 +1134,7 @@ fn deliveries_are_recorded_once_per_copy_and_close_on_bounce_or_receipt() {
     assert!(open(&store).is_empty());
     assert_eq!(state_of(&store, to_both.id).state, SentState::Delivered);
     let stored = store.message(&to_both.id).unwrap().unwrap();
-    assert_eq!(stored.delivered, [(AgentName::new("bob").unwrap(), at)]);
+    assert_eq!(stored.delivered, [(addr("bob"), at)]);
 
     // A bounce closes its copy too.
     let later = Message::new(addr("me"), vec![addr("bob")], "later", "b");
@@ -1149,4 +1149,52 @@ fn deliveries_are_recorded_once_per_copy_and_close_on_bounce_or_receipt() {
         .unwrap();
     assert!(open(&store).is_empty());
     assert_eq!(state_of(&store, later.id).state, SentState::Bounced);
+}
+
+#[test]
+fn every_row_is_read_back_and_the_first_unreadable_one_is_named() {
+    let (dir, mut store) = temp_store();
+    let sent = Message::new(
+        addr("alice"),
+        vec![addr("bob"), Address::parse("cal@relay-b.example").unwrap()],
+        "plan",
+        "x",
+    );
+    let id = sent.id;
+    store.queue_outgoing(&sent).unwrap();
+    store
+        .insert_message(&mail("bob", "hello", "x"), Direction::In, Trust::Verified)
+        .unwrap();
+    // A bounce for the recipient on another relay, named by its full address as the relay
+    // names it: every view reads it.
+    store
+        .record_bounces(&[mailslot::protocol::Bounce {
+            id,
+            to: Address::parse("cal@relay-b.example").unwrap(),
+            expired_at: mailslot::protocol::now_millis(),
+        }])
+        .unwrap();
+    let checked = store.check_rows().unwrap();
+    assert_eq!((checked.messages, checked.outbox), (2, 1));
+    let shown = store.message(&id).unwrap().unwrap();
+    assert_eq!(
+        shown.bounced,
+        [Address::parse("cal@relay-b.example").unwrap()]
+    );
+    drop(store);
+    let path = dir.path().join("store.db");
+    let conn = rusqlite::Connection::open(&path).unwrap();
+    conn.execute(
+        "UPDATE bounces SET recipient = 'Not An Address' WHERE message_id = ?1",
+        [id.to_string()],
+    )
+    .unwrap();
+    drop(conn);
+    let store = Store::open(&path).unwrap();
+    store.check_integrity().unwrap();
+    let err = store.check_rows().unwrap_err().to_string();
+    assert!(
+        err.contains(&id.to_string()) && err.contains("bounce"),
+        "{err}"
+    );
 }

@@ -317,7 +317,7 @@ struct SentLine {
     state: SentState,
     attempts: u32,
     last_error: Option<String>,
-    bounced: Vec<crate::protocol::AgentName>,
+    bounced: Vec<Address>,
     importance: Importance,
     recipients: Vec<RecipientState>,
 }

@@ -261,8 +261,22 @@ pub async fn receive(
                 "a receipt signed by a key other than the one pinned for {from} is ignored"
             )));
         }
-        let (giver, at) = (message.from.clone(), message.sent_at);
+        let at = message.sent_at;
         let of = receipt.of;
+        let Some(recipients) = store.call(move |s| s.sent_recipients(&of)).await? else {
+            return Ok(unreadable(format!(
+                "a receipt for message {of}, which this agent never sent, is ignored"
+            )));
+        };
+        let giver = match giver_among(conn, &origin, &from, recipients).await {
+            Ok(Some(giver)) => giver,
+            Ok(None) => {
+                return Ok(unreadable(format!(
+                    "a receipt for message {of} from {from}, who is not one of its recipients, is ignored"
+                )));
+            }
+            Err(e) => return settle(e, unreadable),
+        };
         let outcome = store
             .call(move |s| s.record_receipt(&giver, &receipt, at))
             .await?;
@@ -285,4 +299,28 @@ pub async fn receive(
     } else {
         Received::Duplicate(id)
     })
+}
+
+/// The recipient of a sent message that a receipt from `from` (of `origin`) stands for: the
+/// same name on the same relay, however the address was written (`bob`, `bob@<this relay>`).
+/// `bob@other` and a local `bob` are different agents, so neither answers for the other.
+async fn giver_among(
+    conn: &mut Connection,
+    origin: &Origin,
+    from: &Address,
+    recipients: Vec<Address>,
+) -> Result<Option<Address>, ClientError> {
+    for to in recipients {
+        if to.name() != from.name() {
+            continue;
+        }
+        let same = match origin {
+            Origin::Local => conn.is_local(&to).await?,
+            Origin::Remote(host) => to.host() == Some(host),
+        };
+        if same {
+            return Ok(Some(to));
+        }
+    }
+    Ok(None)
 }

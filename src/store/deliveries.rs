@@ -11,7 +11,7 @@ use serde::{Deserialize, Serialize};
 
 use super::time::{from_ms, to_ms};
 use super::{Store, StoreError};
-use crate::protocol::{Address, AgentName, CopyFate, CopyKey, CopyState, Message, MessageId};
+use crate::protocol::{Address, CopyFate, CopyKey, CopyState, Message, MessageId};
 
 /// A recipient's copy of a sent message that its recipient took.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
@@ -84,10 +84,11 @@ fn delivery_key(to: &Address) -> String {
 #[derive(Deserialize)]
 struct Row(String, i64);
 
-/// Reads the deliveries column of a message row (a JSON array of `[agent, at]`).
+/// Reads the deliveries column of a message row (a JSON array of `[recipient, at]`: a local
+/// recipient by bare name, another relay's by full address, as [`delivery_key`] writes them).
 pub(super) fn decode_delivered(
     json: Option<&str>,
-) -> Result<Vec<(AgentName, Timestamp)>, StoreError> {
+) -> Result<Vec<(Address, Timestamp)>, StoreError> {
     let corrupt = |detail: String| StoreError::Corrupt {
         what: "delivery",
         detail,
@@ -97,11 +98,31 @@ pub(super) fn decode_delivered(
     rows.into_iter()
         .map(|Row(agent, at)| {
             Ok((
-                AgentName::new(&agent).map_err(|e| corrupt(e.to_string()))?,
+                Address::parse(&agent).map_err(|e| corrupt(e.to_string()))?,
                 from_ms(at)?,
             ))
         })
         .collect()
+}
+
+/// Reads back every copy row (its message id and recipient); how many there are.
+pub(super) fn check_rows(conn: &rusqlite::Connection) -> Result<u64, StoreError> {
+    let mut stmt = conn.prepare("SELECT message_id, agent, recipient FROM deliveries")?;
+    let mut rows = stmt.query([])?;
+    let mut n = 0;
+    while let Some(row) = rows.next()? {
+        let (id, agent, recipient): (String, String, String) =
+            (row.get(0)?, row.get(1)?, row.get(2)?);
+        let corrupt = |detail: String| StoreError::Corrupt {
+            what: "delivery",
+            detail: format!("copy of {id} for {recipient:?}: {detail}"),
+        };
+        MessageId::parse(&id).map_err(|e| corrupt(e.to_string()))?;
+        Address::parse(&agent).map_err(|e| corrupt(e.to_string()))?;
+        Address::parse(&recipient).map_err(|e| corrupt(e.to_string()))?;
+        n += 1;
+    }
+    Ok(n)
 }
 
 impl Store {

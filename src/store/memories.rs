@@ -133,6 +133,18 @@ fn validate(
     Ok((title, clean))
 }
 
+/// Reads back every memory; how many there are.
+pub(super) fn check_rows(conn: &rusqlite::Connection) -> Result<u64, StoreError> {
+    let mut stmt = conn.prepare(&format!("SELECT {COLUMNS} FROM memories m"))?;
+    let mut rows = stmt.query([])?;
+    let mut n = 0;
+    while let Some(row) = rows.next()? {
+        decode(from_row(row)?)?;
+        n += 1;
+    }
+    Ok(n)
+}
+
 fn from_row(row: &Row<'_>) -> rusqlite::Result<(String, String, String, String, i64, i64)> {
     Ok((
         row.get(0)?,

@@ -10,7 +10,7 @@ use super::receipts::{ReceiptRecord, decode_receipts, queue_read_receipt, read_r
 use super::search::{FtsIndex, fts_terms, ranked};
 use super::time::{from_ms, to_ms};
 use super::{Store, StoreError};
-use crate::protocol::{Address, AgentName, Importance, Message, MessageId, ThreadId, now_millis};
+use crate::protocol::{Address, Importance, Message, MessageId, ThreadId, now_millis};
 
 /// Whether this agent received or sent a message.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
@@ -86,13 +86,13 @@ pub struct StoredMessage {
     /// When it was read, if it was.
     pub read_at: Option<Timestamp>,
     /// Recipients whose copy of this sent message expired on the relay undelivered.
-    pub bounced: Vec<AgentName>,
+    pub bounced: Vec<Address>,
     /// Receipts, oldest first: for sent mail, what its recipients said (read,
     /// acknowledged); for received mail, what this agent said.
     pub receipts: Vec<ReceiptRecord>,
     /// Recipients of this sent message whose copy the relay said they took, and when it
     /// said so (they took it no later).
-    pub delivered: Vec<(AgentName, Timestamp)>,
+    pub delivered: Vec<(Address, Timestamp)>,
     /// The message's attachments without their bytes (`message.attachments` is empty:
     /// read one with [`Store::attachment`]).
     pub attachments: Vec<AttachmentInfo>,
@@ -210,8 +210,8 @@ pub(super) fn decode(raw: RawRow) -> Result<StoredMessage, StoreError> {
             .as_deref()
             .unwrap_or_default()
             .split_whitespace()
-            .map(|name| {
-                AgentName::new(name).map_err(|e| StoreError::Corrupt {
+            .map(|to| {
+                Address::parse(to).map_err(|e| StoreError::Corrupt {
                     what: "bounce",
                     detail: e.to_string(),
                 })

@@ -5,6 +5,7 @@
 //! dedicated thread so SQLite never blocks the runtime.
 
 mod attachments;
+mod check;
 mod contacts;
 mod deliveries;
 mod error;
@@ -29,6 +30,7 @@ use std::time::Duration;
 use rusqlite::{Connection, OpenFlags};
 
 pub use attachments::AttachmentInfo;
+pub use check::RowsChecked;
 pub use contacts::{Contact, KeyCheck};
 pub use deliveries::{Delivery, OpenCopy};
 pub use error::StoreError;

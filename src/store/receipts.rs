@@ -86,11 +86,6 @@ pub(super) fn read_receipts_on(conn: &Connection) -> Result<bool, StoreError> {
         .is_some_and(|v| v == "on"))
 }
 
-/// The same agent, however its address is spelt (`bob`, `bob@relay`).
-fn same_agent(a: &Address, b: &Address) -> bool {
-    a.name() == b.name() && (a.host().is_none() || b.host().is_none() || a.host() == b.host())
-}
-
 /// Records that `me` gives `receipt` about a received message from `to`, and queues the
 /// receipt to `to`, inside the caller's transaction; the queued receipt's id, or `None` when
 /// `me` already gave one of that kind (nothing is queued again).
@@ -214,12 +209,35 @@ impl Store {
         Ok(Acknowledged::Now(id))
     }
 
-    /// Records a receipt that arrived `from` a recipient of this agent's sent message, at
-    /// `at` (the receipt's sent time). Only a recipient of a message this agent really sent
-    /// can give one, and each (recipient, kind) counts once.
+    /// The recipients of a message this agent sent, as addressed; `None` when it sent no
+    /// message with that id. A receipt's giver is matched against these before
+    /// [`Store::record_receipt`]: only the caller can tell which spellings are this relay's.
+    pub fn sent_recipients(&self, of: &MessageId) -> Result<Option<Vec<Address>>, StoreError> {
+        let json: Option<String> = self
+            .conn
+            .query_row(
+                "SELECT json FROM messages WHERE id = ?1 AND direction = 'out' AND is_receipt = 0",
+                [of.to_string()],
+                |r| r.get(0),
+            )
+            .optional()?;
+        let Some(json) = json else {
+            return Ok(None);
+        };
+        let sent: Message = serde_json::from_str(&json).map_err(|e| StoreError::Corrupt {
+            what: "message",
+            detail: e.to_string(),
+        })?;
+        Ok(Some(sent.recipients().cloned().collect()))
+    }
+
+    /// Records a receipt that the recipient `recipient` of this agent's sent message gave, at
+    /// `at` (the receipt's sent time). `recipient` is the exact address the message went to
+    /// (see [`Store::sent_recipients`]): a namesake on another relay is a different recipient.
+    /// Each (recipient, kind) counts once.
     pub fn record_receipt(
         &mut self,
-        from: &Address,
+        recipient: &Address,
         receipt: &Receipt,
         at: Timestamp,
     ) -> Result<ReceiptOutcome, StoreError> {
@@ -238,9 +256,9 @@ impl Store {
             what: "message",
             detail: e.to_string(),
         })?;
-        let Some(recipient) = sent.recipients().find(|r| same_agent(r, from)).cloned() else {
+        if !sent.recipients().any(|r| r == recipient) {
             return Ok(ReceiptOutcome::NotRecipient);
-        };
+        }
         let new = tx.execute(
             "INSERT INTO receipts (message_id, recipient, kind, at, answer) VALUES (?1, ?2, ?3, ?4, ?5)
              ON CONFLICT DO NOTHING",
@@ -253,16 +271,12 @@ impl Store {
             ],
         )?;
         if new == 1 {
-            super::deliveries::close_in(
-                &tx,
-                &receipt.of,
-                &Address::local(recipient.name().clone()),
-            )?;
+            super::deliveries::close_in(&tx, &receipt.of, recipient)?;
         }
         tx.commit()?;
         Ok(if new == 1 {
             ReceiptOutcome::Recorded(ReceiptRecord {
-                recipient,
+                recipient: recipient.clone(),
                 kind: receipt.kind,
                 at,
                 answer: receipt.answer.clone(),

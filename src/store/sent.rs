@@ -113,7 +113,7 @@ fn recipient_states(stored: &StoredMessage) -> Vec<RecipientState> {
         .message
         .recipients()
         .map(|to| {
-            if stored.bounced.iter().any(|b| b == to.name()) {
+            if stored.bounced.contains(to) {
                 return RecipientState {
                     to: to.clone(),
                     state: SentState::Bounced,
@@ -124,7 +124,7 @@ fn recipient_states(stored: &StoredMessage) -> Vec<RecipientState> {
             let delivered = stored
                 .delivered
                 .iter()
-                .find(|(agent, _)| agent == to.name())
+                .find(|(recipient, _)| recipient == to)
                 .map(|(_, at)| *at);
             let mut best = RecipientState {
                 to: to.clone(),
