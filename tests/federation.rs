@@ -377,7 +377,8 @@ async fn a_remote_senders_relay_out_of_reach_is_retried_and_an_unknown_sender_re
     };
     let from = Address::parse(&format!("carol@{down}")).unwrap();
     let envelope = sealed(&carol, from.clone(), at("bob", &a), &bob);
-    let err = receive(
+    let kept = envelope.id;
+    let got = receive(
         &mut conn,
         &bob.store,
         &[],
@@ -386,14 +387,23 @@ async fn a_remote_senders_relay_out_of_reach_is_retried_and_an_unknown_sender_re
         envelope,
     )
     .await
-    .unwrap_err();
-    assert!(
-        err.is_temporary(),
-        "not acknowledged, so it comes again: {err}"
-    );
-    assert!(
-        matches!(&err, ClientError::Unreachable { url, .. } if url.contains(&down.to_string())),
-        "{err}"
+    .unwrap();
+    match got {
+        Received::Parked {
+            from: f,
+            id,
+            reason,
+        } => {
+            assert_eq!((f, id), (from.clone(), kept));
+            assert!(reason.contains(&down.to_string()), "{reason}");
+        }
+        other => panic!("expected a kept letter, got {other:?}"),
+    }
+    let waiting = bob.store.call(|s| s.parked_summary()).await.unwrap();
+    assert_eq!(
+        waiting,
+        (1, vec![from.clone()]),
+        "kept, so it can be acknowledged"
     );
 
     // B answers that carol does not exist there: for good, acknowledged as unreadable.
@@ -919,6 +929,71 @@ async fn a_receipt_counts_only_from_the_exact_address_the_mail_went_to() {
     expected.sort();
     assert_eq!(answers, expected);
     conn.close().await;
+    a.relay.shutdown().await;
+    b.relay.shutdown().await;
+}
+
+#[tokio::test]
+async fn a_relay_that_does_not_answer_for_its_senders_keys_holds_up_nothing_else() {
+    let (a, b) = (
+        TestRelay::start(|_| {}).await,
+        TestRelay::start(|_| {}).await,
+    );
+    let (alice, bob, carol) = (
+        TestAgent::new("alice"),
+        TestAgent::new("bob"),
+        TestAgent::new("carol"),
+    );
+    alice.sync(&a).await;
+    bob.sync(&a).await;
+    carol.sync(&b).await;
+    // carol's letter crosses to A; B is gone before bob asks it for carol's keys.
+    let letter = Message::new(carol.address(), vec![at("bob", &a)], "from b", "across");
+    let kept = letter.id;
+    carol.send(&b, letter).await;
+    wait_until(EVENT_TIMEOUT, "A took carol's letter", async || {
+        (!carol.sync(&b).await.delivered.is_empty()).then_some(())
+    })
+    .await;
+    let stopped = b.stop().await;
+    let mut local = Vec::new();
+    for i in 0..3 {
+        let m = alice.message(&[&bob], &format!("local {i}"), "here");
+        local.push(m.id);
+        alice.send(&a, m).await;
+    }
+    let report = bob.sync(&a).await;
+    let mut received = report.received.clone();
+    received.sort();
+    local.sort();
+    assert_eq!(
+        received, local,
+        "mail behind the letter arrives: {report:?}"
+    );
+    assert_eq!(report.parked.len(), 1, "{report:?}");
+    assert_eq!(report.parked[0].1, kept);
+    assert_eq!(report.waiting, 1);
+    // Acknowledged: the relay does not send it again.
+    let again = bob.sync(&a).await;
+    assert!(
+        again.received.is_empty() && again.parked.is_empty(),
+        "{again:?}"
+    );
+    assert_eq!(again.waiting, 1);
+
+    // B answers again: the letter opens, verified against carol's keys from B.
+    let b = stopped.restart().await;
+    let report = bob.sync(&a).await;
+    assert_eq!(report.received, [kept], "{report:?}");
+    assert_eq!(report.waiting, 0);
+    let stored = bob
+        .store
+        .call(move |s| s.message(&kept))
+        .await
+        .unwrap()
+        .unwrap();
+    assert_eq!(stored.message.from, at("carol", &b));
+    assert_eq!(stored.trust, Trust::Verified);
     a.relay.shutdown().await;
     b.relay.shutdown().await;
 }

@@ -74,9 +74,33 @@ fn agent_checks(ctx: &Ctx, name: &AgentName) -> anyhow::Result<Vec<Check>> {
         }
     };
     let mut checks = vec![keys_check(&agent), store_check(&agent)];
+    checks.extend(parked_check(&agent)?);
     checks.push(relay_check(ctx, &agent)?);
     checks.extend(other_relays_check(ctx, &agent)?);
     Ok(checks)
+}
+
+/// Letters kept because their sender's relay did not answer for its keys: a warning, since
+/// they open by themselves when it answers (and are given up after a week).
+fn parked_check(agent: &Agent) -> anyhow::Result<Option<Check>> {
+    let (count, senders) = agent.store.parked_summary()?;
+    if count == 0 {
+        return Ok(None);
+    }
+    let from: Vec<String> = senders.iter().map(ToString::to_string).collect();
+    Ok(Some(Check {
+        name: "waiting letters",
+        outcome: Outcome::Warn,
+        detail: format!(
+            "{count} letter(s) from {} wait for their sender's relay to answer for the sender's keys; mail from everyone else is not held up",
+            from.join(", ")
+        ),
+        fix: Some(format!(
+            "they open by themselves when that relay answers (`{}` tries at once); after {} days they are given up",
+            super::output::command(&agent.name, "sync"),
+            crate::store::PARKED_FOR.as_secs() / 86_400
+        )),
+    }))
 }
 
 /// Each other relay this agent has met (its key pinned): reachable, and still presenting the

@@ -305,6 +305,17 @@ pub(super) fn sync(ctx: &Ctx) -> anyhow::Result<()> {
         for (from, id, reason) in &r.unreadable {
             lines.push(format!("refused {id} from {from}: {reason}"));
         }
+        for (from, id, _) in &r.parked {
+            lines.push(format!(
+                "kept {id} from {from}: its relay did not answer for the sender's keys"
+            ));
+        }
+        if r.waiting > 0 {
+            lines.push(format!(
+                "{} letter(s) wait for their senders' relays; they open when those answer (`mailslot doctor` says more)",
+                r.waiting
+            ));
+        }
         if !r.received.is_empty() {
             lines.push(format!(
                 "read it with `{}`",

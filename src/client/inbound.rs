@@ -5,10 +5,13 @@
 use super::discovery::remote_keys;
 use super::{ClientError, Connection};
 use crate::crypto::{Identity, OpenError, PublicIdentity, follows, open};
+use crate::protocol::now_millis;
 use crate::protocol::{
     Address, AgentName, Fingerprint, Limits, MessageId, RelayName, SealedEnvelope,
 };
-use crate::store::{Direction, ReceiptOutcome, ReceiptRecord, StoreHandle, Trust};
+use crate::store::{
+    Direction, MAX_PARKED, PARKED_FOR, Parking, ReceiptOutcome, ReceiptRecord, StoreHandle, Trust,
+};
 
 /// What became of a delivery.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -41,6 +44,16 @@ pub enum Received {
     },
     /// Already stored (a redelivery, or a receipt already recorded); nothing changed.
     Duplicate(MessageId),
+    /// From another relay's agent whose relay did not answer for its keys: kept sealed and
+    /// opened when that relay answers ([`open_parked`]), so the delivery can be acknowledged.
+    Parked {
+        /// The claimed sender.
+        from: Address,
+        /// The message id as the envelope states it.
+        id: MessageId,
+        /// Why its relay could not be asked.
+        reason: String,
+    },
     /// Could not be opened or verified; not stored. The reason is for the owner's log.
     Unreadable {
         /// The claimed sender.
@@ -57,20 +70,38 @@ fn keys_from(raw: crate::protocol::PublicKeys) -> Result<PublicIdentity, ClientE
         .map_err(|e| ClientError::Protocol(format!("the relay returned invalid keys: {e}")))
 }
 
+/// Why a delivery could not be settled now.
+enum Trouble {
+    /// The agent's own side (its store, its relay connection): the delivery is not
+    /// acknowledged and comes again after the session's backoff.
+    Own(ClientError),
+    /// The sender's relay, another one, did not answer for the sender's keys: the letter is
+    /// kept sealed ([`crate::store::ParkedLetter`]) and acknowledged, so mail behind it flows.
+    SendersRelay(ClientError),
+}
+
+impl<E: Into<ClientError>> From<E> for Trouble {
+    fn from(e: E) -> Self {
+        Self::Own(e.into())
+    }
+}
+
 /// What a failure to get a sender's keys (or to tell where the sender lives) means for the
 /// delivery: the one place that decides. Trouble that passes (a relay unreachable, timing out,
-/// answering 5xx or "retry later") is an error, so the delivery is not acknowledged and comes
-/// again after the session's backoff; acknowledging it as unreadable would lose it. A
-/// permanent answer (the agent does not exist there, the relay's key changed, keys that are
-/// invalid or not signed by the relay) makes it unreadable.
+/// answering 5xx or "retry later") is retried: by not acknowledging the delivery when it is
+/// this agent's own relay, by keeping the letter when it is the sender's (`origin` remote);
+/// acknowledging it as unreadable would lose it. A permanent answer (the agent does not exist
+/// there, the relay's key changed, keys that are invalid or not signed by the relay) makes it
+/// unreadable.
 fn settle(
     e: ClientError,
+    origin: Option<&Origin>,
     unreadable: impl FnOnce(String) -> Received,
-) -> Result<Received, ClientError> {
-    if e.is_temporary() {
-        Err(e)
-    } else {
-        Ok(unreadable(e.to_string()))
+) -> Result<Received, Trouble> {
+    match (e.is_temporary(), origin) {
+        (false, _) => Ok(unreadable(e.to_string())),
+        (true, Some(Origin::Remote(_))) => Err(Trouble::SendersRelay(e)),
+        (true, _) => Err(Trouble::Own(e)),
     }
 }
 
@@ -114,10 +145,12 @@ async fn addressed_as(
     })
 }
 
-/// Opens `envelope` for the agent `me` and commits it. Errors are only for trouble that
-/// retrying can fix (store, connection, a sender's relay out of reach: see [`settle`]); a bad
-/// envelope is [`Received::Unreadable`]. Other relays are reached over TLS unless loopback or
-/// in `trusted`.
+/// Opens `envelope` for the agent `me` and commits it. Errors are only for trouble on the
+/// agent's own side that retrying can fix (store, connection): the caller must not
+/// acknowledge then. A letter whose sender's relay is out of reach is kept
+/// ([`Received::Parked`], opened later by [`open_parked`]); a bad envelope is
+/// [`Received::Unreadable`]. Other relays are reached over TLS unless loopback or in
+/// `trusted`.
 pub async fn receive(
     conn: &mut Connection,
     store: &StoreHandle,
@@ -126,6 +159,102 @@ pub async fn receive(
     identity: &Identity,
     envelope: SealedEnvelope,
 ) -> Result<Received, ClientError> {
+    match open_delivery(conn, store, trusted, me, identity, &envelope).await {
+        Ok(received) => Ok(received),
+        Err(Trouble::Own(e)) => Err(e),
+        Err(Trouble::SendersRelay(e)) => park(store, envelope, e).await,
+    }
+}
+
+/// Keeps a letter whose sender's relay did not answer.
+async fn park(
+    store: &StoreHandle,
+    envelope: SealedEnvelope,
+    e: ClientError,
+) -> Result<Received, ClientError> {
+    let (from, id, reason) = (envelope.from.clone(), envelope.id, e.to_string());
+    let why = reason.clone();
+    let kept = store
+        .call(move |s| s.park(&envelope, &why, now_millis()))
+        .await?;
+    Ok(match kept {
+        Parking::Kept => {
+            tracing::warn!(%from, %id, %reason, "kept a letter until its sender's relay answers");
+            Received::Parked { from, id, reason }
+        }
+        Parking::Full => {
+            let reason = format!(
+                "{MAX_PARKED} letters already wait for their senders' relays, and this one's is out of reach too: {reason}"
+            );
+            tracing::warn!(%from, %id, %reason, "refused an unreadable delivery");
+            Received::Unreadable { from, id, reason }
+        }
+    })
+}
+
+/// Tries again to open letters kept for their senders' relays: those due now, or all of them
+/// (`all`, when the owner asks by syncing). A letter opened is stored as if it had just
+/// arrived; one whose relay still does not answer waits longer, and is given up (unreadable)
+/// once it has waited [`PARKED_FOR`]. After one failure, the other letters from that relay
+/// wait too, without asking it again this round.
+pub async fn open_parked(
+    conn: &mut Connection,
+    store: &StoreHandle,
+    trusted: &[RelayName],
+    me: &AgentName,
+    identity: &Identity,
+    all: bool,
+) -> Result<Vec<Received>, ClientError> {
+    const ROUND: usize = 64;
+    let now = now_millis();
+    let due = store
+        .call(move |s| s.parked_due((!all).then_some(now), ROUND))
+        .await?;
+    let mut out = Vec::new();
+    let mut down: Vec<Option<RelayName>> = Vec::new();
+    for letter in due {
+        let (id, from) = (letter.envelope.id, letter.envelope.from.clone());
+        let host = from.host().cloned();
+        let failed = if down.contains(&host) {
+            letter.last_error.clone()
+        } else {
+            match open_delivery(conn, store, trusted, me, identity, &letter.envelope).await {
+                Ok(received) => {
+                    store.call(move |s| s.unpark(&id)).await?;
+                    out.push(received);
+                    continue;
+                }
+                Err(Trouble::Own(e)) => return Err(e),
+                Err(Trouble::SendersRelay(e)) => {
+                    down.push(host);
+                    e.to_string()
+                }
+            }
+        };
+        let waited = now.duration_since(letter.parked_at).unsigned_abs();
+        if waited >= PARKED_FOR {
+            store.call(move |s| s.unpark(&id)).await?;
+            let reason = format!(
+                "its sender's relay did not answer for {} days: {failed}",
+                PARKED_FOR.as_secs() / 86_400
+            );
+            tracing::warn!(%from, %id, %reason, "gave up a letter");
+            out.push(Received::Unreadable { from, id, reason });
+        } else {
+            store.call(move |s| s.park_again(&id, &failed, now)).await?;
+        }
+    }
+    Ok(out)
+}
+
+async fn open_delivery(
+    conn: &mut Connection,
+    store: &StoreHandle,
+    trusted: &[RelayName],
+    me: &AgentName,
+    identity: &Identity,
+    envelope: &SealedEnvelope,
+) -> Result<Received, Trouble> {
     let from = envelope.from.clone();
     let id = envelope.id;
     let unreadable = |reason: String| {
@@ -145,7 +274,7 @@ pub async fn receive(
             Ok(true) => Origin::Local,
             Ok(false) => Origin::Remote(host.clone()),
             Err(e) => {
-                return settle(e, |why| {
+                return settle(e, None, |why| {
                     unreadable(format!("cannot tell whether {host} is this relay: {why}"))
                 });
             }
@@ -155,9 +284,9 @@ pub async fn receive(
         Origin::Local => Address::local(from.name().clone()),
         Origin::Remote(_) => from.clone(),
     };
-    let me = match addressed_as(conn, me, &envelope).await {
+    let me = match addressed_as(conn, me, envelope).await {
         Ok(me) => me,
-        Err(e) => return settle(e, unreadable),
+        Err(e) => return settle(e, None, unreadable),
     };
     let pinned = {
         let pinned_as = pinned_as.clone();
@@ -172,11 +301,11 @@ pub async fn receive(
                     "the sender is unknown to the relay: {message}"
                 )));
             }
-            Err(e) => return settle(e, unreadable),
+            Err(e) => return settle(e, Some(&origin), unreadable),
         },
     };
     let limits = Limits::default();
-    let (message, trust) = match open(&envelope, &me, identity, &keys, &limits) {
+    let (message, trust) = match open(envelope, &me, identity, &keys, &limits) {
         Ok(message) => (message, Trust::Verified),
         // The pinned key no longer verifies: the sender may have new keys. They are pinned
         // only when a rotation signed by the pinned keys leads to them; any other change is
@@ -186,14 +315,14 @@ pub async fn receive(
         Err(OpenError::Signature(_)) if !pinned_now && matches!(origin, Origin::Remote(_)) => {
             let current = match current_keys(conn, store, trusted, &origin, &from).await {
                 Ok(current) => current,
-                Err(e) => return settle(e, unreadable),
+                Err(e) => return settle(e, Some(&origin), unreadable),
             };
             if current == keys {
                 return Ok(unreadable(
                     "the signature does not match the sender's key".into(),
                 ));
             }
-            match open(&envelope, &me, identity, &current, &limits) {
+            match open(envelope, &me, identity, &current, &limits) {
                 Ok(message) => {
                     let pinned_as = pinned_as.clone();
                     store
@@ -207,7 +336,7 @@ pub async fn receive(
         Err(OpenError::Signature(_)) if !pinned_now => {
             let (raw, mut chain) = match conn.lookup_with_rotations(from.name()).await {
                 Ok(found) => found,
-                Err(e) => return settle(e, unreadable),
+                Err(e) => return settle(e, None, unreadable),
             };
             let current = keys_from(raw.clone())?;
             if current == keys {
@@ -215,7 +344,7 @@ pub async fn receive(
                     "the signature does not match the sender's key".into(),
                 ));
             }
-            match open(&envelope, &me, identity, &current, &limits) {
+            match open(envelope, &me, identity, &current, &limits) {
                 Ok(message) => {
                     chain.extend(message.rotation.clone());
                     let (pinned_as, current) = (pinned_as.clone(), current.clone());
@@ -275,7 +404,7 @@ pub async fn receive(
                     "a receipt for message {of} from {from}, who is not one of its recipients, is ignored"
                 )));
             }
-            Err(e) => return settle(e, unreadable),
+            Err(e) => return settle(e, None, unreadable),
         };
         let outcome = store
             .call(move |s| s.record_receipt(&giver, &receipt, at))

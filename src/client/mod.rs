@@ -24,7 +24,7 @@ pub use discovery::{
     Resolved, discover, is_own_relay, own_relay_name, peek_remote_keys, relay_key,
     remote_fingerprint, resolve_keys,
 };
-pub use inbound::{Received, receive};
+pub use inbound::{Received, open_parked, receive};
 pub use outbound::{Flushed, SendFailure, flush as outbound_flush};
 pub use session::{ClientEvent, MakeFrame, SessionConfig, SessionHandle, spawn as spawn_session};
 pub use sync::{SyncReport, sync, sync_with_progress};

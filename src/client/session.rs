@@ -11,7 +11,7 @@ use tokio::task::JoinHandle;
 
 use super::bounces;
 use super::deliveries;
-use super::inbound::{Received, receive};
+use super::inbound::{Received, open_parked, receive};
 use super::outbound::flush;
 use super::{ClientError, Connection, RelayUrl, refusal};
 use crate::crypto::Identity;
@@ -23,6 +23,9 @@ use crate::store::{Delivery, OpenCopy, ReceiptRecord, StoreHandle, Trust};
 
 /// Keepalive interval (the relay closes sockets silent for 90 s).
 const PING_EVERY: Duration = Duration::from_secs(30);
+/// How often letters kept for their senders' relays are looked at (the first try waits as
+/// long: `store::parked`'s backoff starts there).
+const PARKED_BEAT: Duration = Duration::from_secs(15);
 /// First and longest waits between reconnection attempts.
 const BACKOFF_MIN: Duration = Duration::from_millis(250);
 const BACKOFF_MAX: Duration = Duration::from_secs(30);
@@ -260,6 +263,9 @@ async fn serve(
     check_deliveries(&mut conn, config, emit, &mut checks).await?;
     let mut ping = tokio::time::interval(PING_EVERY);
     ping.tick().await;
+    // Letters kept for their senders' relays are tried on this beat; each waits its own
+    // backoff in the store, so a beat with nothing due reads one index and does nothing.
+    let mut parked = tokio::time::interval(PARKED_BEAT);
     loop {
         let next_check = checks.next;
         // Acknowledge what is committed before waiting for more.
@@ -269,18 +275,8 @@ async fn serve(
         tokio::select! {
             frame = conn.recv() => match refusal(frame?)? {
                 ServerFrame::Deliver { seq, envelope } => {
-                    match receive(&mut conn, &config.store, &config.trusted, &config.agent, &config.identity, envelope).await? {
-                        Received::New { id, from, trust } => {
-                            if trust == Trust::KeyChanged {
-                                emit(ClientEvent::KeyChanged { from, id });
-                            }
-                            emit(ClientEvent::NewMail { id, trust });
-                        }
-                        Received::Receipt { of, record } => emit(ClientEvent::Receipt { of, record }),
-                        Received::Duplicate(_)
-                        | Received::Unreadable { .. }
-                        | Received::Rotated { .. } => {}
-                    }
+                    let received = receive(&mut conn, &config.store, &config.trusted, &config.agent, &config.identity, envelope).await?;
+                    announce(emit, received);
                     conn.committed(seq).await?;
                 }
                 ServerFrame::Event { event: ConsentEvent::Bounced {} } => {
@@ -306,8 +302,47 @@ async fn serve(
                 }
             }
             _ = ping.tick() => conn.send(&ClientFrame::Ping {}).await?,
+            _ = parked.tick() => open_parked_due(&mut conn, config, emit).await?,
         }
     }
+}
+
+/// Tells the session's listeners what became of a delivery.
+fn announce(emit: &impl Fn(ClientEvent), received: Received) {
+    match received {
+        Received::New { id, from, trust } => {
+            if trust == Trust::KeyChanged {
+                emit(ClientEvent::KeyChanged { from, id });
+            }
+            emit(ClientEvent::NewMail { id, trust });
+        }
+        Received::Receipt { of, record } => emit(ClientEvent::Receipt { of, record }),
+        Received::Duplicate(_)
+        | Received::Unreadable { .. }
+        | Received::Parked { .. }
+        | Received::Rotated { .. } => {}
+    }
+}
+
+/// Opens the letters kept for their senders' relays whose next try is due.
+async fn open_parked_due(
+    conn: &mut Connection,
+    config: &SessionConfig,
+    emit: &impl Fn(ClientEvent),
+) -> Result<(), ClientError> {
+    let opened = open_parked(
+        conn,
+        &config.store,
+        &config.trusted,
+        &config.agent,
+        &config.identity,
+        false,
+    )
+    .await?;
+    for received in opened {
+        announce(emit, received);
+    }
+    Ok(())
 }
 
 async fn collect_bounces(

@@ -5,7 +5,7 @@ use serde::Serialize;
 
 use super::bounces;
 use super::deliveries;
-use super::inbound::{Received, receive};
+use super::inbound::{Received, open_parked, receive};
 use super::outbound::{SendFailure, flush};
 use super::{ClientError, Connection, RelayUrl, refusal};
 use crate::crypto::Identity;
@@ -32,6 +32,11 @@ pub struct SyncReport {
     pub duplicates: u32,
     /// Deliveries refused as unreadable, with the sender and reason.
     pub unreadable: Vec<(Address, MessageId, String)>,
+    /// Letters kept now because their sender's relay did not answer for its keys, with the
+    /// sender and reason: acknowledged, and opened once that relay answers.
+    pub parked: Vec<(Address, MessageId, String)>,
+    /// Letters still waiting for their senders' relays after this sync, these included.
+    pub waiting: u64,
     /// Consent news that arrived during the sync.
     pub events: Vec<ConsentEvent>,
     /// Copies of sent messages that expired on the relay undelivered, recorded now.
@@ -94,6 +99,7 @@ pub async fn sync_with_progress(
                     Received::Unreadable { from, id, reason } => {
                         report.unreadable.push((from, id, reason))
                     }
+                    Received::Parked { from, id, reason } => report.parked.push((from, id, reason)),
                 }
                 conn.committed(seq).await?;
                 delivered += 1;
@@ -105,6 +111,18 @@ pub async fn sync_with_progress(
         }
     }
     conn.ack_committed().await?;
+    // Letters kept for their senders' relays: asked now, whatever their backoff says.
+    for received in open_parked(&mut conn, store, trusted, agent, identity, true).await? {
+        match received {
+            Received::New { id, .. } => report.received.push(id),
+            Received::Receipt { of, .. } => report.receipts.push(of),
+            Received::Rotated { from, accepted, .. } => report.rotated.push((from, accepted)),
+            Received::Duplicate(_) => report.duplicates += 1,
+            Received::Unreadable { from, id, reason } => report.unreadable.push((from, id, reason)),
+            Received::Parked { .. } => {}
+        }
+    }
+    report.waiting = store.call(|s| s.parked_summary()).await?.0;
     report.bounced = bounces::collect(&mut conn, store).await?;
     let checked = deliveries::check(&mut conn, store, &mut None).await?;
     report.delivered = checked.delivered;

@@ -1,7 +1,7 @@
 //! Reading every stored row back, as the views do: `PRAGMA integrity_check` only says SQLite
 //! can read its pages, not that mailslot can read what is in them. A store is called intact
 //! only when every message (with its bounces, receipts, deliveries and attachments), every
-//! open copy, memory, outbox entry, contact and pinned relay decodes.
+//! open copy, memory, outbox entry, contact, pinned relay and waiting letter decodes.
 
 use rusqlite::Connection;
 
@@ -20,6 +20,8 @@ pub struct RowsChecked {
     pub outbox: u64,
     /// Contacts and pinned relays.
     pub pins: u64,
+    /// Letters waiting for their senders' relays.
+    pub parked: u64,
 }
 
 /// Names the row that failed, so the owner can find it.
@@ -60,6 +62,7 @@ impl Store {
             memories: memories::check_rows(&self.conn)?,
             outbox: outbox as u64,
             pins: (self.contacts()?.len() + self.pinned_relays()?.len()) as u64,
+            parked: self.parked_due(None, usize::MAX)?.len() as u64,
         })
     }
 }

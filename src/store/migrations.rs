@@ -239,6 +239,22 @@ const MIGRATIONS: &[&str] = &[
         at      INTEGER NOT NULL
     ) STRICT, WITHOUT ROWID;
     "#,
+    // 10: letters from another relay's agent that could not be opened yet because that relay
+    // did not answer for the sender's keys. They are kept sealed, as delivered, so the relay
+    // can be acknowledged and mail behind them flows; they are opened when the relay answers
+    // (`next_at` is the next try), and given up after the relay's own keeping time.
+    r#"
+    CREATE TABLE parked (
+        id         TEXT PRIMARY KEY,
+        sender     TEXT NOT NULL,
+        envelope   TEXT NOT NULL,
+        parked_at  INTEGER NOT NULL,
+        attempts   INTEGER NOT NULL CHECK (attempts >= 0),
+        next_at    INTEGER NOT NULL,
+        last_error TEXT NOT NULL
+    ) STRICT, WITHOUT ROWID;
+    CREATE INDEX parked_due ON parked(next_at);
+    "#,
 ];
 
 /// The schema version this build writes.
