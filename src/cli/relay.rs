@@ -377,10 +377,10 @@ fn migrate(ctx: &Ctx, from: &Path, to: &str) -> anyhow::Result<()> {
                 m.damaged_records, r.from
             ));
         }
-        lines.push(
-            "Now start the relay nodes with --db on this database; keep the SQLite files until they serve."
-                .into(),
-        );
+        lines.push(format!(
+            "Now start the relay nodes with --db on this database and --identity {} (the SQLite relay's key file, unless it ran with another; every node the same file); keep the SQLite files until they serve.",
+            crate::relay::identity_beside(Path::new(&r.from)).display()
+        ));
         lines.join("\n")
     })
 }

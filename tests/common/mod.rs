@@ -80,14 +80,17 @@ impl TestRelay {
             ..RelayConfig::default()
         };
         tweak(&mut config);
-        // Nodes on PostgreSQL keep no files beside a database, so their key file is named.
+        // Nodes on PostgreSQL keep no files beside a database, so their key file is named: one
+        // per database, as every node of one relay shares it.
         let postgres = config
             .db
             .as_ref()
             .and_then(|d| d.to_str())
-            .is_some_and(|d| d.starts_with("postgres"));
-        if postgres && config.identity.is_none() {
-            config.identity = Some(dir.path().join("relay.key"));
+            .filter(|d| d.starts_with("postgres"));
+        if let Some(url) = postgres
+            && config.identity.is_none()
+        {
+            config.identity = Some(postgres::node_key(url));
         }
         let relay = Relay::start(config.clone()).await.unwrap();
         let url = relay.url().parse().unwrap();
