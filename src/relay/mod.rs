@@ -9,6 +9,7 @@ mod consent;
 mod copies;
 mod directory;
 mod discovery;
+mod gone;
 mod http;
 mod inbound;
 mod limits;
@@ -37,6 +38,7 @@ use tokio::sync::watch;
 use tokio::task::JoinHandle;
 
 pub use config::{RegistrationMode, RelayConfig, RelayConfigError};
+pub use gone::{DatabaseGone, DatabaseWatch};
 pub use migrate::migrate;
 use presence::{Cluster, Hub, Presence};
 pub use registration::{make_invites, make_postgres_invites};
