@@ -160,8 +160,9 @@ impl Relay {
         }
     }
 
-    /// Binds the listener and starts serving from `storage` as `identity` (`config.db` and
-    /// `config.identity` are not used).
+    /// Binds the listener and starts serving from `storage` as `identity`, once the storage
+    /// has recorded its key or holds the same one (`config.db` and `config.identity` only
+    /// name the database and the key file in the error otherwise).
     pub async fn start_with<S: Storage>(
         storage: S,
         config: RelayConfig,
