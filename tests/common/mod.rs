@@ -59,6 +59,19 @@ impl StoppedRelay {
             .expect("test relays have a database file")
     }
 
+    /// Starts it again on the same address and database under a new key, as its operator
+    /// would after losing the key file: the key the database recorded is removed too, or the
+    /// relay refuses the new one.
+    pub async fn restart_with_a_new_key(self) -> TestRelay {
+        let db = self.db();
+        std::fs::remove_file(mailslot::relay::identity_beside(&db)).unwrap();
+        rusqlite::Connection::open(&db)
+            .unwrap()
+            .execute("DELETE FROM meta WHERE key = 'relay_key'", [])
+            .unwrap();
+        self.restart().await
+    }
+
     pub async fn restart(self) -> TestRelay {
         let relay = Relay::start(self.config.clone()).await.unwrap();
         TestRelay {
