@@ -507,6 +507,134 @@ async fn approving_takes_the_owner_passphrase_at_a_terminal() {
     assert!(shown.contains("blocked alice"), "{shown}");
 }
 
+/// The fingerprint of the owner key in the file at `path`.
+fn owner_fingerprint(path: &std::path::Path) -> String {
+    use mailslot::crypto::owner;
+    let key = owner::public_in_key_file(&std::fs::read(path).unwrap(), path).unwrap();
+    owner::fingerprint(&key).as_str().to_owned()
+}
+
+// Multi-threaded: the test blocks on child processes while the in-process relay serves them.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_owner_key_file_swapped_by_an_agent_is_refused_and_the_confirmed_one_still_works() {
+    let relay = contacts_relay().await;
+    let home = tempfile::tempdir().unwrap();
+    let mailslot = |args: &[&str]| {
+        Command::new(env!("CARGO_BIN_EXE_mailslot"))
+            .args(args)
+            .env_clear()
+            .env("MAILSLOT_HOME", home.path())
+            .env("MAILSLOT_RELAY", relay.url.as_str())
+            .stdin(Stdio::null())
+            .output()
+            .unwrap()
+    };
+    for name in ["alice", "bob"] {
+        let out = mailslot(&["--agent", name, "register"]);
+        assert!(out.status.success(), "{out:?}");
+    }
+    let (status, shown) = at_terminal(
+        home.path(),
+        &relay,
+        "owner init",
+        &format!("{PASSPHRASE}\n{PASSPHRASE}\n"),
+    );
+    assert_eq!(status, 0, "{shown}");
+    let owners = owner_fingerprint(&home.path().join("owner.key"));
+
+    // An agent with a shell makes an owner key of its own, in a home of its own, and copies it
+    // over this home's.
+    const AGENTS: &str = "the agent's very own passphrase";
+    let elsewhere = tempfile::tempdir().unwrap();
+    let (status, shown) = at_terminal(
+        elsewhere.path(),
+        &relay,
+        "owner init",
+        &format!("{AGENTS}\n{AGENTS}\n"),
+    );
+    assert_eq!(status, 0, "{shown}");
+    let agents = owner_fingerprint(&elsewhere.path().join("owner.key"));
+    let owner_key = home.path().join("owner.key");
+    std::fs::copy(elsewhere.path().join("owner.key"), &owner_key).unwrap();
+
+    // The next agent the owner makes is refused, naming both keys and the way out, and is
+    // not made (nor registered with the agent's key).
+    let refused = mailslot(&["--agent", "carol", "init"]);
+    assert_eq!(refused.status.code(), Some(1));
+    let said = String::from_utf8_lossy(&refused.stderr);
+    assert!(
+        said.contains(&owners) && said.contains(&agents) && said.contains("mailslot owner confirm"),
+        "{said}"
+    );
+    let paths = mailslot::config::Paths::new(Some(home.path().to_owned()), None).unwrap();
+    let carol = mailslot::protocol::AgentName::new("carol").unwrap();
+    assert!(!paths.agent_dir(&carol).exists(), "carol was made");
+    // Nothing unlocks the swapped file for a consent change, and the agent cannot confirm its
+    // key: that takes the confirmed key's passphrase.
+    let (status, shown) = at_terminal(
+        home.path(),
+        &relay,
+        "--agent bob block alice",
+        &format!("{AGENTS}\n"),
+    );
+    assert_eq!(status, 1, "{shown}");
+    assert!(
+        shown.contains(&owners) && !shown.contains("blocked alice"),
+        "{shown}"
+    );
+    let (status, shown) = at_terminal(
+        home.path(),
+        &relay,
+        "owner confirm",
+        &format!("{AGENTS}\n{AGENTS}\n"),
+    );
+    assert_eq!(status, 1, "{shown}");
+    assert!(shown.contains("does not unlock"), "{shown}");
+    // The agents made before keep working, with the confirmed key.
+    let listed = mailslot(&["--agent", "bob", "--json", "requests"]);
+    assert!(listed.status.success(), "{listed:?}");
+
+    // The confirmed key, put back as the error says, still works: carol is made and
+    // registered with it, and the owner's passphrase signs for her.
+    std::fs::copy(home.path().join("owner.key.pinned"), &owner_key).unwrap();
+    let made = mailslot(&["--agent", "carol", "init"]);
+    assert!(made.status.success(), "{made:?}");
+    let (status, shown) = at_terminal(
+        home.path(),
+        &relay,
+        "--agent carol block alice",
+        &format!("{PASSPHRASE}\n"),
+    );
+    assert_eq!(status, 0, "{shown}");
+    assert!(shown.contains("blocked alice"), "{shown}");
+
+    // An owner who does mean to use another key of theirs confirms it with both passphrases:
+    // every agent moves to it.
+    std::fs::copy(elsewhere.path().join("owner.key"), &owner_key).unwrap();
+    let (status, shown) = at_terminal(
+        home.path(),
+        &relay,
+        "owner confirm",
+        &format!("{PASSPHRASE}\n{AGENTS}\n"),
+    );
+    assert_eq!(status, 0, "{shown}");
+    for name in ["alice", "bob", "carol"] {
+        assert!(
+            shown.contains(&format!("{name}: has the new key")),
+            "{shown}"
+        );
+    }
+    let (status, shown) = at_terminal(
+        home.path(),
+        &relay,
+        "--agent bob block alice",
+        &format!("{AGENTS}\n"),
+    );
+    assert_eq!(status, 0, "{shown}");
+    let made = mailslot(&["--agent", "dave", "init"]);
+    assert!(made.status.success(), "{made:?}");
+}
+
 #[tokio::test]
 async fn consent_changes_need_the_owner_key_not_the_agent_key() {
     let relay = contacts_relay().await;

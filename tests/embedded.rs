@@ -501,3 +501,47 @@ fn sync_shows_progress_at_a_terminal_and_nothing_when_piped() {
         "{all}"
     );
 }
+
+/// Whether process `pid` has exited (a zombie that nobody reaped yet has).
+fn exited(pid: i32) -> bool {
+    match std::fs::read_to_string(format!("/proc/{pid}/stat")) {
+        // The state follows the command, which is in parentheses.
+        Ok(stat) => stat
+            .rfind(')')
+            .and_then(|i| stat[i + 1..].split_whitespace().next())
+            .is_some_and(|state| state == "Z" || state == "X"),
+        Err(_) => true,
+    }
+}
+
+#[test]
+fn a_background_relay_exits_when_its_home_is_deleted() {
+    let home = Home::new();
+    home.ok(&["--agent", "bob", "init"]);
+    let pid = relay_pid(&home).expect("init started the local relay") as i32;
+    std::fs::remove_dir_all(home.dir.path()).unwrap();
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(20);
+    while !exited(pid) {
+        if std::time::Instant::now() > deadline {
+            // Never left behind, whatever the outcome.
+            let _ = nix::sys::signal::kill(
+                nix::unistd::Pid::from_raw(pid),
+                nix::sys::signal::Signal::SIGKILL,
+            );
+            panic!("the relay of a deleted home still runs 20 s later");
+        }
+        std::thread::sleep(std::time::Duration::from_millis(20));
+    }
+    // The port is free again: a new home there starts its own relay and works.
+    let next = Home {
+        dir: tempfile::tempdir().unwrap(),
+        port: home.port,
+    };
+    let made = next.run(&["--agent", "carol", "init"]);
+    assert!(
+        made.status.success()
+            && String::from_utf8_lossy(&made.stderr).contains("started the local relay"),
+        "{}",
+        String::from_utf8_lossy(&made.stderr)
+    );
+}

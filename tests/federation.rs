@@ -454,10 +454,7 @@ async fn a_relay_presenting_a_changed_key_is_refused() {
 
     // Relay B comes back on the same address with a new key file.
     let stopped = b.stop().await;
-    let mut key_file = stopped.db().into_os_string();
-    key_file.push(".key");
-    std::fs::remove_file(&key_file).unwrap();
-    let b = stopped.restart().await;
+    let b = stopped.restart_with_a_new_key().await;
     let new = b.relay.fingerprint().clone();
     assert_ne!(new, old);
     assert_eq!(b.relay.name(), &name);
@@ -584,10 +581,7 @@ async fn the_cli_pins_remote_keys_and_trusts_a_new_relay_key_only_as_confirmed()
     );
 
     let stopped = b.stop().await;
-    let mut key_file = stopped.db().into_os_string();
-    key_file.push(".key");
-    std::fs::remove_file(&key_file).unwrap();
-    let b = stopped.restart().await;
+    let b = stopped.restart_with_a_new_key().await;
     let (name, new) = (
         b.relay.name().to_string(),
         b.relay.fingerprint().to_string(),

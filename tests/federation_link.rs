@@ -393,8 +393,7 @@ async fn a_dialing_relay_whose_key_changed_is_refused() {
 
     // A comes back with another key (same name): B refuses its link.
     let stopped = a.stop().await;
-    std::fs::remove_file(mailslot::relay::identity_beside(&stopped.db())).unwrap();
-    let a = stopped.restart().await;
+    let a = stopped.restart_with_a_new_key().await;
     let second = Message::new(alice_at.clone(), vec![bob_at.clone()], "again", "1");
     assert_eq!(alice.send(&a, second).await.sent.len(), 1, "A takes it");
     metric_at_least(&a, &failures, 1).await;
@@ -422,8 +421,7 @@ async fn an_answering_relay_whose_key_changed_is_refused() {
 
     // B comes back with another key under the same name: A delivers nothing to it.
     let stopped = b.stop().await;
-    std::fs::remove_file(mailslot::relay::identity_beside(&stopped.db())).unwrap();
-    let b = stopped.restart().await;
+    let b = stopped.restart_with_a_new_key().await;
     let second = Message::new(alice_at, vec![bob_at], "again", "1");
     assert_eq!(alice.send(&a, second).await.sent.len(), 1, "A takes it");
     let failures = format!(

@@ -210,7 +210,14 @@ async fn exits_cleanly_when_input_closes_even_with_a_live_listen() {
     );
     // The owner sees which process holds the agent's relay connection.
     let status = Command::new(env!("CARGO_BIN_EXE_mailslot"))
-        .args(["--agent", "alice", "--json", "status"])
+        .args([
+            "--agent",
+            "alice",
+            "--relay",
+            relay.url.as_str(),
+            "--json",
+            "status",
+        ])
         .env_clear()
         .env("MAILSLOT_HOME", home.path())
         .output()

@@ -530,10 +530,11 @@ async fn spawn_mcp_with_stderr(
     (McpClient::connect(transport, Era::Legacy).await, collected)
 }
 
-/// `mailslot doctor` for `name`: (success, stdout + stderr).
-fn doctor(home: &Path, name: &str, token: &str) -> (bool, String) {
+/// `mailslot doctor` for `name` on the test's relay (never a background relay on the shared
+/// default port): (success, stdout + stderr).
+fn doctor(home: &Path, name: &str, relay: &TestRelay, token: &str) -> (bool, String) {
     let out = std::process::Command::new(env!("CARGO_BIN_EXE_mailslot"))
-        .args(["--agent", name, "doctor"])
+        .args(["--agent", name, "--relay", relay.url.as_str(), "doctor"])
         .env_clear()
         .env("MAILSLOT_HOME", home)
         .env(TOKEN_ENV, token)
@@ -703,7 +704,7 @@ async fn mail_reaches_the_dedicated_openclaw_session_exactly_once() {
     assert!(!log.contains("OpenClaw delivery failed"), "{log}");
     // The model can be prompted before the doorbell has the gateway's answer.
     wait_recorded(home.path(), "bob", &later_id, DeliveryState::Delivered).await;
-    let (ok, report) = doctor(home.path(), "bob", &gateway.token);
+    let (ok, report) = doctor(home.path(), "bob", &relay, &gateway.token);
     assert!(ok, "{report}");
     assert!(
         report.contains("ok    sessions_send allowed")
@@ -807,7 +808,7 @@ async fn mail_reaches_the_dedicated_openclaw_session_exactly_once() {
     assert_eq!(mock.prompted_with(&format!("[mailslot:{second_id}]")), 0);
     // The status is recorded just after the warning.
     wait_recorded(home.path(), "bob", &second_id, DeliveryState::Retrying).await;
-    let (ok, report) = doctor(home.path(), "bob", &gateway.token);
+    let (ok, report) = doctor(home.path(), "bob", &relay, &gateway.token);
     assert!(!ok, "{report}");
     assert!(
         report.contains("FAIL  sessions_send allowed")

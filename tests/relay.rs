@@ -1278,3 +1278,50 @@ async fn a_retired_agents_bounces_go_with_it() {
     conn.close().await;
     assert_eq!(waiting(), 0);
 }
+
+#[tokio::test]
+async fn a_relay_database_opened_with_another_key_is_refused() {
+    let relay = TestRelay::start(|_| {}).await;
+    let fingerprint = relay.relay.fingerprint().clone();
+    let stopped = relay.stop().await;
+    let other = tempfile::tempdir().unwrap();
+    let key_file = other.path().join("other.key");
+    let config = |identity: &std::path::Path| mailslot::relay::RelayConfig {
+        listen: "127.0.0.1:0".parse().unwrap(),
+        db: Some(stopped.db()),
+        identity: Some(identity.to_owned()),
+        ..Default::default()
+    };
+    // Its database recorded the relay's key at the first start: another key is refused,
+    // naming both, and the key made for the attempt does not stay to be taken next time.
+    let err = match mailslot::relay::Relay::start(config(&key_file)).await {
+        Ok(relay) => {
+            let name = relay.fingerprint().clone();
+            relay.shutdown().await;
+            panic!("a relay with another key ({name}) served the database of {fingerprint}")
+        }
+        Err(e) => e.to_string(),
+    };
+    assert!(
+        err.contains(fingerprint.as_str()) && err.contains("--identity"),
+        "{err}"
+    );
+    assert!(!key_file.exists(), "the refused key was left behind");
+    let made = mailslot::crypto::RelayIdentity::generate();
+    made.save_new(&key_file).unwrap();
+    let err = mailslot::relay::Relay::start(config(&key_file))
+        .await
+        .err()
+        .expect("refused")
+        .to_string();
+    assert!(
+        err.contains(fingerprint.as_str())
+            && err.contains(made.fingerprint().as_str())
+            && err.contains(&key_file.display().to_string()),
+        "both fingerprints and the file: {err}"
+    );
+    assert!(key_file.exists(), "a key file the relay did not make stays");
+    // Its own key still opens it.
+    let again = stopped.restart().await;
+    assert_eq!(again.relay.fingerprint(), &fingerprint);
+}

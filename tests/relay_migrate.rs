@@ -137,6 +137,7 @@ async fn a_sqlite_relay_moves_to_postgres_with_its_names_consent_and_mail() {
     erin_conn.close().await;
 
     let relay_id = sqlite.relay.relay_id().to_owned();
+    let fingerprint = sqlite.relay.fingerprint().clone();
     let db = sqlite.db();
     // Kept, so the stopped relay's folder outlives the migration.
     let _stopped = sqlite.stop().await;
@@ -184,16 +185,34 @@ async fn a_sqlite_relay_moves_to_postgres_with_its_names_consent_and_mail() {
     assert_eq!(storage.total_waiting().await.unwrap(), 3);
     drop(storage);
 
-    // Two nodes on the database: the same relay id, so every client's hello still verifies.
+    // The relay's key moved too: a node with a key of its own is refused.
+    let stranger = mailslot::relay::Relay::start(mailslot::relay::RelayConfig {
+        listen: "127.0.0.1:0".parse().unwrap(),
+        db: Some(url.clone().into()),
+        identity: Some(common::postgres::node_key(&url)),
+        ..Default::default()
+    })
+    .await;
+    let refused = stranger.err().expect("a node with another key is refused");
+    assert!(
+        refused.to_string().contains(fingerprint.as_str()),
+        "{refused}"
+    );
+
+    // Two nodes on the database with the SQLite relay's key file: the same relay id and key,
+    // so every client's hello and every pinned key still verify.
     let node = |url: String| {
+        let key = mailslot::relay::identity_beside(&db);
         TestRelay::start(move |c| {
             c.db = Some(url.into());
+            c.identity = Some(key);
             c.default_policy = Some(Policy::Contacts);
         })
     };
     let (one, two) = (node(url.clone()).await, node(url.clone()).await);
     assert_eq!(one.relay.relay_id(), relay_id);
     assert_eq!(two.relay.relay_id(), relay_id);
+    assert_eq!(one.relay.fingerprint(), &fingerprint);
 
     // bob gets exactly the mail that waited for him, in order.
     let got = bob.sync(&two).await;
@@ -300,6 +319,7 @@ async fn a_failed_migration_leaves_the_database_as_it_was() {
         }
         Snapshot {
             relay_id: "relay-0123456789abcdef".into(),
+            relay_key: None,
             agents,
             invites: Vec::new(),
             relations: Vec::new(),

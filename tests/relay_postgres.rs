@@ -95,6 +95,76 @@ async fn the_relay_logs_its_database_url_without_the_password() {
     );
 }
 
+/// Runs `mailslot relay` on `url` in a fresh home (with `--identity FILE` if given) until it
+/// listens or exits: whether it listened, and what it said.
+fn node_process(
+    url: &str,
+    identity: Option<&std::path::Path>,
+) -> (bool, String, tempfile::TempDir) {
+    let home = tempfile::tempdir().unwrap();
+    let mut command = Command::new(env!("CARGO_BIN_EXE_mailslot"));
+    command.args(["relay", "--listen", "127.0.0.1:0", "--db", url]);
+    if let Some(file) = identity {
+        command.arg("--identity").arg(file);
+    }
+    let mut child = command
+        .env_clear()
+        .env("MAILSLOT_HOME", home.path())
+        .env("MAILSLOT_LOG", "info")
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut seen = Vec::new();
+    let mut listened = false;
+    // Ends at " listening on " or when the process exits (its stderr closes).
+    for line in BufReader::new(child.stderr.take().unwrap()).lines() {
+        let line = line.unwrap();
+        listened = line.contains(" listening on ");
+        seen.push(line);
+        if listened {
+            break;
+        }
+    }
+    let _ = child.kill();
+    let _ = child.wait();
+    (listened, seen.join("\n"), home)
+}
+
+#[tokio::test]
+async fn a_node_with_another_key_refuses_to_start() {
+    let Some(cluster) = PgCluster::shared() else {
+        return;
+    };
+    let url = cluster.create_database("other_key").await;
+    let first = TestRelay::start({
+        let url = url.clone();
+        move |c| c.db = Some(url.into())
+    })
+    .await;
+    let fingerprint = first.relay.fingerprint().clone();
+    // Started without --identity, a node makes a key of its own in its home: refused, naming
+    // the relay's key and the fix, and its new key file is not left to be taken next time.
+    let (listened, said, home) = node_process(&url, None);
+    assert!(
+        !listened,
+        "a node with another key served the relay: {said}"
+    );
+    assert!(
+        said.contains(fingerprint.as_str()) && said.contains("--identity"),
+        "{said}"
+    );
+    let made = home.path().join("relay").join("identity.key");
+    assert!(said.contains(&made.display().to_string()), "{said}");
+    assert!(!made.exists(), "the refused key was left behind");
+    // With the relay's key file it joins.
+    let (listened, said, _) = node_process(&url, Some(&common::postgres::node_key(&url)));
+    assert!(listened, "{said}");
+    assert!(said.contains(fingerprint.as_str()), "{said}");
+    first.relay.shutdown().await;
+}
+
 /// `GET path` on the relay at `addr`: the status and the body.
 async fn get(addr: std::net::SocketAddr, path: &str) -> (u16, String) {
     use tokio::io::{AsyncReadExt, AsyncWriteExt};

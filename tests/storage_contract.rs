@@ -905,6 +905,32 @@ async fn a_relay_key_is_pinned_on_first_contact<B: Backend>(b: B) {
     );
 }
 
+async fn the_relays_own_key_is_recorded_once<B: Backend>(b: B) {
+    let s = b.open().await;
+    let (first, second) = (RelayKey::from_bytes([1; 32]), RelayKey::from_bytes([2; 32]));
+    // A database from before the key was recorded, or a new one: the first start records it.
+    assert_eq!(s.pin_own_key(first).await.unwrap(), RelayPin::Pinned);
+    assert_eq!(s.pin_own_key(first).await.unwrap(), RelayPin::Matches);
+    assert_eq!(
+        s.pin_own_key(second).await.unwrap(),
+        RelayPin::Changed { pinned: first }
+    );
+    drop(s);
+    let s = b.open().await;
+    assert_eq!(
+        s.pin_own_key(second).await.unwrap(),
+        RelayPin::Changed { pinned: first },
+        "never replaced, durably"
+    );
+    assert_eq!(
+        s.pin_relay(RelayName::new("relay-b").unwrap(), second)
+            .await
+            .unwrap(),
+        RelayPin::Pinned,
+        "apart from other relays' pins"
+    );
+}
+
 async fn mail_from_another_relay_meets_its_recipients_consent<B: Backend>(b: B) {
     let s = b.open().await;
     let [bob, carol] = agents(&s, &["bob", "carol"]).await.try_into().unwrap();
@@ -1167,6 +1193,13 @@ macro_rules! contract {
                     return;
                 };
                 super::a_relay_key_is_pinned_on_first_contact(b).await;
+            }
+            #[tokio::test]
+            async fn the_relays_own_key_is_recorded_once() {
+                let Some(b) = $make(stringify!(the_relays_own_key_is_recorded_once)).await else {
+                    return;
+                };
+                super::the_relays_own_key_is_recorded_once(b).await;
             }
             #[tokio::test]
             async fn mail_from_another_relay_meets_its_recipients_consent() {

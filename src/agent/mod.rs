@@ -9,7 +9,7 @@ use std::path::{Path, PathBuf};
 
 use crate::config::Paths;
 use crate::crypto::{Identity, KeyFileError};
-use crate::keys::read_owner_public;
+use crate::keys::{OwnerPinError, read_owner_public};
 use crate::protocol::{Address, AgentName, OwnerKey};
 use crate::store::{Store, StoreError};
 
@@ -33,6 +33,9 @@ pub enum AgentError {
     /// The keys could not be read or written.
     #[error(transparent)]
     Keys(#[from] KeyFileError),
+    /// The home's owner key is not the confirmed one.
+    #[error(transparent)]
+    OwnerKey(#[from] OwnerPinError),
     /// The store could not be opened.
     #[error(transparent)]
     Store(#[from] StoreError),
@@ -61,8 +64,9 @@ pub struct Agent {
     pub store: Store,
     /// Its folder.
     pub dir: PathBuf,
-    /// The public half of its owner's key, when the owner made one (`mailslot owner init`):
-    /// registered with the relay on the agent's first connection.
+    /// The public half of its owner's key, when the owner made one (`mailslot owner init`)
+    /// and as the home confirmed it (see `keys::read_owner_public`): registered with the relay
+    /// on the agent's first connection.
     pub owner: Option<OwnerKey>,
 }
 
@@ -74,6 +78,19 @@ impl Agent {
         let key_path = dir.join(KEY_FILE);
         let store_path = store_path(&dir);
         let mut created = false;
+        let owner = match read_owner_public(&paths.owner_key()) {
+            Ok(owner) => owner,
+            // An existing agent keeps offering the confirmed key (the relay holds it, or should);
+            // a new agent is not made while the home's owner key is in doubt.
+            Err(e) if key_path.exists() => match e.confirmed() {
+                Some(confirmed) => {
+                    tracing::warn!(error = %e, "the owner key file is not the confirmed one; offering the confirmed key");
+                    Some(confirmed)
+                }
+                None => return Err(e.into()),
+            },
+            Err(e) => return Err(e.into()),
+        };
         if !key_path.exists() {
             if store_path.exists() {
                 return Err(AgentError::MissingKeys {
@@ -92,7 +109,6 @@ impl Agent {
         }
         let identity = Identity::load(&key_path)?;
         let store = Store::open(&store_path)?;
-        let owner = read_owner_public(&paths.owner_key())?;
         Ok((
             Self {
                 name: name.clone(),

@@ -103,6 +103,11 @@ pub struct RelayBenchArgs {
     /// cluster]
     #[arg(long, value_name = "URL")]
     pub db: Option<String>,
+    /// The relay key file every node on --db uses: the database records its relay's key at the
+    /// first start and refuses nodes with another, so a later run on the same database needs
+    /// the same file [default: a new key in a temp folder]
+    #[arg(long, value_name = "FILE", requires = "db")]
+    pub identity: Option<std::path::PathBuf>,
     /// Run the nodes on a throwaway PostgreSQL cluster, even one node: `initdb` in a temp
     /// folder (PostgreSQL's binaries on PATH or under /usr/lib/postgresql), a free loopback
     /// port, fsync and synchronous_commit on; removed at the end

@@ -8,7 +8,7 @@
 
 use std::collections::HashMap;
 use std::io::{BufRead, BufReader};
-use std::path::Path;
+use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
@@ -40,8 +40,8 @@ const ACK_EVERY: usize = 64;
 pub(super) enum Backend {
     /// A SQLite database of each node's own, in a temp folder.
     Sqlite,
-    /// One PostgreSQL database that every node shares.
-    Postgres(String),
+    /// One PostgreSQL database that every node shares, and the relay key file they all use.
+    Postgres(String, PathBuf),
 }
 
 /// A relay process started here.
@@ -93,7 +93,7 @@ impl Relays {
         let plural = if count == 1 { "" } else { "s" };
         let on = match backend {
             Backend::Sqlite => "SQLite",
-            Backend::Postgres(_) => "PostgreSQL",
+            Backend::Postgres(..) => "PostgreSQL",
         };
         Ok(Self {
             nodes,
@@ -167,13 +167,18 @@ impl Node {
             &config,
             "send_rate = 1e9\nsend_burst = 1e9\nquota_messages = 100000000\nquota_bytes = 100000000000\nregistration_burst = 1e9\nmax_connections_per_ip = 1000000\nrelay_rate = 1e9\nrelay_burst = 1e9\n",
         )?;
-        let db = match backend {
-            Backend::Sqlite => dir.path().join("relay.db").into_os_string(),
-            Backend::Postgres(url) => url.into(),
+        let (db, key) = match backend {
+            Backend::Sqlite => (dir.path().join("relay.db").into_os_string(), None),
+            Backend::Postgres(url, key) => (url.into(), Some(key)),
         };
-        let mut child = Command::new(std::env::current_exe()?)
+        let mut command = Command::new(std::env::current_exe()?);
+        command
             .args(["relay", "--listen", "127.0.0.1:0", "--db"])
-            .arg(db)
+            .arg(db);
+        if let Some(key) = key {
+            command.arg("--identity").arg(key);
+        }
+        let mut child = command
             .arg("--relay-config")
             .arg(&config)
             .arg("--home")
@@ -498,9 +503,15 @@ pub(super) fn run(args: &RelayBenchArgs) -> anyhow::Result<Vec<Summary>> {
     } else {
         None
     };
+    // Every node of one relay uses one key (its database refuses another).
+    let keys = tempfile::tempdir()?;
+    let key = args
+        .identity
+        .clone()
+        .unwrap_or_else(|| keys.path().join("relay.key"));
     let backend = match (&args.db, &cluster) {
-        (Some(url), _) => Backend::Postgres(url.clone()),
-        (None, Some(cluster)) => Backend::Postgres(cluster.url()),
+        (Some(url), _) => Backend::Postgres(url.clone(), key),
+        (None, Some(cluster)) => Backend::Postgres(cluster.url(), key),
         (None, None) => Backend::Sqlite,
     };
     let runtime = tokio::runtime::Builder::new_multi_thread()
@@ -508,7 +519,7 @@ pub(super) fn run(args: &RelayBenchArgs) -> anyhow::Result<Vec<Summary>> {
         .build()?;
     runtime.block_on(async {
         let postgres = match (&backend, args.url.is_empty()) {
-            (Backend::Postgres(url), true) => ServerCpu::find(url).await,
+            (Backend::Postgres(url, _), true) => ServerCpu::find(url).await,
             _ => None,
         };
         let run = Run {
@@ -695,7 +706,7 @@ impl Run<'_> {
         let (_, peak) = relays.rss_mib();
         let writer = match self.backend {
             Backend::Sqlite => format!("; writer threads {writer_cpu:.2} s"),
-            Backend::Postgres(_) => String::new(),
+            Backend::Postgres(..) => String::new(),
         };
         let postgres = postgres_cpu.map_or(String::new(), |s| {
             format!(

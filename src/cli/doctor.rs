@@ -12,7 +12,7 @@ use crate::config;
 use crate::crypto::owner;
 use crate::doorbell::claude_code;
 use crate::doorbell::openclaw::check::{self, Check, Outcome};
-use crate::keys::read_owner_public;
+use crate::keys::{OwnerPinError, pin_path, read_owner_public};
 use crate::protocol::AgentName;
 use crate::store::{SessionKey, Store};
 
@@ -40,12 +40,26 @@ fn owner_check(ctx: &Ctx) -> Check {
             detail: "none yet: nobody can approve, deny, block or change the policy of this home's agents".into(),
             fix: Some("run `mailslot owner init` yourself, before any agent gets a shell".into()),
         },
-        Err(e) => Check {
-            name: "owner key",
-            outcome: Outcome::Fail,
-            detail: e.to_string(),
-            fix: Some(format!("restore {} from a backup", path.display())),
-        },
+        Err(e) => {
+            let pin = pin_path(&path);
+            let fix = match &e {
+                OwnerPinError::Changed { .. } => format!(
+                    "`mailslot owner confirm` if you replaced it yourself, else `cp {} {}`",
+                    pin.display(),
+                    path.display()
+                ),
+                OwnerPinError::Missing { .. } => {
+                    format!("`cp {} {}`", pin.display(), path.display())
+                }
+                OwnerPinError::File(_) => format!("restore {} from a backup", path.display()),
+            };
+            Check {
+                name: "owner key",
+                outcome: Outcome::Fail,
+                detail: e.to_string(),
+                fix: Some(fix),
+            }
+        }
     }
 }
 

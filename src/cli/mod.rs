@@ -511,6 +511,9 @@ pub enum OwnerCommand {
     /// Replace the owner key and its passphrase (asks for the current one), for every agent
     /// of this home
     Change,
+    /// Make an owner key file you put in place of this home's confirmed one its owner key
+    /// (asks the passphrases of both), for every agent of this home
+    Confirm,
 }
 
 fn parse_fingerprint(s: &str) -> Result<Fingerprint, String> {
@@ -764,6 +767,7 @@ fn dispatch(cli: Cli) -> anyhow::Result<ExitCode> {
         Command::TrustRelay { host, fingerprint } => keys::trust_relay(&ctx, host, fingerprint),
         Command::Owner(OwnerCommand::Init) => owner::init(&ctx),
         Command::Owner(OwnerCommand::Change) => owner::change(&ctx),
+        Command::Owner(OwnerCommand::Confirm) => owner::confirm(&ctx),
         Command::Directory { join, leave } => directory::run(
             &ctx,
             match (join, leave) {

@@ -1,6 +1,7 @@
-//! `owner init` and `owner change`, and unlocking the owner key for a consent change: the
-//! passphrase is read from the terminal itself, never echoed, never from arguments, the
-//! environment or stdin.
+//! `owner init`, `owner change` and `owner confirm`, and unlocking the owner key for a consent
+//! change: the passphrase is read from the terminal itself, never echoed, never from
+//! arguments, the environment or stdin. Each of them leaves the home's confirmed copy of the
+//! key (`keys::pin_owner_key`) in step with the key file.
 
 use std::path::{Path, PathBuf};
 
@@ -8,12 +9,13 @@ use anyhow::{Context, bail};
 use serde::Serialize;
 use zeroize::Zeroizing;
 
-use super::{Ctx, output};
+use super::Ctx;
+use super::output::{self, outln};
 use crate::agent::Agent;
 use crate::client::Connection;
 use crate::client::consent::{self, OwnerKeyProblem};
 use crate::crypto::{Owner, OwnerKeyError, Passphrase, owner};
-use crate::keys::read_owner_public;
+use crate::keys::{OwnerPinError, pin_owner_key, pin_path, read_owner_public};
 use crate::protocol::{AgentName, Fingerprint, OwnerKey};
 
 const NO_TERMINAL: &str = "the owner's passphrase is typed at a terminal: run this yourself in an interactive shell (agents cannot change consent)";
@@ -24,9 +26,16 @@ fn prompt(text: &str) -> anyhow::Result<String> {
 }
 
 /// Asks for the owner's passphrase and unlocks the owner key; says how to make one when
-/// there is none.
+/// there is none, and refuses one that is not the home's confirmed key before asking.
 pub(super) fn unlock(ctx: &Ctx) -> anyhow::Result<Owner> {
-    unlock_file(ctx, &ctx.paths.owner_key(), "Owner passphrase: ")
+    unlock_confirmed(ctx, "Owner passphrase: ")
+}
+
+/// [`unlock_file`] on the owner key file, once it is known to be the confirmed one.
+fn unlock_confirmed(ctx: &Ctx, question: &str) -> anyhow::Result<Owner> {
+    let path = ctx.paths.owner_key();
+    read_owner_public(&path)?;
+    unlock_file(ctx, &path, question)
 }
 
 fn unlock_file(ctx: &Ctx, path: &Path, question: &str) -> anyhow::Result<Owner> {
@@ -76,7 +85,8 @@ struct AgentOutcome {
 }
 
 impl Report {
-    fn emit(self, ctx: &Ctx, heading: &str) -> anyhow::Result<()> {
+    /// Shows the report; `again` is the command that finishes an unfinished one.
+    fn emit(self, ctx: &Ctx, heading: &str, again: &str) -> anyhow::Result<()> {
         output::emit(ctx.json, &self, |r| {
             let mut lines = vec![format!(
                 "{heading} {} in {}",
@@ -87,7 +97,7 @@ impl Report {
                 lines.push(format!("  {}: {}", a.agent, a.detail));
             }
             if !r.finished {
-                lines.push("Not every agent has the new key yet: run `mailslot owner change` again to finish (the old key stays in place until then).".into());
+                lines.push(format!("Not every agent has the new key yet: run `mailslot owner {again}` again to finish (the old key stays in place until then)."));
             }
             lines.join("\n")
         })
@@ -159,6 +169,7 @@ pub(super) fn init(ctx: &Ctx) -> anyhow::Result<()> {
     let passphrase = new_passphrase()?;
     let owner = Owner::generate();
     owner.save_new(&path, &passphrase)?;
+    pin_owner_key(&path)?;
     let public = owner.public();
     // The hello offers the key; the welcome says whether the relay took it.
     let agents = each_agent(ctx, Some(public), async |conn| {
@@ -173,7 +184,7 @@ pub(super) fn init(ctx: &Ctx) -> anyhow::Result<()> {
         agents,
         finished: true,
     }
-    .emit(ctx, "owner key")
+    .emit(ctx, "owner key", "init")
 }
 
 /// Asks for a new passphrase, twice.
@@ -193,7 +204,7 @@ fn new_passphrase() -> anyhow::Result<Passphrase> {
 pub(super) fn change(ctx: &Ctx) -> anyhow::Result<()> {
     let path = ctx.paths.owner_key();
     let next_path = path.with_file_name("owner.key.next");
-    let old = unlock_file(ctx, &path, "Current owner passphrase: ")?;
+    let old = unlock_confirmed(ctx, "Current owner passphrase: ")?;
     let new = if next_path.exists() {
         eprintln!(
             "An earlier change did not finish; finishing it with the new key in {}.",
@@ -210,8 +221,28 @@ pub(super) fn change(ctx: &Ctx) -> anyhow::Result<()> {
         new.save_new(&next_path, &passphrase)?;
         new
     };
-    let (old_key, new_key) = (old.public(), new.public());
-    let agents = each_agent(ctx, None, async |conn| {
+    let new_key = new.public();
+    let agents = move_agents(ctx, &old, new_key)?;
+    let finished = agents.iter().all(|a| a.done);
+    if finished {
+        std::fs::rename(&next_path, &path)
+            .with_context(|| format!("moving {} to {}", next_path.display(), path.display()))?;
+        pin_owner_key(&path)?;
+    }
+    Report {
+        path: if finished { path } else { next_path },
+        fingerprint: owner::fingerprint(&new_key),
+        agents,
+        finished,
+    }
+    .emit(ctx, "new owner key", "change")
+}
+
+/// Registers `new_key` in place of `old`'s for every agent of this home whose relay holds
+/// `old`'s, each change signed by `old`.
+fn move_agents(ctx: &Ctx, old: &Owner, new_key: OwnerKey) -> anyhow::Result<Vec<AgentOutcome>> {
+    let old_key = old.public();
+    each_agent(ctx, None, async |conn| {
         let held = conn.owner().copied();
         if held == Some(new_key) {
             return Ok((true, "has the new key".to_owned()));
@@ -223,19 +254,68 @@ pub(super) fn change(ctx: &Ctx) -> anyhow::Result<()> {
                 format!("left alone: {}", held_by_another(held.as_ref())),
             ));
         }
-        consent::set_owner(conn, &old, new_key).await?;
+        consent::set_owner(conn, old, new_key).await?;
         Ok((true, "has the new key".to_owned()))
-    })?;
+    })
+}
+
+/// `mailslot owner confirm`: makes the owner key file that replaced the confirmed one this
+/// home's owner key. The passphrase of the confirmed key proves the owner wants it (an agent
+/// can copy its own key file here, but does not know that passphrase), the new key's proves
+/// it opens; then every agent whose relay holds the confirmed key gets the new one, signed by
+/// the confirmed key, and the new file is pinned once all have it.
+pub(super) fn confirm(ctx: &Ctx) -> anyhow::Result<()> {
+    let path = ctx.paths.owner_key();
+    let (pinned, found) = match read_owner_public(&path) {
+        Ok(Some(key)) => {
+            return outln!(
+                "{} is this home's confirmed owner key already (fingerprint {}); nothing to confirm",
+                path.display(),
+                owner::fingerprint(&key)
+            );
+        }
+        Ok(None) => bail!(missing(ctx)),
+        Err(OwnerPinError::Changed { pinned, found, .. }) => (pinned, found),
+        Err(e) => return Err(e.into()),
+    };
+    eprintln!(
+        "{} holds owner key {}; this home's confirmed owner key is {}. Confirming moves every agent of this home to the new key.",
+        path.display(),
+        owner::fingerprint(&found),
+        owner::fingerprint(&pinned)
+    );
+    let old = unlock_file(
+        ctx,
+        &pin_path(&path),
+        &format!(
+            "Passphrase of the confirmed owner key ({}): ",
+            owner::fingerprint(&pinned)
+        ),
+    )?;
+    let new = unlock_file(
+        ctx,
+        &path,
+        &format!(
+            "Passphrase of the new owner key ({}): ",
+            owner::fingerprint(&found)
+        ),
+    )?;
+    if new.public() != found {
+        bail!(
+            "{} changed while you typed; nothing was confirmed",
+            path.display()
+        );
+    }
+    let agents = move_agents(ctx, &old, found)?;
     let finished = agents.iter().all(|a| a.done);
     if finished {
-        std::fs::rename(&next_path, &path)
-            .with_context(|| format!("moving {} to {}", next_path.display(), path.display()))?;
+        pin_owner_key(&path)?;
     }
     Report {
-        path: if finished { path } else { next_path },
-        fingerprint: owner::fingerprint(&new_key),
+        path,
+        fingerprint: owner::fingerprint(&found),
         agents,
         finished,
     }
-    .emit(ctx, "new owner key")
+    .emit(ctx, "confirmed owner key", "confirm")
 }

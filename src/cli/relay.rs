@@ -17,7 +17,9 @@ use crate::protocol::AgentName;
 use crate::relay::storage::{
     CheckReport, Moved, PostgresStorage, SqliteStorage, is_postgres_url, redact_url,
 };
-use crate::relay::{Relay, RelayConfig, make_invites, make_postgres_invites};
+use crate::relay::{
+    DatabaseGone, DatabaseWatch, Relay, RelayConfig, make_invites, make_postgres_invites,
+};
 
 /// The exit code of `relay check` when it found damage.
 const DAMAGED: u8 = 3;
@@ -377,10 +379,10 @@ fn migrate(ctx: &Ctx, from: &Path, to: &str) -> anyhow::Result<()> {
                 m.damaged_records, r.from
             ));
         }
-        lines.push(
-            "Now start the relay nodes with --db on this database; keep the SQLite files until they serve."
-                .into(),
-        );
+        lines.push(format!(
+            "Now start the relay nodes with --db on this database and --identity {} (the SQLite relay's key file, unless it ran with another; every node the same file); keep the SQLite files until they serve.",
+            crate::relay::identity_beside(Path::new(&r.from)).display()
+        ));
         lines.join("\n")
     })
 }
@@ -426,6 +428,11 @@ fn serve(ctx: &Ctx, args: RelayArgs, db: PathBuf) -> anyhow::Result<()> {
                 format!("{} {}\n", std::process::id(), relay.url()),
             )?;
         }
+        let watch = files
+            .as_ref()
+            .map(|_| DatabaseWatch::new(&db))
+            .transpose()
+            .with_context(|| format!("looking at {}", db.display()))?;
         eprintln!(
             "mailslot relay {} listening on {} (database {}) as {}, key {}",
             relay.relay_id(),
@@ -434,14 +441,34 @@ fn serve(ctx: &Ctx, args: RelayArgs, db: PathBuf) -> anyhow::Result<()> {
             relay.name(),
             relay.fingerprint()
         );
-        wait_for_signal().await?;
+        let gone = tokio::select! {
+            signalled = wait_for_signal() => {
+                signalled?;
+                None
+            }
+            gone = database_gone(watch.as_ref()) => Some(gone),
+        };
+        if let Some(gone) = &gone {
+            tracing::error!(%gone, "the relay's database is gone; stopping, so that its port is free for a relay that can store mail");
+        }
         eprintln!("mailslot relay: shutting down");
         relay.shutdown().await;
-        if let Some(files) = &files {
-            local_relay::remove_pid(files);
+        match (gone, &files) {
+            // The pid file by that name, if any, is another relay's now.
+            (Some(gone), _) => bail!("the relay stopped: its database is gone ({gone})"),
+            (None, Some(files)) => local_relay::remove_pid(files),
+            (None, None) => {}
         }
         anyhow::Ok(())
     })
+}
+
+/// Returns once a SQLite relay's database is gone; never without one to watch.
+async fn database_gone(watch: Option<&DatabaseWatch>) -> DatabaseGone {
+    match watch {
+        Some(watch) => watch.gone().await,
+        None => std::future::pending().await,
+    }
 }
 
 /// Returns on SIGINT or SIGTERM.

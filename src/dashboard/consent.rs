@@ -10,8 +10,8 @@ use zeroize::{Zeroize, Zeroizing};
 
 use crate::client::consent::{self as relay_consent, Change, ConsentState, OwnerKeyProblem};
 use crate::client::{ClientError, Connection, RelayUrl};
-use crate::crypto::{KeyFileError, Owner, OwnerKeyError, Passphrase, PublicIdentity};
-use crate::keys::read_owner_public;
+use crate::crypto::{Owner, OwnerKeyError, Passphrase, PublicIdentity};
+use crate::keys::{OwnerPinError, read_owner_public};
 use crate::mailbox::Mailbox;
 use crate::protocol::{Address, Fingerprint, RequestCode, ValidationError};
 
@@ -38,9 +38,9 @@ pub enum ActionError {
     /// The owner key file could not be read or unlocked.
     #[error(transparent)]
     Unlock(#[from] OwnerKeyError),
-    /// The owner key file could not be read.
+    /// The owner key file could not be read, or is not the one this home confirmed.
     #[error(transparent)]
-    KeyFile(#[from] KeyFileError),
+    KeyFile(#[from] OwnerPinError),
     /// No open request from that agent.
     #[error("no open contact request from {0}; it may have been answered or expired")]
     NoRequest(Address),

@@ -22,7 +22,10 @@ fn io(path: &Path) -> impl Fn(std::io::Error) -> KeyFileError + '_ {
 
 /// Writes `bytes` to a temporary file beside `path` (mode 0600, synced) and returns its path.
 fn write_temp(path: &Path, bytes: &[u8]) -> Result<std::path::PathBuf, KeyFileError> {
-    let tmp = path.with_extension("tmp");
+    // The whole name and `.tmp`: `owner.key.next` and `owner.key.pinned` get one each.
+    let mut tmp = path.as_os_str().to_owned();
+    tmp.push(".tmp");
+    let tmp = std::path::PathBuf::from(tmp);
     let _ = fs::remove_file(&tmp);
     let mut f = OpenOptions::new()
         .write(true)

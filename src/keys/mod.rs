@@ -5,13 +5,13 @@
 //! callers keep writing `Identity::load(path)`.
 
 mod file;
+mod pin;
 
 use std::path::Path;
 
-use crate::crypto::{
-    Identity, KeyFileError, Owner, OwnerKeyError, Passphrase, RelayIdentity, owner,
-};
-use crate::protocol::OwnerKey;
+pub use pin::{OwnerPinError, pin_owner_key, pin_path, read_owner_public};
+
+use crate::crypto::{Identity, KeyFileError, Owner, OwnerKeyError, Passphrase, RelayIdentity};
 
 impl Identity {
     /// Writes a new key file with mode 0600; refuses to overwrite one.
@@ -46,15 +46,6 @@ impl Owner {
     pub fn unlock(path: &Path, passphrase: &Passphrase) -> Result<Self, OwnerKeyError> {
         Self::from_key_file(&file::read(path)?, path, passphrase)
     }
-}
-
-/// The public key in an owner key file, read without the passphrase; `None` when there is no
-/// file.
-pub fn read_owner_public(path: &Path) -> Result<Option<OwnerKey>, KeyFileError> {
-    if !path.exists() {
-        return Ok(None);
-    }
-    owner::public_in_key_file(&file::read(path)?, path).map(Some)
 }
 
 impl RelayIdentity {
@@ -95,6 +86,7 @@ mod tests {
     use std::os::unix::fs::PermissionsExt;
 
     use super::*;
+    use crate::crypto::owner;
 
     fn mode(path: &Path) -> u32 {
         fs::metadata(path).unwrap().permissions().mode() & 0o777
@@ -158,7 +150,41 @@ mod tests {
         let next = Owner::generate();
         next.replace_file(&path, &pass("a new passphrase")).unwrap();
         assert_eq!(mode(&path), 0o600);
+        // The first read pinned the first key: the replaced file is refused until confirmed.
+        assert_eq!(mode(&pin_path(&path)), 0o600);
+        let err = read_owner_public(&path).unwrap_err();
+        assert_eq!(err.confirmed(), Some(owner.public()));
+        pin_owner_key(&path).unwrap();
         assert_eq!(read_owner_public(&path).unwrap(), Some(next.public()));
+    }
+
+    #[test]
+    fn an_owner_key_file_that_is_not_the_pinned_one_is_refused_naming_both() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("owner.key");
+        let (mine, theirs) = (Owner::generate(), Owner::generate());
+        mine.save_new(&path, &pass("correct horse battery"))
+            .unwrap();
+        pin_owner_key(&path).unwrap();
+        let other = dir.path().join("other.key");
+        theirs
+            .save_new(&other, &pass("the agent's own one"))
+            .unwrap();
+        fs::rename(&other, &path).unwrap();
+        let err = read_owner_public(&path).unwrap_err();
+        let said = err.to_string();
+        for key in [mine.public(), theirs.public()] {
+            assert!(said.contains(owner::fingerprint(&key).as_str()), "{said}");
+        }
+        assert!(said.contains("mailslot owner confirm"), "{said}");
+        assert_eq!(err.confirmed(), Some(mine.public()));
+        // Putting the pinned copy back, as the error says, restores it.
+        fs::copy(pin_path(&path), &path).unwrap();
+        assert_eq!(read_owner_public(&path).unwrap(), Some(mine.public()));
+        fs::remove_file(&path).unwrap();
+        let err = read_owner_public(&path).unwrap_err();
+        assert!(matches!(err, OwnerPinError::Missing { .. }), "{err}");
+        assert_eq!(err.confirmed(), Some(mine.public()));
     }
 
     #[test]

@@ -9,6 +9,7 @@ mod consent;
 mod copies;
 mod directory;
 mod discovery;
+mod gone;
 mod http;
 mod inbound;
 mod limits;
@@ -37,6 +38,7 @@ use tokio::sync::watch;
 use tokio::task::JoinHandle;
 
 pub use config::{RegistrationMode, RelayConfig, RelayConfigError};
+pub use gone::{DatabaseGone, DatabaseWatch};
 pub use migrate::migrate;
 use presence::{Cluster, Hub, Presence};
 pub use registration::{make_invites, make_postgres_invites};
@@ -45,7 +47,7 @@ use state::RelayState;
 
 use crate::crypto::{KeyFileError, RelayIdentity};
 use crate::protocol::{Fingerprint, RelayName};
-use storage::{PostgresStorage, SqliteStorage, Storage, StorageError, is_postgres_url};
+use storage::{PostgresStorage, RelayPin, SqliteStorage, Storage, StorageError, is_postgres_url};
 
 /// How long shutdown waits for connections to close.
 const DRAIN: Duration = Duration::from_secs(5);
@@ -69,6 +71,21 @@ pub enum RelayError {
     /// The relay's key file could not be read or made.
     #[error("the relay's key: {0}")]
     Identity(#[from] KeyFileError),
+    /// The database belongs to a relay with another key: a node started with the wrong key
+    /// file (or none) would serve the relay's name under a key nobody pinned.
+    #[error(
+        "the relay database {db} belongs to the relay whose key has fingerprint {held}, but this node's key{file} has fingerprint {ours}: every node of one relay uses the same key. Start it with --identity FILE naming that relay's key file (copied from its first node, mode 0600), or give this key a database of its own"
+    )]
+    OtherKey {
+        /// The database, as shown (a URL without its password).
+        db: String,
+        /// The fingerprint of the key the database recorded at its relay's first start.
+        held: Fingerprint,
+        /// The fingerprint of this node's key.
+        ours: Fingerprint,
+        /// ` (FILE)`: where this node's key came from, when it came from a file.
+        file: String,
+    },
     /// The listen address could not be bound.
     #[error("cannot listen on {addr}: {source}")]
     Bind {
@@ -108,6 +125,24 @@ impl Relay {
         if created {
             tracing::info!(file = %key_file.display(), fingerprint = %identity.fingerprint(), "made the relay's key; keep the file with the database");
         }
+        let mut config = config;
+        config.identity = Some(key_file.clone());
+        let started = Self::start_on(&db, postgres, config, identity).await;
+        if created && matches!(started, Err(RelayError::OtherKey { .. })) {
+            // Made a moment ago for a database that has its own: it never served, and left
+            // in place it would be taken for the relay's key at the next start.
+            let _ = std::fs::remove_file(&key_file);
+        }
+        started
+    }
+
+    /// Opens the storage `db` names and serves from it as `identity`.
+    async fn start_on(
+        db: &std::path::Path,
+        postgres: Option<&str>,
+        config: RelayConfig,
+        identity: RelayIdentity,
+    ) -> Result<Self, RelayError> {
         match postgres {
             Some(url) => {
                 let storage = PostgresStorage::connect(url).await?;
@@ -119,14 +154,15 @@ impl Relay {
                 .await
             }
             None => {
-                let storage = SqliteStorage::open(&db)?;
+                let storage = SqliteStorage::open(db)?;
                 Self::start_with(storage, config, identity).await
             }
         }
     }
 
-    /// Binds the listener and starts serving from `storage` as `identity` (`config.db` and
-    /// `config.identity` are not used).
+    /// Binds the listener and starts serving from `storage` as `identity`, once the storage
+    /// has recorded its key or holds the same one (`config.db` and `config.identity` only
+    /// name the database and the key file in the error otherwise).
     pub async fn start_with<S: Storage>(
         storage: S,
         config: RelayConfig,
@@ -142,6 +178,7 @@ impl Relay {
         identity: RelayIdentity,
         presence: impl FnOnce(watch::Receiver<bool>) -> Arc<P>,
     ) -> Result<Self, RelayError> {
+        check_own_key(&storage, &config, &identity).await?;
         let listener =
             TcpListener::bind(config.listen)
                 .await
@@ -224,6 +261,38 @@ impl Relay {
         let _ = self.shutdown.send(true);
         let _ = self.task.await;
     }
+}
+
+/// Records `identity`'s key in `storage` at the relay's first start, and refuses a node whose
+/// key is not the one recorded.
+async fn check_own_key<S: Storage>(
+    storage: &S,
+    config: &RelayConfig,
+    identity: &RelayIdentity,
+) -> Result<(), RelayError> {
+    let pinned = match storage.pin_own_key(identity.key()).await? {
+        RelayPin::Matches => return Ok(()),
+        RelayPin::Pinned => {
+            tracing::info!(key = %identity.fingerprint(), "recorded the relay's key in its database: every node of this relay must use it");
+            return Ok(());
+        }
+        RelayPin::Changed { pinned } => pinned,
+    };
+    let db = match config.db.as_deref().and_then(|d| d.to_str()) {
+        Some(url) if is_postgres_url(url) => storage::redact_url(url),
+        Some(path) => path.to_owned(),
+        None => "in use".to_owned(),
+    };
+    Err(RelayError::OtherKey {
+        db,
+        held: crate::crypto::relay_fingerprint(&pinned),
+        ours: identity.fingerprint(),
+        file: config
+            .identity
+            .as_ref()
+            .map(|f| format!(" ({})", f.display()))
+            .unwrap_or_default(),
+    })
 }
 
 /// The key file of a relay on the SQLite database `db`: `<db>.key`, beside its lock and pid.

@@ -909,6 +909,10 @@ mod tests {
         ) -> Result<RelayPin, StorageError> {
             self.inner.pin_relay(relay, key).await
         }
+
+        async fn pin_own_key(&self, key: RelayKey) -> Result<RelayPin, StorageError> {
+            self.inner.pin_own_key(key).await
+        }
     }
 
     impl Storage for SlowAcks {

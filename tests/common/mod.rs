@@ -59,6 +59,19 @@ impl StoppedRelay {
             .expect("test relays have a database file")
     }
 
+    /// Starts it again on the same address and database under a new key, as its operator
+    /// would after losing the key file: the key the database recorded is removed too, or the
+    /// relay refuses the new one.
+    pub async fn restart_with_a_new_key(self) -> TestRelay {
+        let db = self.db();
+        std::fs::remove_file(mailslot::relay::identity_beside(&db)).unwrap();
+        rusqlite::Connection::open(&db)
+            .unwrap()
+            .execute("DELETE FROM meta WHERE key = 'relay_key'", [])
+            .unwrap();
+        self.restart().await
+    }
+
     pub async fn restart(self) -> TestRelay {
         let relay = Relay::start(self.config.clone()).await.unwrap();
         TestRelay {
@@ -80,14 +93,17 @@ impl TestRelay {
             ..RelayConfig::default()
         };
         tweak(&mut config);
-        // Nodes on PostgreSQL keep no files beside a database, so their key file is named.
+        // Nodes on PostgreSQL keep no files beside a database, so their key file is named: one
+        // per database, as every node of one relay shares it.
         let postgres = config
             .db
             .as_ref()
             .and_then(|d| d.to_str())
-            .is_some_and(|d| d.starts_with("postgres"));
-        if postgres && config.identity.is_none() {
-            config.identity = Some(dir.path().join("relay.key"));
+            .filter(|d| d.starts_with("postgres"));
+        if let Some(url) = postgres
+            && config.identity.is_none()
+        {
+            config.identity = Some(postgres::node_key(url));
         }
         let relay = Relay::start(config.clone()).await.unwrap();
         let url = relay.url().parse().unwrap();

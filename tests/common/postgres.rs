@@ -276,6 +276,26 @@ impl Drop for PgCluster {
     }
 }
 
+/// The relay key file shared by every node a test starts on the database at `url` (nodes of one
+/// relay must use one key; the database refuses another). In a folder of this process's, swept
+/// with the clusters' folders once the process is gone.
+pub fn node_key(url: &str) -> PathBuf {
+    static DIR: OnceLock<PathBuf> = OnceLock::new();
+    let dir = DIR.get_or_init(|| {
+        tempfile::Builder::new()
+            .prefix(&format!("{DIR_PREFIX}{}-keys-", std::process::id()))
+            .tempdir()
+            .expect("a temp dir for the relays' keys")
+            .keep()
+    });
+    let db = url.rsplit('/').next().unwrap_or(url);
+    let db: String = db
+        .chars()
+        .map(|c| if c.is_ascii_alphanumeric() { c } else { '_' })
+        .collect();
+    dir.join(format!("{db}.key"))
+}
+
 /// The processes whose parent is `pid`, from `/proc`.
 fn children_of(pid: u32) -> Vec<u32> {
     let Ok(entries) = std::fs::read_dir("/proc") else {

@@ -1,4 +1,5 @@
-//! The relay-pins role: the keys of other relays, pinned on first contact.
+//! The relay-pins role: the keys of other relays, pinned on first contact, and the relay's own
+//! key, recorded at its first start so that every node of it must use the same one.
 
 use std::future::Future;
 
@@ -28,4 +29,33 @@ pub trait RelayPins: Send + Sync + 'static {
         relay: RelayName,
         key: RelayKey,
     ) -> impl Future<Output = Result<RelayPin, StorageError>> + Send;
+
+    /// Records `key` as this relay's own unless the database holds one already (a database
+    /// from before the key was recorded gets it at its first start), and says how `key`
+    /// compares. Never replaces the recorded key.
+    fn pin_own_key(
+        &self,
+        key: RelayKey,
+    ) -> impl Future<Output = Result<RelayPin, StorageError>> + Send;
+}
+
+/// The `meta` row that holds the relay's own public key (base64).
+pub(crate) const OWN_KEY: &str = "relay_key";
+
+/// The relay's own key as `meta` holds it.
+pub(crate) fn parse_own_key(text: String) -> Result<RelayKey, StorageError> {
+    RelayKey::try_from(text).map_err(|e| {
+        StorageError::Database(format!(
+            "the relay's own key recorded in the database (meta {OWN_KEY}): {e}"
+        ))
+    })
+}
+
+/// How `key` compares with the recorded `held` (`None`: nothing was recorded; it is now).
+pub(crate) fn compare_own(held: Option<RelayKey>, key: RelayKey) -> RelayPin {
+    match held {
+        None => RelayPin::Pinned,
+        Some(held) if held == key => RelayPin::Matches,
+        Some(pinned) => RelayPin::Changed { pinned },
+    }
 }

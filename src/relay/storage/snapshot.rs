@@ -124,6 +124,9 @@ pub type WaitingCopies = Box<dyn Iterator<Item = Result<Vec<WaitingCopy>, Storag
 pub struct Snapshot {
     /// The relay's id, which clients sign in their hello.
     pub relay_id: String,
+    /// The relay's own key as its database recorded it (none before a start that recorded it):
+    /// the nodes serving the moved relay must use the same key file.
+    pub relay_key: Option<RelayKey>,
     /// Registered names, and retired names still held.
     pub agents: Vec<AgentRecord>,
     /// Invites not used yet.

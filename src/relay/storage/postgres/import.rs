@@ -11,6 +11,7 @@ use std::collections::HashMap;
 use deadpool_postgres::{Client, Transaction};
 
 use super::unsigned;
+use crate::relay::storage::relays::OWN_KEY;
 use crate::relay::storage::{
     MigrateError, Moved, RelationKind, Snapshot, StorageError, WaitingCopies, WaitingCopy,
 };
@@ -74,6 +75,14 @@ async fn tables(tx: &Transaction<'_>, s: &Snapshot) -> Result<Moved, StorageErro
         &[&s.relay_id],
     )
     .await?;
+    if let Some(key) = &s.relay_key {
+        tx.execute(
+            "INSERT INTO meta (key, value) VALUES ($1, $2)
+             ON CONFLICT (key) DO UPDATE SET value = excluded.value",
+            &[&OWN_KEY, &key.to_base64()],
+        )
+        .await?;
+    }
 
     let a = &s.agents;
     let names: Vec<&str> = a.iter().map(|r| r.name.as_str()).collect();

@@ -393,6 +393,10 @@ impl RelayPins for PostgresStorage {
     async fn pin_relay(&self, relay: RelayName, key: RelayKey) -> Result<RelayPin, StorageError> {
         relays::pin(&self.client().await?, &relay, &key).await
     }
+
+    async fn pin_own_key(&self, key: RelayKey) -> Result<RelayPin, StorageError> {
+        relays::pin_own(&self.client().await?, &key).await
+    }
 }
 
 impl Storage for PostgresStorage {

@@ -1,8 +1,9 @@
-//! Other relays' keys, pinned on first contact.
+//! Other relays' keys, pinned on first contact, and the relay's own.
 
 use deadpool_postgres::Client;
 
 use crate::protocol::{RelayKey, RelayName};
+use crate::relay::storage::relays::{OWN_KEY, compare_own, parse_own_key};
 use crate::relay::storage::{RelayPin, StorageError};
 
 /// Pins `key` for `relay` unless one is pinned, and compares. The insert and the read are two
@@ -42,4 +43,23 @@ pub(super) async fn pin(
     } else {
         RelayPin::Changed { pinned }
     })
+}
+
+/// Records `key` as the relay's own unless one is recorded, and compares; two nodes starting
+/// at once agree on the first, as [`pin`] does.
+pub(super) async fn pin_own(client: &Client, key: &RelayKey) -> Result<RelayPin, StorageError> {
+    let inserted = client
+        .execute(
+            "INSERT INTO meta (key, value) VALUES ($1, $2) ON CONFLICT (key) DO NOTHING",
+            &[&OWN_KEY, &key.to_base64()],
+        )
+        .await?;
+    if inserted == 1 {
+        return Ok(RelayPin::Pinned);
+    }
+    let held: String = client
+        .query_one("SELECT value FROM meta WHERE key = $1", &[&OWN_KEY])
+        .await?
+        .try_get(0)?;
+    Ok(compare_own(Some(parse_own_key(held)?), *key))
 }

@@ -19,6 +19,7 @@ use crate::protocol::{
     RequestCode,
 };
 use crate::relay::storage::registry::rotations_from_column;
+use crate::relay::storage::relays::{OWN_KEY, parse_own_key};
 use crate::relay::storage::{
     AgentRecord, InviteRecord, RelationKind, RelationRecord, RelayPinRecord, RequestRecord,
     Snapshot, StorageError, WaitingCopy,
@@ -58,6 +59,13 @@ pub(super) fn export(path: &Path) -> Result<Snapshot, StorageError> {
                 path.display()
             ))
         })?;
+    let relay_key = conn
+        .query_row("SELECT value FROM meta WHERE key = ?1", [OWN_KEY], |r| {
+            r.get::<_, String>(0)
+        })
+        .optional()?
+        .map(parse_own_key)
+        .transpose()?;
     let now = now_ms();
     let mut bounces = bounces(&conn)?;
     let scanned = scan::scan(&spool_dir(path))?;
@@ -77,6 +85,7 @@ pub(super) fn export(path: &Path) -> Result<Snapshot, StorageError> {
     }
     Ok(Snapshot {
         relay_id,
+        relay_key,
         agents: agents(&conn, now)?,
         invites: invites(&conn)?,
         relations: relations(&conn)?,

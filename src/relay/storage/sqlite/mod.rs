@@ -14,6 +14,7 @@ mod spool;
 mod sync;
 mod writer;
 
+use super::relays::{OWN_KEY, compare_own, parse_own_key};
 use super::{RelayPin, RelayPins};
 use crate::protocol::{RelayKey, RelayName};
 use std::path::{Path, PathBuf};
@@ -647,6 +648,24 @@ impl RelayPins for SqliteStorage {
             } else {
                 RelayPin::Changed { pinned }
             })
+        })
+        .await
+    }
+
+    async fn pin_own_key(&self, key: RelayKey) -> Result<RelayPin, StorageError> {
+        self.write(move |tx| {
+            let held: Option<String> = tx
+                .prepare_cached("SELECT value FROM meta WHERE key = ?1")?
+                .query_row([OWN_KEY], |r| r.get(0))
+                .optional()?;
+            let held = held.map(parse_own_key).transpose()?;
+            if held.is_none() {
+                tx.execute(
+                    "INSERT INTO meta (key, value) VALUES (?1, ?2)",
+                    params![OWN_KEY, key.to_base64()],
+                )?;
+            }
+            Ok(compare_own(held, key))
         })
         .await
     }
