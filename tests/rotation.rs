@@ -255,3 +255,81 @@ async fn a_running_mcp_session_follows_a_signed_rotation_without_an_alarm() {
     assert_eq!(whois["fingerprint"], new.as_str(), "{whois}");
     assert!(whois.get("key_warning").is_none(), "{whois}");
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_peer_on_another_relay_is_followed_only_through_a_rotation_its_pinned_keys_signed() {
+    use common::{EVENT_TIMEOUT, wait_until};
+    use mailslot::crypto::{Identity, sign_rotation};
+    use mailslot::protocol::{Address, Message};
+    use mailslot::store::Trust;
+    let (a, b) = (
+        TestRelay::start(|_| {}).await,
+        TestRelay::start(|_| {}).await,
+    );
+    let (alice, ivy) = (TestAgent::new("alice"), TestAgent::new("ivy"));
+    alice.sync(&a).await;
+    ivy.sync(&b).await;
+    let alice_at = Address::remote(alice.name.clone(), a.relay.name().clone());
+    let ivy_at = Address::remote(ivy.name.clone(), b.relay.name().clone());
+    // alice pins ivy@B's keys on her first letter.
+    let hello = Message::new(ivy_at.clone(), vec![alice_at.clone()], "hello", "first");
+    assert_eq!(ivy.send(&b, hello.clone()).await.sent, [hello.id]);
+    wait_until(EVENT_TIMEOUT, "alice gets ivy's first letter", async || {
+        (alice.sync(&a).await.received == [hello.id]).then_some(())
+    })
+    .await;
+
+    // ivy moves to new keys at B, properly signed there.
+    let next = Identity::generate();
+    let genuine = sign_rotation(&ivy.name, &ivy.identity, &next);
+    let mut conn = ivy.connect(&b).await;
+    conn.rotate_keys(genuine.clone()).await.unwrap();
+    conn.close().await;
+    // What ivy sends next is signed by the new keys: first a statement the pinned keys never
+    // signed, then a letter without one, then the genuine announcement, then a letter.
+    let mut forged = sign_rotation(&ivy.name, &Identity::generate(), &next);
+    forged.old = ivy.identity.public().to_keys();
+    let letters = [
+        Message::rotation(ivy_at.clone(), alice_at.clone(), forged),
+        Message::new(ivy_at.clone(), vec![alice_at.clone()], "unexplained", "x"),
+        Message::rotation(ivy_at.clone(), alice_at.clone(), genuine),
+        Message::new(ivy_at.clone(), vec![alice_at.clone()], "explained", "y"),
+    ];
+    for m in &letters {
+        let m = m.clone();
+        ivy.store.call(move |s| s.queue_outgoing(&m)).await.unwrap();
+    }
+    let sent = mailslot::client::sync(&b.url, &ivy.name, &next, None, &ivy.store)
+        .await
+        .unwrap();
+    assert_eq!(sent.sent.len(), 4, "{sent:?}");
+    let (mut rotated, mut received) = (Vec::new(), Vec::new());
+    wait_until(EVENT_TIMEOUT, "alice gets ivy's letters", async || {
+        let report = alice.sync(&a).await;
+        rotated.extend(report.rotated);
+        received.extend(report.received);
+        (received.len() == 2).then_some(())
+    })
+    .await;
+    assert_eq!(rotated, [(ivy_at.clone(), false), (ivy_at.clone(), true)]);
+    let trust = |id| {
+        let store = alice.store.clone();
+        async move {
+            store
+                .call(move |s| s.message(&id))
+                .await
+                .unwrap()
+                .unwrap()
+                .trust
+        }
+    };
+    assert_eq!(trust(letters[1].id).await, Trust::KeyChanged);
+    assert_eq!(trust(letters[3].id).await, Trust::Verified);
+    let pinned = alice
+        .store
+        .call(move |s| s.contact(&ivy_at))
+        .await
+        .unwrap()
+        .unwrap();
+    assert_eq!(pinned.fingerprint, next.fingerprint());
+}

@@ -310,8 +310,8 @@ async fn open_delivery(
         // The pinned key no longer verifies: the sender may have new keys. They are pinned
         // only when a rotation signed by the pinned keys leads to them; any other change is
         // recorded, the mail marked, and the pin stays until the owner settles it.
-        // A remote sender's rotations are not followed (its chain is not published across
-        // relays): new keys that open the mail are recorded as a change for the owner.
+        // A remote sender's chain is not published across relays: only the statement its
+        // announcement carries is followed; other new keys are a change for the owner.
         Err(OpenError::Signature(_)) if !pinned_now && matches!(origin, Origin::Remote(_)) => {
             let current = match current_keys(conn, store, trusted, &origin, &from).await {
                 Ok(current) => current,
@@ -324,11 +324,18 @@ async fn open_delivery(
             }
             match open(envelope, &me, identity, &current, &limits) {
                 Ok(message) => {
+                    let chain: Vec<_> = message.rotation.clone().into_iter().collect();
+                    let signed = follows(from.name(), &keys.to_keys(), &current.to_keys(), &chain);
                     let pinned_as = pinned_as.clone();
-                    store
-                        .call(move |s| s.check_and_pin(&pinned_as, &current))
-                        .await?;
-                    (message, Trust::KeyChanged)
+                    if signed {
+                        store.call(move |s| s.repin(&pinned_as, &current)).await?;
+                        (message, Trust::Verified)
+                    } else {
+                        store
+                            .call(move |s| s.check_and_pin(&pinned_as, &current))
+                            .await?;
+                        (message, Trust::KeyChanged)
+                    }
                 }
                 Err(e) => return Ok(unreadable(e.to_string())),
             }

@@ -9,8 +9,8 @@ use maud::{DOCTYPE, Markup, html};
 use super::consent::Consent;
 use super::relay_status::RelayReport;
 use crate::doorbell::frame;
-use crate::protocol::{AgentName, Fingerprint};
-use crate::store::{Contact, Recalled, SentItem, SentState, StoredMessage, Trust};
+use crate::protocol::{AgentName, Fingerprint, MAX_ANSWER_CHARS};
+use crate::store::{Contact, Direction, Recalled, SentItem, SentState, StoredMessage, Trust};
 
 /// The longest subject shown in a list (characters).
 const LIST_SUBJECT_CHARS: usize = 120;
@@ -192,6 +192,13 @@ fn framed(agent: &AgentName, stored: &StoredMessage, contact: Option<&Contact>) 
                 @if !stored.bounced.is_empty() {
                     dt { "Bounced" } dd.danger { "expired on the relay before " (stored.bounced.iter().map(ToString::to_string).collect::<Vec<_>>().join(", ")) " took it" }
                 }
+                // Where the other copies of sent mail stand, as the sent page and `read` say.
+                @if !stored.delivered.is_empty() {
+                    dt { "Delivered" } dd { (stored.delivered.iter().map(|(to, at)| format!("{to} by {}", when(*at))).collect::<Vec<_>>().join(", ")) }
+                }
+                @if stored.direction == Direction::Out && !stored.receipts.is_empty() {
+                    dt { "Receipts" } dd { (stored.receipts.iter().map(|r| format!("{} {} at {}", r.recipient, r.kind.as_str(), when(r.at))).collect::<Vec<_>>().join(", ")) }
+                }
             }
             (untrusted(agent, stored))
         }
@@ -210,6 +217,12 @@ fn untrusted(agent: &AgentName, stored: &StoredMessage) -> Markup {
             @if let Some(data) = &m.data {
                 h3 { "Structured data" }
                 pre.data { (serde_json::to_string_pretty(data).unwrap_or_default()) }
+            }
+            // The recipients' answers to sent mail are their words, so they stay in here.
+            @if stored.direction == Direction::Out {
+                @for (r, answer) in stored.receipts.iter().filter_map(|r| Some((r, r.answer.as_ref()?))) {
+                    p.answer { "Answer from " strong { (r.recipient) } ": " (frame::one_line(answer, MAX_ANSWER_CHARS)) }
+                }
             }
             @if !stored.attachments.is_empty() {
                 h3 { "Attachments" }

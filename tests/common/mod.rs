@@ -73,6 +73,13 @@ impl StoppedRelay {
     }
 
     pub async fn restart(self) -> TestRelay {
+        self.restart_with(|_| {}).await
+    }
+
+    /// Starts it again on the same address and database with its config changed by `tweak`
+    /// (a shorter TTL, say, for what it takes from now on).
+    pub async fn restart_with(mut self, tweak: impl FnOnce(&mut RelayConfig)) -> TestRelay {
+        tweak(&mut self.config);
         let relay = Relay::start(self.config.clone()).await.unwrap();
         TestRelay {
             url: relay.url().parse().unwrap(),
@@ -170,6 +177,11 @@ impl TestAgent {
 
     pub fn address(&self) -> Address {
         Address::local(self.name.clone())
+    }
+
+    /// Its home: the CLI, `mailslot mcp` and the dashboard open the agent there.
+    pub fn home(&self) -> &std::path::Path {
+        self._home.path()
     }
 
     pub async fn connect(&self, relay: &TestRelay) -> Connection {
