@@ -212,7 +212,11 @@ pub fn import(
     identity.save_new(&staged.path.join(KEY_FILE))?;
     let store_path = staged.path.join(STORE_FILE);
     write_private(&store_path, &store)?;
-    Store::open(&store_path)?.check_integrity()?;
+    // Read back as the views read it, so an import never installs a store no view can read.
+    let imported = Store::open(&store_path)?;
+    imported.check_integrity()?;
+    imported.check_rows()?;
+    drop(imported);
     let moved_aside = if dir.exists() {
         let aside = parent.join(format!(
             ".replaced-{}-{}",
