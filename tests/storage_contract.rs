@@ -359,6 +359,8 @@ async fn consent_is_checked_inside_the_write<B: Backend>(b: B) {
         code: code.clone(),
         expires_at_ms: far_future(),
         max_pending: 3,
+        max_to_target: 20,
+        max_from_relay: 50,
     };
     assert_eq!(
         s.consent(request).await.unwrap(),
@@ -968,6 +970,8 @@ async fn a_block_of_a_whole_relay_refuses_its_agents_unless_one_is_a_contact<B: 
             code: "7KQF-3MZA".parse().unwrap(),
             expires_at_ms: far_future(),
             max_pending: 3,
+            max_to_target: 20,
+            max_from_relay: 50,
         },
     ] {
         let outcome = apply(change).await.unwrap();
@@ -1022,6 +1026,8 @@ async fn a_block_of_a_whole_relay_refuses_its_agents_unless_one_is_a_contact<B: 
         code: "7KQF-3MZA".parse().unwrap(),
         expires_at_ms: far_future(),
         max_pending: 3,
+        max_to_target: 20,
+        max_from_relay: 50,
     })
     .await
     .unwrap();

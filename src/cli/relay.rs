@@ -46,6 +46,11 @@ pub struct RelayArgs {
     /// <home>/relay/identity.key with PostgreSQL]
     #[arg(long, value_name = "FILE")]
     pub identity: Option<PathBuf>,
+    /// Let this relay reach other relays on loopback, private and link-local addresses
+    /// (`allow_private_relays` in the config file); the background relay a home starts on
+    /// loopback sets it
+    #[arg(long)]
+    pub allow_private_relays: bool,
     /// Log format on stderr
     #[arg(long, value_enum, default_value_t = LogFormat::Text)]
     pub log_format: LogFormat,
@@ -393,6 +398,7 @@ fn serve(ctx: &Ctx, args: RelayArgs, db: PathBuf) -> anyhow::Result<()> {
     if let Some(listen) = args.listen {
         config.listen = listen;
     }
+    config.allow_private_relays |= args.allow_private_relays;
     let db = args.db.or(config.db.take()).unwrap_or(db);
     config.db = Some(db.clone());
     config.identity = args.identity.or(config.identity.take());

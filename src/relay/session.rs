@@ -909,6 +909,14 @@ mod tests {
         ) -> Result<RelayPin, StorageError> {
             self.inner.pin_relay(relay, key).await
         }
+
+        async fn pinned_relay(&self, relay: RelayName) -> Result<Option<RelayKey>, StorageError> {
+            self.inner.pinned_relay(relay).await
+        }
+
+        async fn relays_pinned_with(&self, key: RelayKey) -> Result<Vec<RelayName>, StorageError> {
+            self.inner.relays_pinned_with(key).await
+        }
     }
 
     impl Storage for SlowAcks {

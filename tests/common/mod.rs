@@ -77,6 +77,8 @@ impl TestRelay {
         let mut config = RelayConfig {
             listen: "127.0.0.1:0".parse().unwrap(),
             db: Some(dir.path().join("relay.db")),
+            // Test federations run on loopback, which a relay reaches only when allowed.
+            allow_private_relays: true,
             ..RelayConfig::default()
         };
         tweak(&mut config);
@@ -516,6 +518,8 @@ pub fn spawn_relay_on(
     let mut child = std::process::Command::new(env!("CARGO_BIN_EXE_mailslot"))
         .args(["relay", "--listen", &listen.to_string(), "--db"])
         .arg(db)
+        // Test federations run on loopback, which a relay reaches only when allowed.
+        .arg("--allow-private-relays")
         .env_clear()
         .stderr(std::process::Stdio::piped())
         .spawn()

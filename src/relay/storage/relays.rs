@@ -28,4 +28,16 @@ pub trait RelayPins: Send + Sync + 'static {
         relay: RelayName,
         key: RelayKey,
     ) -> impl Future<Output = Result<RelayPin, StorageError>> + Send;
+
+    /// The key pinned for `relay`, if any.
+    fn pinned_relay(
+        &self,
+        relay: RelayName,
+    ) -> impl Future<Output = Result<Option<RelayKey>, StorageError>> + Send;
+
+    /// Every relay name `key` is pinned for (a relay's key identifies it under any name).
+    fn relays_pinned_with(
+        &self,
+        key: RelayKey,
+    ) -> impl Future<Output = Result<Vec<RelayName>, StorageError>> + Send;
 }
