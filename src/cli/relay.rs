@@ -390,6 +390,18 @@ fn migrate(ctx: &Ctx, from: &Path, to: &str) -> anyhow::Result<()> {
     })
 }
 
+/// Has the allocator map every buffer over 1 MiB on its own and unmap it when freed. glibc
+/// otherwise raises that threshold to the largest buffer freed so far (up to 32 MiB), and
+/// keeps freed frames in its per-thread arenas: the relay's memory would stay at its peak and
+/// grow with fragmentation, whatever `max_receiving_bytes` bounds. Called before any thread.
+fn return_large_buffers() {
+    #[cfg(all(target_os = "linux", target_env = "gnu"))]
+    // SAFETY: mallopt only sets a threshold of the allocator, before other threads exist.
+    unsafe {
+        libc::mallopt(libc::M_MMAP_THRESHOLD, 1 << 20);
+    }
+}
+
 fn serve(ctx: &Ctx, args: RelayArgs, db: PathBuf) -> anyhow::Result<()> {
     let mut config = match &args.relay_config {
         Some(path) => RelayConfig::load(path)?,
@@ -421,6 +433,7 @@ fn serve(ctx: &Ctx, args: RelayArgs, db: PathBuf) -> anyhow::Result<()> {
         }
     };
     let _lock = files.as_ref().map(RelayFiles::lock).transpose()?;
+    return_large_buffers();
     let runtime = tokio::runtime::Builder::new_multi_thread()
         .enable_all()
         .build()?;

@@ -18,6 +18,7 @@ use futures_util::stream::FuturesOrdered;
 use futures_util::{FutureExt, SinkExt, StreamExt};
 use prometheus_client::metrics::counter::Counter;
 
+use super::super::inbound::FrameDone;
 use super::super::metrics::RelayLabel;
 use super::super::state::RelayState;
 use super::super::storage::{Accepted, Copy, Quota, Storage};
@@ -30,7 +31,11 @@ use crate::protocol::{
 };
 
 /// Serves one link from another relay.
-pub async fn run<S: Storage>(state: Arc<RelayState<S>>, mut socket: WebSocket, ip: IpAddr) {
+pub async fn run<S: Storage>(
+    state: Arc<RelayState<S>>,
+    mut socket: WebSocket,
+    (ip, done): (IpAddr, FrameDone),
+) {
     let (relay, key) = match handshake(&state, &mut socket, ip).await {
         Ok(known) => known,
         Err((code, message)) => {
@@ -43,7 +48,7 @@ pub async fn run<S: Storage>(state: Arc<RelayState<S>>, mut socket: WebSocket, i
     tracing::info!(%relay, %ip, "link from another relay is up");
     // Counted with the connections, so that shutdown waits for it to close.
     state.metrics.connections.inc();
-    serve(&state, &mut socket, &relay, &key).await;
+    serve(&state, &mut socket, (&relay, &key), &done).await;
     state.metrics.connections.dec();
 }
 
@@ -51,8 +56,8 @@ pub async fn run<S: Storage>(state: Arc<RelayState<S>>, mut socket: WebSocket, i
 async fn serve<S: Storage>(
     state: &Arc<RelayState<S>>,
     socket: &mut WebSocket,
-    relay: &RelayName,
-    key: &RelayKey,
+    (relay, key): (&RelayName, &RelayKey),
+    done: &FrameDone,
 ) {
     let idle = state.config.idle_timeout();
     let mut shutdown = state.shutdown.clone();
@@ -71,6 +76,12 @@ async fn serve<S: Storage>(
         let room = answers.len() < 2 * LINK_WINDOW && held < budget;
         tokio::select! {
             frame = tokio::time::timeout(idle, socket.recv()), if room => {
+                // A large delivery's share of the receive budget is held until it is
+                // answered (stored); a ping ends no frame (see `relay::inbound`).
+                let share = match &frame {
+                    Ok(Some(Ok(Message::Ping(_) | Message::Pong(_)))) => None,
+                    _ => done.take(),
+                };
                 let text = match frame {
                     Err(_) => {
                         tracing::info!(%relay, "link idle; closed");
@@ -83,10 +94,16 @@ async fn serve<S: Storage>(
                 if let Some(deliver) = Deliver::read(&text) {
                     sizes.push_back(text.len());
                     held += text.len();
-                    answers.push_back(match deliver {
+                    let answer = match deliver {
                         Ok(deliver) => take(state, (relay, key), &received, deliver),
                         Err((seq, why)) => refused_all(seq, Vec::new(), why),
+                    };
+                    let held: Answer = Box::pin(async move {
+                        let answer = answer.await;
+                        drop(share);
+                        answer
                     });
+                    answers.push_back(held);
                     continue;
                 }
                 match serde_json::from_str::<LinkRequest>(&text) {
