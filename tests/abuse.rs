@@ -402,3 +402,124 @@ async fn a_registration_flood_from_one_ip_is_rate_limited() {
     assert!(relay.open_files() < files + 20, "open files stay bounded");
     assert!(relay.rss_kib() < rss + 16 * 1024, "memory stays bounded");
 }
+
+/// A `send` frame of about `len` bytes from `sender` to `to`: one small sealed letter whose
+/// ciphertext is padded to the size (the relay never opens mail, so it cannot tell).
+fn large_send(sender: &TestAgent, to: &TestAgent, len: usize) -> String {
+    use mailslot::protocol::{ClientFrame, Limits, MessageId, SealedEnvelope};
+    let keys = vec![(to.address(), to.identity.public().clone())];
+    let m = sender.message(&[to], "large", "padded");
+    let mut sealed = mailslot::crypto::seal(&m, &sender.identity, &keys, &Limits::default())
+        .unwrap()
+        .remove(0);
+    sealed.id = MessageId::new();
+    sealed.ciphertext = vec![0; len / 4 * 3];
+    let envelope: SealedEnvelope = sealed;
+    serde_json::to_string(&ClientFrame::Send {
+        reference: envelope.id.to_string(),
+        envelope,
+    })
+    .unwrap()
+}
+
+/// `text` as one client WebSocket frame with a zero mask, written as is: the test's own
+/// masking of hundreds of MiB would pace the senders, and the relay must hold against senders
+/// as fast as its socket reads.
+fn unmasked_text_frame(text: &str) -> Vec<u8> {
+    let mut frame = vec![0x81, 0x80 | 127];
+    frame.extend_from_slice(&(text.len() as u64).to_be_bytes());
+    frame.extend_from_slice(&[0; 4]);
+    frame.extend_from_slice(text.as_bytes());
+    frame
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn many_senders_of_large_frames_stay_within_the_receiving_budget() {
+    use futures_util::StreamExt;
+    use mailslot::protocol::ServerFrame;
+    use tokio_tungstenite::tungstenite::Message as WsMessage;
+    const SENDERS: usize = 16;
+    const FRAMES: usize = 1;
+    const FRAME: usize = 15 * 1024 * 1024;
+    const BUDGET_MIB: u64 = 32;
+    // The documented bound (docs/decisions.md, "The receiving budget holds a frame until it
+    // is stored"): 3 × the largest frames the budget admits at once (one 16 MiB frame here:
+    // two shares need 32.1 MiB) + 2 MiB per sending socket, over the relay's memory before.
+    const FRAMES_AT_ONCE: u64 = 1;
+    const BOUND_MIB: u64 = 3 * 16 * FRAMES_AT_ONCE + 2 * SENDERS as u64 + 16;
+    let relay = RelayProcess::start(
+        &format!(
+            "max_receiving_bytes = {}\nquota_bytes = 4294967296\n",
+            BUDGET_MIB << 20
+        ),
+        None,
+    );
+    let sink = TestAgent::new("sink");
+    sink.sync_url(&relay.url).await;
+    let healthy = HealthyPair::start(&relay.url).await;
+    healthy.keeps_exchanging_mail("the start").await;
+    let before = relay.rss_kib();
+    let mut senders = Vec::new();
+    for i in 0..SENDERS {
+        let sender = TestAgent::new(&format!("big{i}"));
+        let mut ws = login(&relay.url, &sender).await;
+        let frames: Vec<Vec<u8>> = (0..FRAMES)
+            .map(|_| unmasked_text_frame(&large_send(&sender, &sink, FRAME)))
+            .collect();
+        senders.push(tokio::spawn(async move {
+            // Every frame at once, then the answers: the relay must bound what it holds.
+            let tokio_tungstenite::MaybeTlsStream::Plain(tcp) = ws.get_mut() else {
+                panic!("a plain socket")
+            };
+            for frame in frames {
+                tcp.write_all(&frame).await.unwrap();
+            }
+            let mut answers = Vec::new();
+            while answers.len() < FRAMES {
+                let next = tokio::time::timeout(EVENT_TIMEOUT * 6, ws.next())
+                    .await
+                    .expect("an answer to every large frame in time");
+                match next {
+                    Some(Ok(WsMessage::Text(t))) => match serde_json::from_str(&t).unwrap() {
+                        ServerFrame::Sent { .. } => answers.push(Ok(())),
+                        ServerFrame::Error {
+                            code,
+                            message,
+                            retry_after_ms,
+                            ..
+                        } => answers.push(Err((code, message, retry_after_ms))),
+                        _ => {}
+                    },
+                    Some(Ok(_)) => {}
+                    other => panic!("the connection ended: {other:?}"),
+                }
+            }
+            answers
+        }));
+    }
+    let mut sent = 0;
+    for sender in senders {
+        for answer in sender.await.unwrap() {
+            match answer {
+                Ok(()) => sent += 1,
+                Err((code, message, retry)) => assert!(
+                    retry.is_some(),
+                    "a large frame was refused for good: {code:?} {message}"
+                ),
+            }
+        }
+    }
+    healthy.keeps_exchanging_mail("the large frames").await;
+    healthy.finish().await;
+    let peak = relay.peak_rss_kib();
+    eprintln!(
+        "relay RSS: {before} KiB before; peak {peak} KiB with {SENDERS} senders of {FRAMES} frames of {} MiB, budget {BUDGET_MIB} MiB; {sent} sent",
+        FRAME >> 20
+    );
+    assert!(sent > 0, "nothing was taken");
+    assert!(
+        peak.saturating_sub(before) < BOUND_MIB * 1024,
+        "the relay grew by {} MiB, over the documented {BOUND_MIB} MiB",
+        peak.saturating_sub(before) / 1024
+    );
+}

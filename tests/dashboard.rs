@@ -1,8 +1,9 @@
 //! `mailslot dashboard` as a process against a real relay and real agents: refused without
 //! its secret, a foreign Host, a POST without the CSRF token or from another Origin, and a
-//! wrong passphrase; and in Debian's Chromium driven by Playwright (`tests/browser/`): open
-//! with the secret, approve a contact request with the owner passphrase, see alice's message
-//! arrive live, read it, and find its hostile HTML shown as text.
+//! wrong passphrase; a contacts page that waits on no slow relay one request after another;
+//! and in Debian's Chromium driven by Playwright (`tests/browser/`): open with the secret,
+//! approve a contact request with the owner passphrase, see alice's message arrive live, read
+//! it, and find its hostile HTML shown as text.
 
 mod common;
 
@@ -12,7 +13,7 @@ use std::path::Path;
 use std::process::{Child, Command, Stdio};
 use std::time::Duration;
 
-use common::{EVENT_TIMEOUT, TestRelay, output_with_input};
+use common::{EVENT_TIMEOUT, TestRelay, link_as, output_with_input};
 use mailslot::protocol::Policy;
 use tokio::io::{AsyncBufReadExt, AsyncWriteExt};
 
@@ -538,4 +539,74 @@ async fn the_dashboard_in_a_real_browser() {
         &["--agent", "bob", "inbox"],
     );
     assert!(unread.contains("alice"), "{unread}");
+}
+
+// Multi-threaded: the test blocks on child processes while the in-process relay serves them.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_contacts_page_looks_up_requesters_keys_together_within_a_deadline() {
+    use futures_util::{SinkExt, StreamExt};
+    use mailslot::protocol::{Address, LinkAnswer, LinkRequest, RequestCode};
+    use tokio_tungstenite::tungstenite::Message as Ws;
+
+    let world = world().await;
+    // Six agents of relay C ask bob, over C's link to bob's relay.
+    let c = TestRelay::start(|_| {}).await;
+    let mut ws = link_as(&c, &world.relay).await;
+    for i in 0..6u8 {
+        let request = LinkRequest::Connect {
+            from: Address::parse(&format!("u{i}@{}", c.relay.name())).unwrap(),
+            to: Address::parse(&format!("bob@{}", world.relay.relay.name())).unwrap(),
+            note: format!("request {i}"),
+            code: RequestCode::from_random([i, 1, 2, 3, 4]),
+            expires_at: jiff::Timestamp::now() + jiff::SignedDuration::from_secs(600),
+        };
+        ws.send(Ws::text(serde_json::to_string(&request).unwrap()))
+            .await
+            .unwrap();
+        let Some(Ok(Ws::Text(answer))) = ws.next().await else {
+            panic!("no answer")
+        };
+        assert_eq!(
+            serde_json::from_str::<LinkAnswer>(&answer).unwrap(),
+            LinkAnswer::Done {}
+        );
+    }
+    ws.close(None).await.unwrap();
+    // Then C stops, and what listens at its address never answers.
+    let c_addr = c.relay.addr();
+    c.relay.shutdown().await;
+    let tarpit = tokio::net::TcpListener::bind(c_addr).await.unwrap();
+    tokio::spawn(async move {
+        let mut held = Vec::new();
+        while let Ok((socket, _)) = tarpit.accept().await {
+            held.push(socket);
+        }
+    });
+
+    let d = &world.dashboard;
+    let (addr, host) = (d.addr, d.addr.to_string());
+    let secret = d.url.split("token=").nth(1).unwrap().to_owned();
+    let page = tokio::task::spawn_blocking(move || {
+        let entry = get(addr, &format!("/?token={secret}"), &host, None);
+        let cookie = entry
+            .header("set-cookie")
+            .unwrap()
+            .split(';')
+            .next()
+            .unwrap()
+            .to_owned();
+        let started = std::time::Instant::now();
+        let page = get(addr, "/agents/bob/contacts", &host, Some(&cookie));
+        (page, started.elapsed())
+    })
+    .await
+    .unwrap();
+    let (page, took) = page;
+    assert_eq!(page.status, 200, "{}", page.body);
+    assert!(
+        took < std::time::Duration::from_secs(8),
+        "the page took {took:?} with six requesters' relay silent"
+    );
+    assert!(page.body.contains(&format!("u5@{c_addr}")), "{}", page.body);
+    assert!(page.body.contains("not known yet"), "{}", page.body);
 }

@@ -152,49 +152,6 @@ async fn mail_for_a_relay_that_never_comes_back_bounces_after_the_ttl() {
     a.relay.shutdown().await;
 }
 
-/// Acts as the relay `c` over a raw link to `b`: shakes hands with `c`'s own key.
-async fn link_as(c: &TestRelay, b: &TestRelay) -> RawSocket {
-    use futures_util::{SinkExt, StreamExt};
-    use mailslot::crypto::RelayIdentity;
-    use mailslot::crypto::sign::Domain;
-    use mailslot::protocol::{LINK_PATH, LinkAnswer, LinkRequest, link_payload};
-    use tokio_tungstenite::tungstenite::Message as Ws;
-
-    let (c_key, _) =
-        RelayIdentity::load_or_create(&mailslot::relay::identity_beside(&c.db())).unwrap();
-    let url = format!("ws://{}{LINK_PATH}", b.relay.addr());
-    let (mut ws, _) = tokio_tungstenite::connect_async(url.as_str())
-        .await
-        .unwrap();
-    let Some(Ok(Ws::Text(text))) = ws.next().await else {
-        panic!("no challenge")
-    };
-    let LinkAnswer::Challenge { nonce: theirs, .. } = serde_json::from_str(&text).unwrap() else {
-        panic!("{text}")
-    };
-    let nonce = vec![7u8; 32];
-    let payload = link_payload(c.relay.name(), b.relay.name(), &nonce, &theirs);
-    let hello = LinkRequest::Hello {
-        relay: c.relay.name().clone(),
-        nonce,
-        signature: c_key.sign_link(Domain::LinkHello, &payload),
-    };
-    ws.send(Ws::text(serde_json::to_string(&hello).unwrap()))
-        .await
-        .unwrap();
-    let Some(Ok(Ws::Text(text))) = ws.next().await else {
-        panic!("no welcome")
-    };
-    assert!(
-        matches!(
-            serde_json::from_str(&text).unwrap(),
-            LinkAnswer::Welcome { .. }
-        ),
-        "{text}"
-    );
-    ws
-}
-
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_relay_delivering_mail_from_another_relays_sender_is_refused() {
     use futures_util::{SinkExt, StreamExt};
@@ -782,4 +739,397 @@ async fn a_denial_across_relays_withdraws_the_request_at_the_requesters_relay() 
     bob_conn.close().await;
     a.relay.shutdown().await;
     b.relay.shutdown().await;
+}
+
+/// A server on loopback that answers every request with `body` (a JSON string a discovery
+/// fetch cannot read) and counts the connections it accepted; its address.
+async fn not_a_relay(
+    body: &'static str,
+) -> (std::net::SocketAddr, Arc<std::sync::atomic::AtomicUsize>) {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = listener.local_addr().unwrap();
+    let accepted = Arc::new(std::sync::atomic::AtomicUsize::new(0));
+    tokio::spawn({
+        let accepted = accepted.clone();
+        async move {
+            while let Ok((mut socket, _)) = listener.accept().await {
+                accepted.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+                tokio::spawn(async move {
+                    let _ = socket.read(&mut [0u8; 4096]).await;
+                    let answer = format!(
+                        "HTTP/1.1 200 OK\r\ncontent-type: application/json\r\ncontent-length: {}\r\nconnection: close\r\n\r\n{body}",
+                        body.len()
+                    );
+                    let _ = socket.write_all(answer.as_bytes()).await;
+                });
+            }
+        }
+    });
+    (addr, accepted)
+}
+
+/// The message of `relay`'s refusal of a stranger's hello naming `name` (signed by a key of
+/// its own: the relay must look the name up to find out it is not that relay's).
+async fn stranger_names(relay: &TestRelay, name: &str) -> (mailslot::protocol::ErrorCode, String) {
+    let stranger = mailslot::crypto::RelayIdentity::generate();
+    let (_, answer) = hello_as(&RelayName::new(name).unwrap(), &stranger, relay).await;
+    match answer {
+        mailslot::protocol::LinkAnswer::Error { code, message } => (code, message),
+        other => panic!("a stranger naming {name} was welcomed: {other:?}"),
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn naming_a_loopback_port_makes_no_fetch_and_every_failure_reads_the_same() {
+    use mailslot::protocol::{ClientFrame, ErrorCode, ServerFrame};
+    use std::sync::atomic::Ordering;
+
+    const SECRET: &str = "\"SECRET-BODY-4711\"";
+    let (server, fetched) = not_a_relay(SECRET).await;
+    let closed = free_loopback_addr();
+    let other = TestRelay::start(|_| {}).await;
+
+    // A relay as operators run it: private addresses are not reached.
+    let guarded = TestRelay::start(|c| c.allow_private_relays = false).await;
+    for target in [
+        server.to_string(),
+        closed.to_string(),
+        other.relay.name().to_string(),
+    ] {
+        let (code, message) = stranger_names(&guarded, &target).await;
+        assert_eq!(code, ErrorCode::AuthFailed, "{message}");
+        assert!(message.contains("allow_private_relays"), "{message}");
+    }
+    // An agent's request to an agent at a loopback address is refused before any look-up.
+    let alice = TestAgent::new("alice");
+    let mut conn = alice.connect(&guarded).await;
+    let refused = conn
+        .call(|r| ClientFrame::Connect {
+            reference: r,
+            to: mailslot::protocol::Address::parse(&format!("x@{server}")).unwrap(),
+            note: String::new(),
+        })
+        .await;
+    match refused {
+        Err(mailslot::client::ClientError::Refused { code, message, .. }) => {
+            assert_eq!(code, ErrorCode::NotAllowed, "{message}");
+            assert!(message.contains("allow_private_relays"), "{message}");
+        }
+        other => panic!("connect to a loopback relay: {other:?}"),
+    }
+    conn.close().await;
+    assert_eq!(
+        fetched.load(Ordering::SeqCst),
+        0,
+        "the guarded relay fetched nothing"
+    );
+
+    // Where loopback is allowed (as in these tests), a port that is closed and one that
+    // answers something else read the same, and nothing of the answer comes back.
+    let open = TestRelay::start(|_| {}).await;
+    let (closed_code, closed_says) = stranger_names(&open, &closed.to_string()).await;
+    let (open_code, open_says) = stranger_names(&open, &server.to_string()).await;
+    assert!(
+        fetched.load(Ordering::SeqCst) > 0,
+        "the allowed relay looked it up"
+    );
+    assert_eq!(closed_code, open_code);
+    assert_eq!(
+        closed_says.replace(&closed.to_string(), "HOST"),
+        open_says.replace(&server.to_string(), "HOST"),
+        "closed and open ports are told apart"
+    );
+    assert!(!open_says.contains("SECRET"), "{open_says}");
+    assert!(
+        open_says.contains("could not be reached or is not a mailslot relay"),
+        "{open_says}"
+    );
+
+    // The same for an agent's contact request to a relay there.
+    let bob = TestAgent::new("bob");
+    let mut conn = bob.connect(&open).await;
+    let mut ask = async |host: &std::net::SocketAddr| match conn
+        .call(|r| ClientFrame::Connect {
+            reference: r,
+            to: mailslot::protocol::Address::parse(&format!("x@{host}")).unwrap(),
+            note: String::new(),
+        })
+        .await
+    {
+        Err(mailslot::client::ClientError::Refused { code, message, .. }) => {
+            (code, message.replace(&host.to_string(), "HOST"))
+        }
+        Ok(ServerFrame::Requested { .. }) => panic!("a request to {host} was passed on"),
+        other => panic!("{other:?}"),
+    };
+    let (a, b) = (ask(&closed).await, ask(&server).await);
+    assert_eq!(a, b, "closed and open ports are told apart");
+    assert!(!b.1.contains("SECRET"), "{}", b.1);
+    conn.close().await;
+    for r in [other, guarded, open] {
+        r.relay.shutdown().await;
+    }
+}
+
+/// A relay `B` and a second relay with `B`'s key that calls itself `localhost:PORT`.
+async fn one_key_two_names(
+    b_tweak: impl FnOnce(&mut mailslot::relay::RelayConfig),
+) -> (TestRelay, TestRelay, mailslot::crypto::RelayIdentity) {
+    let b = TestRelay::start(b_tweak).await;
+    let key_file = mailslot::relay::identity_beside(&b.db());
+    let listen = free_loopback_addr();
+    let alias = TestRelay::start(move |c| {
+        c.listen = listen;
+        c.host = Some(RelayName::new(&format!("localhost:{}", listen.port())).unwrap());
+        c.identity = Some(key_file);
+    })
+    .await;
+    let (key, _) =
+        mailslot::crypto::RelayIdentity::load_or_create(&mailslot::relay::identity_beside(&b.db()))
+            .unwrap();
+    assert_eq!(b.relay.fingerprint(), alias.relay.fingerprint(), "one key");
+    (b, alias, key)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_denied_relay_is_refused_under_another_name_with_the_same_key() {
+    use mailslot::protocol::{ErrorCode, LinkAnswer};
+
+    let (b, alias, key) = one_key_two_names(|_| {}).await;
+    let b_name = b.relay.name().clone();
+    let a = TestRelay::start(move |c| c.deny_relays = vec![b_name]).await;
+    let (_, by_name) = hello_as(b.relay.name(), &key, &a).await;
+    assert!(
+        matches!(
+            &by_name,
+            LinkAnswer::Error {
+                code: ErrorCode::NotAllowed,
+                ..
+            }
+        ),
+        "{by_name:?}"
+    );
+    let (_, by_key) = hello_as(alias.relay.name(), &key, &a).await;
+    match by_key {
+        LinkAnswer::Error { code, message } => {
+            assert_eq!(code, ErrorCode::NotAllowed, "{message}");
+            assert!(message.contains("denied"), "{message}");
+        }
+        other => panic!(
+            "the denied relay was welcomed as {}: {other:?}",
+            alias.relay.name()
+        ),
+    }
+    // Denied by its fingerprint alone, under any name.
+    let fingerprint = b.relay.fingerprint().clone();
+    let c = TestRelay::start(move |c| c.deny_relay_keys = vec![fingerprint]).await;
+    let (_, answer) = hello_as(alias.relay.name(), &key, &c).await;
+    assert!(
+        matches!(
+            &answer,
+            LinkAnswer::Error {
+                code: ErrorCode::NotAllowed,
+                ..
+            }
+        ),
+        "{answer:?}"
+    );
+    for r in [a, b, alias, c] {
+        r.relay.shutdown().await;
+    }
+}
+
+/// Delivers one copy from `from` (an agent of the relay on the other end of `ws`) to `to`
+/// over the raw link; the answer.
+async fn deliver_raw(
+    ws: &mut RawSocket,
+    seq: u64,
+    from: &Address,
+    to: &TestAgent,
+    to_at: &Address,
+) -> mailslot::protocol::LinkAnswer {
+    use futures_util::{SinkExt, StreamExt};
+    use mailslot::protocol::{Limits, deliver_frame};
+    use tokio_tungstenite::tungstenite::Message as Ws;
+    let m = Message::new(from.clone(), vec![to_at.clone()], "s", "b");
+    let sealed = mailslot::crypto::seal(
+        &m,
+        &mailslot::crypto::Identity::generate(),
+        &[(to_at.clone(), to.identity.public().clone())],
+        &Limits::default(),
+    )
+    .unwrap()
+    .remove(0);
+    ws.send(Ws::text(deliver_frame(seq, &sealed.to_bytes()).unwrap()))
+        .await
+        .unwrap();
+    let Some(Ok(Ws::Text(text))) = ws.next().await else {
+        panic!("no answer")
+    };
+    serde_json::from_str(&text).unwrap()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn one_relay_under_two_names_shares_one_rate_bucket() {
+    use mailslot::protocol::{ErrorCode, LinkAnswer};
+
+    let (b, alias, key) = one_key_two_names(|_| {}).await;
+    let a = TestRelay::start(|c| {
+        c.relay_rate = 0.001;
+        c.relay_burst = 2.0;
+    })
+    .await;
+    let alice = TestAgent::new("alice");
+    alice.sync(&a).await;
+    let alice_at = at(&alice, &a);
+    let from = |relay: &TestRelay| {
+        Address::remote(
+            mailslot::protocol::AgentName::new("carol").unwrap(),
+            relay.relay.name().clone(),
+        )
+    };
+    let (mut ws, welcome) = hello_as(b.relay.name(), &key, &a).await;
+    assert!(matches!(welcome, LinkAnswer::Welcome { .. }), "{welcome:?}");
+    for seq in 1..=2 {
+        let answer = deliver_raw(&mut ws, seq, &from(&b), &alice, &alice_at).await;
+        assert!(matches!(answer, LinkAnswer::Taken { .. }), "{answer:?}");
+    }
+    let (mut ws, welcome) = hello_as(alias.relay.name(), &key, &a).await;
+    assert!(matches!(welcome, LinkAnswer::Welcome { .. }), "{welcome:?}");
+    let answer = deliver_raw(&mut ws, 1, &from(&alias), &alice, &alice_at).await;
+    assert!(
+        matches!(
+            answer,
+            LinkAnswer::Later {
+                code: ErrorCode::RateLimited,
+                ..
+            }
+        ),
+        "a second name is a second bucket: {answer:?}"
+    );
+    for r in [a, b, alias] {
+        r.relay.shutdown().await;
+    }
+}
+
+/// Sends one raw link request and reads its answer.
+async fn ask_raw(
+    ws: &mut RawSocket,
+    request: &mailslot::protocol::LinkRequest,
+) -> mailslot::protocol::LinkAnswer {
+    use futures_util::{SinkExt, StreamExt};
+    use tokio_tungstenite::tungstenite::Message as Ws;
+    ws.send(Ws::text(serde_json::to_string(request).unwrap()))
+        .await
+        .unwrap();
+    let next = tokio::time::timeout(EVENT_TIMEOUT, ws.next())
+        .await
+        .expect("an answer in time");
+    let Some(Ok(Ws::Text(text))) = next else {
+        panic!("no answer: {next:?}")
+    };
+    serde_json::from_str(&text).unwrap()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_flood_of_contact_requests_from_another_relay_is_bounded_capped_and_rings_once() {
+    use mailslot::agent::Agent;
+    use mailslot::config::Paths;
+    use mailslot::mailbox::{Mailbox, RelayStatus};
+    use mailslot::protocol::{AgentName, ErrorCode, LinkAnswer, LinkRequest, Policy, RequestCode};
+
+    let (to_agent, from_relay, ttl) = (5, 8, 3600);
+    let a = TestRelay::start(move |c| {
+        c.default_policy = Some(Policy::Contacts);
+        c.max_requests_to_agent = to_agent;
+        c.max_requests_from_relay = from_relay;
+        c.request_ttl_secs = ttl;
+    })
+    .await;
+    let c = TestRelay::start(|_| {}).await;
+    // bob at A runs as an agent does, with its doorbell.
+    let home = tempfile::tempdir().unwrap();
+    let paths = Paths::new(Some(home.path().to_owned()), None).unwrap();
+    let (agent, _) = Agent::open_or_create(&paths, &AgentName::new("bob").unwrap()).unwrap();
+    let bob = Mailbox::open(agent, a.url.clone()).await.unwrap();
+    let mut rings = mailslot::doorbell::Doorbell::start(&bob).subscribe();
+    tokio::time::timeout(
+        EVENT_TIMEOUT,
+        bob.watch_status().wait_for(|s| *s == RelayStatus::Online),
+    )
+    .await
+    .expect("bob connects")
+    .unwrap();
+    let dave = TestAgent::new("dave");
+    dave.sync(&a).await;
+
+    let mut ws = link_as(&c, &a).await;
+    let mut flood = async |target: &str, from: std::ops::Range<usize>| {
+        let mut answers = Vec::new();
+        for i in from {
+            let request = LinkRequest::Connect {
+                from: Address::parse(&format!("u{i}@{}", c.relay.name())).unwrap(),
+                to: Address::parse(&format!("{target}@{}", a.relay.name())).unwrap(),
+                note: format!("flood {i}"),
+                code: RequestCode::from_random([i as u8, 1, 2, 3, 4]),
+                expires_at: "2099-01-01T00:00:00Z".parse().unwrap(),
+            };
+            answers.push(ask_raw(&mut ws, &request).await);
+        }
+        answers
+    };
+    let refused = |answers: &[LinkAnswer], limit: &str| {
+        answers
+            .iter()
+            .filter(|a| match a {
+                LinkAnswer::Refused { code, message } => {
+                    assert_eq!(*code, ErrorCode::TooManyRequests, "{message}");
+                    assert!(message.contains(limit), "{message}");
+                    true
+                }
+                LinkAnswer::Done {} => false,
+                other => panic!("{other:?}"),
+            })
+            .count()
+    };
+    // Twelve to bob: the first five are taken, the rest refused, naming the limit.
+    let to_bob = flood("bob", 0..12).await;
+    assert_eq!(
+        refused(&to_bob, "max_requests_to_agent"),
+        12 - to_agent as usize
+    );
+    // Six to dave: three more make the relay's eight; the rest are refused.
+    let to_dave = flood("dave", 100..106).await;
+    assert_eq!(refused(&to_dave, "max_requests_from_relay"), 6 - 3);
+
+    // Kept no longer than A's own request TTL, whatever C asked for.
+    let latest = jiff::Timestamp::now() + jiff::SignedDuration::from_secs(ttl as i64 + 60);
+    let incoming = bob.consent_state().await.unwrap().incoming;
+    assert_eq!(incoming.len(), to_agent as usize);
+    for q in &incoming {
+        assert!(q.expires_at <= latest, "kept until {}", q.expires_at);
+    }
+
+    // One ring for the burst, naming how many asked.
+    let ring = loop {
+        let ring = tokio::time::timeout(EVENT_TIMEOUT, rings.recv())
+            .await
+            .expect("a ring for the requests")
+            .unwrap();
+        if ring.meta["kind"] == "contact_request" {
+            break ring;
+        }
+    };
+    assert_eq!(ring.meta["count"], to_agent.to_string(), "{}", ring.content);
+    assert!(ring.content.contains("5 agents asked"), "{}", ring.content);
+    // Nothing more rings for it: wait past the longest a burst is held.
+    match tokio::time::timeout(std::time::Duration::from_secs(7), rings.recv()).await {
+        Err(_) => {}
+        Ok(more) => panic!("a second ring for one burst: {more:?}"),
+    }
+    ws.close(None).await.unwrap();
+    bob.close().await;
+    a.relay.shutdown().await;
+    c.relay.shutdown().await;
 }

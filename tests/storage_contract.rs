@@ -359,6 +359,8 @@ async fn consent_is_checked_inside_the_write<B: Backend>(b: B) {
         code: code.clone(),
         expires_at_ms: far_future(),
         max_pending: 3,
+        max_to_target: 20,
+        max_from_relay: 50,
     };
     assert_eq!(
         s.consent(request).await.unwrap(),
@@ -903,6 +905,83 @@ async fn a_relay_key_is_pinned_on_first_contact<B: Backend>(b: B) {
         s.pin_relay(relay("relay-b"), first).await.unwrap(),
         RelayPin::Matches
     );
+    assert_eq!(s.pinned_relay(relay("relay-b")).await.unwrap(), Some(first));
+    assert_eq!(s.pinned_relay(relay("relay-d")).await.unwrap(), None);
+    s.pin_relay(relay("localhost:4443"), second).await.unwrap();
+    let mut named = s.relays_pinned_with(second).await.unwrap();
+    named.sort();
+    assert_eq!(
+        named,
+        [relay("localhost:4443"), relay("relay-c:4443")],
+        "one key, every name it is pinned for"
+    );
+}
+
+/// A contact request from `from` to `to` with the bounds of `max_to_target` and
+/// `max_from_relay`.
+fn request(
+    from: &AgentName,
+    to: &AgentName,
+    max_to_target: u32,
+    max_from_relay: u32,
+) -> ConsentChange {
+    ConsentChange::Request {
+        from: from.clone(),
+        to: to.clone(),
+        note: String::new(),
+        code: RequestCode::from_random([9, 8, 7, 6, 5]),
+        expires_at_ms: far_future(),
+        max_pending: 3,
+        max_to_target,
+        max_from_relay,
+    }
+}
+
+async fn open_requests_are_bounded_per_target_and_per_relay<B: Backend>(b: B) {
+    let s = b.open().await;
+    let [bob, dave] = agents(&s, &["bob", "dave"]).await.try_into().unwrap();
+    let remote = |n: &str| AgentName::remote_agent(&Address::parse(n).unwrap()).unwrap();
+    for i in 0..3 {
+        let from = remote(&format!("u{i}@relay-c"));
+        assert_eq!(
+            s.consent(request(&from, &bob, 3, 5)).await.unwrap(),
+            ConsentOutcome::Applied(None)
+        );
+    }
+    assert_eq!(
+        s.consent(request(&remote("u3@relay-c"), &bob, 3, 5))
+            .await
+            .unwrap(),
+        ConsentOutcome::TargetFull
+    );
+    assert_eq!(
+        s.consent(request(&remote("u0@relay-c"), &bob, 3, 5))
+            .await
+            .unwrap(),
+        ConsentOutcome::Applied(None),
+        "asking again replaces, and is not counted twice"
+    );
+    for i in 3..5 {
+        let from = remote(&format!("u{i}@relay-c"));
+        assert_eq!(
+            s.consent(request(&from, &dave, 3, 5)).await.unwrap(),
+            ConsentOutcome::Applied(None)
+        );
+    }
+    assert_eq!(
+        s.consent(request(&remote("u5@relay-c"), &dave, 3, 5))
+            .await
+            .unwrap(),
+        ConsentOutcome::RelayFull,
+        "five open from relay-c in all"
+    );
+    assert_eq!(
+        s.consent(request(&remote("u5@relay-cc"), &dave, 3, 5))
+            .await
+            .unwrap(),
+        ConsentOutcome::Applied(None),
+        "another relay has its own count"
+    );
 }
 
 async fn the_relays_own_key_is_recorded_once<B: Backend>(b: B) {
@@ -994,6 +1073,8 @@ async fn a_block_of_a_whole_relay_refuses_its_agents_unless_one_is_a_contact<B: 
             code: "7KQF-3MZA".parse().unwrap(),
             expires_at_ms: far_future(),
             max_pending: 3,
+            max_to_target: 20,
+            max_from_relay: 50,
         },
     ] {
         let outcome = apply(change).await.unwrap();
@@ -1048,6 +1129,8 @@ async fn a_block_of_a_whole_relay_refuses_its_agents_unless_one_is_a_contact<B: 
         code: "7KQF-3MZA".parse().unwrap(),
         expires_at_ms: far_future(),
         max_pending: 3,
+        max_to_target: 20,
+        max_from_relay: 50,
     })
     .await
     .unwrap();
@@ -1211,6 +1294,17 @@ macro_rules! contract {
                     return;
                 };
                 super::mail_from_another_relay_meets_its_recipients_consent(b).await;
+            }
+            #[tokio::test]
+            async fn open_requests_are_bounded_per_target_and_per_relay() {
+                let Some(b) = $make(stringify!(
+                    open_requests_are_bounded_per_target_and_per_relay
+                ))
+                .await
+                else {
+                    return;
+                };
+                super::open_requests_are_bounded_per_target_and_per_relay(b).await;
             }
             #[tokio::test]
             async fn a_block_of_a_whole_relay_refuses_its_agents_unless_one_is_a_contact() {

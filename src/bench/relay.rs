@@ -105,7 +105,8 @@ impl Relays {
 
     /// Two independent relays on loopback, each on a SQLite database of its own. A loopback
     /// relay's name is the address it listens on, and loopback relays reach each other over
-    /// plain WebSocket with no configuration.
+    /// plain WebSocket, once allowed to reach loopback (`allow_private_relays`, set for every
+    /// benchmark relay).
     fn federated() -> anyhow::Result<Self> {
         let mut relays = Self::start(2, &Backend::Sqlite)?;
         relays.federation = relays
@@ -162,10 +163,10 @@ impl Node {
     fn start(backend: &Backend) -> anyhow::Result<(Self, RelayUrl)> {
         let dir = tempfile::tempdir()?;
         let config = dir.path().join("relay.toml");
-        // Benchmarks must not trip the abuse limits.
+        // Benchmarks must not trip the abuse limits; federated ones link on loopback.
         std::fs::write(
             &config,
-            "send_rate = 1e9\nsend_burst = 1e9\nquota_messages = 100000000\nquota_bytes = 100000000000\nregistration_burst = 1e9\nmax_connections_per_ip = 1000000\nrelay_rate = 1e9\nrelay_burst = 1e9\n",
+            "send_rate = 1e9\nsend_burst = 1e9\nquota_messages = 100000000\nquota_bytes = 100000000000\nregistration_burst = 1e9\nmax_connections_per_ip = 1000000\nrelay_rate = 1e9\nrelay_burst = 1e9\nallow_private_relays = true\n",
         )?;
         let (db, key) = match backend {
             Backend::Sqlite => (dir.path().join("relay.db").into_os_string(), None),

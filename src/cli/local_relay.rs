@@ -105,6 +105,9 @@ pub fn ensure(paths: &Paths, port: u16) -> anyhow::Result<RelayUrl> {
         .arg(&db)
         .arg("--home")
         .arg(paths.home())
+        // It listens on loopback only, so whoever can name a relay to it can reach what it
+        // would reach: other homes' relays on this machine federate with it.
+        .arg("--allow-private-relays")
         .stdin(Stdio::null())
         .stdout(log.try_clone()?)
         .stderr(log)

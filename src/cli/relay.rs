@@ -48,6 +48,11 @@ pub struct RelayArgs {
     /// <home>/relay/identity.key with PostgreSQL]
     #[arg(long, value_name = "FILE")]
     pub identity: Option<PathBuf>,
+    /// Let this relay reach other relays on loopback, private and link-local addresses
+    /// (`allow_private_relays` in the config file); the background relay a home starts on
+    /// loopback sets it
+    #[arg(long)]
+    pub allow_private_relays: bool,
     /// Log format on stderr
     #[arg(long, value_enum, default_value_t = LogFormat::Text)]
     pub log_format: LogFormat,
@@ -387,6 +392,18 @@ fn migrate(ctx: &Ctx, from: &Path, to: &str) -> anyhow::Result<()> {
     })
 }
 
+/// Has the allocator map every buffer over 1 MiB on its own and unmap it when freed. glibc
+/// otherwise raises that threshold to the largest buffer freed so far (up to 32 MiB), and
+/// keeps freed frames in its per-thread arenas: the relay's memory would stay at its peak and
+/// grow with fragmentation, whatever `max_receiving_bytes` bounds. Called before any thread.
+fn return_large_buffers() {
+    #[cfg(all(target_os = "linux", target_env = "gnu"))]
+    // SAFETY: mallopt only sets a threshold of the allocator, before other threads exist.
+    unsafe {
+        libc::mallopt(libc::M_MMAP_THRESHOLD, 1 << 20);
+    }
+}
+
 fn serve(ctx: &Ctx, args: RelayArgs, db: PathBuf) -> anyhow::Result<()> {
     let mut config = match &args.relay_config {
         Some(path) => RelayConfig::load(path)?,
@@ -395,6 +412,7 @@ fn serve(ctx: &Ctx, args: RelayArgs, db: PathBuf) -> anyhow::Result<()> {
     if let Some(listen) = args.listen {
         config.listen = listen;
     }
+    config.allow_private_relays |= args.allow_private_relays;
     let db = args.db.or(config.db.take()).unwrap_or(db);
     config.db = Some(db.clone());
     config.identity = args.identity.or(config.identity.take());
@@ -417,6 +435,7 @@ fn serve(ctx: &Ctx, args: RelayArgs, db: PathBuf) -> anyhow::Result<()> {
         }
     };
     let _lock = files.as_ref().map(RelayFiles::lock).transpose()?;
+    return_large_buffers();
     let runtime = tokio::runtime::Builder::new_multi_thread()
         .enable_all()
         .build()?;

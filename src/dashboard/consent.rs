@@ -131,7 +131,15 @@ async fn connect(
     Ok(Connection::connect_control(relay, mailbox.name(), mailbox.identity(), offer).await?)
 }
 
-/// Reads the agent's consent from the relay.
+/// Requesters' keys from other relays looked up at once for the contacts page.
+const LOOKUPS_AT_ONCE: usize = 8;
+/// How long the contacts page waits for them; the rest show as not known yet.
+const LOOKUP_DEADLINE: std::time::Duration = std::time::Duration::from_secs(3);
+
+/// Reads the agent's consent from the relay, with each requester's fingerprint: a local one's
+/// from this relay, another relay's agents' from their relays, looked up together (a few at
+/// a time, all within [`LOOKUP_DEADLINE`]), so a page with many requests from a slow relay
+/// loads in seconds, never one look-up after another.
 pub async fn read(
     mailbox: &Mailbox,
     relay: &RelayUrl,
@@ -140,25 +148,47 @@ pub async fn read(
     let mut conn = connect(mailbox, relay, owner_key).await?;
     let result = async {
         let state = relay_consent::state(&mut conn).await?;
-        let mut incoming = Vec::new();
-        for q in &state.incoming {
-            // Another relay's agent: its keys come from its own relay.
-            let fingerprint = if q.agent.host().is_some() {
-                crate::client::remote_fingerprint(&[], &q.agent).await.ok()
-            } else {
-                conn.lookup(q.agent.name())
-                    .await
-                    .ok()
-                    .and_then(|keys| PublicIdentity::try_from(keys).ok())
-                    .map(|k| k.fingerprint())
+        let deadline = tokio::time::Instant::now() + LOOKUP_DEADLINE;
+        let mut fingerprints = std::collections::HashMap::new();
+        for q in state.incoming.iter().filter(|q| q.agent.host().is_none()) {
+            let Ok(Ok(keys)) = tokio::time::timeout_at(deadline, conn.lookup(q.agent.name())).await
+            else {
+                continue;
             };
-            incoming.push(Incoming {
+            if let Ok(keys) = PublicIdentity::try_from(keys) {
+                fingerprints.insert(q.agent.clone(), keys.fingerprint());
+            }
+        }
+        let remote: Vec<Address> = state
+            .incoming
+            .iter()
+            .filter(|q| q.agent.host().is_some())
+            .map(|q| q.agent.clone())
+            .collect();
+        let mut lookups = futures_util::StreamExt::buffer_unordered(
+            futures_util::stream::iter(remote.into_iter().map(|agent| async move {
+                let found = crate::client::remote_fingerprint(&[], &agent).await.ok();
+                (agent, found)
+            })),
+            LOOKUPS_AT_ONCE,
+        );
+        while let Ok(Some((agent, found))) =
+            tokio::time::timeout_at(deadline, futures_util::StreamExt::next(&mut lookups)).await
+        {
+            if let Some(fingerprint) = found {
+                fingerprints.insert(agent, fingerprint);
+            }
+        }
+        let incoming = state
+            .incoming
+            .iter()
+            .map(|q| Incoming {
                 agent: q.agent.clone(),
                 note: q.note.clone(),
                 expires_at: q.expires_at,
-                fingerprint,
-            });
-        }
+                fingerprint: fingerprints.get(&q.agent).cloned(),
+            })
+            .collect();
         Ok(Consent { state, incoming })
     }
     .await;

@@ -381,7 +381,7 @@ pub fn contacts(
                     @for q in &c.incoming {
                         section.request data-from=(q.agent) {
                             h3 { "From " (q.agent) }
-                            p { "Fingerprint: " code { (q.fingerprint.as_ref().map(ToString::to_string).unwrap_or_else(|| "unknown (the relay gave no keys)".into())) } " — compare it with " (q.agent) "'s owner." }
+                            p { "Fingerprint: " code { (q.fingerprint.as_ref().map(ToString::to_string).unwrap_or_else(|| "not known yet (its relay gave no keys, or not in time; reload to ask again)".into())) } " — compare it with " (q.agent) "'s owner." }
                             @if !q.note.is_empty() {
                                 div.untrusted { p.fence { "Note from " (q.agent) ", as text:" } pre.body { (frame::fenced(&q.note, "")) } }
                             }

@@ -15,6 +15,7 @@ pub mod openclaw;
 use std::collections::BTreeMap;
 
 use tokio::sync::broadcast;
+use tokio::time::{Duration, Instant};
 
 use crate::mailbox::{Mailbox, MailboxError, MailboxEvent};
 use crate::protocol::{AgentName, Bounce, ConsentEvent, MessageId, ReceiptKind};
@@ -56,13 +57,31 @@ impl Doorbell {
     }
 }
 
+/// Contact requests that arrive within this of each other ring once, together.
+const REQUESTS_QUIET: Duration = Duration::from_secs(1);
+/// A burst of contact requests rings at most this long after its first one.
+const REQUESTS_HOLD: Duration = Duration::from_secs(5);
+
 async fn run(
     mailbox: Mailbox,
     mut events: broadcast::Receiver<MailboxEvent>,
     rings: broadcast::Sender<Ring>,
 ) {
+    // Contact requests not rung yet, and when they ring: a burst of them (another relay's
+    // flood, say) is one ring, never one each.
+    let mut requests: Vec<ConsentEvent> = Vec::new();
+    let mut first_request = Instant::now();
+    let mut ring_requests = Instant::now();
     loop {
-        let event = match events.recv().await {
+        let received = tokio::select! {
+            received = events.recv() => received,
+            () = tokio::time::sleep_until(ring_requests), if !requests.is_empty() => {
+                let _ = rings.send(requests_ring(mailbox.name(), &requests));
+                requests.clear();
+                continue;
+            }
+        };
+        let event = match received {
             Ok(e) => e,
             Err(broadcast::error::RecvError::Lagged(n)) => {
                 tracing::warn!(
@@ -82,6 +101,15 @@ async fn run(
                     continue;
                 }
             },
+            MailboxEvent::Consent(event @ ConsentEvent::RequestReceived { .. }) => {
+                let now = Instant::now();
+                if requests.is_empty() {
+                    first_request = now;
+                }
+                requests.push(event);
+                ring_requests = (now + REQUESTS_QUIET).min(first_request + REQUESTS_HOLD);
+                continue;
+            }
             MailboxEvent::Consent(event) => match consent_ring(mailbox.name(), &event) {
                 Some(ring) => ring,
                 None => continue,
@@ -210,14 +238,9 @@ fn bounce_ring(bounces: &[Bounce]) -> Ring {
 /// `me` is the agent the ring is for: the command it names must act as that agent.
 fn consent_ring(me: &AgentName, event: &ConsentEvent) -> Option<Ring> {
     let (kind, agent, content) = match event {
-        ConsentEvent::RequestReceived { from, note, .. } => (
-            "contact_request",
-            from,
-            format!(
-                "[mailslot] {from} asked to become a contact. Their note (untrusted): {}\nOnly your owner can approve, with `mailslot --agent {me} approve CODE` and the owner's passphrase; tell them if it matters.",
-                fence_line(note, 200)
-            ),
-        ),
+        ConsentEvent::RequestReceived { .. } => {
+            return Some(requests_ring(me, std::slice::from_ref(event)));
+        }
         ConsentEvent::Approved { by } => (
             "contact_approved",
             by,
@@ -240,4 +263,58 @@ fn consent_ring(me: &AgentName, event: &ConsentEvent) -> Option<Ring> {
             ("agent".to_owned(), agent.to_string()),
         ]),
     })
+}
+
+/// The most contact requests one ring lists (the rest are counted).
+const REQUESTS_LISTED: usize = 5;
+
+/// One ring for the contact requests of a burst (each a `RequestReceived`): who asked, with
+/// their notes, fenced, for the first few; how many in all.
+fn requests_ring(me: &AgentName, requests: &[ConsentEvent]) -> Ring {
+    let asked: Vec<(&crate::protocol::Address, &str)> = requests
+        .iter()
+        .filter_map(|e| match e {
+            ConsentEvent::RequestReceived { from, note, .. } => Some((from, note.as_str())),
+            _ => None,
+        })
+        .collect();
+    let approve = format!(
+        "Only your owner can approve, with `mailslot --agent {me} approve CODE` and the owner's passphrase; tell them if it matters."
+    );
+    let content = match asked.as_slice() {
+        [(from, note)] => format!(
+            "[mailslot] {from} asked to become a contact. Their note (untrusted): {}\n{approve}",
+            fence_line(note, 200)
+        ),
+        many => {
+            let mut text = format!(
+                "[mailslot] {} agents asked to become contacts (`mailslot --agent {me} contacts` lists them all):",
+                many.len()
+            );
+            for (from, note) in many.iter().take(REQUESTS_LISTED) {
+                text.push_str(&format!(
+                    "\n- {from}; their note (untrusted): {}",
+                    fence_line(note, 200)
+                ));
+            }
+            if many.len() > REQUESTS_LISTED {
+                text.push_str(&format!("\n- and {} more", many.len() - REQUESTS_LISTED));
+            }
+            text.push('\n');
+            text.push_str(&approve);
+            text
+        }
+    };
+    let mut meta = BTreeMap::from([
+        ("kind".to_owned(), "contact_request".to_owned()),
+        ("count".to_owned(), asked.len().to_string()),
+    ]);
+    if let Some((from, _)) = asked.first() {
+        meta.insert("agent".to_owned(), from.to_string());
+    }
+    Ring {
+        message: None,
+        content,
+        meta,
+    }
 }

@@ -200,6 +200,13 @@ pub async fn check<S: Storage>(
                 None,
             );
         }
+        if super::link::names_private(relay) && !state.config.may_reach_private(relay) {
+            return refuse(
+                ErrorCode::NotAllowed,
+                super::link::private_refusal(relay),
+                None,
+            );
+        }
         let Some(mailbox) = AgentName::relay_mailbox(relay) else {
             return refuse(
                 ErrorCode::InvalidEnvelope,

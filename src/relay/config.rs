@@ -6,7 +6,7 @@ use std::time::Duration;
 
 use serde::Deserialize;
 
-use crate::protocol::{Limits, Policy, RelayName};
+use crate::protocol::{Fingerprint, Limits, Policy, RelayName};
 
 /// The largest config file read.
 const MAX_CONFIG_BYTES: u64 = 64 * 1024;
@@ -113,6 +113,12 @@ pub struct RelayConfig {
     pub default_policy: Option<Policy>,
     /// Open contact requests one agent may have.
     pub max_pending_requests: u32,
+    /// Open contact requests one agent here may have waiting for it, from everyone; more are
+    /// refused (`too_many_requests`) until some are answered or expire.
+    pub max_requests_to_agent: u32,
+    /// Open contact requests the agents of one other relay may have here, to all agents here
+    /// together; more are refused over the link (`too_many_requests`).
+    pub max_requests_from_relay: u32,
     /// Seconds a contact request stays open.
     pub request_ttl_secs: u64,
     /// Contact requests an agent may make per hour.
@@ -123,11 +129,21 @@ pub struct RelayConfig {
     /// in addresses; loopback relays always are.
     pub trusted_hosts: Vec<RelayName>,
     /// Relays this one never links with, either way: mail to their agents is refused at send,
-    /// and their links are refused.
+    /// and their links are refused. A denied relay is known by its key too: once its key is
+    /// known here (pinned, or fetched from the denied name), it is refused under any name.
     pub deny_relays: Vec<RelayName>,
+    /// Keys (fingerprints, as `/.well-known/mailslot` shows them) of relays this one never
+    /// links with, whatever name they use.
+    pub deny_relay_keys: Vec<Fingerprint>,
     /// When set, the only relays this one links with.
     pub allow_relays: Option<Vec<RelayName>>,
-    /// Copies per second one other relay may deliver here, sustained.
+    /// Whether other relays on loopback, private, link-local or otherwise non-public
+    /// addresses may be reached (discovery documents and links). Off: this relay fetches from
+    /// and dials public addresses only, so no one can make it probe its own network; relays
+    /// named in `trusted_hosts` or `allow_relays` are reached wherever they are.
+    pub allow_private_relays: bool,
+    /// Copies per second one other relay (one key, whatever its name) may deliver here,
+    /// sustained.
     pub relay_rate: f64,
     /// Copies one other relay may deliver at once above that rate.
     pub relay_burst: f64,
@@ -165,12 +181,16 @@ impl Default for RelayConfig {
             max_errors_per_connection: 20,
             default_policy: None,
             max_pending_requests: 3,
+            max_requests_to_agent: 20,
+            max_requests_from_relay: 50,
             request_ttl_secs: 3600,
             requests_per_hour: 20.0,
             approvals_per_hour: 5.0,
             trusted_hosts: Vec::new(),
             deny_relays: Vec::new(),
+            deny_relay_keys: Vec::new(),
             allow_relays: None,
+            allow_private_relays: false,
             relay_rate: 5000.0,
             relay_burst: 20_000.0,
             link_timeout_secs: 30,
@@ -247,6 +267,17 @@ impl RelayConfig {
                 .allow_relays
                 .as_ref()
                 .is_none_or(|allowed| allowed.contains(relay))
+    }
+
+    /// Whether `relay` may be reached at a loopback, private or link-local address: when the
+    /// operator allows such relays, or named this one in `trusted_hosts` or `allow_relays`.
+    pub fn may_reach_private(&self, relay: &RelayName) -> bool {
+        self.allow_private_relays
+            || self.trusted_hosts.contains(relay)
+            || self
+                .allow_relays
+                .as_ref()
+                .is_some_and(|allowed| allowed.contains(relay))
     }
 
     /// How long a link waits for the other relay.

@@ -338,6 +338,13 @@ async fn request<S: Storage>(
                 format!("this relay does not deliver to {relay} (its operator denied it)"),
             );
         }
+        Some(relay) if link::names_private(relay) && !state.config.may_reach_private(relay) => {
+            return error(
+                reference,
+                ErrorCode::NotAllowed,
+                link::private_refusal(relay),
+            );
+        }
         Some(_) => {}
         None => match state.is_registered(&target).await {
             Ok(true) => {}
@@ -378,6 +385,8 @@ async fn request<S: Storage>(
         code: code.clone(),
         expires_at_ms: expires_at.as_millisecond(),
         max_pending: state.config.max_pending_requests,
+        max_to_target: state.config.max_requests_to_agent,
+        max_from_relay: state.config.max_requests_from_relay,
     };
     match state.storage.consent(change).await {
         Ok(ConsentOutcome::Applied(_)) => {}
@@ -391,6 +400,17 @@ async fn request<S: Storage>(
                 format!(
                     "{agent} already has {} open requests; wait for answers or for them to expire",
                     state.config.max_pending_requests
+                ),
+                Duration::from_secs(state.config.request_ttl_secs),
+            );
+        }
+        Ok(ConsentOutcome::TargetFull | ConsentOutcome::RelayFull) => {
+            return retry_error(
+                reference,
+                ErrorCode::TooManyRequests,
+                format!(
+                    "{to} already has {} open contact requests waiting (max_requests_to_agent); ask again once its owner has answered some or they expired",
+                    state.config.max_requests_to_agent
                 ),
                 Duration::from_secs(state.config.request_ttl_secs),
             );
@@ -440,7 +460,7 @@ async fn request<S: Storage>(
                 )),
                 Err(why) => Some((
                     ErrorCode::Internal,
-                    format!("{relay} cannot be reached to pass the request on: {why}"),
+                    format!("the request was not passed on: {why}"),
                     Some(Duration::from_secs(60)),
                 )),
             };

@@ -126,10 +126,12 @@ async fn websocket<S: Storage>(
 async fn link<S: Storage>(
     State(state): State<Arc<RelayState<S>>>,
     ConnectInfo(peer): ConnectInfo<SocketAddr>,
+    done: Option<Extension<FrameDone>>,
     upgrade: WebSocketUpgrade,
 ) -> Response {
+    let done = done.map(|Extension(done)| done).unwrap_or_default();
     sized(upgrade, &state.config)
-        .on_upgrade(move |socket| super::link::answer(state, socket, peer.ip()))
+        .on_upgrade(move |socket| super::link::answer(state, socket, (peer.ip(), done)))
 }
 
 /// A WebSocket upgrade with the relay's frame limit and small buffers: the default 128 KiB

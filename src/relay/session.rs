@@ -15,7 +15,7 @@ use tokio::time::{Instant, timeout_at};
 
 use super::accept::{self, QueuedSend, SendFrame};
 use super::auth::{authenticate, welcome};
-use super::inbound::FrameDone;
+use super::inbound::{FrameDone, Share};
 use super::presence::{Attached, Kick};
 use super::pushes::{self, Pushed, Step};
 use super::state::RelayState;
@@ -340,8 +340,13 @@ async fn serve<S: Storage>(
                 }
             }
             incoming = timeout_at(deadline, stream.next()), if sends.len() < PIPELINED => {
-                // The frame is in: its share of the receive budget goes back.
-                done.mark();
+                // The frame is in: its share of the receive budget (a large one's) is kept
+                // until the frame is stored, and dropped with it otherwise. A ping may come
+                // in the middle of a fragmented message, so it ends no frame.
+                let share = match &incoming {
+                    Ok(Some(Ok(Message::Ping(_) | Message::Pong(_)))) => None,
+                    _ => done.take(),
+                };
                 let text = match incoming {
                     Err(_) => return Some(Ending { code: ErrorCode::BadFrame, message: format!("no frame for {} s; send ping to keep the connection", idle.as_secs()), close: close::GOING_AWAY }),
                     Ok(Some(Err(e))) => {
@@ -361,9 +366,9 @@ async fn serve<S: Storage>(
                 let reply = match text.as_deref() {
                     // Sends are most frames: read them without parsing the envelope's bulk.
                     Some(text) => match SendFrame::read(text) {
-                        Some(send) => queue_send(state, agent, &mut sends, send.reference, send.envelope.get()).await,
+                        Some(send) => queue_send(state, agent, &mut sends, (send.reference, share), send.envelope.get()).await,
                         None => match serde_json::from_str::<ClientFrame>(text) {
-                            Ok(frame) => handle(state, agent, nonce, &mut d, &mut sends, frame).await,
+                            Ok(frame) => handle(state, agent, nonce, &mut d, (&mut sends, share), frame).await,
                             Err(e) => Some(error_frame(None, ErrorCode::BadFrame, format!("not a valid frame: {e}"), None)),
                         },
                     },
@@ -558,12 +563,17 @@ async fn queue_send<S: Storage>(
     state: &RelayState<S>,
     agent: &AgentName,
     sends: &mut FuturesUnordered<QueuedSend>,
-    reference: String,
+    (reference, share): (String, Option<Share>),
     envelope: &str,
 ) -> Option<ServerFrame> {
     match accept::check(state, agent, reference, envelope).await {
+        // The frame's share of the receive budget is held until its write is done.
         Ok(queued) => {
-            sends.push(queued);
+            sends.push(Box::pin(async move {
+                let written = queued.await;
+                drop(share);
+                written
+            }));
             None
         }
         Err(refusal) => Some(*refusal),
@@ -577,7 +587,7 @@ async fn handle<S: Storage>(
     agent: &AgentName,
     nonce: &[u8],
     d: &mut Delivery,
-    sends: &mut FuturesUnordered<QueuedSend>,
+    (sends, share): (&mut FuturesUnordered<QueuedSend>, Option<Share>),
     frame: ClientFrame,
 ) -> Option<ServerFrame> {
     Some(match frame {
@@ -626,7 +636,7 @@ async fn handle<S: Storage>(
             envelope,
         } => {
             let text = String::from_utf8(envelope.to_bytes()).expect("JSON is UTF-8");
-            return queue_send(state, agent, sends, reference, &text).await;
+            return queue_send(state, agent, sends, (reference, share), &text).await;
         }
         other => match super::consent::handle(state, agent, nonce, other).await {
             Ok(answer) => answer,
@@ -912,6 +922,14 @@ mod tests {
 
         async fn pin_own_key(&self, key: RelayKey) -> Result<RelayPin, StorageError> {
             self.inner.pin_own_key(key).await
+        }
+
+        async fn pinned_relay(&self, relay: RelayName) -> Result<Option<RelayKey>, StorageError> {
+            self.inner.pinned_relay(relay).await
+        }
+
+        async fn relays_pinned_with(&self, key: RelayKey) -> Result<Vec<RelayName>, StorageError> {
+            self.inner.relays_pinned_with(key).await
         }
     }
 

@@ -9,12 +9,18 @@ use tokio::sync::watch;
 use super::RelayConfig;
 use super::inbound::ReceiveBudget;
 use super::limits::{ConnectionLimiter, RateLimiter};
-use super::link::Links;
+use super::link::{DeniedLookups, Links};
 use super::metrics::Metrics;
 use super::presence::Presence;
 use super::storage::{Storage, StorageError};
 use crate::crypto::RelayIdentity;
-use crate::protocol::{Address, AgentName, Peer, RelayName};
+use crate::protocol::{Address, AgentName, Peer, RelayKey, RelayName};
+
+/// Links from one IP naming relays not met before, per hour, sustained; each costs a fetch of
+/// that relay's discovery document.
+const FIRST_CONTACTS_PER_HOUR: f64 = 60.0;
+/// Such links from one IP at once.
+const FIRST_CONTACT_BURST: f64 = 10.0;
 
 /// Shared relay state.
 pub struct RelayState<S> {
@@ -32,8 +38,13 @@ pub struct RelayState<S> {
     pub metrics: Metrics,
     /// Per-agent send limits.
     pub send_rate: RateLimiter<AgentName>,
-    /// Per-relay limits on deliveries from other relays.
-    pub relay_rate: RateLimiter<RelayName>,
+    /// Per-relay limits on deliveries from other relays, by the relay's key (one bucket for
+    /// one relay, whatever names it uses).
+    pub relay_rate: RateLimiter<RelayKey>,
+    /// Per-IP limits on links naming a relay not met before (each costs a discovery fetch).
+    pub first_contacts: RateLimiter<IpAddr>,
+    /// When denied relays' keys were last looked up.
+    pub denied_lookups: DeniedLookups,
     /// The links delivering to other relays.
     pub links: Arc<Links>,
     /// Per-agent contact request limits.
@@ -66,6 +77,8 @@ impl<S: Storage> RelayState<S> {
         Self {
             send_rate: RateLimiter::new(config.send_rate, config.send_burst),
             relay_rate: RateLimiter::new(config.relay_rate, config.relay_burst),
+            first_contacts: RateLimiter::new(FIRST_CONTACTS_PER_HOUR / 3600.0, FIRST_CONTACT_BURST),
+            denied_lookups: DeniedLookups::default(),
             links: Arc::new(Links::default()),
             request_rate: RateLimiter::new(
                 config.requests_per_hour / 3600.0,

@@ -97,6 +97,8 @@ impl TestRelay {
         let mut config = RelayConfig {
             listen: "127.0.0.1:0".parse().unwrap(),
             db: Some(dir.path().join("relay.db")),
+            // Test federations run on loopback, which a relay reaches only when allowed.
+            allow_private_relays: true,
             ..RelayConfig::default()
         };
         tweak(&mut config);
@@ -246,6 +248,60 @@ impl TestAgent {
 }
 
 pub type RawSocket = WebSocketStream<MaybeTlsStream<TcpStream>>;
+
+/// Acts as the relay `c` over a raw link to `b`: shakes hands with `c`'s own key.
+pub async fn link_as(c: &TestRelay, b: &TestRelay) -> RawSocket {
+    let (c_key, _) =
+        mailslot::crypto::RelayIdentity::load_or_create(&mailslot::relay::identity_beside(&c.db()))
+            .unwrap();
+    let (ws, answer) = hello_as(c.relay.name(), &c_key, b).await;
+    assert!(
+        matches!(answer, mailslot::protocol::LinkAnswer::Welcome { .. }),
+        "{answer:?}"
+    );
+    ws
+}
+
+/// Opens a raw link to `b` and says hello as the relay `name`, signing with `key`; the socket
+/// and `b`'s answer to the hello.
+pub async fn hello_as(
+    name: &mailslot::protocol::RelayName,
+    key: &mailslot::crypto::RelayIdentity,
+    b: &TestRelay,
+) -> (RawSocket, mailslot::protocol::LinkAnswer) {
+    use futures_util::{SinkExt, StreamExt};
+    use mailslot::crypto::sign::Domain;
+    use mailslot::protocol::{LINK_PATH, LinkAnswer, LinkRequest, link_payload};
+    use tokio_tungstenite::tungstenite::Message as Ws;
+
+    let url = format!("ws://{}{LINK_PATH}", b.relay.addr());
+    let (mut ws, _) = tokio_tungstenite::connect_async(url.as_str())
+        .await
+        .unwrap();
+    let Some(Ok(Ws::Text(text))) = ws.next().await else {
+        panic!("no challenge")
+    };
+    let LinkAnswer::Challenge { nonce: theirs, .. } = serde_json::from_str(&text).unwrap() else {
+        panic!("{text}")
+    };
+    let nonce = vec![7u8; 32];
+    let payload = link_payload(name, b.relay.name(), &nonce, &theirs);
+    let hello = LinkRequest::Hello {
+        relay: name.clone(),
+        nonce,
+        signature: key.sign_link(Domain::LinkHello, &payload),
+    };
+    ws.send(Ws::text(serde_json::to_string(&hello).unwrap()))
+        .await
+        .unwrap();
+    let next = tokio::time::timeout(EVENT_TIMEOUT, ws.next())
+        .await
+        .expect("an answer to the hello in time");
+    let Some(Ok(Ws::Text(text))) = next else {
+        panic!("no answer to the hello: {next:?}")
+    };
+    (ws, serde_json::from_str(&text).unwrap())
+}
 
 /// A raw socket after reading the challenge: (socket, relay id, nonce).
 pub async fn raw_connect(relay: &TestRelay) -> (RawSocket, String, Vec<u8>) {
@@ -544,6 +600,8 @@ pub fn spawn_relay_on(
     let mut child = std::process::Command::new(env!("CARGO_BIN_EXE_mailslot"))
         .args(["relay", "--listen", &listen.to_string(), "--db"])
         .arg(db)
+        // Test federations run on loopback, which a relay reaches only when allowed.
+        .arg("--allow-private-relays")
         .env_clear()
         .stderr(std::process::Stdio::piped())
         .spawn()

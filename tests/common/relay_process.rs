@@ -84,12 +84,21 @@ impl RelayProcess {
 
     /// The relay's resident memory, in KiB (`VmRSS`).
     pub fn rss_kib(&self) -> u64 {
+        self.status_kib("VmRSS:")
+    }
+
+    /// The most resident memory the relay had so far, in KiB (`VmHWM`).
+    pub fn peak_rss_kib(&self) -> u64 {
+        self.status_kib("VmHWM:")
+    }
+
+    fn status_kib(&self, field: &str) -> u64 {
         let status = std::fs::read_to_string(format!("/proc/{}/status", self.child.id())).unwrap();
         status
             .lines()
-            .find_map(|l| l.strip_prefix("VmRSS:"))
+            .find_map(|l| l.strip_prefix(field))
             .and_then(|v| v.trim().trim_end_matches("kB").trim().parse().ok())
-            .expect("VmRSS in /proc/PID/status")
+            .unwrap_or_else(|| panic!("{field} in /proc/PID/status"))
     }
 
     /// The relay's open files (`/proc/PID/fd`).

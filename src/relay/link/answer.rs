@@ -18,6 +18,7 @@ use futures_util::stream::FuturesOrdered;
 use futures_util::{FutureExt, SinkExt, StreamExt};
 use prometheus_client::metrics::counter::Counter;
 
+use super::super::inbound::FrameDone;
 use super::super::metrics::RelayLabel;
 use super::super::state::RelayState;
 use super::super::storage::{Accepted, Copy, Quota, Storage};
@@ -26,13 +27,17 @@ use crate::crypto::sign::Domain;
 use crate::crypto::verify_link;
 use crate::protocol::{
     AgentName, Deliver, ENVELOPE_VERSION, ErrorCode, LINK_VERSION, LINK_WINDOW, LinkAnswer,
-    LinkRequest, Refusal, RelayName, Seq, link_payload,
+    LinkRequest, Refusal, RelayKey, RelayName, Seq, link_payload,
 };
 
 /// Serves one link from another relay.
-pub async fn run<S: Storage>(state: Arc<RelayState<S>>, mut socket: WebSocket, ip: IpAddr) {
-    let relay = match handshake(&state, &mut socket).await {
-        Ok(relay) => relay,
+pub async fn run<S: Storage>(
+    state: Arc<RelayState<S>>,
+    mut socket: WebSocket,
+    (ip, done): (IpAddr, FrameDone),
+) {
+    let (relay, key) = match handshake(&state, &mut socket, ip).await {
+        Ok(known) => known,
         Err((code, message)) => {
             tracing::info!(%ip, ?code, %message, "refused a link from another relay");
             state.metrics.reject(code);
@@ -43,12 +48,17 @@ pub async fn run<S: Storage>(state: Arc<RelayState<S>>, mut socket: WebSocket, i
     tracing::info!(%relay, %ip, "link from another relay is up");
     // Counted with the connections, so that shutdown waits for it to close.
     state.metrics.connections.inc();
-    serve(&state, &mut socket, &relay).await;
+    serve(&state, &mut socket, (&relay, &key), &done).await;
     state.metrics.connections.dec();
 }
 
 /// Takes deliveries until the link closes, goes idle, or the relay shuts down.
-async fn serve<S: Storage>(state: &Arc<RelayState<S>>, socket: &mut WebSocket, relay: &RelayName) {
+async fn serve<S: Storage>(
+    state: &Arc<RelayState<S>>,
+    socket: &mut WebSocket,
+    (relay, key): (&RelayName, &RelayKey),
+    done: &FrameDone,
+) {
     let idle = state.config.idle_timeout();
     let mut shutdown = state.shutdown.clone();
     let mut answers = FuturesOrdered::new();
@@ -66,6 +76,12 @@ async fn serve<S: Storage>(state: &Arc<RelayState<S>>, socket: &mut WebSocket, r
         let room = answers.len() < 2 * LINK_WINDOW && held < budget;
         tokio::select! {
             frame = tokio::time::timeout(idle, socket.recv()), if room => {
+                // A large delivery's share of the receive budget is held until it is
+                // answered (stored); a ping ends no frame (see `relay::inbound`).
+                let share = match &frame {
+                    Ok(Some(Ok(Message::Ping(_) | Message::Pong(_)))) => None,
+                    _ => done.take(),
+                };
                 let text = match frame {
                     Err(_) => {
                         tracing::info!(%relay, "link idle; closed");
@@ -78,10 +94,16 @@ async fn serve<S: Storage>(state: &Arc<RelayState<S>>, socket: &mut WebSocket, r
                 if let Some(deliver) = Deliver::read(&text) {
                     sizes.push_back(text.len());
                     held += text.len();
-                    answers.push_back(match deliver {
-                        Ok(deliver) => take(state, relay, &received, deliver),
+                    let answer = match deliver {
+                        Ok(deliver) => take(state, (relay, key), &received, deliver),
                         Err((seq, why)) => refused_all(seq, Vec::new(), why),
+                    };
+                    let held: Answer = Box::pin(async move {
+                        let answer = answer.await;
+                        drop(share);
+                        answer
                     });
+                    answers.push_back(held);
                     continue;
                 }
                 match serde_json::from_str::<LinkRequest>(&text) {
@@ -135,11 +157,13 @@ async fn serve<S: Storage>(state: &Arc<RelayState<S>>, socket: &mut WebSocket, r
     }
 }
 
-/// Challenges the dialer, checks its hello against its relay's pinned key, and welcomes it.
+/// Challenges the dialer, checks its hello against its relay's pinned key (fetched and pinned
+/// on first contact), refuses a relay denied by name or by key, and welcomes it.
 async fn handshake<S: Storage>(
     state: &RelayState<S>,
     socket: &mut WebSocket,
-) -> Result<RelayName, (ErrorCode, String)> {
+    ip: IpAddr,
+) -> Result<(RelayName, RelayKey), (ErrorCode, String)> {
     let mut nonce = vec![0u8; 32];
     getrandom::fill(&mut nonce).map_err(|_| (ErrorCode::Internal, "no randomness".into()))?;
     let challenge = LinkAnswer::Challenge {
@@ -187,12 +211,9 @@ async fn handshake<S: Storage>(
             "the hello's nonce is not 32 bytes".into(),
         ));
     }
-    let key = peer::pinned_key(state, &relay).await.map_err(|e| {
-        if matches!(e, peer::PeerError::KeyChanged { .. }) {
-            tracing::error!(%relay, error = %e, "refusing a link from a relay whose key changed");
-        }
-        (ErrorCode::AuthFailed, e.to_string())
-    })?;
+    let key = peer::hello_key(state, &relay, ip)
+        .await
+        .map_err(|e| refused(&relay, &e))?;
     let payload = link_payload(&relay, &state.name, &theirs, &nonce);
     verify_link(&key, Domain::LinkHello, &payload, &signature).map_err(|_| {
         (
@@ -200,13 +221,32 @@ async fn handshake<S: Storage>(
             format!("the hello is not signed by {relay}'s key"),
         )
     })?;
+    peer::refuse_denied(state, &relay, &key)
+        .await
+        .map_err(|e| refused(&relay, &e))?;
     let welcome = LinkAnswer::Welcome {
         signature: state.identity.sign_link(Domain::LinkWelcome, &payload),
     };
     say(socket, &welcome)
         .await
         .map_err(|_| (ErrorCode::Internal, "the socket closed".into()))?;
-    Ok(relay)
+    Ok((relay, key))
+}
+
+/// The refusal a dialer is told when `relay`'s key could not be had or is denied: never
+/// another server's words (logged here instead, bounded).
+fn refused(relay: &RelayName, e: &peer::PeerError) -> (ErrorCode, String) {
+    match e {
+        peer::PeerError::KeyChanged { .. } => {
+            tracing::error!(%relay, error = %e, "refusing a link from a relay whose key changed");
+        }
+        _ => tracing::info!(%relay, error = %e, "cannot vouch for a relay that opened a link"),
+    }
+    let code = match e {
+        peer::PeerError::Denied { .. } => ErrorCode::NotAllowed,
+        _ => ErrorCode::AuthFailed,
+    };
+    (code, e.public(relay))
 }
 
 type Answer = std::pin::Pin<Box<dyn std::future::Future<Output = LinkAnswer> + Send>>;
@@ -214,7 +254,7 @@ type Answer = std::pin::Pin<Box<dyn std::future::Future<Output = LinkAnswer> + S
 /// Checks one delivery and queues its write; the answer resolves once it is durable.
 fn take<S: Storage>(
     state: &Arc<RelayState<S>>,
-    relay: &RelayName,
+    (relay, key): (&RelayName, &RelayKey),
     received: &Counter,
     deliver: Deliver<'_>,
 ) -> Answer {
@@ -228,7 +268,8 @@ fn take<S: Storage>(
         };
         Box::pin(async move { answer })
     };
-    if let Err(wait) = state.relay_rate.take(relay) {
+    if let Err(wait) = state.relay_rate.take(key) {
+        state.metrics.reject(ErrorCode::RateLimited);
         return later(
             ErrorCode::RateLimited,
             format!(

@@ -46,6 +46,11 @@ pub async fn apply<S: Storage>(
                     format!("{from} made too many contact requests this hour; wait {wait:?}"),
                 );
             }
+            // A request lasts as long as this relay keeps its own, whatever the other one
+            // asks for: the other relay's clock and choices do not fill this one's table.
+            let latest = jiff::Timestamp::now()
+                + jiff::SignedDuration::from_secs(state.config.request_ttl_secs as i64);
+            let expires_at = expires_at.min(latest);
             let change = ConsentChange::Request {
                 from: requester,
                 to: target.clone(),
@@ -53,6 +58,8 @@ pub async fn apply<S: Storage>(
                 code,
                 expires_at_ms: expires_at.as_millisecond(),
                 max_pending: state.config.max_pending_requests,
+                max_to_target: state.config.max_requests_to_agent,
+                max_from_relay: state.config.max_requests_from_relay,
             };
             match state.storage.consent(change).await {
                 Ok(ConsentOutcome::Applied(_)) => {
@@ -70,6 +77,20 @@ pub async fn apply<S: Storage>(
                 Ok(ConsentOutcome::TooManyPending) => refused(
                     ErrorCode::TooManyRequests,
                     format!("{from} has too many open requests here"),
+                ),
+                Ok(ConsentOutcome::TargetFull) => refused(
+                    ErrorCode::TooManyRequests,
+                    format!(
+                        "{to} already has {} open contact requests waiting (max_requests_to_agent at {}); ask again later",
+                        state.config.max_requests_to_agent, state.name
+                    ),
+                ),
+                Ok(ConsentOutcome::RelayFull) => refused(
+                    ErrorCode::TooManyRequests,
+                    format!(
+                        "the agents of {relay} already have {} open contact requests at {} (max_requests_from_relay); ask again once some are answered or expired",
+                        state.config.max_requests_from_relay, state.name
+                    ),
                 ),
                 Ok(ConsentOutcome::NoteHasCode) => refused(
                     ErrorCode::BadFrame,

@@ -193,10 +193,13 @@ async fn connect<S: Storage>(
     let config = WebSocketConfig::default()
         .max_message_size(Some(max))
         .max_frame_size(Some(max));
-    let (mut ws, _) = tokio::time::timeout(
-        within,
-        tokio_tungstenite::connect_async_tls_with_config(&url, Some(config), true, connector),
-    )
+    // To the addresses checked for this relay only (see `reach`), never the name again.
+    let addrs = peer::addresses(state, relay, &endpoint).await?;
+    let (mut ws, _) = tokio::time::timeout(within, async {
+        let tcp = TcpStream::connect(&addrs[..]).await?;
+        tcp.set_nodelay(true)?;
+        tokio_tungstenite::client_async_tls_with_config(&url, tcp, Some(config), connector).await
+    })
     .await
     .map_err(|_| LinkError::Broken(format!("{url} did not connect within {within:?}")))?
     .map_err(|e| LinkError::Broken(format!("cannot connect to {url}: {e}")))?;
@@ -237,22 +240,29 @@ async fn connect<S: Storage>(
 }
 
 /// Sends one request (a contact request or an approval) to `relay` over a link of its own,
-/// and returns the answer: the request is not mail, and its sender waits for it.
+/// and returns the answer: the request is not mail, and its sender waits for it. The error is
+/// what the agent that asked may be told: the same whether nothing listens at `relay`,
+/// something else does, or it is not a mailslot relay (the details are logged here).
 pub async fn ask<S: Storage>(
     state: &RelayState<S>,
     relay: &RelayName,
     request: LinkRequest,
 ) -> Result<LinkAnswer, String> {
+    let public = |e: LinkError| {
+        tracing::info!(%relay, error = %e, "a request to another relay failed");
+        match e {
+            LinkError::Peer(e) => e.public(relay),
+            _ => peer::unreachable_text(relay),
+        }
+    };
     let key = peer::pinned_key(state, relay)
         .await
-        .map_err(|e| e.to_string())?;
-    let mut ws = connect(state, relay, &key)
-        .await
-        .map_err(|e| e.to_string())?;
-    send(&mut ws, &request).await.map_err(|e| e.to_string())?;
+        .map_err(|e| public(e.into()))?;
+    let mut ws = connect(state, relay, &key).await.map_err(public)?;
+    send(&mut ws, &request).await.map_err(public)?;
     let answer = answer(&mut ws, relay, state.config.link_timeout())
         .await
-        .map_err(|e| e.to_string());
+        .map_err(public);
     let _ = ws.close(None).await;
     answer
 }

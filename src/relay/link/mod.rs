@@ -1,13 +1,15 @@
 //! Links to other relays: mail for their agents waits here in their relay's mailbox (`@host`)
 //! and a link delivers it, in order, with the guarantees of the client protocol. `dial` is
 //! the side that holds mail and connects; `answer` is the `/v1/relay` endpoint that takes it;
-//! `peer` finds and pins another relay's key.
+//! `peer` finds and pins another relay's key; `reach` decides which addresses a named relay
+//! may be reached at.
 
 mod answer;
 mod bounces;
 mod consent;
 mod dial;
 mod peer;
+mod reach;
 
 use std::collections::HashMap;
 use std::sync::Mutex;
@@ -16,6 +18,8 @@ use tokio::sync::mpsc;
 
 pub use answer::run as answer;
 pub(super) use dial::{ask, supervise};
+pub use peer::DeniedLookups;
+pub(super) use reach::{names_private, private_refusal};
 
 use super::pushes::{self, PushSender, Pushes};
 use super::storage::Committed;

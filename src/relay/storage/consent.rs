@@ -9,7 +9,9 @@ use crate::protocol::{AgentName, Policy, RequestCode, RequestView};
 /// A consent change, applied durably like every write.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum ConsentChange {
-    /// `from` asks `to`; refused beyond `max_pending` open requests by `from`.
+    /// `from` asks `to`; refused beyond `max_pending` open requests by `from`, beyond
+    /// `max_to_target` open requests to `to`, and (when `from` is another relay's agent)
+    /// beyond `max_from_relay` open requests from that relay's agents.
     Request {
         /// The requester.
         from: AgentName,
@@ -23,6 +25,10 @@ pub enum ConsentChange {
         expires_at_ms: i64,
         /// Open requests a requester may have.
         max_pending: u32,
+        /// Open requests one target may have waiting for it.
+        max_to_target: u32,
+        /// Open requests the agents of one other relay may have here.
+        max_from_relay: u32,
     },
     /// `target` approves `requester`'s request, which must carry `code`: both become contacts.
     Approve {
@@ -79,6 +85,10 @@ pub enum ConsentOutcome {
     AlreadyContacts,
     /// The requester has too many open requests.
     TooManyPending,
+    /// The target has too many open requests waiting for it.
+    TargetFull,
+    /// The requester's relay has too many open requests here.
+    RelayFull,
     /// The target blocks the requester or is closed.
     NotAllowed,
     /// No open request with that code, or none from that agent.

@@ -30,6 +30,18 @@ pub trait RelayPins: Send + Sync + 'static {
         key: RelayKey,
     ) -> impl Future<Output = Result<RelayPin, StorageError>> + Send;
 
+    /// The key pinned for `relay`, if any.
+    fn pinned_relay(
+        &self,
+        relay: RelayName,
+    ) -> impl Future<Output = Result<Option<RelayKey>, StorageError>> + Send;
+
+    /// Every relay name `key` is pinned for (a relay's key identifies it under any name).
+    fn relays_pinned_with(
+        &self,
+        key: RelayKey,
+    ) -> impl Future<Output = Result<Vec<RelayName>, StorageError>> + Send;
+
     /// Records `key` as this relay's own unless the database holds one already (a database
     /// from before the key was recorded gets it at its first start), and says how `key`
     /// compares. Never replaces the recorded key.

@@ -49,10 +49,20 @@ async fn relation(
         .transpose()?)
 }
 
-/// The names a change is about, whose locks it takes.
-fn parties(change: &ConsentChange) -> [&AgentName; 2] {
-    match change {
-        ConsentChange::Request { from, to, .. } => [from, to],
+/// The names a change is about, whose locks it takes: for a request from another relay's
+/// agent, that relay's too (`@host`), whose open requests here are counted.
+fn parties(change: &ConsentChange) -> Vec<AgentName> {
+    let [a, b] = match change {
+        ConsentChange::Request { from, to, .. } => {
+            let relay = from
+                .stored_address()
+                .host()
+                .and_then(AgentName::relay_mailbox);
+            return [from.clone(), to.clone()]
+                .into_iter()
+                .chain(relay)
+                .collect();
+        }
         ConsentChange::Approve {
             target, requester, ..
         }
@@ -61,7 +71,8 @@ fn parties(change: &ConsentChange) -> [&AgentName; 2] {
         | ConsentChange::Unblock { owner, peer }
         | ConsentChange::Remove { owner, peer } => [owner, peer],
         ConsentChange::SetPolicy { owner, .. } => [owner, owner],
-    }
+    };
+    vec![a.clone(), b.clone()]
 }
 
 pub(super) async fn consent(
@@ -69,7 +80,8 @@ pub(super) async fn consent(
     change: &ConsentChange,
 ) -> Result<ConsentOutcome, StorageError> {
     let tx = client.transaction().await?;
-    lock_names(&tx, &parties(change)).await?;
+    let parties = parties(change);
+    lock_names(&tx, &parties.iter().collect::<Vec<_>>()).await?;
     let now = now_ms();
     tx.execute(
         "DELETE FROM contact_requests WHERE expires_at < $1",
@@ -84,6 +96,8 @@ pub(super) async fn consent(
             code,
             expires_at_ms,
             max_pending,
+            max_to_target,
+            max_from_relay,
         } => {
             let policy: Option<String> = match tx
                 .query_opt("SELECT policy FROM agents WHERE name = $1", &[&to.as_str()])
@@ -109,6 +123,32 @@ pub(super) async fn consent(
                 .try_get(0)?;
             if pending >= i64::from(*max_pending) {
                 return Ok(ConsentOutcome::TooManyPending);
+            }
+            // Asking again replaces a request, so the one being replaced is not counted.
+            let waiting: i64 = tx
+                .query_one(
+                    "SELECT count(*) FROM contact_requests WHERE target = $1 AND requester != $2",
+                    &[&to.as_str(), &from.as_str()],
+                )
+                .await?
+                .try_get(0)?;
+            if waiting >= i64::from(*max_to_target) {
+                return Ok(ConsentOutcome::TargetFull);
+            }
+            if let Some((_, relay)) = from.as_str().split_once('@') {
+                let from_relay: i64 = tx
+                    .query_one(
+                        "SELECT count(*) FROM contact_requests
+                         WHERE strpos(requester, '@') > 0
+                           AND substr(requester, strpos(requester, '@') + 1) = $1
+                           AND NOT (requester = $2 AND target = $3)",
+                        &[&relay, &from.as_str(), &to.as_str()],
+                    )
+                    .await?
+                    .try_get(0)?;
+                if from_relay >= i64::from(*max_from_relay) {
+                    return Ok(ConsentOutcome::RelayFull);
+                }
             }
             let codes = tx
                 .query(

@@ -397,6 +397,14 @@ impl RelayPins for PostgresStorage {
     async fn pin_own_key(&self, key: RelayKey) -> Result<RelayPin, StorageError> {
         relays::pin_own(&self.client().await?, &key).await
     }
+
+    async fn pinned_relay(&self, relay: RelayName) -> Result<Option<RelayKey>, StorageError> {
+        relays::pinned(&self.client().await?, &relay).await
+    }
+
+    async fn relays_pinned_with(&self, key: RelayKey) -> Result<Vec<RelayName>, StorageError> {
+        relays::named(&self.client().await?, &key).await
+    }
 }
 
 impl Storage for PostgresStorage {

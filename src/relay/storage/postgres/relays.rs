@@ -35,9 +35,7 @@ pub(super) async fn pin(
         )
         .await?
         .try_get(0)?;
-    let pinned = RelayKey::from_bytes(pinned.try_into().map_err(|_| {
-        StorageError::Database(format!("the key pinned for relay {relay} is not 32 bytes"))
-    })?);
+    let pinned = key_of(relay, pinned)?;
     Ok(if pinned == *key {
         RelayPin::Matches
     } else {
@@ -62,4 +60,42 @@ pub(super) async fn pin_own(client: &Client, key: &RelayKey) -> Result<RelayPin,
         .await?
         .try_get(0)?;
     Ok(compare_own(Some(parse_own_key(held)?), *key))
+}
+
+/// The key pinned for `relay`, if any.
+pub(super) async fn pinned(
+    client: &Client,
+    relay: &RelayName,
+) -> Result<Option<RelayKey>, StorageError> {
+    client
+        .query_opt(
+            "SELECT key FROM relay_pins WHERE relay = $1",
+            &[&relay.as_str()],
+        )
+        .await?
+        .map(|row| key_of(relay, row.try_get(0)?))
+        .transpose()
+}
+
+/// The relays `key` is pinned for.
+pub(super) async fn named(client: &Client, key: &RelayKey) -> Result<Vec<RelayName>, StorageError> {
+    client
+        .query(
+            "SELECT relay FROM relay_pins WHERE key = $1",
+            &[&key.as_bytes().as_slice()],
+        )
+        .await?
+        .into_iter()
+        .map(|row| {
+            let name: String = row.try_get(0)?;
+            RelayName::new(&name)
+                .map_err(|e| StorageError::Database(format!("a pinned relay's name: {e}")))
+        })
+        .collect()
+}
+
+fn key_of(relay: &RelayName, bytes: Vec<u8>) -> Result<RelayKey, StorageError> {
+    Ok(RelayKey::from_bytes(bytes.try_into().map_err(|_| {
+        StorageError::Database(format!("the key pinned for relay {relay} is not 32 bytes"))
+    })?))
 }

@@ -251,6 +251,8 @@ pub(super) fn consent(
             code,
             expires_at_ms,
             max_pending,
+            max_to_target,
+            max_from_relay,
         } => {
             let policy: Option<String> = tx
                 .query_row(
@@ -275,6 +277,28 @@ pub(super) fn consent(
             )?;
             if pending >= *max_pending {
                 return Ok(ConsentOutcome::TooManyPending);
+            }
+            // Asking again replaces a request, so the one being replaced is not counted.
+            let waiting: u32 = tx.query_row(
+                "SELECT count(*) FROM contact_requests WHERE target = ?1 AND requester != ?2",
+                [to.as_str(), from.as_str()],
+                |r| r.get(0),
+            )?;
+            if waiting >= *max_to_target {
+                return Ok(ConsentOutcome::TargetFull);
+            }
+            if let Some((_, relay)) = from.as_str().split_once('@') {
+                let from_relay: u32 = tx.query_row(
+                    "SELECT count(*) FROM contact_requests
+                     WHERE substr(requester, instr(requester, '@') + 1) = ?1
+                       AND instr(requester, '@') > 0
+                       AND NOT (requester = ?2 AND target = ?3)",
+                    [relay, from.as_str(), to.as_str()],
+                    |r| r.get(0),
+                )?;
+                if from_relay >= *max_from_relay {
+                    return Ok(ConsentOutcome::RelayFull);
+                }
             }
             let mut open_codes = tx.prepare_cached(
                 "SELECT code FROM contact_requests WHERE target = ?1 AND requester != ?2",

@@ -669,6 +669,38 @@ impl RelayPins for SqliteStorage {
         })
         .await
     }
+
+    async fn pinned_relay(&self, relay: RelayName) -> Result<Option<RelayKey>, StorageError> {
+        self.read(move |conn| {
+            let pinned: Option<Vec<u8>> = conn
+                .prepare_cached("SELECT key FROM relay_pins WHERE relay = ?1")?
+                .query_row([relay.as_str()], |r| r.get(0))
+                .optional()?;
+            pinned
+                .map(|bytes| {
+                    bytes.try_into().map(RelayKey::from_bytes).map_err(|_| {
+                        StorageError::Database(format!(
+                            "the key pinned for relay {relay} is not 32 bytes"
+                        ))
+                    })
+                })
+                .transpose()
+        })
+        .await
+    }
+
+    async fn relays_pinned_with(&self, key: RelayKey) -> Result<Vec<RelayName>, StorageError> {
+        self.read(move |conn| {
+            let mut names = conn.prepare_cached("SELECT relay FROM relay_pins WHERE key = ?1")?;
+            let rows = names.query_map([key.as_bytes().as_slice()], |r| r.get::<_, String>(0))?;
+            rows.map(|name| {
+                RelayName::new(&name?)
+                    .map_err(|e| StorageError::Database(format!("a pinned relay's name: {e}")))
+            })
+            .collect()
+        })
+        .await
+    }
 }
 
 impl Storage for SqliteStorage {
