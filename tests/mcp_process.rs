@@ -379,3 +379,85 @@ async fn streamable_http_on_loopback_refuses_foreign_hosts_and_origins() {
     let (status, _) = exit_status(&mut child);
     assert!(status.success(), "{status}");
 }
+
+/// Reads lines from `stdout` until the JSON-RPC answer with `id`; fails after a bound.
+async fn answer_to(
+    stdout: &mut tokio::io::Lines<tokio::io::BufReader<tokio::process::ChildStdout>>,
+    id: u32,
+) -> serde_json::Value {
+    tokio::time::timeout(EVENT_TIMEOUT, async {
+        loop {
+            let line = stdout
+                .next_line()
+                .await
+                .unwrap()
+                .expect("mailslot mcp closed its output");
+            let message: serde_json::Value = serde_json::from_str(&line).unwrap();
+            if message["id"] == id {
+                return message;
+            }
+        }
+    })
+    .await
+    .unwrap_or_else(|_| panic!("no answer to request {id}"))
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_tool_call_over_16_mib_is_answered_with_an_error_and_serving_goes_on() {
+    use tokio::io::{AsyncBufReadExt, AsyncWriteExt};
+    let relay = TestRelay::start(|_| {}).await;
+    let home = tempfile::tempdir().unwrap();
+    let mut child = tokio::process::Command::from(mcp_command(home.path(), &relay.url, &[]))
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::inherit())
+        .kill_on_drop(true)
+        .spawn()
+        .unwrap();
+    let mut stdin = child.stdin.take().unwrap();
+    let mut stdout = tokio::io::BufReader::new(child.stdout.take().unwrap()).lines();
+    let line = |v: serde_json::Value| format!("{v}\n");
+    stdin
+        .write_all(
+            line(json!({ "jsonrpc": "2.0", "id": 1, "method": "initialize", "params": {
+                "protocolVersion": "2025-11-25", "capabilities": {},
+                "clientInfo": { "name": "t", "version": "1" } } }))
+            .as_bytes(),
+        )
+        .await
+        .unwrap();
+    assert!(answer_to(&mut stdout, 1).await["result"].is_object());
+    stdin
+        .write_all(line(json!({ "jsonrpc": "2.0", "method": "notifications/initialized" })).as_bytes())
+        .await
+        .unwrap();
+
+    let body = "x".repeat(17 * 1024 * 1024);
+    let huge = line(json!({ "jsonrpc": "2.0", "id": 2, "method": "tools/call", "params": {
+        "name": "send", "arguments": { "to": ["bob"], "subject": "big", "body": body } } }));
+    stdin.write_all(huge.as_bytes()).await.unwrap();
+    stdin
+        .write_all(
+            line(json!({ "jsonrpc": "2.0", "id": 3, "method": "tools/call", "params": {
+                "name": "inbox", "arguments": {} } }))
+            .as_bytes(),
+        )
+        .await
+        .unwrap();
+    stdin.flush().await.unwrap();
+
+    let refused = answer_to(&mut stdout, 2).await;
+    let message = refused["error"]["message"].as_str().unwrap();
+    for part in ["16 MiB", "params.arguments", "attachments"] {
+        assert!(message.contains(part), "{part:?} missing in {message}");
+    }
+    assert_eq!(refused["error"]["data"]["limit_bytes"], 16 * 1024 * 1024);
+    let inbox = answer_to(&mut stdout, 3).await;
+    assert_eq!(inbox["result"]["isError"], false, "{inbox}");
+    drop(stdin);
+    let status = tokio::time::timeout(EVENT_TIMEOUT, child.wait())
+        .await
+        .unwrap()
+        .unwrap();
+    assert!(status.success(), "{status}");
+}

@@ -7,6 +7,7 @@ mod attach;
 mod era;
 mod errors;
 mod http;
+mod line_limit;
 mod links;
 mod notice;
 mod peers;
@@ -80,7 +81,7 @@ where
         .with_client_session(session)
         .with_route(route.clone());
     let reader = EofSignal::new(reader, eof.clone());
-    let result = match server.serve((reader, writer)).await {
+    let result = match server.serve(line_limit::transport(reader, writer)).await {
         Ok(running) => {
             let waiting = running.waiting();
             tokio::pin!(waiting);
