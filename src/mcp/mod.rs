@@ -7,6 +7,7 @@ mod attach;
 mod era;
 mod errors;
 mod http;
+mod http_auth;
 mod line_limit;
 mod links;
 mod notice;
@@ -15,15 +16,18 @@ mod prompts;
 mod push;
 mod resources;
 mod server;
+mod sessions;
 mod stdio;
 mod strict;
 mod tools;
 mod views;
 
-pub use http::{PATH as HTTP_PATH, serve_http};
+pub use http::{HttpOptions, PATH as HTTP_PATH, serve_http};
+pub use http_auth::BearerToken;
 pub use push::CHANNEL_METHOD;
 pub use resources::{DIRECTORY, IDENTITY, INBOX, MEMORY};
 pub use server::MailslotServer;
+pub use sessions::SessionLimits;
 pub use stdio::EofSignal;
 
 use rmcp::ServiceExt;
