@@ -6,11 +6,12 @@
 //! One job per file: `routes.rs` (the router and the handlers, reading through the mailbox and
 //! the store), `auth.rs` (secret, cookie, CSRF, Host and Origin), `pages.rs` (HTML, escaped by
 //! `maud`), `live.rs` (new mail as Server-Sent Events), `consent.rs` (approve, deny, block with
-//! the owner's passphrase), `relay_status.rs` (the relay's health and metrics), `launch.rs`
+//! the owner's passphrase), `form.rs` (the consent form read into wiped buffers), `relay_status.rs` (the relay's health and metrics), `launch.rs`
 //! (the page that hands the secret to the browser through a private file).
 
 mod auth;
 mod consent;
+mod form;
 mod launch;
 mod live;
 mod pages;
@@ -22,6 +23,8 @@ use std::net::SocketAddr;
 use std::sync::Arc;
 
 use tokio_util::sync::CancellationToken;
+
+pub use form::{ConsentForm, read_form};
 
 use crate::agent::{Agent, AgentError};
 use crate::client::RelayUrl;
