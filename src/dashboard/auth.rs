@@ -138,32 +138,40 @@ fn query_token(query: &str) -> Option<&str> {
         .map(|(_, v)| v)
 }
 
-/// The refusal of a wrong or used secret.
-fn refuse_secret(wrong: bool) -> Response {
-    if wrong {
-        refuse(
-            StatusCode::FORBIDDEN,
-            "wrong or expired token: open the URL that `mailslot dashboard` printed in the terminal (a new one on every launch)",
-        )
-    } else {
-        refuse(
-            StatusCode::FORBIDDEN,
-            "this link was used already, and it works once: go to / in the browser that opened it, or restart `mailslot dashboard` for a new link",
-        )
+/// Why a secret opened nothing.
+enum SecretRefused {
+    /// Not this launch's.
+    Wrong,
+    /// This launch's, used already.
+    Used,
+}
+
+impl IntoResponse for SecretRefused {
+    fn into_response(self) -> Response {
+        match self {
+            SecretRefused::Wrong => refuse(
+                StatusCode::FORBIDDEN,
+                "wrong or expired token: open the URL that `mailslot dashboard` printed in the terminal (a new one on every launch)",
+            ),
+            SecretRefused::Used => refuse(
+                StatusCode::FORBIDDEN,
+                "this link was used already, and it works once: go to / in the browser that opened it, or restart `mailslot dashboard` for a new link",
+            ),
+        }
     }
 }
 
 /// Exchanges the secret `given` for the session cookie: the `Set-Cookie` value, or the
 /// refusal.
-fn exchange(auth: &Auth, given: &str) -> Result<HeaderValue, Response> {
+fn exchange(auth: &Auth, given: &str) -> Result<HeaderValue, SecretRefused> {
     if !same(given, &auth.secret) {
-        return Err(refuse_secret(true));
+        return Err(SecretRefused::Wrong);
     }
     if auth
         .exchanged
         .swap(true, std::sync::atomic::Ordering::SeqCst)
     {
-        return Err(refuse_secret(false));
+        return Err(SecretRefused::Used);
     }
     auth.used.cancel();
     let cookie = format!(
@@ -186,7 +194,7 @@ async fn login(auth: &Auth, request: Request) -> Response {
         );
     };
     let Some(given) = std::str::from_utf8(&body).ok().and_then(query_token) else {
-        return refuse_secret(true);
+        return SecretRefused::Wrong.into_response();
     };
     match exchange(auth, given) {
         Ok(cookie) => {
@@ -194,7 +202,7 @@ async fn login(auth: &Auth, request: Request) -> Response {
             response.headers_mut().insert(header::SET_COOKIE, cookie);
             response
         }
-        Err(refusal) => refusal,
+        Err(refusal) => refusal.into_response(),
     }
 }
 
@@ -219,7 +227,7 @@ pub async fn check(State(app): State<AppState>, request: Request, next: Next) ->
     }
     if let Some(token) = request.uri().query().and_then(query_token) {
         if request.method() != Method::GET {
-            return refuse_secret(true);
+            return SecretRefused::Wrong.into_response();
         }
         return match exchange(auth, token) {
             // A clean URL afterwards (always `/`: never a redirect elsewhere): the secret
@@ -229,7 +237,7 @@ pub async fn check(State(app): State<AppState>, request: Request, next: Next) ->
                 response.headers_mut().insert(header::SET_COOKIE, cookie);
                 response
             }
-            Err(refusal) => refusal,
+            Err(refusal) => refusal.into_response(),
         };
     }
     if !auth

@@ -168,7 +168,7 @@ fn head_fields(head: &[u8]) -> (Option<RequestId>, Option<String>) {
 }
 
 /// One JSON value at the start of `bytes`, and what follows it.
-fn value<'a, T: serde::de::DeserializeOwned>(bytes: &'a [u8]) -> Option<(T, &'a [u8])> {
+fn value<T: serde::de::DeserializeOwned>(bytes: &[u8]) -> Option<(T, &[u8])> {
     let mut values = serde_json::Deserializer::from_slice(bytes).into_iter::<T>();
     let parsed = values.next()?.ok()?;
     Some((parsed, &bytes[values.byte_offset()..]))
