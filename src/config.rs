@@ -28,6 +28,9 @@ pub const ENV_LOG: &str = "MAILSLOT_LOG";
 /// The Claude Code session a stdio `mailslot mcp` serves (Claude Code sets it for its MCP
 /// servers); what its tool results show is recorded under it, as the hooks record theirs.
 pub const ENV_CLAUDE_CODE_SESSION: &str = "CLAUDE_CODE_SESSION_ID";
+/// The program that opens the dashboard's launch page (`file://…`, its one argument) in a
+/// browser; without it, `xdg-open` (`open` on macOS).
+pub const ENV_BROWSER: &str = "MAILSLOT_BROWSER";
 /// Every environment variable a client config may set for mailslot (it also reads
 /// [`ENV_CLAUDE_CODE_SESSION`], which Claude Code sets itself).
 pub const ENV_VARS: &[&str] = &[

@@ -1,9 +1,10 @@
 //! `mailslot dashboard` as a process against a real relay and real agents: refused without
 //! its secret, a foreign Host, a POST without the CSRF token or from another Origin, and a
 //! wrong passphrase; a contacts page that waits on no slow relay one request after another;
-//! and in Debian's Chromium driven by Playwright (`tests/browser/`): open with the secret,
-//! approve a contact request with the owner passphrase, see alice's message arrive live, read
-//! it, and find its hostile HTML shown as text.
+//! that the browser is handed a private launch page, never the secret; and in Debian's
+//! Chromium driven by Playwright (`tests/browser/`): open the launch page, approve a contact
+//! request with the owner passphrase, see alice's message arrive live, read it, and find its
+//! hostile HTML shown as text.
 
 mod common;
 
@@ -70,7 +71,8 @@ struct World {
     dashboard: DashboardChild,
 }
 
-async fn world() -> World {
+/// With `opener`, the dashboard opens its launch page with it (see [`fake_opener`]).
+async fn world(opener: Option<&Path>) -> World {
     let relay = TestRelay::start(|c| c.default_policy = Some(Policy::Contacts)).await;
     let bob_home = tempfile::tempdir().unwrap();
     let alice_home = tempfile::tempdir().unwrap();
@@ -107,7 +109,7 @@ async fn world() -> World {
     ))
     .unwrap();
     let code = asked["code"].as_str().unwrap().to_owned();
-    let dashboard = start_dashboard(bob_home.path(), &relay);
+    let dashboard = start_dashboard(bob_home.path(), &relay, opener);
     World {
         relay,
         bob_home,
@@ -117,14 +119,22 @@ async fn world() -> World {
     }
 }
 
-fn start_dashboard(home: &Path, relay: &TestRelay) -> DashboardChild {
+/// `mailslot dashboard` for `home`; with `opener`, it opens its launch page with that program
+/// (`MAILSLOT_BROWSER`), else it only prints the URL (`--no-open`).
+fn start_dashboard(home: &Path, relay: &TestRelay, opener: Option<&Path>) -> DashboardChild {
     let stderr = tempfile::NamedTempFile::new().unwrap();
-    let mut child = Command::new(env!("CARGO_BIN_EXE_mailslot"))
-        .args(["dashboard", "--listen", "127.0.0.1:0", "--no-open"])
+    let mut command = Command::new(env!("CARGO_BIN_EXE_mailslot"));
+    command
+        .args(["dashboard", "--listen", "127.0.0.1:0"])
         .env_clear()
         .env("MAILSLOT_HOME", home)
         .env("MAILSLOT_RELAY", relay.url.as_str())
-        .env("MAILSLOT_LOG", "debug")
+        .env("MAILSLOT_LOG", "debug");
+    match opener {
+        Some(opener) => command.env("MAILSLOT_BROWSER", opener),
+        None => command.arg("--no-open"),
+    };
+    let mut child = command
         .stdin(Stdio::null())
         .stdout(Stdio::piped())
         .stderr(stderr.reopen().unwrap())
@@ -242,7 +252,7 @@ fn bob_requests(world: &World) -> serde_json::Value {
 // Multi-threaded: the test blocks on child processes while the in-process relay serves them.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_dashboard_refuses_requests_without_its_secret() {
-    let world = world().await;
+    let world = world(None).await;
     let d = &world.dashboard;
     let addr = d.addr;
     let host = addr.to_string();
@@ -441,6 +451,117 @@ async fn the_dashboard_refuses_requests_without_its_secret() {
     );
 }
 
+/// A stand-in for the desktop's browser opener: it writes what it was given (its arguments,
+/// the file's and its folder's modes, a copy of the file) into `out`, then `out/done`.
+fn fake_opener(out: &Path) -> std::path::PathBuf {
+    let script = out.join("opener");
+    let o = out.display();
+    std::fs::write(
+        &script,
+        format!(
+            "#!/bin/sh\nfor a in \"$@\"; do printf '%s\\n' \"$a\"; done > {o}/argv\nf=\"${{1#file://}}\"\nstat -c %a \"$f\" > {o}/mode\nstat -c %a \"$(dirname \"$f\")\" > {o}/dir_mode\ncp \"$f\" {o}/page.html\ntouch {o}/done\n"
+        ),
+    )
+    .unwrap();
+    std::fs::set_permissions(&script, std::os::unix::fs::PermissionsExt::from_mode(0o755)).unwrap();
+    script
+}
+
+/// The value of attribute `name` after `after` in `html`.
+fn attribute<'a>(html: &'a str, after: &str, name: &str) -> &'a str {
+    let rest = &html[html.find(after).unwrap()..];
+    let start = rest.find(&format!("{name}=\"")).unwrap() + name.len() + 2;
+    let end = rest[start..].find('"').unwrap();
+    &rest[start..start + end]
+}
+
+// Multi-threaded: the test blocks on child processes while the in-process relay serves them.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_browser_gets_a_private_launch_page_never_the_secret() {
+    let relay = TestRelay::start(|_| {}).await;
+    let home = tempfile::tempdir().unwrap();
+    let out = tempfile::tempdir().unwrap();
+    mailslot(home.path(), &relay, &["--agent", "bob", "register"]);
+    let d = start_dashboard(home.path(), &relay, Some(&fake_opener(out.path())));
+    let secret = d.url.split("token=").nth(1).unwrap().to_owned();
+    let host = d.addr.to_string();
+    common::wait_until(EVENT_TIMEOUT, "the opener ran", async || {
+        out.path().join("done").exists().then_some(())
+    })
+    .await;
+    let read = |name: &str| std::fs::read_to_string(out.path().join(name)).unwrap();
+
+    // The opener's command line names a file in the home, and carries no secret.
+    let argv = read("argv");
+    assert!(
+        !argv.contains(&secret),
+        "the secret on a command line: {argv}"
+    );
+    let launch_dir = home.path().join("dashboard");
+    let file = argv.trim().strip_prefix("file://").unwrap();
+    assert_eq!(
+        Path::new(file).parent(),
+        Some(launch_dir.as_path()),
+        "{argv}"
+    );
+    assert_eq!(argv.lines().count(), 1, "{argv}");
+    // Only the owner can read the file, or enter its folder.
+    assert_eq!(read("mode").trim(), "600");
+    assert_eq!(read("dir_mode").trim(), "700");
+
+    // What the page does, done by hand: post the secret to the form's action, from a file://
+    // page (Origin: null). The answer sets the cookie and moves on to `/`.
+    let page = read("page.html");
+    let action = attribute(&page, "<form", "action");
+    assert_eq!(action, format!("http://{host}/login"));
+    let token = attribute(&page, r#"name="token""#, "value");
+    assert_eq!(token, secret);
+    let login = |origin: &str| {
+        let form = format!("token={token}");
+        http(
+            d.addr,
+            &format!(
+                "POST /login HTTP/1.1\r\nHost: {host}\r\nOrigin: {origin}\r\nContent-Type: application/x-www-form-urlencoded\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{form}",
+                form.len()
+            ),
+        )
+    };
+    let entered = login("null");
+    assert_eq!(entered.status, 200, "{}", entered.body);
+    assert!(
+        entered
+            .body
+            .contains(r#"http-equiv="refresh" content="0; url=/""#),
+        "{}",
+        entered.body
+    );
+    let set = entered.header("set-cookie").unwrap();
+    assert!(
+        set.contains("HttpOnly") && set.contains("SameSite=Strict"),
+        "{set}"
+    );
+    let cookie = set.split(';').next().unwrap().to_owned();
+    let home_page = get(d.addr, "/", &host, Some(&cookie));
+    assert_eq!(home_page.status, 200);
+    assert!(
+        home_page.body.contains(r#"href="/agents/bob""#),
+        "{}",
+        home_page.body
+    );
+
+    // Used, the page is gone, and neither it nor the printed link opens anything again.
+    common::wait_until(EVENT_TIMEOUT, "the launch page was removed", async || {
+        (!Path::new(file).exists()).then_some(())
+    })
+    .await;
+    assert_eq!(login("null").status, 403);
+    assert_eq!(
+        get(d.addr, &format!("/?token={secret}"), &host, None).status,
+        403
+    );
+    assert!(!d.logs().contains(&secret), "no secret in the logs");
+}
+
 /// What a failed browser script wrote on stderr.
 async fn said(stderr: &mut tokio::process::ChildStderr) -> String {
     let mut text = String::new();
@@ -463,7 +584,14 @@ async fn the_dashboard_in_a_real_browser() {
     ) else {
         return;
     };
-    let world = world().await;
+    // The browser opens the launch page, as a desktop's would.
+    let out = tempfile::tempdir().unwrap();
+    let world = world(Some(&fake_opener(out.path()))).await;
+    common::wait_until(EVENT_TIMEOUT, "the opener ran", async || {
+        out.path().join("done").exists().then_some(())
+    })
+    .await;
+    let launch = std::fs::read_to_string(out.path().join("argv")).unwrap();
     let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/browser/dashboard.mjs");
     let mut browser = tokio::process::Command::new(&tools[0]);
     browser
@@ -473,7 +601,7 @@ async fn the_dashboard_in_a_real_browser() {
         .env("HOME", std::env::temp_dir())
         .env("MAILSLOT_PLAYWRIGHT", &tools[1])
         .env("MAILSLOT_CHROMIUM", &tools[2])
-        .env("DASHBOARD_URL", &world.dashboard.url)
+        .env("DASHBOARD_URL", launch.trim())
         .env("AGENT", "bob")
         .env("REQUESTER", "alice")
         .env("CODE", &world.code)
@@ -548,7 +676,7 @@ async fn the_contacts_page_looks_up_requesters_keys_together_within_a_deadline()
     use mailslot::protocol::{Address, LinkAnswer, LinkRequest, RequestCode};
     use tokio_tungstenite::tungstenite::Message as Ws;
 
-    let world = world().await;
+    let world = world(None).await;
     // Six agents of relay C ask bob, over C's link to bob's relay.
     let c = TestRelay::start(|_| {}).await;
     let mut ws = link_as(&c, &world.relay).await;

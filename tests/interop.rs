@@ -361,10 +361,11 @@ const CONFORMANCE_SCENARIOS: [&str; 11] = [
 ];
 
 /// A `mailslot mcp --http 127.0.0.1:0` child process, killed when dropped (so also when the test
-/// panics).
+/// panics), behind a proxy that adds the agent's bearer token to every request (the suite has
+/// no way to send one).
 struct HttpServer {
     child: tokio::process::Child,
-    /// `http://127.0.0.1:PORT/mcp`
+    /// `http://127.0.0.1:PROXY_PORT/mcp`
     url: String,
     /// Everything it wrote to stderr, once it has exited.
     stderr: tokio::task::JoinHandle<String>,
@@ -411,6 +412,23 @@ impl HttpServer {
             }
             seen
         });
+        let token = Command::new(env!("CARGO_BIN_EXE_mailslot"))
+            .args(["--agent", "alice", "--relay", relay, "mcp", "--print-token"])
+            .env_clear()
+            .env("MAILSLOT_HOME", home)
+            .output()
+            .await
+            .unwrap();
+        assert!(token.status.success(), "{token:?}");
+        let token = String::from_utf8(token.stdout).unwrap().trim().to_owned();
+        let upstream = url
+            .strip_prefix("http://")
+            .and_then(|u| u.strip_suffix("/mcp"))
+            .unwrap()
+            .to_owned();
+        let proxy = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let url = format!("http://{}/mcp", proxy.local_addr().unwrap());
+        tokio::spawn(bearer_proxy(proxy, upstream, token));
         Self { child, url, stderr }
     }
 
@@ -439,6 +457,48 @@ impl HttpServer {
             .map(Result::unwrap)
             .unwrap_or_else(|_| "(stderr still open)".into());
         (status, stderr)
+    }
+}
+
+/// Forwards each connection of `listener` to `upstream`, adding `Authorization: Bearer TOKEN`
+/// to its request head (and `Connection: close`, so that each connection carries one request
+/// and every request gets the header).
+async fn bearer_proxy(listener: tokio::net::TcpListener, upstream: String, token: String) {
+    use tokio::io::AsyncWriteExt;
+    loop {
+        let Ok((mut client, _)) = listener.accept().await else {
+            return;
+        };
+        let (upstream, token) = (upstream.clone(), token.clone());
+        tokio::spawn(async move {
+            let mut head = Vec::new();
+            let mut buf = [0u8; 4096];
+            let end = loop {
+                let n = client.read(&mut buf).await.unwrap_or(0);
+                if n == 0 || head.len() > 64 * 1024 {
+                    return;
+                }
+                head.extend_from_slice(&buf[..n]);
+                if let Some(i) = head.windows(4).position(|w| w == b"\r\n\r\n") {
+                    break i;
+                }
+            };
+            let text = String::from_utf8_lossy(&head[..end]).into_owned();
+            let mut lines: Vec<&str> = text
+                .split("\r\n")
+                .filter(|l| !l.to_ascii_lowercase().starts_with("connection:"))
+                .collect();
+            let auth = format!("Authorization: Bearer {token}");
+            lines.extend([auth.as_str(), "Connection: close"]);
+            let mut forwarded = lines.join("\r\n").into_bytes();
+            forwarded.extend_from_slice(&head[end..]);
+            let Ok(mut server) = tokio::net::TcpStream::connect(&upstream).await else {
+                return;
+            };
+            if server.write_all(&forwarded).await.is_ok() {
+                let _ = tokio::io::copy_bidirectional(&mut client, &mut server).await;
+            }
+        });
     }
 }
 

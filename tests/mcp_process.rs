@@ -292,22 +292,23 @@ fn the_demo_runs_end_to_end_and_cleans_up() {
     assert!(!Path::new(folder).exists(), "{folder} was left behind");
 }
 
-/// Sends one HTTP/1.1 request and returns the status line and whatever body arrives until the
-/// server closes the response or `until` appears in it.
-async fn http_post(
+/// One HTTP/1.1 request to `/mcp` with `headers` (`Host` among them); the status line and
+/// whatever arrives until the server closes the response or `until` appears in it.
+async fn http_request(
     addr: &str,
-    host: &str,
-    origin: Option<&str>,
+    method: &str,
+    headers: &[(&str, &str)],
     body: &str,
     until: &str,
 ) -> (String, String) {
     use tokio::io::{AsyncReadExt, AsyncWriteExt};
     let mut tcp = tokio::net::TcpStream::connect(addr).await.unwrap();
-    let origin = origin
-        .map(|o| format!("Origin: {o}\r\n"))
-        .unwrap_or_default();
+    let headers: String = headers
+        .iter()
+        .map(|(name, value)| format!("{name}: {value}\r\n"))
+        .collect();
     let request = format!(
-        "POST /mcp HTTP/1.1\r\nHost: {host}\r\n{origin}Content-Type: application/json\r\nAccept: application/json, text/event-stream\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{body}",
+        "{method} /mcp HTTP/1.1\r\n{headers}Content-Type: application/json\r\nAccept: application/json, text/event-stream\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{body}",
         body.len()
     );
     tcp.write_all(request.as_bytes()).await.unwrap();
@@ -317,7 +318,7 @@ async fn http_post(
         loop {
             let n = tcp.read(&mut buf).await.unwrap();
             got.extend_from_slice(&buf[..n]);
-            if n == 0 || String::from_utf8_lossy(&got).contains(until) {
+            if n == 0 || (!until.is_empty() && String::from_utf8_lossy(&got).contains(until)) {
                 break;
             }
         }
@@ -329,17 +330,24 @@ async fn http_post(
     (status, text)
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn streamable_http_on_loopback_refuses_foreign_hosts_and_origins() {
-    let relay = TestRelay::start(|_| {}).await;
-    let home = tempfile::tempdir().unwrap();
-    let refused = mcp_command(home.path(), &relay.url, &["--http", "0.0.0.0:0"])
-        .output()
-        .unwrap();
-    assert!(!refused.status.success());
-    assert!(String::from_utf8_lossy(&refused.stderr).contains("not a loopback address"));
+/// A server child, killed when dropped (so also when the test fails).
+struct HttpChild(std::process::Child);
 
-    let mut child = mcp_command(home.path(), &relay.url, &["--http", "127.0.0.1:0"])
+impl Drop for HttpChild {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+/// A `mailslot mcp --http 127.0.0.1:0 EXTRA…` child for alice in `home`; its address.
+fn http_mcp(
+    home: &Path,
+    relay: &mailslot::client::RelayUrl,
+    extra: &[&str],
+) -> (HttpChild, String) {
+    let mut child = mcp_command(home, relay, &["--http", "127.0.0.1:0"])
+        .args(extra)
         .stderr(Stdio::piped())
         .spawn()
         .unwrap();
@@ -354,35 +362,300 @@ async fn streamable_http_on_loopback_refuses_foreign_hosts_and_origins() {
             break rest.trim_end_matches("/mcp").to_owned();
         }
     };
-    let init = r#"{"jsonrpc":"2.0","id":1,"method":"initialize","params":{"protocolVersion":"2025-11-25","capabilities":{},"clientInfo":{"name":"t","version":"1"}}}"#;
-    let (status, body) = http_post(&addr, &addr, None, init, "\"serverInfo\"").await;
-    assert!(status.contains("200"), "{body}");
-    assert!(body.contains("\"name\":\"mailslot\""), "{body}");
-    let (status, _) = http_post(&addr, "evil.example.com", None, init, "\r\n\r\n").await;
-    assert!(status.contains("403"), "{status}");
-    let (status, _) = http_post(
-        &addr,
-        &addr,
-        Some("http://evil.example.com"),
-        init,
-        "\r\n\r\n",
-    )
-    .await;
-    assert!(status.contains("403"), "{status}");
-    let (status, _) = http_post(
-        &addr,
-        &addr,
-        Some("http://localhost:3000"),
-        init,
-        "\"serverInfo\"",
-    )
-    .await;
-    assert!(status.contains("200"), "{status}");
+    // Keep reading its stderr, so that its logging never blocks on a full pipe.
+    std::thread::spawn(move || std::io::copy(&mut stderr, &mut std::io::sink()));
+    (HttpChild(child), addr)
+}
+
+/// Stops an HTTP server child with SIGTERM; fails unless it exits cleanly.
+fn stop_http(mut child: HttpChild) {
     nix::sys::signal::kill(
-        nix::unistd::Pid::from_raw(child.id() as i32),
+        nix::unistd::Pid::from_raw(child.0.id() as i32),
         nix::sys::signal::Signal::SIGTERM,
     )
     .unwrap();
-    let (status, _) = exit_status(&mut child);
+    let (status, _) = exit_status(&mut child.0);
+    assert!(status.success(), "{status}");
+}
+
+/// alice's bearer token for MCP over HTTP, as its owner gets it.
+fn print_token(home: &Path, relay: &mailslot::client::RelayUrl) -> String {
+    let out = mcp_command(home, relay, &["--print-token"])
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    String::from_utf8(out.stdout).unwrap().trim().to_owned()
+}
+
+const INIT: &str = r#"{"jsonrpc":"2.0","id":1,"method":"initialize","params":{"protocolVersion":"2025-11-25","capabilities":{},"clientInfo":{"name":"t","version":"1"}}}"#;
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn streamable_http_on_loopback_refuses_foreign_hosts_and_origins() {
+    let relay = TestRelay::start(|_| {}).await;
+    let home = tempfile::tempdir().unwrap();
+    let refused = mcp_command(home.path(), &relay.url, &["--http", "0.0.0.0:0"])
+        .output()
+        .unwrap();
+    assert!(!refused.status.success());
+    assert!(String::from_utf8_lossy(&refused.stderr).contains("not a loopback address"));
+
+    let token = print_token(home.path(), &relay.url);
+    let bearer = format!("Bearer {token}");
+    let (child, addr) = http_mcp(home.path(), &relay.url, &[]);
+    let post = async |host: &str, origin: Option<&str>, until: &str| {
+        let mut headers = vec![("Host", host), ("Authorization", bearer.as_str())];
+        headers.extend(origin.map(|o| ("Origin", o)));
+        http_request(&addr, "POST", &headers, INIT, until).await
+    };
+    let (status, body) = post(&addr, None, "\"serverInfo\"").await;
+    assert!(status.contains("200"), "{body}");
+    assert!(body.contains("\"name\":\"mailslot\""), "{body}");
+    let (status, _) = post("evil.example.com", None, "\r\n\r\n").await;
+    assert!(status.contains("403"), "{status}");
+    let (status, _) = post(&addr, Some("http://evil.example.com"), "\r\n\r\n").await;
+    assert!(status.contains("403"), "{status}");
+    let (status, _) = post(&addr, Some("http://localhost:3000"), "\"serverInfo\"").await;
+    assert!(status.contains("200"), "{status}");
+    stop_http(child);
+}
+
+/// The value of header `name` in a raw HTTP answer.
+fn header_of<'a>(answer: &'a str, name: &str) -> Option<&'a str> {
+    answer
+        .split("\r\n\r\n")
+        .next()?
+        .lines()
+        .filter_map(|l| l.split_once(':'))
+        .find(|(n, _)| n.eq_ignore_ascii_case(name))
+        .map(|(_, v)| v.trim())
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn streamable_http_needs_the_agents_token_and_bounds_its_sessions() {
+    let relay = TestRelay::start(|_| {}).await;
+    let home = tempfile::tempdir().unwrap();
+    register(home.path(), "bob", &relay.url);
+    let token = print_token(home.path(), &relay.url);
+    let file = home.path().join("agents/alice/mcp-http.token");
+    assert_eq!(std::fs::read_to_string(&file).unwrap().trim(), token);
+    assert_eq!(
+        std::os::unix::fs::PermissionsExt::mode(&std::fs::metadata(&file).unwrap().permissions())
+            & 0o777,
+        0o600
+    );
+    let (child, addr) = http_mcp(
+        home.path(),
+        &relay.url,
+        &["--max-sessions", "2", "--session-idle-secs", "3"],
+    );
+    let bearer = format!("Bearer {token}");
+    let call = |id: u32, tool: &str| {
+        format!(
+            r#"{{"jsonrpc":"2.0","id":{id},"method":"tools/call","params":{{"name":"{tool}","arguments":{{}}}}}}"#
+        )
+    };
+
+    // Without the token (or without its scheme), or with another, nothing: no session, no
+    // tool, no stream.
+    let wrong = [
+        (None, false),
+        (Some(token.as_str()), false),
+        (Some("Bearer not-the-token"), true),
+    ];
+    for (auth, invalid) in wrong {
+        let mut headers = vec![("Host", addr.as_str())];
+        headers.extend(auth.map(|a| ("Authorization", a)));
+        for (method, body) in [
+            ("POST", INIT.to_owned()),
+            ("POST", call(2, "inbox")),
+            ("GET", String::new()),
+        ] {
+            let (status, answer) = http_request(&addr, method, &headers, &body, "").await;
+            assert!(status.contains("401"), "{auth:?} {method}: {answer}");
+            let challenge = header_of(&answer, "www-authenticate").unwrap();
+            assert!(challenge.starts_with("Bearer"), "{challenge}");
+            assert_eq!(challenge.contains("invalid_token"), invalid, "{challenge}");
+            assert!(answer.contains("--print-token"), "{answer}");
+            assert!(
+                !answer.contains("serverInfo") && !answer.contains("result"),
+                "no data without the token: {answer}"
+            );
+        }
+    }
+
+    // With it: a session, and its tools.
+    fn with_token<'a>(
+        addr: &'a str,
+        bearer: &'a str,
+        session: Option<&'a str>,
+    ) -> Vec<(&'a str, &'a str)> {
+        let mut headers = vec![("Host", addr), ("Authorization", bearer)];
+        headers.extend(session.map(|s| ("Mcp-Session-Id", s)));
+        headers
+    }
+    let open = async || {
+        let (status, answer) = http_request(
+            &addr,
+            "POST",
+            &with_token(&addr, &bearer, None),
+            INIT,
+            "\"serverInfo\"",
+        )
+        .await;
+        assert!(status.contains("200"), "{answer}");
+        header_of(&answer, "mcp-session-id").unwrap().to_owned()
+    };
+    let first = open().await;
+    let initialized = r#"{"jsonrpc":"2.0","method":"notifications/initialized"}"#;
+    let (status, answer) = http_request(
+        &addr,
+        "POST",
+        &with_token(&addr, &bearer, Some(&first)),
+        initialized,
+        "",
+    )
+    .await;
+    assert!(status.contains("202"), "{answer}");
+    let (status, answer) = http_request(
+        &addr,
+        "POST",
+        &with_token(&addr, &bearer, Some(&first)),
+        &call(2, "contacts"),
+        "\"id\":2",
+    )
+    .await;
+    assert!(
+        status.contains("200") && answer.contains("\"result\""),
+        "{answer}"
+    );
+
+    // The cap: a second session, then a clear refusal.
+    let _second = open().await;
+    let (status, answer) =
+        http_request(&addr, "POST", &with_token(&addr, &bearer, None), INIT, "").await;
+    assert!(status.contains("503"), "{answer}");
+    assert!(
+        answer.contains("already serves 2 sessions") && answer.contains("--max-sessions"),
+        "{answer}"
+    );
+
+    // Idle sessions end: the first one's event stream closes when it expires, and its place
+    // is free again.
+    let (status, answer) = http_request(
+        &addr,
+        "GET",
+        &with_token(&addr, &bearer, Some(&first)),
+        "",
+        "",
+    )
+    .await;
+    assert!(
+        status.contains("200"),
+        "the stream closed with the session: {answer}"
+    );
+    let (status, answer) = http_request(
+        &addr,
+        "POST",
+        &with_token(&addr, &bearer, Some(&first)),
+        &call(3, "contacts"),
+        "",
+    )
+    .await;
+    assert!(status.contains("404"), "the session is gone: {answer}");
+    open().await;
+    stop_http(child);
+}
+
+/// Reads lines from `stdout` until the JSON-RPC answer with `id`; fails after a bound.
+async fn answer_to(
+    stdout: &mut tokio::io::Lines<tokio::io::BufReader<tokio::process::ChildStdout>>,
+    id: u32,
+) -> serde_json::Value {
+    tokio::time::timeout(EVENT_TIMEOUT, async {
+        loop {
+            let line = stdout
+                .next_line()
+                .await
+                .unwrap()
+                .expect("mailslot mcp closed its output");
+            let message: serde_json::Value = serde_json::from_str(&line).unwrap();
+            if message["id"] == id {
+                return message;
+            }
+        }
+    })
+    .await
+    .unwrap_or_else(|_| panic!("no answer to request {id}"))
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_tool_call_over_16_mib_is_answered_with_an_error_and_serving_goes_on() {
+    use tokio::io::{AsyncBufReadExt, AsyncWriteExt};
+    let relay = TestRelay::start(|_| {}).await;
+    let home = tempfile::tempdir().unwrap();
+    let mut child = tokio::process::Command::from(mcp_command(home.path(), &relay.url, &[]))
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::inherit())
+        .kill_on_drop(true)
+        .spawn()
+        .unwrap();
+    let mut stdin = child.stdin.take().unwrap();
+    let mut stdout = tokio::io::BufReader::new(child.stdout.take().unwrap()).lines();
+    let line = |v: serde_json::Value| format!("{v}\n");
+    stdin
+        .write_all(
+            line(
+                json!({ "jsonrpc": "2.0", "id": 1, "method": "initialize", "params": {
+                "protocolVersion": "2025-11-25", "capabilities": {},
+                "clientInfo": { "name": "t", "version": "1" } } }),
+            )
+            .as_bytes(),
+        )
+        .await
+        .unwrap();
+    assert!(answer_to(&mut stdout, 1).await["result"].is_object());
+    stdin
+        .write_all(
+            line(json!({ "jsonrpc": "2.0", "method": "notifications/initialized" })).as_bytes(),
+        )
+        .await
+        .unwrap();
+
+    let body = "x".repeat(17 * 1024 * 1024);
+    let huge = line(
+        json!({ "jsonrpc": "2.0", "id": 2, "method": "tools/call", "params": {
+        "name": "send", "arguments": { "to": ["bob"], "subject": "big", "body": body } } }),
+    );
+    stdin.write_all(huge.as_bytes()).await.unwrap();
+    stdin
+        .write_all(
+            line(
+                json!({ "jsonrpc": "2.0", "id": 3, "method": "tools/call", "params": {
+                "name": "inbox", "arguments": {} } }),
+            )
+            .as_bytes(),
+        )
+        .await
+        .unwrap();
+    stdin.flush().await.unwrap();
+
+    let refused = answer_to(&mut stdout, 2).await;
+    let message = refused["error"]["message"].as_str().unwrap();
+    for part in ["16 MiB", "params.arguments", "attachments"] {
+        assert!(message.contains(part), "{part:?} missing in {message}");
+    }
+    assert_eq!(refused["error"]["data"]["limit_bytes"], 16 * 1024 * 1024);
+    let inbox = answer_to(&mut stdout, 3).await;
+    assert_eq!(inbox["result"]["isError"], false, "{inbox}");
+    drop(stdin);
+    let status = tokio::time::timeout(EVENT_TIMEOUT, child.wait())
+        .await
+        .unwrap()
+        .unwrap();
     assert!(status.success(), "{status}");
 }

@@ -1,5 +1,5 @@
 //! `mailslot dashboard`: the owner's web UI on loopback, opened with a secret URL printed
-//! here (and handed to the browser unless `--no-open`).
+//! here, or (unless `--no-open`) by the browser through a private launch page.
 
 use std::net::SocketAddr;
 
@@ -22,7 +22,7 @@ pub(super) fn run(ctx: &Ctx, listen: SocketAddr, open: bool) -> anyhow::Result<(
         .enable_all()
         .build()?;
     runtime.block_on(async {
-        let dashboard = Dashboard::start(DashboardConfig {
+        let mut dashboard = Dashboard::start(DashboardConfig {
             listen,
             paths: ctx.paths.clone(),
             relay,
@@ -37,7 +37,12 @@ pub(super) fn run(ctx: &Ctx, listen: SocketAddr, open: bool) -> anyhow::Result<(
         );
         outln!("{url}")?;
         if open {
-            open_browser(&url);
+            // The browser gets a private file that carries the secret, never the secret
+            // itself: other users can read its command line.
+            match dashboard.launch_page() {
+                Ok(page) => open_browser(&page),
+                Err(e) => eprintln!("mailslot: {e}; open the URL yourself"),
+            }
         }
         dashboard
             .run_until(async {
@@ -52,20 +57,28 @@ pub(super) fn run(ctx: &Ctx, listen: SocketAddr, open: bool) -> anyhow::Result<(
     Ok(())
 }
 
-/// Hands the URL to the desktop's browser; without one, the printed URL is the way in.
-fn open_browser(url: &str) {
-    let opener = if cfg!(target_os = "macos") {
-        "open"
-    } else {
-        "xdg-open"
-    };
-    let started = std::process::Command::new(opener)
-        .arg(url)
+/// Hands the launch page's `file://` URL to the desktop's browser (or `MAILSLOT_BROWSER`);
+/// without one, the printed URL is the way in.
+fn open_browser(page: &str) {
+    let opener = std::env::var_os(crate::config::ENV_BROWSER)
+        .filter(|o| !o.is_empty())
+        .unwrap_or_else(|| {
+            if cfg!(target_os = "macos") {
+                "open".into()
+            } else {
+                "xdg-open".into()
+            }
+        });
+    let started = std::process::Command::new(&opener)
+        .arg(page)
         .stdin(std::process::Stdio::null())
         .stdout(std::process::Stdio::null())
         .stderr(std::process::Stdio::null())
         .spawn();
     if started.is_err() {
-        eprintln!("mailslot: no browser could be started ({opener}); open the URL yourself");
+        eprintln!(
+            "mailslot: no browser could be started ({}); open the URL yourself",
+            opener.to_string_lossy()
+        );
     }
 }

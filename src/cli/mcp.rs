@@ -4,12 +4,28 @@
 use anyhow::Context;
 
 use super::Ctx;
+use super::output::outln;
 use crate::doorbell::claude_code::{self, Route};
 use crate::mailbox::{Mailbox, RelayStatus};
 use crate::store::SessionKey;
 
-pub(super) fn run(ctx: &Ctx, http: Option<std::net::SocketAddr>) -> anyhow::Result<()> {
+/// `mailslot mcp --print-token`: the agent's bearer token for MCP over HTTP, on stdout.
+pub(super) fn print_token(ctx: &Ctx) -> anyhow::Result<()> {
     let agent = ctx.open_or_create_agent()?;
+    let token = crate::mcp::BearerToken::load_or_create(&agent.dir)?;
+    outln!("{}", token.expose())?;
+    Ok(())
+}
+
+pub(super) fn run(
+    ctx: &Ctx,
+    http: Option<std::net::SocketAddr>,
+    limits: crate::mcp::SessionLimits,
+) -> anyhow::Result<()> {
+    let agent = ctx.open_or_create_agent()?;
+    let token = http
+        .map(|_| crate::mcp::BearerToken::load_or_create(&agent.dir))
+        .transpose()?;
     // The embedded relay may fail to start: serve from the store anyway and keep retrying.
     let relay = ctx.relay_url_or_default();
     let runtime = tokio::runtime::Builder::new_multi_thread()
@@ -27,8 +43,8 @@ pub(super) fn run(ctx: &Ctx, http: Option<std::net::SocketAddr>) -> anyhow::Resu
         let doorbell = crate::doorbell::Doorbell::start(&mailbox);
         let _openclaw =
             crate::doorbell::openclaw::start(ctx.config.openclaw.as_ref(), &mailbox, &doorbell);
-        match http {
-            Some(addr) => {
+        match http.zip(token) {
+            Some((addr, token)) => {
                 let stop = tokio_util::sync::CancellationToken::new();
                 tokio::spawn({
                     let stop = stop.clone();
@@ -39,7 +55,12 @@ pub(super) fn run(ctx: &Ctx, http: Option<std::net::SocketAddr>) -> anyhow::Resu
                         stop.cancel();
                     }
                 });
-                crate::mcp::serve_http(mailbox, doorbell, addr, stop).await?;
+                let options = crate::mcp::HttpOptions {
+                    addr,
+                    token,
+                    limits,
+                };
+                crate::mcp::serve_http(mailbox, doorbell, options, stop).await?;
             }
             None => {
                 let session = client_session();

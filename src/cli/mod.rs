@@ -410,12 +410,24 @@ pub enum Command {
     },
     /// Serve this agent's mailbox to an LLM client (MCP over stdio)
     #[command(
-        after_help = "Examples:\n  claude mcp add mailslot -- mailslot --agent reviewer mcp\n  mailslot --agent reviewer mcp --http 127.0.0.1:8787"
+        after_help = "Examples:\n  claude mcp add mailslot -- mailslot --agent reviewer mcp\n  mailslot --agent reviewer mcp --http 127.0.0.1:8787\n  mailslot --agent reviewer mcp --print-token   # the HTTP client's bearer token"
     )]
     Mcp {
-        /// Serve Streamable HTTP on this loopback address instead, like 127.0.0.1:8787
+        /// Serve Streamable HTTP on this loopback address instead, like 127.0.0.1:8787; every
+        /// request needs the agent's bearer token (see --print-token)
         #[arg(long, value_name = "ADDR")]
         http: Option<std::net::SocketAddr>,
+        /// Print the agent's bearer token for MCP over HTTP (made on first use, kept in the
+        /// agent's folder as mcp-http.token) and exit; put it in the client's config, never on a
+        /// command line
+        #[arg(long, conflicts_with_all = ["http", "max_sessions", "session_idle_secs"])]
+        print_token: bool,
+        /// With --http: the most sessions served at once
+        #[arg(long, value_name = "N", default_value_t = crate::mcp::SessionLimits::DEFAULT.max, value_parser = clap::builder::RangedU64ValueParser::<usize>::new().range(1..=10_000), requires = "http")]
+        max_sessions: usize,
+        /// With --http: a session without a request or message for this many seconds ends
+        #[arg(long, value_name = "SECS", default_value_t = crate::mcp::SessionLimits::DEFAULT.idle.as_secs(), value_parser = clap::value_parser!(u64).range(1..=86_400), requires = "http")]
+        session_idle_secs: u64,
     },
     /// Claude Code hooks: the digest of mail the session has not seen (session-start, prompt, post-tool), keep working on it (stop), or wake an idle session (wake, in an asyncRewake entry)
     Hook {
@@ -780,7 +792,22 @@ fn dispatch(cli: Cli) -> anyhow::Result<ExitCode> {
         Command::Whois { address } => peers::whois(&ctx, address),
         Command::Policy { policy } => consent::change(&ctx, Change::Policy(policy)),
         Command::Hook { kind } => return hook::run(&ctx, kind),
-        Command::Mcp { http } => mcp::run(&ctx, http),
+        Command::Mcp {
+            http,
+            print_token,
+            max_sessions,
+            session_idle_secs,
+        } => {
+            if print_token {
+                mcp::print_token(&ctx)
+            } else {
+                let limits = crate::mcp::SessionLimits {
+                    max: max_sessions,
+                    idle: std::time::Duration::from_secs(session_idle_secs),
+                };
+                mcp::run(&ctx, http, limits)
+            }
+        }
         Command::Dashboard { listen, no_open } => dashboard::run(&ctx, listen, !no_open),
         Command::Demo => tokio::runtime::Builder::new_multi_thread()
             .worker_threads(2)

@@ -1,19 +1,22 @@
-//! Who may use the dashboard: whoever holds this launch's secret. The secret arrives once in
-//! the URL printed to the terminal (`/?token=…`) and works once: it is exchanged for another
-//! random value in an HttpOnly, SameSite=Strict cookie, and the browser is sent on to a clean
-//! URL. (The URL reaches the browser's command line, which other users can read while it runs,
-//! and its history; neither is worth anything once it was used.) Every request must carry the cookie;
-//! every POST must also carry the page's CSRF token and an `Origin` naming the dashboard
-//! itself. The `Host` must be `localhost` or an IP address with the dashboard's port, so a
-//! name that an attacker points at 127.0.0.1 (DNS rebinding) gets nowhere. Secrets are
-//! compared in constant time and never logged.
+//! Who may use the dashboard: whoever holds this launch's secret. The secret works once: it
+//! is exchanged for another random value in an HttpOnly, SameSite=Strict cookie. It arrives
+//! by one of two ways: the launch page (`launch.rs`, a file only the owner can read) posts it
+//! to `/login`, which is how the browser gets it, so it never reaches a command line; or the
+//! URL printed to the owner's terminal (`/?token=…`) carries it, for a person to paste, and the
+//! browser is sent on to a clean URL. Every request must carry the cookie; every POST must also
+//! carry the page's CSRF token and an `Origin` naming the dashboard itself (`/login` excepted:
+//! it is posted from a `file://` page, and only the secret opens it). The `Host` must be
+//! `localhost` or an IP address with the dashboard's port, so a name that an attacker points
+//! at 127.0.0.1 (DNS rebinding) gets nowhere. Secrets are compared in constant time and never
+//! logged.
 
 use axum::extract::{Request, State};
-use axum::http::{HeaderMap, Method, StatusCode, header};
+use axum::http::{HeaderMap, HeaderValue, Method, StatusCode, header};
 use axum::middleware::Next;
 use axum::response::{IntoResponse, Redirect, Response};
 use base64::Engine;
 use subtle::ConstantTimeEq;
+use tokio_util::sync::CancellationToken;
 
 use super::routes::AppState;
 
@@ -21,6 +24,10 @@ use super::routes::AppState;
 const SECRET_BYTES: usize = 32;
 /// The longest `Host` or `Origin` header looked at.
 const MAX_HOST_LEN: usize = 300;
+/// Where the launch page posts the secret.
+pub const LOGIN_PATH: &str = "/login";
+/// The largest `/login` body read.
+const MAX_LOGIN_BYTES: usize = 1024;
 
 /// This launch's secrets.
 pub struct Auth {
@@ -28,6 +35,8 @@ pub struct Auth {
     secret: String,
     /// Whether the URL's token was exchanged already.
     exchanged: std::sync::atomic::AtomicBool,
+    /// Fires when it is.
+    used: CancellationToken,
     /// The cookie's value.
     session: String,
     csrf: String,
@@ -40,6 +49,7 @@ impl Auth {
         Self {
             secret: random_token(),
             exchanged: std::sync::atomic::AtomicBool::new(false),
+            used: CancellationToken::new(),
             session: random_token(),
             csrf: random_token(),
             port,
@@ -49,6 +59,11 @@ impl Auth {
     /// The secret, for the URL printed to the owner's terminal.
     pub fn secret(&self) -> &str {
         &self.secret
+    }
+
+    /// Fires once the secret was exchanged for the cookie (the launch page is then useless).
+    pub fn used(&self) -> CancellationToken {
+        self.used.clone()
     }
 
     /// The token every form carries.
@@ -114,7 +129,7 @@ fn refuse(status: StatusCode, why: &str) -> Response {
         .into_response()
 }
 
-/// The value of `token` in a query string, if any.
+/// The value of `token` in a query string or a form body, if any.
 fn query_token(query: &str) -> Option<&str> {
     query
         .split('&')
@@ -123,8 +138,77 @@ fn query_token(query: &str) -> Option<&str> {
         .map(|(_, v)| v)
 }
 
-/// Checks every request: Host, then the secret (taking it from `?token=` once), and for a
-/// POST the Origin. The CSRF token in a form is checked by the handler that reads the form.
+/// Why a secret opened nothing.
+enum SecretRefused {
+    /// Not this launch's.
+    Wrong,
+    /// This launch's, used already.
+    Used,
+}
+
+impl IntoResponse for SecretRefused {
+    fn into_response(self) -> Response {
+        match self {
+            SecretRefused::Wrong => refuse(
+                StatusCode::FORBIDDEN,
+                "wrong or expired token: open the URL that `mailslot dashboard` printed in the terminal (a new one on every launch)",
+            ),
+            SecretRefused::Used => refuse(
+                StatusCode::FORBIDDEN,
+                "this link was used already, and it works once: go to / in the browser that opened it, or restart `mailslot dashboard` for a new link",
+            ),
+        }
+    }
+}
+
+/// Exchanges the secret `given` for the session cookie: the `Set-Cookie` value, or the
+/// refusal.
+fn exchange(auth: &Auth, given: &str) -> Result<HeaderValue, SecretRefused> {
+    if !same(given, &auth.secret) {
+        return Err(SecretRefused::Wrong);
+    }
+    if auth
+        .exchanged
+        .swap(true, std::sync::atomic::Ordering::SeqCst)
+    {
+        return Err(SecretRefused::Used);
+    }
+    auth.used.cancel();
+    let cookie = format!(
+        "{}={}; HttpOnly; SameSite=Strict; Path=/",
+        auth.cookie_name(),
+        auth.session
+    );
+    Ok(cookie.parse().expect("the cookie is ASCII"))
+}
+
+/// `POST /login` from the launch page: the secret in a form. The answer sets the cookie and
+/// moves on to `/` from a page of the dashboard's own (a redirect would not do: after a
+/// cross-site POST, and a `file://` page is one, the browser would leave the new SameSite=Strict
+/// cookie off the redirected request).
+async fn login(auth: &Auth, request: Request) -> Response {
+    let Ok(body) = axum::body::to_bytes(request.into_body(), MAX_LOGIN_BYTES).await else {
+        return refuse(
+            StatusCode::PAYLOAD_TOO_LARGE,
+            "the login form is larger than it can be",
+        );
+    };
+    let Some(given) = std::str::from_utf8(&body).ok().and_then(query_token) else {
+        return SecretRefused::Wrong.into_response();
+    };
+    match exchange(auth, given) {
+        Ok(cookie) => {
+            let mut response = super::pages::entered().into_response();
+            response.headers_mut().insert(header::SET_COOKIE, cookie);
+            response
+        }
+        Err(refusal) => refusal.into_response(),
+    }
+}
+
+/// Checks every request: Host, then the secret (taking it from `?token=` or `/login` once), and
+/// for a POST the Origin. The CSRF token in a form is checked by the handler that reads the
+/// form.
 pub async fn check(State(app): State<AppState>, request: Request, next: Next) -> Response {
     let auth = &app.auth;
     let headers = request.headers();
@@ -138,35 +222,23 @@ pub async fn check(State(app): State<AppState>, request: Request, next: Next) ->
             "this dashboard answers only to localhost or an IP address with its port in the Host header; open the URL printed in the terminal",
         );
     };
+    if request.method() == Method::POST && request.uri().path() == LOGIN_PATH {
+        return login(auth, request).await;
+    }
     if let Some(token) = request.uri().query().and_then(query_token) {
-        if request.method() != Method::GET || !same(token, &auth.secret) {
-            return refuse(
-                StatusCode::FORBIDDEN,
-                "wrong or expired token: open the URL that `mailslot dashboard` printed in the terminal (a new one on every launch)",
-            );
+        if request.method() != Method::GET {
+            return SecretRefused::Wrong.into_response();
         }
-        if auth
-            .exchanged
-            .swap(true, std::sync::atomic::Ordering::SeqCst)
-        {
-            return refuse(
-                StatusCode::FORBIDDEN,
-                "this link was used already, and it works once: go to / in the browser that opened it, or restart `mailslot dashboard` for a new link",
-            );
-        }
-        // A clean URL afterwards (always `/`: never a redirect elsewhere): the secret leaves
-        // the address bar and the history.
-        let cookie = format!(
-            "{}={}; HttpOnly; SameSite=Strict; Path=/",
-            auth.cookie_name(),
-            auth.session
-        );
-        let mut response = Redirect::to("/").into_response();
-        response.headers_mut().insert(
-            header::SET_COOKIE,
-            cookie.parse().expect("the cookie is ASCII"),
-        );
-        return response;
+        return match exchange(auth, token) {
+            // A clean URL afterwards (always `/`: never a redirect elsewhere): the secret
+            // leaves the address bar and the history.
+            Ok(cookie) => {
+                let mut response = Redirect::to("/").into_response();
+                response.headers_mut().insert(header::SET_COOKIE, cookie);
+                response
+            }
+            Err(refusal) => refusal.into_response(),
+        };
     }
     if !auth
         .cookie_secret(headers)

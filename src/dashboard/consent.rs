@@ -1,22 +1,17 @@
 //! The owner's consent changes from the page: approve (with the requester's code), deny,
 //! block, unblock, end a contact. Each needs the owner's passphrase, typed into the page and
-//! posted with the form: it unlocks the owner key for this one change and is never stored or
-//! logged (it lives in zeroizing buffers, and the request body is wiped after parsing). The
+//! posted with the form (read by `form.rs` into buffers that are wiped): it unlocks the owner
+//! key for this one change and is never stored or logged. The
 //! change is signed and sent by [`crate::client::consent`], exactly as the CLI does it, over a
 //! control connection of the agent's own.
 
-use serde::Deserialize;
-use zeroize::{Zeroize, Zeroizing};
-
+use super::form::{Action, ConsentForm};
 use crate::client::consent::{self as relay_consent, Change, ConsentState, OwnerKeyProblem};
 use crate::client::{ClientError, Connection, RelayUrl};
-use crate::crypto::{Owner, OwnerKeyError, Passphrase, PublicIdentity};
+use crate::crypto::{Owner, OwnerKeyError, PublicIdentity};
 use crate::keys::{OwnerPinError, read_owner_public};
 use crate::mailbox::Mailbox;
 use crate::protocol::{Address, Fingerprint, RequestCode, ValidationError};
-
-/// The largest form accepted (bytes).
-pub const MAX_FORM_BYTES: usize = 8 * 1024;
 
 /// Why a consent change from the page did not happen.
 #[derive(Debug, thiserror::Error)]
@@ -47,57 +42,6 @@ pub enum ActionError {
     /// The relay refused or could not be reached.
     #[error(transparent)]
     Relay(#[from] ClientError),
-}
-
-/// What the owner asked for.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize)]
-#[serde(rename_all = "snake_case")]
-pub enum Action {
-    /// Approve a request with its code.
-    Approve,
-    /// Deny a request.
-    Deny,
-    /// Block an agent.
-    Block,
-    /// Lift a block.
-    Unblock,
-    /// End a contact.
-    Remove,
-}
-
-/// A passphrase field: moved straight into a zeroizing buffer.
-pub struct Secret(Zeroizing<String>);
-
-impl<'de> Deserialize<'de> for Secret {
-    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
-        String::deserialize(d).map(|s| Secret(Zeroizing::new(s)))
-    }
-}
-
-/// The posted form.
-#[derive(Deserialize)]
-pub struct ConsentForm {
-    /// The page's CSRF token.
-    pub csrf: String,
-    /// What to do.
-    pub action: Action,
-    /// The other agent.
-    pub agent: Address,
-    /// The requester's code (approve only).
-    #[serde(default)]
-    pub code: String,
-    /// The owner's passphrase.
-    pub passphrase: Secret,
-}
-
-impl ConsentForm {
-    /// Parses a form body and wipes it, whatever the outcome.
-    pub fn parse(body: &mut [u8]) -> Result<Self, ActionError> {
-        let parsed = serde_urlencoded::from_bytes::<ConsentForm>(body)
-            .map_err(|e| ActionError::Form(e.to_string()));
-        body.zeroize();
-        parsed
-    }
 }
 
 /// An incoming request, with the requester's fingerprint for the owner to compare.
@@ -210,7 +154,7 @@ pub async fn apply(
         passphrase,
         ..
     } = form;
-    let passphrase = Passphrase::new(passphrase.0.to_string())?;
+    let passphrase = passphrase.into_passphrase()?;
     let change = match action {
         Action::Approve => Change::Approve {
             from: agent,
@@ -243,23 +187,4 @@ pub async fn apply(
     .await;
     conn.close().await;
     result
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn the_form_names_a_bad_field() {
-        let e = ConsentForm::parse(&mut b"csrf=x&action=launch&agent=bob&passphrase=p".to_vec())
-            .err()
-            .unwrap();
-        assert!(e.to_string().contains("launch"), "{e}");
-        let mut body =
-            b"csrf=x&action=approve&agent=alice&code=ABCD-EFGH&passphrase=a+b%26c".to_vec();
-        let ok = ConsentForm::parse(&mut body).unwrap();
-        assert!(body.iter().all(|b| *b == 0), "the body is wiped");
-        assert_eq!(ok.action, Action::Approve);
-        assert_eq!(&*ok.passphrase.0, "a b&c");
-    }
 }

@@ -6,10 +6,13 @@
 //! One job per file: `routes.rs` (the router and the handlers, reading through the mailbox and
 //! the store), `auth.rs` (secret, cookie, CSRF, Host and Origin), `pages.rs` (HTML, escaped by
 //! `maud`), `live.rs` (new mail as Server-Sent Events), `consent.rs` (approve, deny, block with
-//! the owner's passphrase), `relay_status.rs` (the relay's health and metrics).
+//! the owner's passphrase), `form.rs` (the consent form read into wiped buffers), `relay_status.rs` (the relay's health and metrics), `launch.rs`
+//! (the page that hands the secret to the browser through a private file).
 
 mod auth;
 mod consent;
+mod form;
+mod launch;
 mod live;
 mod pages;
 mod relay_status;
@@ -20,6 +23,8 @@ use std::net::SocketAddr;
 use std::sync::Arc;
 
 use tokio_util::sync::CancellationToken;
+
+pub use form::{ConsentForm, read_form};
 
 use crate::agent::{Agent, AgentError};
 use crate::client::RelayUrl;
@@ -55,6 +60,9 @@ pub enum DashboardError {
     /// The HTTP client for the relay's status could not be made.
     #[error("{0}")]
     Http(String),
+    /// The launch page could not be written.
+    #[error(transparent)]
+    Launch(#[from] launch::LaunchError),
     /// The server failed.
     #[error("the dashboard's server failed: {0}")]
     Serve(std::io::Error),
@@ -76,6 +84,12 @@ pub struct DashboardConfig {
 pub struct Dashboard {
     addr: SocketAddr,
     secret: String,
+    /// Where the launch page goes (`<home>/dashboard`).
+    launch_dir: std::path::PathBuf,
+    /// Fires when the secret is used.
+    used: CancellationToken,
+    /// Removes the launch page when it is used, old or the dashboard stops.
+    launch: Option<tokio::task::JoinHandle<()>>,
     stop: CancellationToken,
     server: tokio::task::JoinHandle<Result<(), DashboardError>>,
     mailboxes: Vec<Mailbox>,
@@ -125,6 +139,7 @@ impl Dashboard {
             stop: stop.clone(),
         });
         let secret = app.auth.secret().to_owned();
+        let used = app.auth.used();
         let router = routes::router(app);
         let server = tokio::spawn({
             let stop = stop.clone();
@@ -138,6 +153,9 @@ impl Dashboard {
         Ok(Self {
             addr,
             secret,
+            launch_dir: config.paths.home().join("dashboard"),
+            used,
+            launch: None,
             stop,
             server,
             mailboxes,
@@ -149,8 +167,8 @@ impl Dashboard {
         self.addr
     }
 
-    /// The URL that opens it: it carries this launch's secret, so it is for the owner's eyes.
-    pub fn url(&self) -> String {
+    /// `http://HOST:PORT`, the dashboard's origin.
+    fn origin(&self) -> String {
         let host = if self.addr.ip().is_unspecified() {
             "127.0.0.1".to_owned()
         } else {
@@ -159,7 +177,31 @@ impl Dashboard {
                 SocketAddr::V6(a) => format!("[{}]", a.ip()),
             }
         };
-        format!("http://{host}:{}/?token={}", self.addr.port(), self.secret)
+        format!("http://{host}:{}", self.addr.port())
+    }
+
+    /// The URL that opens it: it carries this launch's secret, so it is for the owner's eyes
+    /// (a terminal), never for a command line.
+    pub fn url(&self) -> String {
+        format!("{}/?token={}", self.origin(), self.secret)
+    }
+
+    /// Writes the launch page, which hands the secret to a browser without a command line
+    /// (`launch.rs`); its `file://` URL, for the browser. The page is removed once the secret
+    /// is used, after a while, or when the dashboard stops.
+    pub fn launch_page(&mut self) -> Result<String, DashboardError> {
+        let page = launch::LaunchPage::write(&self.launch_dir, &self.origin(), &self.secret)?;
+        let url = page.url();
+        let (used, stop) = (self.used.clone(), self.stop.clone());
+        self.launch = Some(tokio::spawn(async move {
+            tokio::select! {
+                () = used.cancelled() => {}
+                () = stop.cancelled() => {}
+                () = tokio::time::sleep(launch::LAUNCH_TTL) => {}
+            }
+            drop(page);
+        }));
+        Ok(url)
     }
 
     /// Serves until `stop` fires (or the server fails), then closes the mailboxes.
@@ -168,6 +210,7 @@ impl Dashboard {
             stop: token,
             mut server,
             mailboxes,
+            launch,
             ..
         } = self;
         let result = tokio::select! {
@@ -177,6 +220,10 @@ impl Dashboard {
             }
             done = &mut server => done,
         };
+        token.cancel();
+        if let Some(launch) = launch {
+            let _ = launch.await;
+        }
         for mailbox in mailboxes {
             mailbox.close().await;
         }

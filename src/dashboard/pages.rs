@@ -489,3 +489,19 @@ pub fn error(title: &str, why: &str) -> Markup {
         html! { h1 { (title) } p.danger { (why) } p { a href="/" { "Back to the agents" } } },
     )
 }
+
+/// After `/login`: on to `/` at once (a navigation from the dashboard's own page, so the new
+/// cookie goes with it).
+pub fn entered() -> Markup {
+    html! {
+        (DOCTYPE)
+        html lang="en" {
+            head {
+                meta charset="utf-8";
+                meta http-equiv="refresh" content="0; url=/";
+                title { "mailslot" }
+            }
+            body { p { a href="/" { "Open the dashboard" } } }
+        }
+    }
+}

@@ -9,8 +9,8 @@ use std::path::PathBuf;
 use std::sync::Arc;
 
 use axum::Router;
-use axum::body::Bytes;
-use axum::extract::{DefaultBodyLimit, Path, Query, Request, State};
+use axum::body::Body;
+use axum::extract::{Path, Query, Request, State};
 use axum::http::{HeaderValue, StatusCode, header};
 use axum::middleware::{self, Next};
 use axum::response::{IntoResponse, Response};
@@ -21,7 +21,8 @@ use tokio::sync::broadcast;
 use tokio_util::sync::CancellationToken;
 
 use super::auth::{self, Auth};
-use super::consent::{self, ConsentForm, MAX_FORM_BYTES};
+use super::consent;
+use super::form;
 use super::live::{self, LiveMail};
 use super::pages::{self, AgentRow, Notice};
 use super::relay_status;
@@ -81,7 +82,6 @@ pub fn router(app: AppState) -> Router {
             get(attachment),
         )
         .route("/agents/{agent}/threads/{id}", get(thread))
-        .layer(DefaultBodyLimit::max(MAX_FORM_BYTES))
         .layer(middleware::from_fn_with_state(app.clone(), auth::check))
         .layer(middleware::from_fn(security_headers))
         .with_state(app)
@@ -288,16 +288,11 @@ async fn contacts(State(app): State<AppState>, Path(name): Path<String>) -> Page
 async fn change_consent(
     State(app): State<AppState>,
     Path(name): Path<String>,
-    body: Bytes,
+    body: Body,
 ) -> Result<Response, PageError> {
     let (name, mailbox) = agent(&app, &name)?;
-    // The body holds the passphrase: parsed in place and wiped. (A buffer hyper still shares
-    // cannot be wiped; it is only copied then.)
-    let parsed = match body.try_into_mut() {
-        Ok(mut owned) => ConsentForm::parse(&mut owned),
-        Err(shared) => ConsentForm::parse(&mut shared.to_vec()),
-    };
-    let outcome = match parsed {
+    // The body holds the passphrase: read into wiped buffers only (`form.rs`).
+    let outcome = match form::read_form(body).await {
         Ok(form) if !app.auth.csrf_matches(&form.csrf) => Err(consent::ActionError::Csrf),
         Ok(form) => consent::apply(mailbox, &app.relay, &app.owner_key, form).await,
         Err(e) => Err(e),

@@ -1,5 +1,5 @@
 //! The private key files on disk: an agent's keys, the owner key (sealed under its
-//! passphrase) and a relay's key, written whole with mode 0600 and synced (`file.rs`), never
+//! passphrase), a relay's key, and secrets other modules make (the MCP HTTP token), written whole with mode 0600 and synced (`file.rs`), never
 //! overwritten by accident, refused when other users can read them. `crypto` makes and parses
 //! their contents and does no I/O; the file methods of its key types are implemented here, so
 //! callers keep writing `Identity::load(path)`.
@@ -10,6 +10,8 @@ mod pin;
 use std::path::Path;
 
 pub use pin::{OwnerPinError, pin_owner_key, pin_path, read_owner_public};
+
+use zeroize::Zeroizing;
 
 use crate::crypto::{Identity, KeyFileError, Owner, OwnerKeyError, Passphrase, RelayIdentity};
 
@@ -45,6 +47,24 @@ impl Owner {
     /// Unlocks the owner key file with `passphrase`.
     pub fn unlock(path: &Path, passphrase: &Passphrase) -> Result<Self, OwnerKeyError> {
         Self::from_key_file(&file::read(path)?, path, passphrase)
+    }
+}
+
+/// A secret the caller makes (a bearer token), kept in its own file: read from `path`, or
+/// written there (mode 0600) from `make` when there is none; when another process wrote it
+/// first, theirs.
+pub fn read_or_create_secret(
+    path: &Path,
+    make: impl FnOnce() -> Zeroizing<Vec<u8>>,
+) -> Result<Zeroizing<Vec<u8>>, KeyFileError> {
+    match file::read(path) {
+        Err(KeyFileError::Io { source, .. }) if source.kind() == std::io::ErrorKind::NotFound => {
+            match file::write_new(path, &make()) {
+                Ok(()) | Err(KeyFileError::Exists { .. }) => file::read(path),
+                Err(e) => Err(e),
+            }
+        }
+        read => read,
     }
 }
 

@@ -7,6 +7,8 @@ mod attach;
 mod era;
 mod errors;
 mod http;
+mod http_auth;
+mod line_limit;
 mod links;
 mod notice;
 mod peers;
@@ -14,15 +16,18 @@ mod prompts;
 mod push;
 mod resources;
 mod server;
+mod sessions;
 mod stdio;
 mod strict;
 mod tools;
 mod views;
 
-pub use http::{PATH as HTTP_PATH, serve_http};
+pub use http::{HttpOptions, PATH as HTTP_PATH, serve_http};
+pub use http_auth::BearerToken;
 pub use push::CHANNEL_METHOD;
 pub use resources::{DIRECTORY, IDENTITY, INBOX, MEMORY};
 pub use server::MailslotServer;
+pub use sessions::SessionLimits;
 pub use stdio::EofSignal;
 
 use rmcp::ServiceExt;
@@ -80,7 +85,7 @@ where
         .with_client_session(session)
         .with_route(route.clone());
     let reader = EofSignal::new(reader, eof.clone());
-    let result = match server.serve((reader, writer)).await {
+    let result = match server.serve(line_limit::transport(reader, writer)).await {
         Ok(running) => {
             let waiting = running.waiting();
             tokio::pin!(waiting);

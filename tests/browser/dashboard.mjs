@@ -1,7 +1,7 @@
 // Drives `mailslot dashboard` in Debian's Chromium (headless) for tests/dashboard.rs.
 //
 // Environment: MAILSLOT_PLAYWRIGHT (playwright-core's entry file), MAILSLOT_CHROMIUM, and from
-// the test: DASHBOARD_URL (with the secret), AGENT (bob), REQUESTER (alice), CODE (alice's
+// the test: DASHBOARD_URL (the launch page, file://), AGENT (bob), REQUESTER (alice), CODE (alice's
 // request code), PASSPHRASE (bob's owner passphrase), HOSTILE_SUBJECT, HOSTILE_BODY, and
 // optionally SCREENSHOT (a PNG path for the README).
 //
@@ -24,7 +24,7 @@ const agent = env("AGENT");
 const requester = env("REQUESTER");
 const hostileSubject = env("HOSTILE_SUBJECT");
 const hostileBody = env("HOSTILE_BODY");
-const origin = new URL(url).origin;
+let origin;
 const TIMEOUT = 20_000;
 
 function check(ok, what) {
@@ -61,9 +61,12 @@ try {
     d.dismiss();
   });
 
-  // Open with the secret: the page comes back on a clean URL with the agent listed.
+  // Open the launch page (a file:// URL): it posts the secret, and the dashboard comes up on
+  // a clean URL with the agent listed.
   await page.goto(url);
-  check(page.url() === `${origin}/`, `redirected to a clean URL, not ${page.url()}`);
+  await page.waitForURL((u) => u.protocol === "http:" && u.pathname === "/");
+  origin = new URL(page.url()).origin;
+  check(page.url() === `${origin}/`, `on a clean URL, not ${page.url()}`);
   await page.locator(`td a[href="/agents/${agent}"]`).waitFor();
 
   // Approve alice's request with the code and the owner's passphrase, typed into the page.

@@ -1,0 +1,214 @@
+//! The consent form as posted, read so that the owner's passphrase leaves no copy behind. The
+//! body is gathered into one zeroizing buffer, reserved whole up front so that it never moves
+//! (a moved buffer leaves its old bytes in freed memory); each frame that no one else holds
+//! is wiped once copied. The form is decoded by hand, each value straight into a zeroizing
+//! buffer of its own, because a general decoder makes intermediate copies it frees unwiped
+//! (`form_urlencoded` copies a value to turn `+` into spaces, then again to undo `%XX`). The
+//! passphrase moves from there into [`Passphrase`] without another copy.
+
+use axum::body::Body;
+use futures_util::StreamExt;
+use zeroize::{Zeroize, Zeroizing};
+
+use super::consent::ActionError;
+use crate::crypto::Passphrase;
+use crate::protocol::{Address, ValidationError};
+
+/// The largest form accepted (bytes).
+pub const MAX_FORM_BYTES: usize = 8 * 1024;
+
+/// What the owner asked for.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Action {
+    /// Approve a request with its code.
+    Approve,
+    /// Deny a request.
+    Deny,
+    /// Block an agent.
+    Block,
+    /// Lift a block.
+    Unblock,
+    /// End a contact.
+    Remove,
+}
+
+impl Action {
+    fn parse(value: &str) -> Result<Self, ActionError> {
+        Ok(match value {
+            "approve" => Self::Approve,
+            "deny" => Self::Deny,
+            "block" => Self::Block,
+            "unblock" => Self::Unblock,
+            "remove" => Self::Remove,
+            other => {
+                return Err(ActionError::Form(format!(
+                    "action {other:?} is none of approve, deny, block, unblock, remove"
+                )));
+            }
+        })
+    }
+}
+
+/// The passphrase field, in a buffer wiped when dropped.
+pub struct Secret(Zeroizing<String>);
+
+impl Secret {
+    /// The owner's passphrase, checked; the text moves, it is not copied.
+    pub fn into_passphrase(mut self) -> Result<Passphrase, ValidationError> {
+        Passphrase::new(std::mem::take(&mut *self.0))
+    }
+}
+
+/// The posted form.
+pub struct ConsentForm {
+    /// The page's CSRF token.
+    pub csrf: String,
+    /// What to do.
+    pub action: Action,
+    /// The other agent.
+    pub agent: Address,
+    /// The requester's code (approve only).
+    pub code: String,
+    /// The owner's passphrase.
+    pub passphrase: Secret,
+}
+
+/// Reads and parses the form in `body` (at most [`MAX_FORM_BYTES`]).
+pub async fn read_form(body: Body) -> Result<ConsentForm, ActionError> {
+    ConsentForm::parse(&read_body(body).await?)
+}
+
+/// The whole body, in one buffer that is wiped when dropped.
+async fn read_body(body: Body) -> Result<Zeroizing<Vec<u8>>, ActionError> {
+    let mut buffer = Zeroizing::new(Vec::with_capacity(MAX_FORM_BYTES));
+    let mut frames = body.into_data_stream();
+    while let Some(frame) = frames.next().await {
+        let frame = frame.map_err(|e| ActionError::Form(format!("the body broke off: {e}")))?;
+        let fits = buffer.len() + frame.len() <= MAX_FORM_BYTES;
+        if fits {
+            buffer.extend_from_slice(&frame);
+        }
+        // A frame still shared with hyper's read buffer cannot be wiped here.
+        if let Ok(mut owned) = frame.try_into_mut() {
+            owned.as_mut().zeroize();
+        }
+        if !fits {
+            return Err(ActionError::Form(format!(
+                "the form is larger than {MAX_FORM_BYTES} bytes"
+            )));
+        }
+    }
+    Ok(buffer)
+}
+
+impl ConsentForm {
+    /// Parses an `application/x-www-form-urlencoded` body. Every field once; unknown ones are
+    /// ignored.
+    pub fn parse(body: &[u8]) -> Result<Self, ActionError> {
+        let (mut csrf, mut action, mut agent, mut code, mut passphrase) =
+            (None, None, None, None, None);
+        for pair in body.split(|b| *b == b'&').filter(|p| !p.is_empty()) {
+            let (key, value) = match pair.iter().position(|b| *b == b'=') {
+                Some(i) => (&pair[..i], &pair[i + 1..]),
+                None => (pair, &[][..]),
+            };
+            let key = decode(key)?;
+            let slot = match key.as_str() {
+                "csrf" => &mut csrf,
+                "action" => &mut action,
+                "agent" => &mut agent,
+                "code" => &mut code,
+                "passphrase" => &mut passphrase,
+                _ => continue,
+            };
+            if slot.replace(decode(value)?).is_some() {
+                return Err(ActionError::Form(format!(
+                    "the field {:?} is there twice",
+                    &*key
+                )));
+            }
+        }
+        let missing = |name: &str| ActionError::Form(format!("the field {name:?} is missing"));
+        Ok(Self {
+            csrf: csrf.ok_or_else(|| missing("csrf"))?.to_string(),
+            action: Action::parse(&action.ok_or_else(|| missing("action"))?)?,
+            agent: Address::parse(&agent.ok_or_else(|| missing("agent"))?)?,
+            code: code.map(|c| c.to_string()).unwrap_or_default(),
+            passphrase: Secret(passphrase.ok_or_else(|| missing("passphrase"))?),
+        })
+    }
+}
+
+/// One form-encoded name or value (`+` is a space, `%XX` a byte), decoded into a buffer of
+/// its own that is wiped when dropped, and never grows (so never moves).
+fn decode(raw: &[u8]) -> Result<Zeroizing<String>, ActionError> {
+    let mut out = Zeroizing::new(Vec::with_capacity(raw.len()));
+    let mut i = 0;
+    while i < raw.len() {
+        let byte = match raw[i] {
+            b'+' => b' ',
+            b'%' => match raw.get(i + 1..i + 3).and_then(hex_byte) {
+                Some(byte) => {
+                    i += 2;
+                    byte
+                }
+                None => b'%',
+            },
+            byte => byte,
+        };
+        out.push(byte);
+        i += 1;
+    }
+    match String::from_utf8(std::mem::take(&mut *out)) {
+        Ok(text) => Ok(Zeroizing::new(text)),
+        Err(e) => {
+            e.into_bytes().zeroize();
+            Err(ActionError::Form("a field is not UTF-8".into()))
+        }
+    }
+}
+
+fn hex_byte(pair: &[u8]) -> Option<u8> {
+    let digit = |b: u8| (b as char).to_digit(16);
+    Some((digit(pair[0])? * 16 + digit(pair[1])?) as u8)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn fields_are_decoded_and_checked() {
+        let form = ConsentForm::parse(
+            b"csrf=x&action=approve&agent=alice&code=ABCD-EFGH&passphrase=a+b%26c%C3%BC%2&x=1",
+        )
+        .unwrap();
+        assert_eq!(form.action, Action::Approve);
+        assert_eq!(form.agent.to_string(), "alice");
+        assert_eq!(form.code, "ABCD-EFGH");
+        assert_eq!(
+            &*form.passphrase.0, "a b&cü%2",
+            "a broken escape stays as it is"
+        );
+        let launch = ConsentForm::parse(b"csrf=x&action=launch&agent=bob&passphrase=p")
+            .err()
+            .unwrap();
+        assert!(launch.to_string().contains("launch"), "{launch}");
+        let twice = ConsentForm::parse(b"csrf=x&action=deny&agent=bob&passphrase=p&passphrase=q")
+            .err()
+            .unwrap();
+        assert!(twice.to_string().contains("twice"), "{twice}");
+        let missing = ConsentForm::parse(b"csrf=x&action=deny&agent=bob")
+            .err()
+            .unwrap();
+        assert!(missing.to_string().contains("passphrase"), "{missing}");
+        assert!(ConsentForm::parse(b"csrf=x&action=deny&agent=bob&passphrase=%FF").is_err());
+    }
+
+    #[tokio::test]
+    async fn a_body_over_the_limit_is_refused() {
+        let big = Body::from(vec![b'a'; MAX_FORM_BYTES + 1]);
+        let refused = read_form(big).await.err().unwrap();
+        assert!(refused.to_string().contains("larger than"), "{refused}");
+    }
+}
