@@ -264,14 +264,7 @@ async fn a_local_impostor_is_never_pinned_for_a_remote_address() {
 /// `letter` from `sender` sealed to `to` (the address on the key wrap and in the letter).
 fn sealed(sender: &TestAgent, from: Address, to: Address, keys: &TestAgent) -> SealedEnvelope {
     let letter = Message::new(from, vec![to.clone()], "across", "sealed end to end");
-    seal(
-        &letter,
-        &sender.identity,
-        &[(to, keys.identity.public().clone())],
-        &Limits::default(),
-    )
-    .unwrap()
-    .remove(0)
+    sealed_message(&letter, sender, to, keys)
 }
 
 #[tokio::test]

@@ -154,10 +154,7 @@ async fn mail_for_a_relay_that_never_comes_back_bounces_after_the_ttl() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_relay_delivering_mail_from_another_relays_sender_is_refused() {
-    use futures_util::{SinkExt, StreamExt};
-    use mailslot::crypto::Identity;
-    use mailslot::protocol::{ErrorCode, Limits, LinkAnswer, Refusal, deliver_frame};
-    use tokio_tungstenite::tungstenite::Message as Ws;
+    use mailslot::protocol::{ErrorCode, LinkAnswer, Refusal};
 
     let (a, b, c) = (
         TestRelay::start(|_| {}).await,
@@ -169,27 +166,7 @@ async fn a_relay_delivering_mail_from_another_relays_sender_is_refused() {
     let bob_at = at(&bob, &b);
     let mut ws = link_as(&c, &b).await;
     let mut deliver = async |seq, from: &str| {
-        let m = Message::new(
-            Address::parse(from).unwrap(),
-            vec![bob_at.clone()],
-            "s",
-            "b",
-        );
-        let sealed = mailslot::crypto::seal(
-            &m,
-            &Identity::generate(),
-            &[(bob_at.clone(), bob.identity.public().clone())],
-            &Limits::default(),
-        )
-        .unwrap()
-        .remove(0);
-        ws.send(Ws::text(deliver_frame(seq, &sealed.to_bytes()).unwrap()))
-            .await
-            .unwrap();
-        let Some(Ok(Ws::Text(text))) = ws.next().await else {
-            panic!("no answer")
-        };
-        serde_json::from_str::<LinkAnswer>(&text).unwrap()
+        deliver_raw(&mut ws, seq, &Address::parse(from).unwrap(), &bob, &bob_at).await
     };
     // C claims a sender of A's.
     let forged = deliver(1, &format!("mallory@{}", a.relay.name())).await;

@@ -105,6 +105,26 @@ fn settle(
     }
 }
 
+/// Pins `current`, the keys that opened the mail, for `pinned_as`: silently when a rotation
+/// signed by the pinned keys leads to them (`signed`), else recorded as a change for the owner
+/// to settle (the pin stays).
+async fn repin(
+    store: &StoreHandle,
+    pinned_as: Address,
+    current: PublicIdentity,
+    signed: bool,
+) -> Result<Trust, ClientError> {
+    if signed {
+        store.call(move |s| s.repin(&pinned_as, &current)).await?;
+        Ok(Trust::Verified)
+    } else {
+        store
+            .call(move |s| s.check_and_pin(&pinned_as, &current))
+            .await?;
+        Ok(Trust::KeyChanged)
+    }
+}
+
 /// Where the sender's keys come from: the agent's own relay, or the other relay it names.
 enum Origin {
     Local,
@@ -326,16 +346,8 @@ async fn open_delivery(
                 Ok(message) => {
                     let chain: Vec<_> = message.rotation.clone().into_iter().collect();
                     let signed = follows(from.name(), &keys.to_keys(), &current.to_keys(), &chain);
-                    let pinned_as = pinned_as.clone();
-                    if signed {
-                        store.call(move |s| s.repin(&pinned_as, &current)).await?;
-                        (message, Trust::Verified)
-                    } else {
-                        store
-                            .call(move |s| s.check_and_pin(&pinned_as, &current))
-                            .await?;
-                        (message, Trust::KeyChanged)
-                    }
+                    let trust = repin(store, pinned_as.clone(), current, signed).await?;
+                    (message, trust)
                 }
                 Err(e) => return Ok(unreadable(e.to_string())),
             }
@@ -354,16 +366,9 @@ async fn open_delivery(
             match open(envelope, &me, identity, &current, &limits) {
                 Ok(message) => {
                     chain.extend(message.rotation.clone());
-                    let (pinned_as, current) = (pinned_as.clone(), current.clone());
-                    if follows(from.name(), &keys.to_keys(), &raw, &chain) {
-                        store.call(move |s| s.repin(&pinned_as, &current)).await?;
-                        (message, Trust::Verified)
-                    } else {
-                        store
-                            .call(move |s| s.check_and_pin(&pinned_as, &current))
-                            .await?;
-                        (message, Trust::KeyChanged)
-                    }
+                    let signed = follows(from.name(), &keys.to_keys(), &raw, &chain);
+                    let trust = repin(store, pinned_as.clone(), current, signed).await?;
+                    (message, trust)
                 }
                 Err(e) => return Ok(unreadable(e.to_string())),
             }

@@ -45,6 +45,20 @@ pub struct SyncReport {
     pub delivered: Vec<Delivery>,
 }
 
+impl SyncReport {
+    /// Counts what became of one delivery (or of a kept letter tried again).
+    fn tally(&mut self, received: Received) {
+        match received {
+            Received::New { id, .. } => self.received.push(id),
+            Received::Receipt { of, .. } => self.receipts.push(of),
+            Received::Rotated { from, accepted, .. } => self.rotated.push((from, accepted)),
+            Received::Duplicate(_) => self.duplicates += 1,
+            Received::Unreadable { from, id, reason } => self.unreadable.push((from, id, reason)),
+            Received::Parked { from, id, reason } => self.parked.push((from, id, reason)),
+        }
+    }
+}
+
 /// Connects as `agent`, sends the outbox, receives until caught up, acks, closes. Other relays
 /// (of remote recipients and senders) are reached over TLS unless loopback.
 pub async fn sync(
@@ -89,18 +103,9 @@ pub async fn sync_with_progress(
     loop {
         match refusal(conn.recv().await?)? {
             ServerFrame::Deliver { seq, envelope } => {
-                match receive(&mut conn, store, trusted, agent, identity, envelope).await? {
-                    Received::New { id, .. } => report.received.push(id),
-                    Received::Receipt { of, .. } => report.receipts.push(of),
-                    Received::Rotated { from, accepted, .. } => {
-                        report.rotated.push((from, accepted))
-                    }
-                    Received::Duplicate(_) => report.duplicates += 1,
-                    Received::Unreadable { from, id, reason } => {
-                        report.unreadable.push((from, id, reason))
-                    }
-                    Received::Parked { from, id, reason } => report.parked.push((from, id, reason)),
-                }
+                let received =
+                    receive(&mut conn, store, trusted, agent, identity, envelope).await?;
+                report.tally(received);
                 conn.committed(seq).await?;
                 delivered += 1;
                 progress(delivered, waiting.max(delivered));
@@ -113,14 +118,7 @@ pub async fn sync_with_progress(
     conn.ack_committed().await?;
     // Letters kept for their senders' relays: asked now, whatever their backoff says.
     for received in open_parked(&mut conn, store, trusted, agent, identity, true).await? {
-        match received {
-            Received::New { id, .. } => report.received.push(id),
-            Received::Receipt { of, .. } => report.receipts.push(of),
-            Received::Rotated { from, accepted, .. } => report.rotated.push((from, accepted)),
-            Received::Duplicate(_) => report.duplicates += 1,
-            Received::Unreadable { from, id, reason } => report.unreadable.push((from, id, reason)),
-            Received::Parked { .. } => {}
-        }
+        report.tally(received);
     }
     report.waiting = store.call(|s| s.parked_summary()).await?.0;
     report.bounced = bounces::collect(&mut conn, store).await?;

@@ -86,6 +86,24 @@ pub(super) fn read_receipts_on(conn: &Connection) -> Result<bool, StoreError> {
         .is_some_and(|v| v == "on"))
 }
 
+/// The message this agent sent with id `of`, if it sent one (receipts excluded).
+fn sent_message(conn: &Connection, of: &MessageId) -> Result<Option<Message>, StoreError> {
+    let json: Option<String> = conn
+        .query_row(
+            "SELECT json FROM messages WHERE id = ?1 AND direction = 'out' AND is_receipt = 0",
+            [of.to_string()],
+            |r| r.get(0),
+        )
+        .optional()?;
+    json.map(|json| {
+        serde_json::from_str(&json).map_err(|e| StoreError::Corrupt {
+            what: "message",
+            detail: e.to_string(),
+        })
+    })
+    .transpose()
+}
+
 /// Records that `me` gives `receipt` about a received message from `to`, and queues the
 /// receipt to `to`, inside the caller's transaction; the queued receipt's id, or `None` when
 /// `me` already gave one of that kind (nothing is queued again).
@@ -213,22 +231,7 @@ impl Store {
     /// message with that id. A receipt's giver is matched against these before
     /// [`Store::record_receipt`]: only the caller can tell which spellings are this relay's.
     pub fn sent_recipients(&self, of: &MessageId) -> Result<Option<Vec<Address>>, StoreError> {
-        let json: Option<String> = self
-            .conn
-            .query_row(
-                "SELECT json FROM messages WHERE id = ?1 AND direction = 'out' AND is_receipt = 0",
-                [of.to_string()],
-                |r| r.get(0),
-            )
-            .optional()?;
-        let Some(json) = json else {
-            return Ok(None);
-        };
-        let sent: Message = serde_json::from_str(&json).map_err(|e| StoreError::Corrupt {
-            what: "message",
-            detail: e.to_string(),
-        })?;
-        Ok(Some(sent.recipients().cloned().collect()))
+        Ok(sent_message(&self.conn, of)?.map(|sent| sent.recipients().cloned().collect()))
     }
 
     /// Records a receipt that the recipient `recipient` of this agent's sent message gave, at
@@ -242,20 +245,10 @@ impl Store {
         at: Timestamp,
     ) -> Result<ReceiptOutcome, StoreError> {
         let tx = self.write_tx()?;
-        let json: Option<String> = tx
-            .query_row(
-                "SELECT json FROM messages WHERE id = ?1 AND direction = 'out' AND is_receipt = 0",
-                [receipt.of.to_string()],
-                |r| r.get(0),
-            )
-            .optional()?;
-        let Some(json) = json else {
+        // Read again inside the write: what the caller matched against may be gone by now.
+        let Some(sent) = sent_message(&tx, &receipt.of)? else {
             return Ok(ReceiptOutcome::NotSent);
         };
-        let sent: Message = serde_json::from_str(&json).map_err(|e| StoreError::Corrupt {
-            what: "message",
-            detail: e.to_string(),
-        })?;
         if !sent.recipients().any(|r| r == recipient) {
             return Ok(ReceiptOutcome::NotRecipient);
         }
