@@ -633,9 +633,12 @@ async fn the_async_handle_runs_work_off_the_runtime() {
 // ---- multi-process tests: the test binary re-runs itself as the writer ----
 
 fn spawn_child(test: &str, db: &Path, extra: &[(&str, &str)]) -> Child {
+    // libtest names a test by its path below the crate: `store::child_single_writer`.
+    let (_crate, module) = module_path!().split_once("::").unwrap();
+    let name = format!("{module}::{test}");
     let mut cmd = Command::new(std::env::current_exe().unwrap());
     cmd.args([
-        test,
+        name.as_str(),
         "--exact",
         "--ignored",
         "--nocapture",
