@@ -6,6 +6,7 @@ pub mod mcp;
 pub mod model_api;
 pub mod postgres;
 pub mod relay_process;
+mod turns;
 
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -401,7 +402,9 @@ pub fn register(home: &std::path::Path, name: &str, relay: &RelayUrl) {
 
 /// The files that the environment variables `vars` name (set up by `.ci/<setup>`), or `None`
 /// after saying on stderr that the test is skipped. When `require` is set to 1 (CI), missing
-/// variables fail the test instead: CI never passes without running it.
+/// variables fail the test instead: CI never passes without running it. With the files found,
+/// the test holds its module's turn at outside clients until it ends ([`turns`]).
+#[track_caller]
 pub fn external_tools(
     vars: &[&str],
     require: &str,
@@ -446,6 +449,7 @@ pub fn external_tools(
             path.display()
         );
     }
+    turns::take(std::panic::Location::caller().file());
     Some(found)
 }
 
