@@ -3,7 +3,7 @@
 //! and checks that the relay's memory and open files stay bounded and that the abuser gets its
 //! documented answer.
 
-mod common;
+use crate::common;
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};

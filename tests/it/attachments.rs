@@ -1,7 +1,7 @@
 //! Attachments end to end: a real relay on loopback, real `mailslot mcp` processes (started in
 //! a working directory of their own, the folder a client without roots may use) and the CLI.
 
-mod common;
+use crate::common;
 
 use std::path::Path;
 use std::time::Duration;

@@ -10,7 +10,7 @@
 //! allows one (root), so nothing can leave the machine; the relay, the mock, Claude Code and
 //! the mailslot processes all live in it.
 
-mod common;
+use crate::common;
 
 use std::path::{Path, PathBuf};
 use std::process::Stdio;

@@ -6,7 +6,7 @@
 //! as it is. Runs in a network namespace of its own with only
 //! loopback where the machine allows one.
 
-mod common;
+use crate::common;
 
 use std::path::{Path, PathBuf};
 use std::process::Stdio;

@@ -1,7 +1,7 @@
 //! Consent over a real relay whose default policy is `contacts`: strangers are refused,
 //! requests carry codes only the requester sees, owners approve, deny and block.
 
-mod common;
+use crate::common;
 
 use std::process::{Command, Stdio};
 

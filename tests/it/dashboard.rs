@@ -2,11 +2,11 @@
 //! its secret, a foreign Host, a POST without the CSRF token or from another Origin, and a
 //! wrong passphrase; a contacts page that waits on no slow relay one request after another;
 //! that the browser is handed a private launch page, never the secret; and in Debian's
-//! Chromium driven by Playwright (`tests/browser/`): open the launch page, approve a contact
+//! Chromium driven by Playwright (`tests/it/browser/`): open the launch page, approve a contact
 //! request with the owner passphrase, see alice's message arrive live, read it, and find its
 //! hostile HTML shown as text.
 
-mod common;
+use crate::common;
 
 use std::io::{BufRead, BufReader, Read, Write};
 use std::net::{SocketAddr, TcpStream};
@@ -592,7 +592,7 @@ async fn the_dashboard_in_a_real_browser() {
     })
     .await;
     let launch = std::fs::read_to_string(out.path().join("argv")).unwrap();
-    let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/browser/dashboard.mjs");
+    let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/it/browser/dashboard.mjs");
     let mut browser = tokio::process::Command::new(&tools[0]);
     browser
         .arg(&script)

@@ -3,7 +3,7 @@
 //! every wait here is on a push (`mailslot://sent` changed, a channel event), and "not yet"
 //! is shown by a later message that was checked in the same round.
 
-mod common;
+use crate::common;
 
 use common::mcp::*;
 use common::*;

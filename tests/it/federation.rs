@@ -3,7 +3,7 @@
 //! refused, and a local namesake never pinned for a remote address. Real relays on different
 //! loopback ports, real clients.
 
-mod common;
+use crate::common;
 
 use std::os::unix::fs::PermissionsExt;
 

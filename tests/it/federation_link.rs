@@ -3,7 +3,7 @@
 //! the sending one, and bounce what the other relay is never there to take; a relay that
 //! speaks for another relay's agents is refused; owners on both sides decide who may write.
 
-mod common;
+use crate::common;
 
 use std::collections::HashSet;
 use std::sync::Arc;

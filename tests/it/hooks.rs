@@ -1,7 +1,7 @@
 //! Claude Code hooks as real processes: `mailslot hook session-start|prompt|post-tool|stop`
 //! against a store with and without unread mail, once per session.
 
-mod common;
+use crate::common;
 
 use std::path::Path;
 use std::process::Command;

@@ -9,7 +9,7 @@
 //! them the tests say they are skipped and pass, unless `MAILSLOT_REQUIRE_INTEROP=1` (CI sets
 //! it), where they fail: CI never passes without running them.
 
-mod common;
+use crate::common;
 
 use std::io::Write;
 use std::path::{Path, PathBuf};
@@ -169,7 +169,7 @@ async fn run(what: String, mut cmd: Command, home: &Path) -> Finished {
 
 /// The Python SDK, legacy (`initialize`, `resources/subscribe`, the channel notification) and
 /// modern (`server/discover`, `subscriptions/listen`): surface, send, push, read, reply; see
-/// tests/interop/python_client.py for every check.
+/// tests/it/interop/python_client.py for every check.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn python_sdk_drives_two_servers_in_both_eras() {
     let Some(clients) = clients() else { return };
@@ -178,7 +178,7 @@ async fn python_sdk_drives_two_servers_in_both_eras() {
     let mut cmd = Command::new(&clients.python);
     cmd.arg(concat!(
         env!("CARGO_MANIFEST_DIR"),
-        "/tests/interop/python_client.py"
+        "/tests/it/interop/python_client.py"
     ))
     .args(["--mailslot", env!("CARGO_BIN_EXE_mailslot")])
     .args(["--relay", relay.url.as_str()]);

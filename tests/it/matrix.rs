@@ -13,18 +13,11 @@
 //! must show of it (`matrix/kinds.rs`). To add a view: write a `check` that records one cell per
 //! kind, and call it from [`run`].
 
-#[path = "matrix/cast.rs"]
 mod cast;
-#[path = "matrix/cli.rs"]
 mod cli;
-mod common;
-#[path = "matrix/dashboard.rs"]
 mod dashboard;
-#[path = "matrix/kinds.rs"]
 mod kinds;
-#[path = "matrix/mcp.rs"]
 mod mcp;
-#[path = "matrix/world.rs"]
 mod world;
 
 use std::time::Instant;

@@ -1,7 +1,7 @@
 //! The MCP server in-process: a real relay on loopback, real mailboxes, and rmcp's client over
 //! a duplex pipe, in both protocol eras.
 
-mod common;
+use crate::common;
 
 use common::mcp::*;
 use common::*;

@@ -1,7 +1,7 @@
 //! End to end: a real relay on loopback and real `mailslot mcp` processes driven by rmcp's
 //! client over their stdin/stdout.
 
-mod common;
+use crate::common;
 
 use std::io::{BufRead, BufReader, Write};
 use std::path::Path;

@@ -6,7 +6,7 @@
 //! Each test runs two real relays (`Relay::start` with `--db postgres://…`) on a fresh database
 //! of the test binary's private cluster, and real clients over real sockets.
 
-mod common;
+use crate::common;
 
 use common::postgres::PgCluster;
 use common::*;

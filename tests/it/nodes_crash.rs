@@ -2,7 +2,7 @@
 //! and the database restarting under load. Every message a sender saw `sent` for is delivered,
 //! once, through the nodes that are left.
 
-mod common;
+use crate::common;
 
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};

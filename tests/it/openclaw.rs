@@ -10,7 +10,7 @@
 //! The gateway takes 12–36 s to become ready on a small machine, so it is started once, in
 //! one test with sub-steps, and its whole process group is killed at the end, also on panic.
 
-mod common;
+use crate::common;
 
 use std::io::Write;
 use std::path::{Path, PathBuf};

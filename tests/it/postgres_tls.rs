@@ -2,7 +2,7 @@
 //! checks the server's certificate against the trusted roots (`SSL_CERT_FILE` here), and says
 //! what to fix when it cannot. The server is a private cluster that accepts TLS only.
 
-mod common;
+use crate::common;
 
 use std::io::{BufRead, BufReader};
 use std::process::{Command, Stdio};

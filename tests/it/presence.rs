@@ -4,7 +4,7 @@
 //! a contact, a listed stranger, an unlisted one, an unknown name and an unreachable relay,
 //! pinning nothing; `mailslot://directory` is the `directory` tool's framed listing.
 
-mod common;
+use crate::common;
 
 use common::mcp::*;
 use common::*;

@@ -2,7 +2,7 @@
 //! loopback, real `mailslot mcp` processes, and (for receipts nobody honest would send)
 //! library agents that write their own.
 
-mod common;
+use crate::common;
 
 use common::mcp::*;
 use common::*;

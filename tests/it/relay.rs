@@ -1,7 +1,7 @@
 //! The relay and its client, over real sockets: delivery, exactly-once, BCC, abuse, consent-free
 //! basics, replacement, shutdown, and HTTP.
 
-mod common;
+use crate::common;
 
 use common::*;
 use mailslot::crypto::seal;

@@ -1,7 +1,7 @@
 //! Crash safety: `kill -9` the relay process while several clients send; restart it on the
 //! same database; every message a client saw `sent` for arrives, none twice.
 
-mod common;
+use crate::common;
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};

@@ -1,9 +1,9 @@
 //! `mailslot relay migrate`: a SQLite relay with registrations, consent and waiting mail is
 //! stopped, moved by the real binary into a fresh database of the test binary's private
 //! PostgreSQL cluster, and served by two nodes there, which clients cannot tell from the old
-//! relay. Skipped without PostgreSQL, except in CI (tests/common/postgres.rs).
+//! relay. Skipped without PostgreSQL, except in CI (tests/it/common/postgres.rs).
 
-mod common;
+use crate::common;
 
 use std::path::Path;
 use std::process::{Command, Output};

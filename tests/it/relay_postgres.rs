@@ -1,9 +1,9 @@
 //! Relays on PostgreSQL (`--db postgres://…`): the URL selects the backend, nodes on one
 //! database are one relay to clients, and the URL's password never shows. Runs on the test
-//! binary's private cluster (tests/common/postgres.rs); skipped without PostgreSQL, except in
+//! binary's private cluster (tests/it/common/postgres.rs); skipped without PostgreSQL, except in
 //! CI.
 
-mod common;
+use crate::common;
 
 use std::io::{BufRead, BufReader};
 use std::process::{Command, Stdio};

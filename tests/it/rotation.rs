@@ -2,7 +2,7 @@
 //! re-pinned by peers without a word; keys that nothing signed stay an alarm until the owner
 //! accepts them.
 
-mod common;
+use crate::common;
 
 use std::path::Path;
 

@@ -1,7 +1,7 @@
 //! The long-running client session: mail pushed in as it arrives, the outbox sent on request,
 //! and reconnection after the relay goes away and comes back.
 
-mod common;
+use crate::common;
 
 use std::time::Duration;
 

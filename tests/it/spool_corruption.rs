@@ -3,7 +3,7 @@
 //! torn tail after `kill -9` is not damage. Byte positions in every part of a record are
 //! covered by the unit tests beside `scan.rs`.
 
-mod common;
+use crate::common;
 
 use std::io::{BufRead, BufReader};
 use std::path::{Path, PathBuf};

@@ -5,12 +5,10 @@
 //! durability is part of the contract. PostgreSQL's own cases (the delivery lease, two nodes on
 //! one database) follow the shared ones.
 
-#[path = "common/postgres.rs"]
-mod pg;
-
 use std::collections::HashMap;
 use std::sync::Arc;
 
+use crate::common::postgres as pg;
 use mailslot::crypto::{Identity, Owner};
 use mailslot::protocol::{
     Address, AgentName, Bounce, CopyKey, KeyRotation, MAX_ROTATIONS, MessageId, Policy, PublicKeys,

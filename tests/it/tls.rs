@@ -2,7 +2,7 @@
 //! certificate for `localhost` signed by a test CA), and the real `mailslot` binary as the
 //! client, which trusts the CA only through `SSL_CERT_FILE`.
 
-mod common;
+use crate::common;
 
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};

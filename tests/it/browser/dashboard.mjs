@@ -1,4 +1,4 @@
-// Drives `mailslot dashboard` in Debian's Chromium (headless) for tests/dashboard.rs.
+// Drives `mailslot dashboard` in Debian's Chromium (headless) for tests/it/dashboard.rs.
 //
 // Environment: MAILSLOT_PLAYWRIGHT (playwright-core's entry file), MAILSLOT_CHROMIUM, and from
 // the test: DASHBOARD_URL (the launch page, file://), AGENT (bob), REQUESTER (alice), CODE (alice's

@@ -3,7 +3,7 @@ in both protocol eras, through a relay given on the command line.
 
     python python_client.py --mailslot target/debug/mailslot --relay ws://127.0.0.1:PORT
 
-Run by tests/interop.rs (which starts the relay); `.ci/interop-setup` installs the SDK. Prints one
+Run by tests/it/interop.rs (which starts the relay); `.ci/interop-setup` installs the SDK. Prints one
 line per check and exits 1 with a clear message on the first failure. Every wait has a timeout;
 nothing sleeps to synchronise.
 """

@@ -14,8 +14,8 @@ use mailslot::store::SentState;
 use serde_json::Value;
 
 use crate::common::{TestAgent, TestRelay, mailslot_cli, wait_until};
-use crate::kinds::{Kind, Side};
-use crate::world::Relays;
+use super::kinds::{Kind, Side};
+use super::world::Relays;
 
 /// How long the world may take to settle (mail over links, receipts coming back).
 const SETTLE: Duration = Duration::from_secs(60);

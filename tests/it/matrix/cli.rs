@@ -7,7 +7,7 @@ use mailslot::client::RelayUrl;
 use mailslot::protocol::AgentName;
 use serde_json::{Value, json};
 
-use crate::kinds::{
+use super::kinds::{
     Cells, Kind, Side, attachments_ok, entry, has, received_entry, searched, sent_entry, want,
 };
 

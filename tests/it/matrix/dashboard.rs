@@ -6,7 +6,7 @@ use std::path::Path;
 use mailslot::client::RelayUrl;
 
 use crate::common::EVENT_TIMEOUT;
-use crate::kinds::{Cells, Kind, Side, attachment_read, want};
+use super::kinds::{Cells, Kind, Side, attachment_read, want};
 
 /// `mailslot dashboard` on alice's home, logged in; killed when dropped.
 struct Dashboard {

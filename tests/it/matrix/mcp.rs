@@ -8,7 +8,7 @@ use mailslot::client::RelayUrl;
 use serde_json::{Value, json};
 
 use crate::common::mcp::{Era, McpClient, spawn_mcp, text_of};
-use crate::kinds::{
+use super::kinds::{
     Cells, Kind, Side, attachment_read, attachments_ok, entry, has, received_entry, searched,
     sent_entry, want,
 };

@@ -8,11 +8,11 @@ use mailslot::protocol::{Message, RelayName};
 use mailslot::relay::RelayConfig;
 use mailslot::store::SentState;
 
-use crate::Backend;
-use crate::cast::{Cast, settle};
+use super::Backend;
+use super::cast::{Cast, settle};
 use crate::common::postgres::PgCluster;
 use crate::common::{TestRelay, free_loopback_addr};
-use crate::kinds::{Kind, Side};
+use super::kinds::{Kind, Side};
 
 /// Relays A (alice's) and B. With PostgreSQL, A is two nodes on one database (alice on the
 /// first, pete on the second); with SQLite, one relay.
