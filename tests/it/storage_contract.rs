@@ -21,9 +21,14 @@ use mailslot::relay::storage::{
 };
 
 /// A backend under test: a fresh, empty store, and the same data opened again.
-trait Backend {
+trait Backend: Sized {
     type S: Storage;
+    /// A fresh store for `test`; `None` (the test skips, or fails in CI) when the backend is
+    /// not installed.
+    async fn fresh(test: &str) -> Option<Self>;
     async fn open(&self) -> Self::S;
+    /// Adds invites as the operator's command does: beside the relay, not through it.
+    async fn add_invites(&self, digests: &[[u8; 32]]);
 }
 
 struct Sqlite(tempfile::TempDir);
@@ -33,16 +38,26 @@ impl Sqlite {
         Self(tempfile::tempdir().unwrap())
     }
 
-    /// Always there.
-    async fn for_test(_test: &str) -> Option<Self> {
-        Some(Self::new())
+    fn db(&self) -> std::path::PathBuf {
+        self.0.path().join("relay.db")
     }
 }
 
 impl Backend for Sqlite {
     type S = SqliteStorage;
+
+    /// Always there.
+    async fn fresh(_test: &str) -> Option<Self> {
+        Some(Self::new())
+    }
+
     async fn open(&self) -> SqliteStorage {
-        SqliteStorage::open(&self.0.path().join("relay.db")).unwrap()
+        SqliteStorage::open(&self.db()).unwrap()
+    }
+
+    async fn add_invites(&self, digests: &[[u8; 32]]) {
+        drop(self.open().await); // the schema exists before the operator makes invites
+        SqliteStorage::add_invites(&self.db(), digests).unwrap()
     }
 }
 
@@ -52,20 +67,23 @@ struct Postgres {
     url: String,
 }
 
-impl Postgres {
-    /// `None` (the test skips, or fails in CI) without PostgreSQL.
-    async fn new(test: &str) -> Option<Self> {
+impl Backend for Postgres {
+    type S = PostgresStorage;
+
+    async fn fresh(test: &str) -> Option<Self> {
         let cluster = pg::PgCluster::shared()?;
         Some(Self {
             url: cluster.create_database(test).await,
         })
     }
-}
 
-impl Backend for Postgres {
-    type S = PostgresStorage;
     async fn open(&self) -> PostgresStorage {
         PostgresStorage::connect(&self.url).await.unwrap()
+    }
+
+    /// Through another node's connection, as an operator's command would have.
+    async fn add_invites(&self, digests: &[[u8; 32]]) {
+        self.open().await.add_invites(digests).await.unwrap()
     }
 }
 
@@ -135,9 +153,9 @@ async fn registration_is_first_come<B: Backend>(b: B) {
     assert_eq!(s.keys(name("alice")).await.unwrap(), Some(alice), "durable");
 }
 
-async fn an_invite_registers_one_name<B: Backend>(b: B, add: impl AsyncFn(&[[u8; 32]])) {
+async fn an_invite_registers_one_name<B: Backend>(b: B) {
     let digest = mailslot::crypto::digest(b"msi_token");
-    add(&[digest]).await;
+    b.add_invites(&[digest]).await;
     let s = b.open().await;
     assert_eq!(
         s.register(name("alice"), keys(), Some(digest))
@@ -1153,204 +1171,55 @@ async fn a_block_of_a_whole_relay_refuses_its_agents_unless_one_is_a_contact<B: 
     assert_eq!(send(&alice).await.unwrap(), Accepted::NotAllowed(bob));
 }
 
+/// Every case, as a test per backend: `sqlite::CASE` and `postgres::CASE`.
 macro_rules! contract {
-    ($backend:ident, $make:path) => {
-        mod $backend {
-            use super::*;
-
-            #[tokio::test]
-            async fn registration_is_first_come() {
-                let Some(b) = $make(stringify!(registration_is_first_come)).await else {
-                    return;
-                };
-                super::registration_is_first_come(b).await;
-            }
-            #[tokio::test]
-            async fn the_owner_key_is_compare_and_set() {
-                let Some(b) = $make(stringify!(the_owner_key_is_compare_and_set)).await else {
-                    return;
-                };
-                super::the_owner_key_is_compare_and_set(b).await;
-            }
-            #[tokio::test]
-            async fn copies_are_kept_in_order_per_recipient_until_acked() {
-                let Some(b) = $make(stringify!(
-                    copies_are_kept_in_order_per_recipient_until_acked
-                ))
-                .await
-                else {
-                    return;
-                };
-                super::copies_are_kept_in_order_per_recipient_until_acked(b).await;
-            }
-            #[tokio::test]
-            async fn a_resend_is_stored_once_per_recipient() {
-                let Some(b) = $make(stringify!(a_resend_is_stored_once_per_recipient)).await else {
-                    return;
-                };
-                super::a_resend_is_stored_once_per_recipient(b).await;
-            }
-            #[tokio::test]
-            async fn a_full_queue_refuses_the_whole_send() {
-                let Some(b) = $make(stringify!(a_full_queue_refuses_the_whole_send)).await else {
-                    return;
-                };
-                super::a_full_queue_refuses_the_whole_send(b).await;
-            }
-            #[tokio::test]
-            async fn consent_is_checked_inside_the_write() {
-                let Some(b) = $make(stringify!(consent_is_checked_inside_the_write)).await else {
-                    return;
-                };
-                super::consent_is_checked_inside_the_write(b).await;
-            }
-            #[tokio::test]
-            async fn a_replaced_session_cannot_ack() {
-                let Some(b) = $make(stringify!(a_replaced_session_cannot_ack)).await else {
-                    return;
-                };
-                super::a_replaced_session_cannot_ack(b).await;
-            }
-            #[tokio::test]
-            async fn expired_copies_go() {
-                let Some(b) = $make(stringify!(expired_copies_go)).await else {
-                    return;
-                };
-                super::expired_copies_go(b).await;
-            }
-            #[tokio::test]
-            async fn copy_statuses_say_queued_bounced_or_gone() {
-                let Some(b) = $make(stringify!(copy_statuses_say_queued_bounced_or_gone)).await
-                else {
-                    return;
-                };
-                super::copy_statuses_say_queued_bounced_or_gone(b).await;
-            }
-            #[tokio::test]
-            async fn keys_rotate_only_from_the_registered_ones() {
-                let Some(b) = $make(stringify!(keys_rotate_only_from_the_registered_ones)).await
-                else {
-                    return;
-                };
-                super::keys_rotate_only_from_the_registered_ones(b).await;
-            }
-            #[tokio::test]
-            async fn a_retired_name_is_held_then_free() {
-                let Some(b) = $make(stringify!(a_retired_name_is_held_then_free)).await else {
-                    return;
-                };
-                super::a_retired_name_is_held_then_free(b).await;
-            }
-            #[tokio::test]
-            async fn a_relay_mailbox_takes_mail_past_consent_and_keeps_its_name() {
-                let Some(b) = $make(stringify!(
-                    a_relay_mailbox_takes_mail_past_consent_and_keeps_its_name
-                ))
-                .await
-                else {
-                    return;
-                };
-                super::a_relay_mailbox_takes_mail_past_consent_and_keeps_its_name(b).await;
-            }
-            #[tokio::test]
-            async fn expiry_leaves_relay_mailboxes_to_their_link() {
-                let Some(b) = $make(stringify!(expiry_leaves_relay_mailboxes_to_their_link)).await
-                else {
-                    return;
-                };
-                super::expiry_leaves_relay_mailboxes_to_their_link(b).await;
-            }
-            #[tokio::test]
-            async fn bounces_a_link_records_are_kept_once() {
-                let Some(b) = $make(stringify!(bounces_a_link_records_are_kept_once)).await else {
-                    return;
-                };
-                super::bounces_a_link_records_are_kept_once(b).await;
-            }
-            #[tokio::test]
-            async fn a_relay_key_is_pinned_on_first_contact() {
-                let Some(b) = $make(stringify!(a_relay_key_is_pinned_on_first_contact)).await
-                else {
-                    return;
-                };
-                super::a_relay_key_is_pinned_on_first_contact(b).await;
-            }
-            #[tokio::test]
-            async fn the_relays_own_key_is_recorded_once() {
-                let Some(b) = $make(stringify!(the_relays_own_key_is_recorded_once)).await else {
-                    return;
-                };
-                super::the_relays_own_key_is_recorded_once(b).await;
-            }
-            #[tokio::test]
-            async fn mail_from_another_relay_meets_its_recipients_consent() {
-                let Some(b) = $make(stringify!(
-                    mail_from_another_relay_meets_its_recipients_consent
-                ))
-                .await
-                else {
-                    return;
-                };
-                super::mail_from_another_relay_meets_its_recipients_consent(b).await;
-            }
-            #[tokio::test]
-            async fn open_requests_are_bounded_per_target_and_per_relay() {
-                let Some(b) = $make(stringify!(
-                    open_requests_are_bounded_per_target_and_per_relay
-                ))
-                .await
-                else {
-                    return;
-                };
-                super::open_requests_are_bounded_per_target_and_per_relay(b).await;
-            }
-            #[tokio::test]
-            async fn a_block_of_a_whole_relay_refuses_its_agents_unless_one_is_a_contact() {
-                let Some(b) = $make(stringify!(
-                    a_block_of_a_whole_relay_refuses_its_agents_unless_one_is_a_contact
-                ))
-                .await
-                else {
-                    return;
-                };
-                super::a_block_of_a_whole_relay_refuses_its_agents_unless_one_is_a_contact(b).await;
-            }
+    ($($case:ident),+ $(,)?) => {
+        contract!(@backend sqlite, Sqlite, $($case),+);
+        contract!(@backend postgres, Postgres, $($case),+);
+    };
+    (@backend $module:ident, $backend:ident, $($case:ident),+) => {
+        mod $module {
+            use super::{$backend, Backend};
+            $(
+                #[tokio::test]
+                async fn $case() {
+                    if let Some(b) = $backend::fresh(stringify!($case)).await {
+                        super::$case(b).await;
+                    }
+                }
+            )+
         }
     };
 }
 
-contract!(sqlite, Sqlite::for_test);
-contract!(postgres, Postgres::new);
-
-#[tokio::test]
-async fn sqlite_an_invite_registers_one_name() {
-    let backend = Sqlite::new();
-    drop(backend.open().await); // the schema exists before the operator makes invites
-    let db = backend.0.path().join("relay.db");
-    an_invite_registers_one_name(backend, async |digests| {
-        SqliteStorage::add_invites(&db, digests).unwrap()
-    })
-    .await;
-}
-
-#[tokio::test]
-async fn postgres_an_invite_registers_one_name() {
-    let Some(backend) = Postgres::new("invite").await else {
-        return;
-    };
-    // Another node's connection, as an operator's command would have.
-    let operator = backend.open().await;
-    an_invite_registers_one_name(backend, async |digests| {
-        operator.add_invites(digests).await.unwrap()
-    })
-    .await;
-}
+contract!(
+    registration_is_first_come,
+    an_invite_registers_one_name,
+    the_owner_key_is_compare_and_set,
+    copies_are_kept_in_order_per_recipient_until_acked,
+    a_resend_is_stored_once_per_recipient,
+    a_full_queue_refuses_the_whole_send,
+    consent_is_checked_inside_the_write,
+    a_replaced_session_cannot_ack,
+    expired_copies_go,
+    copy_statuses_say_queued_bounced_or_gone,
+    keys_rotate_only_from_the_registered_ones,
+    a_retired_name_is_held_then_free,
+    a_relay_mailbox_takes_mail_past_consent_and_keeps_its_name,
+    expiry_leaves_relay_mailboxes_to_their_link,
+    bounces_a_link_records_are_kept_once,
+    a_relay_key_is_pinned_on_first_contact,
+    the_relays_own_key_is_recorded_once,
+    mail_from_another_relay_meets_its_recipients_consent,
+    open_requests_are_bounded_per_target_and_per_relay,
+    a_block_of_a_whole_relay_refuses_its_agents_unless_one_is_a_contact,
+);
 
 // PostgreSQL's own cases: several nodes on one database.
 
 /// Two nodes (two connections to one database) of a fresh PostgreSQL backend.
 async fn two_nodes(test: &str) -> Option<(Postgres, PostgresStorage, PostgresStorage)> {
-    let backend = Postgres::new(test).await?;
+    let backend = Postgres::fresh(test).await?;
     let (a, b) = (backend.open().await, backend.open().await);
     assert_ne!(a.node_id(), b.node_id(), "each node has its own id");
     assert_eq!(a.relay_id(), b.relay_id(), "the relay id is shared");
@@ -1606,7 +1475,7 @@ async fn postgres_expiry_runs_on_one_node_at_a_time() {
 #[tokio::test]
 async fn sqlite_relay_mailboxes_bounces_and_pins_move_to_postgres() {
     let backend = Sqlite::new();
-    let db = backend.0.path().join("relay.db");
+    let db = backend.db();
     let s = backend.open().await;
     let [alice] = agents(&s, &["alice"]).await.try_into().unwrap();
     let relay_b = mailbox("relay-b");
