@@ -87,9 +87,8 @@ async fn wait_for_message(c: &McpClient, id: &Value) {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn text_and_a_5_mib_binary_go_through_intact_by_resource_save_and_cli() {
     let relay = TestRelay::start(|_| {}).await;
-    let home = tempfile::tempdir().unwrap();
+    let home = relay.home(&["bob"]);
     let (alice_dir, bob_dir) = (tempfile::tempdir().unwrap(), tempfile::tempdir().unwrap());
-    register(home.path(), "bob", &relay.url);
     let alice = spawn_in(alice_dir.path(), home.path(), "alice", &relay.url).await;
     let bob = spawn_in(bob_dir.path(), home.path(), "bob", &relay.url).await;
 
@@ -222,9 +221,8 @@ async fn text_and_a_5_mib_binary_go_through_intact_by_resource_save_and_cli() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn paths_outside_the_folder_symlinks_out_and_oversized_files_are_refused() {
     let relay = TestRelay::start(|_| {}).await;
-    let home = tempfile::tempdir().unwrap();
+    let home = relay.home(&["bob"]);
     let (dir, elsewhere) = (tempfile::tempdir().unwrap(), tempfile::tempdir().unwrap());
-    register(home.path(), "bob", &relay.url);
     let alice = spawn_in(dir.path(), home.path(), "alice", &relay.url).await;
     let secret = elsewhere.path().join("secret.txt");
     std::fs::write(&secret, "not for bob").unwrap();
@@ -271,9 +269,8 @@ async fn paths_outside_the_folder_symlinks_out_and_oversized_files_are_refused()
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_envelope_over_the_relays_limit_is_refused_naming_it_and_the_connection_carries_on() {
     let relay = TestRelay::start(|c| c.limits.envelope_bytes = 1024 * 1024).await;
-    let home = tempfile::tempdir().unwrap();
+    let home = relay.home(&["bob"]);
     let dir = tempfile::tempdir().unwrap();
-    register(home.path(), "bob", &relay.url);
     let alice = spawn_in(dir.path(), home.path(), "alice", &relay.url).await;
     let bob = spawn_in(dir.path(), home.path(), "bob", &relay.url).await;
     std::fs::write(dir.path().join("big.bin"), binary(2 * 1024 * 1024)).unwrap();
@@ -296,10 +293,8 @@ async fn an_envelope_over_the_relays_limit_is_refused_naming_it_and_the_connecti
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_cli_attaches_files() {
     let relay = TestRelay::start(|_| {}).await;
-    let home = tempfile::tempdir().unwrap();
+    let home = relay.home(&["alice", "bob"]);
     let dir = tempfile::tempdir().unwrap();
-    register(home.path(), "alice", &relay.url);
-    register(home.path(), "bob", &relay.url);
     let file = dir.path().join("report.csv");
     std::fs::write(&file, "a,b\n1,2\n").unwrap();
     let out = mailslot_cli(
@@ -392,13 +387,12 @@ async fn spawn_with_roots(
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_client_with_roots_attaches_and_saves_inside_them_only_not_in_the_working_directory() {
     let relay = TestRelay::start(|_| {}).await;
-    let home = tempfile::tempdir().unwrap();
+    let home = relay.home(&["bob"]);
     let (cwd, root, bob_root) = (
         tempfile::tempdir().unwrap(),
         tempfile::tempdir().unwrap(),
         tempfile::tempdir().unwrap(),
     );
-    register(home.path(), "bob", &relay.url);
     let alice =
         spawn_with_roots(cwd.path(), &[root.path()], home.path(), "alice", &relay.url).await;
     let mut bob = spawn_with_roots(

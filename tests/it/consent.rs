@@ -5,6 +5,7 @@ use crate::common;
 
 use std::process::{Command, Stdio};
 
+use common::consent::{approve, request};
 use common::*;
 use mailslot::client::ClientError;
 use mailslot::protocol::{
@@ -20,45 +21,6 @@ fn refused(e: ClientError) -> ErrorCode {
         ClientError::Refused { code, .. } => code,
         other => panic!("expected a refusal, got {other:?}"),
     }
-}
-
-async fn request(conn: &mut mailslot::client::Connection, to: &TestAgent) -> RequestCode {
-    match conn
-        .call(|r| ClientFrame::Connect {
-            reference: r,
-            to: to.address(),
-            note: "we work on the relay together".into(),
-        })
-        .await
-        .unwrap()
-    {
-        ServerFrame::Requested { code, .. } => code,
-        other => panic!("expected requested, got {other:?}"),
-    }
-}
-
-/// `by`'s owner approves `from`'s request on `by`'s connection.
-async fn approve(
-    conn: &mut mailslot::client::Connection,
-    by: &TestAgent,
-    from: &TestAgent,
-    code: RequestCode,
-) -> Result<ServerFrame, ClientError> {
-    let owner_signature = by.owner_signs(
-        conn,
-        &OwnerAct::Approve {
-            from: &from.address(),
-            code: &code,
-        },
-    );
-    conn.call(|r| ClientFrame::Approve {
-        reference: r,
-        from: from.address(),
-        code,
-        dry_run: false,
-        owner_signature,
-    })
-    .await
 }
 
 /// A dry run of `approve` on `conn`: only checks the code, with no owner signature.
@@ -175,9 +137,8 @@ async fn strangers_are_refused_until_the_owner_approves() {
 #[tokio::test]
 async fn the_requester_is_told_the_outcome() {
     let relay = contacts_relay().await;
-    let [alice, bob, carol] = ["alice", "bob", "carol"].map(TestAgent::new);
-    bob.sync(&relay).await;
-    carol.sync(&relay).await;
+    let [bob, carol] = relay.agents(["bob", "carol"]).await;
+    let alice = TestAgent::new("alice");
     let mut conn = alice.connect(&relay).await;
     let code = request(&mut conn, &bob).await;
     request(&mut conn, &carol).await;

@@ -47,10 +47,8 @@ fn state_is(state: &'static str) -> impl Fn(&Value) -> bool {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn delivered_reaches_the_sender_once_with_its_time_and_a_waiting_copy_stays_sent() {
     let relay = TestRelay::start(|_| {}).await;
-    let home = tempfile::tempdir().unwrap();
     // Registered before their sessions start, so no send races a registration.
-    register(home.path(), "bob", &relay.url);
-    register(home.path(), "carol", &relay.url);
+    let home = relay.home(&["bob", "carol"]);
     let mut alice = spawn_mcp(home.path(), "alice", &relay.url, Era::Legacy).await;
     let mut carol = spawn_mcp(home.path(), "carol", &relay.url, Era::Legacy).await;
     subscribe_sent(&alice).await;
@@ -150,8 +148,7 @@ async fn delivered_reaches_the_sender_once_with_its_time_and_a_waiting_copy_stay
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn delivered_reaches_a_sender_that_was_offline_when_the_copy_was_taken() {
     let relay = TestRelay::start(|_| {}).await;
-    let home = tempfile::tempdir().unwrap();
-    register(home.path(), "bob", &relay.url);
+    let home = relay.home(&["bob"]);
     let alice = spawn_mcp(home.path(), "alice", &relay.url, Era::Legacy).await;
     let sent = alice
         .ok("send", send_args(&["bob"], "while away", "x"))
@@ -200,8 +197,7 @@ async fn a_copy_that_expires_bounces_to_the_sender_with_a_ring_and_is_never_deli
         c.expiry_interval_secs = 1;
     })
     .await;
-    let home = tempfile::tempdir().unwrap();
-    register(home.path(), "bob", &relay.url);
+    let home = relay.home(&["bob"]);
     let mut alice = spawn_mcp(home.path(), "alice", &relay.url, Era::Legacy).await;
     subscribe_sent(&alice).await;
     let sent = alice

@@ -432,13 +432,8 @@ async fn a_relay_presenting_a_changed_key_is_refused() {
         TestRelay::start(|_| {}).await,
         TestRelay::start(|_| {}).await,
     );
-    let (alice, bob, carol) = (
-        TestAgent::new("alice"),
-        TestAgent::new("bob"),
-        TestAgent::new("carol"),
-    );
-    bob.sync(&b).await;
-    carol.sync(&b).await;
+    let [_bob, carol] = b.agents(["bob", "carol"]).await;
+    let alice = TestAgent::new("alice");
     let mut conn = alice.connect(&a).await;
     resolve_keys(&mut conn, &alice.store, &[], &at("bob", &b))
         .await
@@ -526,8 +521,7 @@ async fn the_cli_pins_remote_keys_and_trusts_a_new_relay_key_only_as_confirmed()
     );
     let bob = TestAgent::new("bob");
     bob.sync(&b).await;
-    let home = tempfile::tempdir().unwrap();
-    register(home.path(), "alice", &a.url);
+    let home = a.home(&["alice"]);
     let bob_at_b = at("bob", &b).to_string();
 
     let out = cli(
@@ -703,9 +697,7 @@ async fn alice_at_a_and_bob_at_b_write_and_reply_through_the_cli_exactly_once() 
         TestRelay::start(|_| {}).await,
         TestRelay::start(|_| {}).await,
     );
-    let (alice_home, bob_home) = (tempfile::tempdir().unwrap(), tempfile::tempdir().unwrap());
-    register(alice_home.path(), "alice", &a.url);
-    register(bob_home.path(), "bob", &b.url);
+    let (alice_home, bob_home) = (a.home(&["alice"]), b.home(&["bob"]));
     let (alice_full, bob_full) = (at("alice", &a).to_string(), at("bob", &b).to_string());
     let (alice_home, bob_home) = (alice_home.path(), bob_home.path());
 
@@ -926,13 +918,8 @@ async fn a_relay_that_does_not_answer_for_its_senders_keys_holds_up_nothing_else
         TestRelay::start(|_| {}).await,
         TestRelay::start(|_| {}).await,
     );
-    let (alice, bob, carol) = (
-        TestAgent::new("alice"),
-        TestAgent::new("bob"),
-        TestAgent::new("carol"),
-    );
-    alice.sync(&a).await;
-    bob.sync(&a).await;
+    let [alice, bob] = a.agents(["alice", "bob"]).await;
+    let carol = TestAgent::new("carol");
     carol.sync(&b).await;
     // carol's letter crosses to A; B is gone before bob asks it for carol's keys.
     let letter = Message::new(carol.address(), vec![at("bob", &a)], "from b", "across");

@@ -16,10 +16,7 @@ use serde_json::json;
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn mail_rings_the_other_process_and_the_reply_comes_back() {
     let relay = TestRelay::start(|_| {}).await;
-    let home = tempfile::tempdir().unwrap();
-    for name in ["bob", "carol", "dave"] {
-        register(home.path(), name, &relay.url);
-    }
+    let home = relay.home(&["bob", "carol", "dave"]);
     let mut alice = spawn_mcp(home.path(), "alice", &relay.url, Era::Legacy).await;
     let mut bob = spawn_mcp(home.path(), "bob", &relay.url, Era::Legacy).await;
     let carol = spawn_mcp(home.path(), "carol", &relay.url, Era::Modern).await;
@@ -117,8 +114,7 @@ async fn mail_rings_the_other_process_and_the_reply_comes_back() {
 async fn queued_while_the_relay_is_down_then_delivered() {
     let relay = TestRelay::start(|_| {}).await;
     let url = relay.url.clone();
-    let home = tempfile::tempdir().unwrap();
-    register(home.path(), "bob", &url);
+    let home = relay.home(&["bob"]);
     let stopped = relay.stop().await;
 
     let alice = spawn_mcp(home.path(), "alice", &url, Era::Legacy).await;
@@ -437,8 +433,7 @@ fn header_of<'a>(answer: &'a str, name: &str) -> Option<&'a str> {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn streamable_http_needs_the_agents_token_and_bounds_its_sessions() {
     let relay = TestRelay::start(|_| {}).await;
-    let home = tempfile::tempdir().unwrap();
-    register(home.path(), "bob", &relay.url);
+    let home = relay.home(&["bob"]);
     let token = print_token(home.path(), &relay.url);
     let file = home.path().join("agents/alice/mcp-http.token");
     assert_eq!(std::fs::read_to_string(&file).unwrap().trim(), token);

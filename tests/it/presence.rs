@@ -31,8 +31,7 @@ struct World {
 
 async fn world() -> World {
     let relay = TestRelay::start(|_| {}).await;
-    let home = tempfile::tempdir().unwrap();
-    register(home.path(), "alice", &relay.url);
+    let home = relay.home(&["alice"]);
     let alice = spawn_mcp(home.path(), "alice", &relay.url, Era::Legacy).await;
 
     let bob = TestAgent::new("bob");

@@ -16,8 +16,7 @@ fn message_id(v: &Value) -> MessageId {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn importance_is_framed_and_filtered_and_an_acknowledgement_reaches_the_sender_once() {
     let relay = TestRelay::start(|_| {}).await;
-    let home = tempfile::tempdir().unwrap();
-    register(home.path(), "carol", &relay.url);
+    let home = relay.home(&["carol"]);
     let mut alice = spawn_mcp(home.path(), "alice", &relay.url, Era::Legacy).await;
     let mut carol = spawn_mcp(home.path(), "carol", &relay.url, Era::Legacy).await;
 
@@ -249,10 +248,7 @@ async fn importance_is_framed_and_filtered_and_an_acknowledgement_reaches_the_se
 async fn receipts_from_strangers_for_unsent_mail_or_twice_change_nothing() {
     let relay = TestRelay::start(|_| {}).await;
     let home = tempfile::tempdir().unwrap();
-    let bob = TestAgent::new("bob");
-    let mallory = TestAgent::new("mallory");
-    bob.sync(&relay).await;
-    mallory.sync(&relay).await;
+    let [bob, mallory] = relay.agents(["bob", "mallory"]).await;
     let mut alice = spawn_mcp(home.path(), "alice", &relay.url, Era::Legacy).await;
     let plan = alice
         .ok(
@@ -337,11 +333,8 @@ fn alice_addr() -> mailslot::protocol::Address {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn read_receipts_go_out_only_when_the_owner_turned_them_on() {
     let relay = TestRelay::start(|_| {}).await;
-    let home = tempfile::tempdir().unwrap();
+    let home = relay.home(&["dave", "erin"]);
     let url = relay.url.as_str().to_owned();
-    for name in ["dave", "erin"] {
-        register(home.path(), name, &relay.url);
-    }
     let on = mailslot_cli(
         home.path(),
         &url,

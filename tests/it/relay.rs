@@ -10,9 +10,9 @@ use mailslot::store::{InboxQuery, Trust};
 
 #[tokio::test]
 async fn an_offline_recipient_gets_its_mail_exactly_once() {
-    let relay = TestRelay::start(|_| {}).await;
-    let (alice, bob) = (TestAgent::new("alice"), TestAgent::new("bob"));
-    bob.sync(&relay).await; // registers bob, then bob goes offline
+    // bob is registered, then offline.
+    let (relay, [bob]) = TestRelay::with_agents(["bob"]).await;
+    let alice = TestAgent::new("alice");
     let message = alice.message(&[&bob], "plan", "ship on friday");
     let id = message.id;
     let sent = alice.send(&relay, message).await;
@@ -40,12 +40,9 @@ async fn an_offline_recipient_gets_its_mail_exactly_once() {
 
 #[tokio::test]
 async fn cc_and_bcc_reach_everyone_and_bcc_stays_blind() {
-    let relay = TestRelay::start(|_| {}).await;
-    let [alice, bob, carol, dave, erin] =
-        ["alice", "bob", "carol", "dave", "erin"].map(TestAgent::new);
-    for a in [&bob, &carol, &dave, &erin] {
-        a.sync(&relay).await;
-    }
+    let (relay, [bob, carol, dave, erin]) =
+        TestRelay::with_agents(["bob", "carol", "dave", "erin"]).await;
+    let alice = TestAgent::new("alice");
     let mut m = alice.message(&[&bob], "budget", "numbers inside");
     m.cc = vec![carol.address()];
     m.bcc = vec![dave.address(), erin.address()];
@@ -85,10 +82,7 @@ async fn cc_and_bcc_reach_everyone_and_bcc_stays_blind() {
 
 #[tokio::test]
 async fn replies_stay_in_the_thread() {
-    let relay = TestRelay::start(|_| {}).await;
-    let (alice, bob) = (TestAgent::new("alice"), TestAgent::new("bob"));
-    alice.sync(&relay).await;
-    bob.sync(&relay).await;
+    let (relay, [alice, bob]) = TestRelay::with_agents(["alice", "bob"]).await;
     let first = alice.message(&[&bob], "question", "which port?");
     let (thread, first_id) = (first.thread, first.id);
     alice.send(&relay, first).await;
@@ -111,9 +105,8 @@ async fn replies_stay_in_the_thread() {
 
 #[tokio::test]
 async fn resending_an_accepted_id_stores_nothing_new() {
-    let relay = TestRelay::start(|_| {}).await;
-    let (alice, bob) = (TestAgent::new("alice"), TestAgent::new("bob"));
-    bob.sync(&relay).await;
+    let (relay, [bob]) = TestRelay::with_agents(["bob"]).await;
+    let alice = TestAgent::new("alice");
     let m = alice.message(&[&bob], "once", "only once");
     let keys = vec![(bob.address(), bob.identity.public().clone())];
     let mut conn = alice.connect(&relay).await;
@@ -135,9 +128,8 @@ async fn resending_an_accepted_id_stores_nothing_new() {
 
 #[tokio::test]
 async fn a_lost_ack_means_redelivery_and_the_store_keeps_one_copy() {
-    let relay = TestRelay::start(|_| {}).await;
-    let (alice, bob) = (TestAgent::new("alice"), TestAgent::new("bob"));
-    bob.sync(&relay).await;
+    let (relay, [bob]) = TestRelay::with_agents(["bob"]).await;
+    let alice = TestAgent::new("alice");
     let m = alice.message(&[&bob], "retry", "body");
     let id = m.id;
     alice.send(&relay, m).await;
@@ -277,10 +269,8 @@ async fn bad_hellos_are_refused_with_their_codes() {
 
 #[tokio::test]
 async fn bad_sends_get_their_codes_and_the_connection_keeps_working() {
-    let relay = TestRelay::start(|_| {}).await;
-    let [alice, bob, carol] = ["alice", "bob", "carol"].map(TestAgent::new);
-    bob.sync(&relay).await;
-    carol.sync(&relay).await;
+    let (relay, [bob, carol]) = TestRelay::with_agents(["bob", "carol"]).await;
+    let alice = TestAgent::new("alice");
     let mut ws = raw_login(&relay, &alice).await;
     let keys = |a: &TestAgent| (a.address(), a.identity.public().clone());
 
@@ -349,9 +339,8 @@ async fn bad_sends_get_their_codes_and_the_connection_keeps_working() {
 
 #[tokio::test]
 async fn an_envelope_in_another_json_spelling_is_delivered_in_canonical_form() {
-    let relay = TestRelay::start(|_| {}).await;
-    let [alice, bob] = ["alice", "bob"].map(TestAgent::new);
-    bob.sync(&relay).await;
+    let (relay, [bob]) = TestRelay::with_agents(["bob"]).await;
+    let alice = TestAgent::new("alice");
     let mut ws = raw_login(&relay, &alice).await;
     let m = alice.message(&[&bob], "escaped", "a/b/c");
     let env = seal(
@@ -406,9 +395,8 @@ async fn a_client_that_keeps_misbehaving_is_closed() {
 
 #[tokio::test]
 async fn an_oversized_frame_is_refused_without_hurting_others() {
-    let relay = TestRelay::start(|_| {}).await;
-    let (alice, bob) = (TestAgent::new("alice"), TestAgent::new("bob"));
-    bob.sync(&relay).await;
+    let (relay, [bob]) = TestRelay::with_agents(["bob"]).await;
+    let alice = TestAgent::new("alice");
     let mut ws = raw_login(&relay, &alice).await;
     let huge = format!(
         r#"{{"type":"ping","pad":"{}"}}"#,
@@ -610,9 +598,8 @@ async fn the_delivery_window_counts_messages_not_sequence_numbers() {
     // that has not acked yet must still get every message up to the window (1024).
     // 1,100 sends are over the default burst; this test is about delivery, not rates.
     let relay = TestRelay::start(|c| c.send_burst = 2000.0).await;
-    let [alice, bob, carol] = ["alice", "bob", "carol"].map(TestAgent::new);
-    bob.sync(&relay).await;
-    carol.sync(&relay).await;
+    let [bob, carol] = relay.agents(["bob", "carol"]).await;
+    let alice = TestAgent::new("alice");
     let mut conn = alice.connect(&relay).await;
     let keys = |a: &TestAgent| vec![(a.address(), a.identity.public().clone())];
     for i in 0..1100 {
@@ -662,9 +649,8 @@ async fn many_agents_at_once_are_all_served() {
 
 #[tokio::test]
 async fn agents_opt_in_and_out_of_the_directory() {
-    let relay = TestRelay::start(|_| {}).await;
-    let (alice, bob) = (TestAgent::new("alice"), TestAgent::new("bob"));
-    bob.sync(&relay).await;
+    let (relay, [_bob]) = TestRelay::with_agents(["bob"]).await;
+    let alice = TestAgent::new("alice");
     let base = format!("http://{}", relay.relay.addr());
     assert_eq!(
         http(&format!("{base}/v1/directory"), None).await,
@@ -775,9 +761,8 @@ async fn an_ack_just_before_a_reconnect_is_honoured_by_the_next_connection() {
     // replaced). The relay applies acks asynchronously; the next connection must still not
     // get the acknowledged mail again.
     const ROUNDS: usize = 60;
-    let relay = TestRelay::start(|_| {}).await;
-    let (alice, bob) = (TestAgent::new("alice"), TestAgent::new("bob"));
-    bob.sync(&relay).await;
+    let (relay, [bob]) = TestRelay::with_agents(["bob"]).await;
+    let alice = TestAgent::new("alice");
     let mut sender = alice.connect(&relay).await;
     let keys = vec![(bob.address(), bob.identity.public().clone())];
     let mut ws = raw_login(&relay, &bob).await;
@@ -915,9 +900,8 @@ async fn a_closed_relay_registers_new_names_by_invite_only() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_agent_retires_its_name_and_it_is_free_after_the_grace() {
-    let relay = TestRelay::start(|_| {}).await;
-    let (alice, bob) = (TestAgent::new("alice"), TestAgent::new("bob"));
-    bob.sync(&relay).await;
+    let (relay, [bob]) = TestRelay::with_agents(["bob"]).await;
+    let alice = TestAgent::new("alice");
     let queued = alice
         .send(&relay, alice.message(&[&bob], "one", "for old bob"))
         .await;
@@ -1041,11 +1025,8 @@ async fn short_ttl_relay() -> TestRelay {
 async fn an_expired_copy_bounces_to_its_offline_sender_once_on_its_next_connection() {
     let relay = short_ttl_relay().await;
     let base = format!("http://{}", relay.relay.addr());
+    let [bob, carol] = relay.agents(["bob", "carol"]).await;
     let alice = TestAgent::new("alice");
-    let bob = TestAgent::new("bob");
-    let carol = TestAgent::new("carol");
-    bob.sync(&relay).await;
-    carol.sync(&relay).await;
     let message = alice.message(&[&bob, &carol], "never read", "bob is away");
     let id = message.id;
     let report = alice.send(&relay, message).await;

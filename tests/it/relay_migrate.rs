@@ -8,12 +8,13 @@ use crate::common;
 use std::path::Path;
 use std::process::{Command, Output};
 
+use common::consent::{approve, request};
 use common::postgres::PgCluster;
 use common::relay_process::RelayProcess;
 use common::*;
 use mailslot::client::{ClientError, Connection};
 use mailslot::protocol::{AgentName, MessageId};
-use mailslot::protocol::{ClientFrame, ErrorCode, OwnerAct, Policy, RequestCode, ServerFrame};
+use mailslot::protocol::{ClientFrame, ErrorCode, Policy, RequestCode, ServerFrame};
 use mailslot::relay::storage::{
     AgentRecord, PostgresStorage, Queue, Registry, Snapshot, Storage, StorageError, WaitingCopy,
 };
@@ -33,22 +34,6 @@ fn migrate(from: &Path, to: &str, json: bool) -> Output {
         .env("MAILSLOT_HOME", home.path())
         .output()
         .unwrap()
-}
-
-/// `conn`'s agent asks `to` for contact; the code its owner is shown.
-async fn request(conn: &mut Connection, to: &TestAgent) -> RequestCode {
-    match conn
-        .call(|r| ClientFrame::Connect {
-            reference: r,
-            to: to.address(),
-            note: "we work on the relay together".into(),
-        })
-        .await
-        .unwrap()
-    {
-        ServerFrame::Requested { code, .. } => code,
-        other => panic!("expected requested, got {other:?}"),
-    }
 }
 
 /// The code of the open request `conn`'s agent made, as its owner sees it.
@@ -72,10 +57,7 @@ async fn a_sqlite_relay_moves_to_postgres_with_its_names_consent_and_mail() {
         c.default_policy = Some(Policy::Contacts);
     };
     let sqlite = TestRelay::start(contacts_only).await;
-    let [alice, bob, mallory, carol] = ["alice", "bob", "mallory", "carol"].map(TestAgent::new);
-    for agent in [&alice, &bob, &mallory, &carol] {
-        agent.sync(&sqlite).await;
-    }
+    let [alice, bob, mallory, carol] = sqlite.agents(["alice", "bob", "mallory", "carol"]).await;
 
     // alice and bob become contacts: alice asks, bob's owner approves with the code.
     let mut alice_conn = alice.connect(&sqlite).await;
@@ -89,23 +71,7 @@ async fn a_sqlite_relay_moves_to_postgres_with_its_names_consent_and_mail() {
         .unwrap();
     alice_conn.close().await;
     let mut bob_conn = bob.connect(&sqlite).await;
-    let owner_signature = bob.owner_signs(
-        &bob_conn,
-        &OwnerAct::Approve {
-            from: &alice.address(),
-            code: &code,
-        },
-    );
-    bob_conn
-        .call(|r| ClientFrame::Approve {
-            reference: r,
-            from: alice.address(),
-            code,
-            dry_run: false,
-            owner_signature,
-        })
-        .await
-        .unwrap();
+    approve(&mut bob_conn, &bob, &alice, code).await.unwrap();
     bob_conn.close().await;
     // mallory's request stays open.
     let mut mallory_conn = mallory.connect(&sqlite).await;

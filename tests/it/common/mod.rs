@@ -2,6 +2,7 @@
 //! home, and raw WebSocket access for crafting bad frames.
 #![allow(dead_code)]
 
+pub mod consent;
 pub mod mcp;
 pub mod model_api;
 pub mod postgres;
@@ -123,6 +124,32 @@ impl TestRelay {
             config,
             _dir: dir,
         }
+    }
+
+    /// A relay with the agents `names`, each registered: where most tests start.
+    pub async fn with_agents<const N: usize>(names: [&str; N]) -> (Self, [TestAgent; N]) {
+        let relay = Self::start(|_| {}).await;
+        let agents = relay.agents(names).await;
+        (relay, agents)
+    }
+
+    /// New agents `names`, registered with this relay in that order (by a first sync).
+    pub async fn agents<const N: usize>(&self, names: [&str; N]) -> [TestAgent; N] {
+        let agents = names.map(TestAgent::new);
+        for agent in &agents {
+            agent.sync(self).await;
+        }
+        agents
+    }
+
+    /// A home (`MAILSLOT_HOME`) with the agents `names` registered with this relay by
+    /// `mailslot register`, for tests that run the CLI or `mailslot mcp` on it.
+    pub fn home(&self, names: &[&str]) -> tempfile::TempDir {
+        let home = tempfile::tempdir().unwrap();
+        for name in names {
+            register(home.path(), name, &self.url);
+        }
+        home
     }
 
     /// The relay's database file.

@@ -13,9 +13,9 @@ use mailslot::protocol::{
 use mailslot::store::SentState;
 use serde_json::Value;
 
-use crate::common::{TestAgent, TestRelay, mailslot_cli, wait_until};
 use super::kinds::{Kind, Side};
 use super::world::Relays;
+use crate::common::{TestAgent, TestRelay, mailslot_cli, wait_until};
 
 /// How long the world may take to settle (mail over links, receipts coming back).
 const SETTLE: Duration = Duration::from_secs(60);

@@ -5,8 +5,8 @@ use std::path::Path;
 
 use mailslot::client::RelayUrl;
 
-use crate::common::EVENT_TIMEOUT;
 use super::kinds::{Cells, Kind, Side, attachment_read, want};
+use crate::common::EVENT_TIMEOUT;
 
 /// `mailslot dashboard` on alice's home, logged in; killed when dropped.
 struct Dashboard {

@@ -7,11 +7,11 @@ use std::path::Path;
 use mailslot::client::RelayUrl;
 use serde_json::{Value, json};
 
-use crate::common::mcp::{Era, McpClient, spawn_mcp, text_of};
 use super::kinds::{
     Cells, Kind, Side, attachment_read, attachments_ok, entry, has, received_entry, searched,
     sent_entry, want,
 };
+use crate::common::mcp::{Era, McpClient, spawn_mcp, text_of};
 
 /// What the framed text of a kind (MCP `read`, the message and thread resources) must say,
 /// outside the fence: who wrote it or to whom it went, and where each copy stands.

@@ -10,9 +10,9 @@ use mailslot::store::SentState;
 
 use super::Backend;
 use super::cast::{Cast, settle};
+use super::kinds::{Kind, Side};
 use crate::common::postgres::PgCluster;
 use crate::common::{TestRelay, free_loopback_addr};
-use super::kinds::{Kind, Side};
 
 /// Relays A (alice's) and B. With PostgreSQL, A is two nodes on one database (alice on the
 /// first, pete on the second); with SQLite, one relay.
