@@ -1,6 +1,8 @@
-//! Helpers shared by the relay tests: a relay on an ephemeral loopback port, agents in a temp
-//! home, and raw WebSocket access for crafting bad frames.
-#![allow(dead_code)]
+//! The fixtures every module shares: a relay on an ephemeral loopback port, with named agents
+//! in one call ([`TestRelay::with_agents`]), agents in temp homes, raw WebSocket access for
+//! crafting bad frames, the real binary as a process, and outside clients found and taken
+//! in turn ([`external_tools`]). PostgreSQL, `mailslot mcp`, relay processes, consent and
+//! model APIs have modules of their own.
 
 pub mod consent;
 pub mod mcp;

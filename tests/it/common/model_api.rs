@@ -1,10 +1,9 @@
 //! A loopback mock of a model API for real LLM clients: the Anthropic Messages API (Claude
-//! Code) or the OpenAI Responses API (Codex). It records every request (each one holds the
-//! whole conversation, so it is exactly what the model would see) and hands each turn of the
-//! main conversation to the test, which answers with text or a tool call. Side requests (no
+//! Code) or the OpenAI Responses API (Codex). It hands each turn of the main conversation to
+//! the test (each request holds the whole conversation, so it is exactly what the model would
+//! see), which answers with text or a tool call. Side requests (no
 //! tools: titles, summaries) get a short text at once.
 
-use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use axum::extract::State;
@@ -107,7 +106,6 @@ impl Turn {
 #[derive(Clone)]
 struct Mock {
     wire: Wire,
-    requests: Arc<Mutex<Vec<Value>>>,
     turns: mpsc::UnboundedSender<Turn>,
 }
 
@@ -115,7 +113,6 @@ struct Mock {
 pub struct ModelApi {
     /// Its base URL, for `ANTHROPIC_BASE_URL`.
     pub url: String,
-    requests: Arc<Mutex<Vec<Value>>>,
     turns: mpsc::UnboundedReceiver<Turn>,
 }
 
@@ -123,20 +120,13 @@ impl ModelApi {
     /// Starts the mock on a free loopback port.
     pub async fn start(wire: Wire) -> Self {
         let (tx, turns) = mpsc::unbounded_channel();
-        let requests = Arc::new(Mutex::new(Vec::new()));
-        let app = axum::Router::new().fallback(answer).with_state(Mock {
-            wire,
-            requests: requests.clone(),
-            turns: tx,
-        });
+        let app = axum::Router::new()
+            .fallback(answer)
+            .with_state(Mock { wire, turns: tx });
         let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
         let url = format!("http://{}", listener.local_addr().unwrap());
         tokio::spawn(async move { axum::serve(listener, app).await });
-        Self {
-            url,
-            requests,
-            turns,
-        }
+        Self { url, turns }
     }
 
     /// The next turn of the main conversation (fails the test after `timeout`).
@@ -150,11 +140,6 @@ impl ModelApi {
     /// Turns that already came and wait for an answer, without waiting.
     pub fn pending_turn(&mut self) -> Option<Turn> {
         self.turns.try_recv().ok()
-    }
-
-    /// Every request so far (main and side).
-    pub fn requests(&self) -> Vec<Value> {
-        self.requests.lock().unwrap().clone()
     }
 }
 
@@ -170,7 +155,6 @@ async fn answer(State(mock): State<Mock>, uri: axum::http::Uri, body: String) ->
     let Ok(request) = serde_json::from_str::<Value>(&body) else {
         return (axum::http::StatusCode::BAD_REQUEST, "not JSON").into_response();
     };
-    mock.requests.lock().unwrap().push(request.clone());
     let reply = if is_main(&request) {
         let (tx, rx) = oneshot::channel();
         let _ = mock.turns.send(Turn {

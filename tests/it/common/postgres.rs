@@ -10,7 +10,6 @@
 //! immediate shutdown) tied to a thread that lives as long as the test process, so it stops
 //! when the process ends however it ends; and each cluster's folder is named after the
 //! process, so the next cluster removes the folders of processes that are gone.
-#![allow(dead_code)]
 
 use std::io::{BufRead, BufReader};
 use std::os::unix::process::CommandExt;
@@ -90,11 +89,6 @@ impl PgCluster {
     /// The URL of database `db` on this cluster.
     pub fn url(&self, db: &str) -> String {
         format!("postgres://postgres@127.0.0.1:{}/{db}", self.port)
-    }
-
-    /// The server's port on 127.0.0.1.
-    pub fn port(&self) -> u16 {
-        self.port
     }
 
     /// Makes a fresh, empty database named after `name` (made unique in this process) and
