@@ -16,8 +16,8 @@ fn read(path: &Path) -> String {
     std::fs::read_to_string(path).unwrap_or_else(|e| panic!("{}: {e}", path.display()))
 }
 
-/// The Markdown files under `dir` (relative to the crate), recursively.
-fn markdown_under(dir: &str) -> Vec<PathBuf> {
+/// The files under `dir` (relative to the crate) whose names end in `.ext`, recursively.
+fn files_under(dir: &str, ext: &str) -> Vec<PathBuf> {
     let mut found = Vec::new();
     let mut todo = vec![root().join(dir)];
     while let Some(dir) = todo.pop() {
@@ -25,13 +25,17 @@ fn markdown_under(dir: &str) -> Vec<PathBuf> {
             let path = entry.unwrap().path();
             if path.is_dir() {
                 todo.push(path);
-            } else if path.extension().is_some_and(|e| e == "md") {
+            } else if path.extension().is_some_and(|e| e == ext) {
                 found.push(path);
             }
         }
     }
     found.sort();
     found
+}
+
+fn markdown_under(dir: &str) -> Vec<PathBuf> {
+    files_under(dir, "md")
 }
 
 /// The user's and the contributor's docs: what the README and CONTRIBUTING.md lead to.
@@ -477,17 +481,8 @@ fn named_after(text: &str, marker: &str) -> Vec<String> {
 fn sections_the_code_names_exist() {
     let mut sources = vec![root().join("ARCHITECTURE.md")];
     sources.extend(markdown_under("docs"));
-    let mut todo = vec![root().join("src"), root().join("tests")];
-    while let Some(dir) = todo.pop() {
-        for entry in std::fs::read_dir(&dir).unwrap() {
-            let path = entry.unwrap().path();
-            if path.is_dir() {
-                todo.push(path);
-            } else if path.extension().is_some_and(|e| e == "rs") {
-                sources.push(path);
-            }
-        }
-    }
+    sources.extend(files_under("src", "rs"));
+    sources.extend(files_under("tests", "rs"));
     let decisions = headings(&read(&root().join("docs/decisions.md")));
     let readme = headings(&read(&root().join("README.md")));
     let mut missing = Vec::new();
