@@ -25,8 +25,10 @@ pub use discovery::{
     remote_fingerprint, resolve_keys,
 };
 pub use inbound::{Received, open_parked, receive};
-pub use outbound::{Flushed, SendFailure, flush as outbound_flush};
-pub use session::{ClientEvent, MakeFrame, SessionConfig, SessionHandle, spawn as spawn_session};
+pub use session::{
+    ClientEvent, Listener, MakeFrame, RelayNews, SendAnswer, SessionConfig, SessionHandle,
+    WaitingSend, spawn as spawn_session,
+};
 pub use sync::{SyncReport, sync, sync_with_progress};
 pub use tls::{RelaySocket, open_socket};
 pub use url::RelayUrl;

@@ -23,29 +23,24 @@ pub struct SendFailure {
     pub will_retry: bool,
 }
 
-/// The result of one flush.
-#[derive(Debug, Clone, Default, PartialEq, Eq)]
-pub struct Flushed {
-    /// Accepted by the relay.
-    pub sent: Vec<MessageId>,
-    /// Refused or not attempted.
-    pub failed: Vec<SendFailure>,
-}
+/// What became of one queued message in a flush, told as soon as the store has it.
+pub type Answered<'a> = Result<MessageId, &'a SendFailure>;
 
 /// Sends everything queued (other relays reached over TLS unless loopback or in `trusted`).
-/// Stops at the first temporary failure (the rest waits for the next
-/// flush); permanent failures are marked and skipped.
+/// Stops at the first temporary failure (the rest waits for the next flush); permanent
+/// failures are marked and skipped. `answered` hears each message's outcome once it is
+/// recorded, so a caller waiting for one message never waits for the rest of the outbox.
 pub async fn flush(
     conn: &mut Connection,
     store: &StoreHandle,
     trusted: &[RelayName],
     identity: &Identity,
-) -> Result<Flushed, ClientError> {
-    let mut report = Flushed::default();
+    answered: &mut (dyn FnMut(Answered<'_>) + Send),
+) -> Result<(), ClientError> {
     loop {
         let items = store.call(|s| s.outbox(BATCH)).await?;
         if items.is_empty() {
-            return Ok(report);
+            return Ok(());
         }
         for item in items {
             let id = item.message.id;
@@ -53,22 +48,22 @@ pub async fn flush(
                 Ok(()) => {
                     let relay = conn.relay_id().to_owned();
                     store.call(move |s| s.outbox_done(&id, &relay)).await?;
-                    report.sent.push(id);
+                    answered(Ok(id));
                 }
                 Err(e) => {
                     let will_retry = e.is_temporary();
-                    let reason = e.to_string();
-                    let stored = reason.clone();
+                    let failure = SendFailure {
+                        id,
+                        reason: e.to_string(),
+                        will_retry,
+                    };
+                    let stored = failure.reason.clone();
                     store
                         .call(move |s| s.outbox_failed(&id, &stored, !will_retry))
                         .await?;
-                    report.failed.push(SendFailure {
-                        id,
-                        reason,
-                        will_retry,
-                    });
+                    answered(Err(&failure));
                     if will_retry {
-                        return Ok(report);
+                        return Ok(());
                     }
                 }
             }

@@ -1,23 +1,24 @@
 //! The long-running client: stays connected, reconnects with jittered exponential backoff,
 //! sends the outbox whenever asked (and after every reconnect), takes delivery of mail as it
-//! is pushed, and tells subscribers what happened. `mailslot mcp` (and its doorbells) build on
-//! the events.
+//! is pushed, and tells its one [`Listener`] (the mailbox) what happened, as it happens. A
+//! send waiting for the relay's answer gets its own ([`SessionHandle::expect`]), resolved the
+//! moment that message is recorded, never by filtering a stream of everyone's answers.
 
-use std::sync::Arc;
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use tokio::sync::{Notify, broadcast, mpsc, oneshot, watch};
+use tokio::sync::{Notify, mpsc, oneshot, watch};
 use tokio::task::JoinHandle;
 
 use super::bounces;
 use super::deliveries;
 use super::inbound::{Received, open_parked, receive};
-use super::outbound::flush;
+use super::outbound::{Answered, flush};
 use super::{ClientError, Connection, RelayUrl, refusal};
 use crate::crypto::Identity;
 use crate::protocol::{
-    Address, AgentName, Bounce, ClientFrame, ConsentEvent, MessageId, OwnerKey, RelayName,
-    ServerFrame,
+    AgentName, Bounce, ClientFrame, ConsentEvent, MessageId, OwnerKey, RelayName, ServerFrame,
 };
 use crate::store::{Delivery, OpenCopy, ReceiptRecord, StoreHandle, Trust};
 
@@ -29,8 +30,6 @@ const PARKED_BEAT: Duration = Duration::from_secs(15);
 /// First and longest waits between reconnection attempts.
 const BACKOFF_MIN: Duration = Duration::from_millis(250);
 const BACKOFF_MAX: Duration = Duration::from_secs(30);
-/// Events kept for slow subscribers before the oldest are dropped (they can re-read the store).
-const EVENT_BACKLOG: usize = 1024;
 /// Requests waiting for the connection.
 const CALL_QUEUE: usize = 64;
 /// How soon after a send the relay is asked whether its copies were taken, and the longest
@@ -38,7 +37,7 @@ const CALL_QUEUE: usize = 64;
 const CHECK_SOON: Duration = Duration::from_secs(2);
 const CHECK_MAX: Duration = Duration::from_secs(60);
 
-/// What the session reports.
+/// What the session reports to its listener.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum ClientEvent {
     /// Authenticated with the relay.
@@ -53,45 +52,112 @@ pub enum ClientEvent {
         /// When the next attempt is.
         retry_in: Duration,
     },
-    /// A message was committed to the store.
+    /// A received message was committed to the store.
     NewMail {
         /// Its id.
         id: MessageId,
         /// How far its sender is vouched for.
         trust: Trust,
     },
-    /// A sender's signature only verified with a key that differs from the pinned one.
-    KeyChanged {
-        /// The sender.
-        from: Address,
-        /// The message that showed it.
-        id: MessageId,
-    },
-    /// Messages the relay accepted from the outbox.
-    Sent(Vec<MessageId>),
-    /// A message that could not be sent; `will_retry` says whether it stays queued.
-    NotSent {
-        /// The message.
-        id: MessageId,
-        /// Why.
-        reason: String,
-        /// Whether it is retried.
-        will_retry: bool,
-    },
-    /// Consent news from the relay.
+    /// News from the relay about the agent's contacts and sent mail.
+    Relay(RelayNews),
+}
+
+/// News from the relay, recorded in the store (where there is anything to record) before it
+/// is told. The mailbox passes it on to its subscribers as it is.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum RelayNews {
+    /// Consent news.
     Consent(ConsentEvent),
-    /// Copies of sent messages expired on the relay undelivered (recorded in the store now).
+    /// Copies of sent messages expired on the relay undelivered.
     Bounced(Vec<Bounce>),
-    /// Recipients took their copies of sent messages, as the relay said (recorded in the
-    /// store now, each once).
+    /// Recipients took their copies of sent messages, as the relay said (each once).
     Delivered(Vec<Delivery>),
-    /// A recipient read or acknowledged a sent message (recorded in the store now).
+    /// A recipient read or acknowledged a sent message.
     Receipt {
         /// The sent message.
         of: MessageId,
-        /// What was recorded.
+        /// What was recorded (its answer is the recipient's words: frame it).
         record: ReceiptRecord,
     },
+}
+
+impl RelayNews {
+    /// Whether the sent view changed: a copy was delivered or bounced, or a receipt came.
+    pub fn changes_sent_view(&self) -> bool {
+        matches!(
+            self,
+            RelayNews::Bounced(_) | RelayNews::Delivered(_) | RelayNews::Receipt { .. }
+        )
+    }
+}
+
+/// Hears the session's events, in order, on the session's task: it must return at once.
+pub trait Listener: Send + Sync + 'static {
+    /// One event.
+    fn heard(&self, event: ClientEvent);
+}
+
+/// The relay's answer for one message a caller waits for.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum SendAnswer {
+    /// The relay stored it for its recipients.
+    Sent,
+    /// It was refused: for good (`will_retry` false, marked failed), or for now.
+    NotSent {
+        /// Why.
+        reason: String,
+        /// Whether it stays queued.
+        will_retry: bool,
+    },
+    /// The connection was lost before the answer; it stays queued.
+    Offline {
+        /// Why, for people.
+        reason: String,
+    },
+}
+
+/// The sends waiting for their answers, by message.
+#[derive(Default)]
+struct Waiting(Mutex<HashMap<MessageId, oneshot::Sender<SendAnswer>>>);
+
+impl Waiting {
+    fn answer(&self, id: &MessageId, answer: SendAnswer) {
+        if let Some(waiter) = self.0.lock().expect("not poisoned").remove(id) {
+            let _ = waiter.send(answer);
+        }
+    }
+
+    fn answer_all(&self, answer: &SendAnswer) {
+        for (_, waiter) in self.0.lock().expect("not poisoned").drain() {
+            let _ = waiter.send(answer.clone());
+        }
+    }
+}
+
+/// One send's answer, to come. Made before the message is queued, so the answer cannot come
+/// first; dropping it stops waiting.
+pub struct WaitingSend {
+    id: MessageId,
+    answer: oneshot::Receiver<SendAnswer>,
+    waiting: Arc<Waiting>,
+}
+
+impl WaitingSend {
+    /// The answer; `None` when the session stopped first.
+    pub async fn answer(&mut self) -> Option<SendAnswer> {
+        (&mut self.answer).await.ok()
+    }
+}
+
+impl Drop for WaitingSend {
+    fn drop(&mut self) {
+        self.waiting
+            .0
+            .lock()
+            .expect("not poisoned")
+            .remove(&self.id);
+    }
 }
 
 /// Builds a request frame around the reference the session picks.
@@ -107,7 +173,7 @@ struct Call {
 pub struct SessionHandle {
     flush: Arc<Notify>,
     stop: watch::Sender<bool>,
-    events: broadcast::Sender<ClientEvent>,
+    waiting: Arc<Waiting>,
     calls: mpsc::Sender<Call>,
     task: JoinHandle<()>,
 }
@@ -118,9 +184,15 @@ impl SessionHandle {
         self.flush.notify_one();
     }
 
-    /// A new subscription to the session's events.
-    pub fn subscribe(&self) -> broadcast::Receiver<ClientEvent> {
-        self.events.subscribe()
+    /// Waits for the relay's answer for message `id`: call it before queueing the message.
+    pub fn expect(&self, id: MessageId) -> WaitingSend {
+        let (tx, answer) = oneshot::channel();
+        self.waiting.0.lock().expect("not poisoned").insert(id, tx);
+        WaitingSend {
+            id,
+            answer,
+            waiting: self.waiting.clone(),
+        }
     }
 
     /// Sends a request over the session's connection and waits for the answer (refusals are
@@ -159,24 +231,39 @@ pub struct SessionConfig {
     pub trusted: Vec<RelayName>,
 }
 
-/// Starts the session in the background. Subscribe before anything can happen: the returned
-/// receiver sees every event from the first connection on.
-pub fn spawn(config: SessionConfig) -> (SessionHandle, broadcast::Receiver<ClientEvent>) {
-    let (events, first) = broadcast::channel(EVENT_BACKLOG);
+/// Starts the session in the background; `listener` hears every event from the first
+/// connection on.
+pub fn spawn(config: SessionConfig, listener: Arc<dyn Listener>) -> SessionHandle {
     let flush = Arc::new(Notify::new());
+    let waiting = Arc::new(Waiting::default());
     let (stop, stopped) = watch::channel(false);
     let (calls, queue) = mpsc::channel(CALL_QUEUE);
-    let task = tokio::spawn(run(config, events.clone(), flush.clone(), queue, stopped));
-    (
-        SessionHandle {
-            flush,
-            stop,
-            events,
-            calls,
-            task,
-        },
-        first,
-    )
+    let me = Me {
+        config,
+        listener,
+        waiting: waiting.clone(),
+    };
+    let task = tokio::spawn(run(me, flush.clone(), queue, stopped));
+    SessionHandle {
+        flush,
+        stop,
+        waiting,
+        calls,
+        task,
+    }
+}
+
+/// The session's own state: its configuration and whom it tells.
+struct Me {
+    config: SessionConfig,
+    listener: Arc<dyn Listener>,
+    waiting: Arc<Waiting>,
+}
+
+impl Me {
+    fn emit(&self, event: ClientEvent) {
+        self.listener.heard(event);
+    }
 }
 
 /// A wait between `BACKOFF_MIN` and `BACKOFF_MAX`, doubling per failure, with ±50 % jitter so
@@ -191,27 +278,27 @@ fn backoff(failures: u32) -> Duration {
 }
 
 async fn run(
-    config: SessionConfig,
-    events: broadcast::Sender<ClientEvent>,
+    me: Me,
     flush_now: Arc<Notify>,
     mut calls: mpsc::Receiver<Call>,
     mut stop: watch::Receiver<bool>,
 ) {
-    let emit = |e: ClientEvent| {
-        let _ = events.send(e);
-    };
     let mut failures = 0u32;
     loop {
         let error = tokio::select! {
             _ = stop.wait_for(|s| *s) => return,
-            error = connected(&config, &emit, &flush_now, &mut calls, &mut failures) => error,
+            error = connected(&me, &flush_now, &mut calls, &mut failures) => error,
         };
         let reason = error.to_string();
         let retry_in = backoff(failures);
         failures = failures.saturating_add(1);
-        emit(ClientEvent::Disconnected {
+        me.emit(ClientEvent::Disconnected {
             reason: reason.clone(),
             retry_in,
+        });
+        // After the listener heard it, so a send that saw no outage yet is answered here.
+        me.waiting.answer_all(&SendAnswer::Offline {
+            reason: reason.clone(),
         });
         let pause = tokio::time::sleep(retry_in);
         tokio::pin!(pause);
@@ -221,7 +308,7 @@ async fn run(
                 _ = &mut pause => break,
                 Some(call) = calls.recv() => {
                     let _ = call.answer.send(Err(ClientError::Unreachable {
-                        url: config.url.to_string(),
+                        url: me.config.url.to_string(),
                         reason: reason.clone(),
                     }));
                 }
@@ -232,35 +319,34 @@ async fn run(
 
 /// One connection's life, until it is lost. A successful connection resets the backoff.
 async fn connected(
-    config: &SessionConfig,
-    emit: &impl Fn(ClientEvent),
+    me: &Me,
     flush_now: &Notify,
     calls: &mut mpsc::Receiver<Call>,
     failures: &mut u32,
 ) -> ClientError {
-    match serve(config, emit, flush_now, calls, failures).await {
+    match serve(me, flush_now, calls, failures).await {
         Ok(never) => match never {},
         Err(e) => e,
     }
 }
 
 async fn serve(
-    config: &SessionConfig,
-    emit: &impl Fn(ClientEvent),
+    me: &Me,
     flush_now: &Notify,
     calls: &mut mpsc::Receiver<Call>,
     failures: &mut u32,
 ) -> Result<std::convert::Infallible, ClientError> {
+    let config = &me.config;
     let mut conn =
         Connection::connect(&config.url, &config.agent, &config.identity, config.owner).await?;
     *failures = 0;
-    emit(ClientEvent::Connected {
+    me.emit(ClientEvent::Connected {
         waiting: conn.waiting(),
     });
-    send_outbox(&mut conn, config, emit).await?;
-    collect_bounces(&mut conn, config, emit).await?;
+    send_outbox(&mut conn, me).await?;
+    collect_bounces(&mut conn, me).await?;
     let mut checks = Checks::default();
-    check_deliveries(&mut conn, config, emit, &mut checks).await?;
+    check_deliveries(&mut conn, me, &mut checks).await?;
     let mut ping = tokio::time::interval(PING_EVERY);
     ping.tick().await;
     // Letters kept for their senders' relays are tried on this beat; each waits its own
@@ -276,21 +362,21 @@ async fn serve(
             frame = conn.recv() => match refusal(frame?)? {
                 ServerFrame::Deliver { seq, envelope } => {
                     let received = receive(&mut conn, &config.store, &config.trusted, &config.agent, &config.identity, envelope).await?;
-                    announce(emit, received);
+                    announce(me, received);
                     conn.committed(seq).await?;
                 }
                 ServerFrame::Event { event: ConsentEvent::Bounced {} } => {
-                    collect_bounces(&mut conn, config, emit).await?;
+                    collect_bounces(&mut conn, me).await?;
                 }
-                ServerFrame::Event { event } => emit(ClientEvent::Consent(event)),
+                ServerFrame::Event { event } => me.emit(ClientEvent::Relay(RelayNews::Consent(event))),
                 _ => {}
             },
             _ = flush_now.notified() => {
-                if send_outbox(&mut conn, config, emit).await? {
+                if send_outbox(&mut conn, me).await? {
                     checks.soon();
                 }
             }
-            _ = sleep_until(next_check) => check_deliveries(&mut conn, config, emit, &mut checks).await?,
+            _ = sleep_until(next_check) => check_deliveries(&mut conn, me, &mut checks).await?,
             Some(call) = calls.recv() => {
                 let answer = conn.call(call.make).await;
                 // A lost connection fails the call and ends this connection's life.
@@ -302,21 +388,23 @@ async fn serve(
                 }
             }
             _ = ping.tick() => conn.send(&ClientFrame::Ping {}).await?,
-            _ = parked.tick() => open_parked_due(&mut conn, config, emit).await?,
+            _ = parked.tick() => open_parked_due(&mut conn, me).await?,
         }
     }
 }
 
-/// Tells the session's listeners what became of a delivery.
-fn announce(emit: &impl Fn(ClientEvent), received: Received) {
+/// Tells the listener what became of a delivery.
+fn announce(me: &Me, received: Received) {
     match received {
         Received::New { id, from, trust } => {
             if trust == Trust::KeyChanged {
-                emit(ClientEvent::KeyChanged { from, id });
+                tracing::warn!(%from, %id, "a sender's key changed; the message is marked untrusted");
             }
-            emit(ClientEvent::NewMail { id, trust });
+            me.emit(ClientEvent::NewMail { id, trust });
         }
-        Received::Receipt { of, record } => emit(ClientEvent::Receipt { of, record }),
+        Received::Receipt { of, record } => {
+            me.emit(ClientEvent::Relay(RelayNews::Receipt { of, record }));
+        }
         Received::Duplicate(_)
         | Received::Unreadable { .. }
         | Received::Parked { .. }
@@ -325,11 +413,8 @@ fn announce(emit: &impl Fn(ClientEvent), received: Received) {
 }
 
 /// Opens the letters kept for their senders' relays whose next try is due.
-async fn open_parked_due(
-    conn: &mut Connection,
-    config: &SessionConfig,
-    emit: &impl Fn(ClientEvent),
-) -> Result<(), ClientError> {
+async fn open_parked_due(conn: &mut Connection, me: &Me) -> Result<(), ClientError> {
+    let config = &me.config;
     let opened = open_parked(
         conn,
         &config.store,
@@ -340,19 +425,19 @@ async fn open_parked_due(
     )
     .await?;
     for received in opened {
-        announce(emit, received);
+        announce(me, received);
     }
     Ok(())
 }
 
-async fn collect_bounces(
-    conn: &mut Connection,
-    config: &SessionConfig,
-    emit: &impl Fn(ClientEvent),
-) -> Result<(), ClientError> {
-    let recorded = bounces::collect(conn, &config.store).await?;
+async fn collect_bounces(conn: &mut Connection, me: &Me) -> Result<(), ClientError> {
+    let recorded = bounces::collect(conn, &me.config.store).await?;
     if !recorded.is_empty() {
-        emit(ClientEvent::Bounced(recorded));
+        tracing::warn!(
+            count = recorded.len(),
+            "sent mail expired on the relay undelivered; marked bounced"
+        );
+        me.emit(ClientEvent::Relay(RelayNews::Bounced(recorded)));
     }
     Ok(())
 }
@@ -409,39 +494,45 @@ async fn sleep_until(at: Option<tokio::time::Instant>) {
 /// collects bounces it mentions.
 async fn check_deliveries(
     conn: &mut Connection,
-    config: &SessionConfig,
-    emit: &impl Fn(ClientEvent),
+    me: &Me,
     checks: &mut Checks,
 ) -> Result<(), ClientError> {
-    let checked = deliveries::check(conn, &config.store, &mut checks.cursor).await?;
+    let checked = deliveries::check(conn, &me.config.store, &mut checks.cursor).await?;
     if !checked.delivered.is_empty() {
-        emit(ClientEvent::Delivered(checked.delivered));
+        me.emit(ClientEvent::Relay(RelayNews::Delivered(checked.delivered)));
     }
     if checked.bounced {
-        collect_bounces(conn, config, emit).await?;
+        collect_bounces(conn, me).await?;
     }
     checks.checked(checked.open && !checked.unsupported);
     Ok(())
 }
 
-/// Sends the outbox; returns whether the relay took any message.
-async fn send_outbox(
-    conn: &mut Connection,
-    config: &SessionConfig,
-    emit: &impl Fn(ClientEvent),
-) -> Result<bool, ClientError> {
-    let flushed = flush(conn, &config.store, &config.trusted, &config.identity).await?;
-    let sent = !flushed.sent.is_empty();
-    if sent {
-        emit(ClientEvent::Sent(flushed.sent));
-    }
-    for f in flushed.failed {
-        emit(ClientEvent::NotSent {
-            id: f.id,
-            reason: f.reason,
-            will_retry: f.will_retry,
-        });
-    }
+/// Sends the outbox, answering each waiting send as its message is recorded; returns whether
+/// the relay took any message.
+async fn send_outbox(conn: &mut Connection, me: &Me) -> Result<bool, ClientError> {
+    let config = &me.config;
+    let mut sent = false;
+    flush(
+        conn,
+        &config.store,
+        &config.trusted,
+        &config.identity,
+        &mut |answered: Answered<'_>| match answered {
+            Ok(id) => {
+                sent = true;
+                me.waiting.answer(&id, SendAnswer::Sent);
+            }
+            Err(failure) => me.waiting.answer(
+                &failure.id,
+                SendAnswer::NotSent {
+                    reason: failure.reason.clone(),
+                    will_retry: failure.will_retry,
+                },
+            ),
+        },
+    )
+    .await?;
     Ok(sent)
 }
 

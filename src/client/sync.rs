@@ -6,7 +6,7 @@ use serde::Serialize;
 use super::bounces;
 use super::deliveries;
 use super::inbound::{Received, open_parked, receive};
-use super::outbound::{SendFailure, flush};
+use super::outbound::flush;
 use super::{ClientError, Connection, RelayUrl, refusal};
 use crate::crypto::Identity;
 use crate::protocol::{
@@ -87,19 +87,17 @@ pub async fn sync_with_progress(
     let waiting = conn.waiting();
     let mut delivered = 0;
     let mut report = SyncReport::default();
-    let flushed = flush(&mut conn, store, trusted, identity).await?;
-    report.sent = flushed.sent;
-    report.not_sent = flushed
-        .failed
-        .into_iter()
-        .map(
-            |SendFailure {
-                 id,
-                 reason,
-                 will_retry,
-             }| (id, reason, will_retry),
-        )
-        .collect();
+    flush(
+        &mut conn,
+        store,
+        trusted,
+        identity,
+        &mut |answered| match answered {
+            Ok(id) => report.sent.push(id),
+            Err(f) => report.not_sent.push((f.id, f.reason.clone(), f.will_retry)),
+        },
+    )
+    .await?;
     loop {
         match refusal(conn.recv().await?)? {
             ServerFrame::Deliver { seq, envelope } => {

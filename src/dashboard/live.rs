@@ -1,26 +1,23 @@
-//! New mail, live: each agent's mailbox announces mail once it is committed to the store; a
-//! task per agent turns that into a [`LiveMail`] summary on one broadcast channel, and each
-//! open page gets it as a Server-Sent Event (`event: mail`, JSON data). The page's script puts
-//! the sender's words into the page with `textContent`, never as HTML.
+//! New mail, live: each open page subscribes to every agent's mailbox, which announces each
+//! message once it is committed to the store (read once, whole, by the mailbox), and gets a
+//! [`LiveMail`] summary of it as a Server-Sent Event (`event: mail`, JSON data). The page's
+//! script puts the sender's words into the page with `textContent`, never as HTML.
 
 use std::convert::Infallible;
 use std::time::Duration;
 
 use axum::extract::State;
 use axum::response::sse::{Event, KeepAlive, Sse};
-use futures_util::Stream;
+use futures_util::{Stream, StreamExt};
 use jiff::Timestamp;
 use serde::Serialize;
-use tokio::sync::broadcast;
 
 use super::routes::AppState;
 use crate::doorbell::frame;
-use crate::mailbox::{Mailbox, MailboxEvent};
+use crate::mailbox::{Arrived, Feed, Heard, MailboxEvent};
 use crate::protocol::{Address, AgentName, MessageId};
 use crate::store::Trust;
 
-/// Summaries kept for a slow page before the oldest are dropped.
-const BACKLOG: usize = 256;
 /// The longest subject sent to a page (characters).
 const SUBJECT_CHARS: usize = 200;
 
@@ -41,66 +38,52 @@ pub struct LiveMail {
     pub trust: Trust,
 }
 
-/// The channel every page listens on.
-pub fn channel() -> broadcast::Sender<LiveMail> {
-    broadcast::channel(BACKLOG).0
+impl LiveMail {
+    fn new(agent: &AgentName, arrived: &Arrived) -> Self {
+        let m = &arrived.stored.message;
+        Self {
+            agent: agent.clone(),
+            id: m.id,
+            from: m.from.clone(),
+            subject: frame::one_line(&m.subject, SUBJECT_CHARS),
+            sent_at: m.sent_at,
+            trust: arrived.stored.trust,
+        }
+    }
 }
 
-/// Forwards `mailbox`'s new mail to `live` until the mailbox closes.
-pub async fn forward(mailbox: Mailbox, live: broadcast::Sender<LiveMail>) {
-    let mut events = mailbox.subscribe();
-    loop {
-        let id = match events.recv().await {
-            Ok(MailboxEvent::Mail { id, .. }) => id,
-            Ok(_) | Err(broadcast::error::RecvError::Lagged(_)) => continue,
-            Err(broadcast::error::RecvError::Closed) => return,
-        };
-        let stored = match mailbox.message(id).await {
-            Ok(Some(stored)) => stored,
-            Ok(None) => continue,
-            Err(e) => {
-                tracing::warn!(error = %e, "dashboard: cannot read new mail");
-                continue;
-            }
-        };
-        let _ = live.send(LiveMail {
-            agent: mailbox.name().clone(),
-            id,
-            from: stored.message.from.clone(),
-            subject: frame::one_line(&stored.message.subject, SUBJECT_CHARS),
-            sent_at: stored.message.sent_at,
-            trust: stored.trust,
-        });
-    }
+/// One agent's new mail as events for a page; a page that fell behind is told to reload
+/// (it then reads the store).
+fn agent_events(agent: AgentName, feed: Feed<MailboxEvent>) -> impl Stream<Item = Event> {
+    futures_util::stream::unfold((agent, feed), |(agent, mut feed)| async move {
+        loop {
+            let event = match feed.next().await? {
+                Heard::Event(MailboxEvent::Mail(arrived)) => Event::default()
+                    .event("mail")
+                    .json_data(LiveMail::new(&agent, &arrived))
+                    .expect("a summary always serializes"),
+                Heard::Event(MailboxEvent::Relay(_)) => continue,
+                Heard::Missed(_) => Event::default().event("reload").data("lagged"),
+            };
+            return Some((event, (agent, feed)));
+        }
+    })
 }
 
 /// `GET /events`: the live stream.
 pub async fn events(
     State(app): State<AppState>,
 ) -> Sse<impl Stream<Item = Result<Event, Infallible>>> {
-    let receiver = app.live.subscribe();
     let stop = app.stop.clone();
+    let every_agent = futures_util::stream::select_all(app.agents.iter().map(|(name, mailbox)| {
+        Box::pin(agent_events(
+            name.clone(),
+            mailbox.subscribe("dashboard page"),
+        ))
+    }));
     // Ends with the dashboard, so that its graceful shutdown does not wait for open pages.
-    let stream = futures_util::stream::unfold(receiver, move |mut receiver| {
-        let stop = stop.clone();
-        async move {
-            let received = tokio::select! {
-                () = stop.cancelled() => return None,
-                r = receiver.recv() => r,
-            };
-            let event = match received {
-                Ok(mail) => Event::default()
-                    .event("mail")
-                    .json_data(&mail)
-                    .expect("a summary always serializes"),
-                // The page missed some: it reloads and reads the store.
-                Err(broadcast::error::RecvError::Lagged(_)) => {
-                    Event::default().event("reload").data("lagged")
-                }
-                Err(broadcast::error::RecvError::Closed) => return None,
-            };
-            Some((Ok(event), receiver))
-        }
-    });
+    let stream = every_agent
+        .take_until(async move { stop.cancelled().await })
+        .map(Ok);
     Sse::new(stream).keep_alive(KeepAlive::new().interval(Duration::from_secs(15)))
 }

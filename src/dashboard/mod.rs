@@ -117,14 +117,12 @@ impl Dashboard {
                 addr: config.listen,
                 source,
             })?;
-        let live = live::channel();
         let mut agents = BTreeMap::new();
         for name in names {
             let (agent, _) = Agent::open_or_create(&config.paths, &name)?;
             let mailbox =
                 Mailbox::open_trusting(agent, config.relay.clone(), config.trusted_hosts.clone())
                     .await?;
-            tokio::spawn(live::forward(mailbox.clone(), live.clone()));
             agents.insert(name, mailbox);
         }
         let mailboxes = agents.values().cloned().collect();
@@ -135,7 +133,6 @@ impl Dashboard {
             agents,
             relay: config.relay,
             owner_key: config.paths.owner_key(),
-            live,
             stop: stop.clone(),
         });
         let secret = app.auth.secret().to_owned();

@@ -17,13 +17,12 @@ use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post};
 use maud::Markup;
 use serde::Deserialize;
-use tokio::sync::broadcast;
 use tokio_util::sync::CancellationToken;
 
 use super::auth::{self, Auth};
 use super::consent;
 use super::form;
-use super::live::{self, LiveMail};
+use super::live;
 use super::pages::{self, AgentRow, Notice};
 use super::relay_status;
 use crate::client::RelayUrl;
@@ -52,8 +51,6 @@ pub struct App {
     pub relay: RelayUrl,
     /// The owner key file of this home.
     pub owner_key: PathBuf,
-    /// New mail for the pages.
-    pub live: broadcast::Sender<LiveMail>,
     /// For the relay's `/healthz` and `/metrics`.
     pub http: reqwest::Client,
     /// Fires when the dashboard stops (ends the live streams).

@@ -22,14 +22,13 @@ use std::collections::VecDeque;
 use std::fmt::Write as _;
 use std::time::Duration;
 
-use tokio::sync::broadcast;
 use tokio::task::JoinHandle;
 use tokio::time::Instant;
 
 use super::claude_code::{InboxSocket, Route, State};
 use super::codex::CodexQueue;
 use super::{Doorbell, Ring};
-use crate::mailbox::Mailbox;
+use crate::mailbox::{Feed, Heard, Mailbox};
 use crate::protocol::{Address, MessageId};
 use crate::store::{SessionKey, Via};
 
@@ -82,13 +81,13 @@ pub fn start(
     bell: Bell,
     route: Route,
 ) -> JoinHandle<()> {
-    let rings = doorbell.subscribe();
+    let rings = doorbell.subscribe("bell");
     tokio::spawn(run(mailbox, rings, session, bell, route))
 }
 
 async fn run(
     mailbox: Mailbox,
-    mut rings: broadcast::Receiver<Ring>,
+    mut rings: Feed<Ring>,
     session: SessionKey,
     bell: Bell,
     route: Route,
@@ -109,13 +108,11 @@ async fn run(
                 .max(retry_at.unwrap_or(gathered))
         });
         tokio::select! {
-            ring = rings.recv() => match ring {
-                Ok(ring) if route.state() == State::Socket => pending.push(ring),
-                Ok(_) => {}
-                Err(broadcast::error::RecvError::Lagged(n)) => {
-                    tracing::warn!(missed = n, "the bell fell behind; the hooks and tool results show the mail it missed");
-                }
-                Err(broadcast::error::RecvError::Closed) => return,
+            // Missed rings are never rung: the hooks and tool results show that mail.
+            heard = rings.next() => match heard {
+                Some(Heard::Event(ring)) if route.state() == State::Socket => pending.push(ring),
+                Some(_) => {}
+                None => return,
             },
             Some(ring) = recv_handed(&mut handed) => pending.push(ring),
             _ = sleep_until(due) => {

@@ -17,12 +17,14 @@ use std::collections::BTreeMap;
 use tokio::sync::broadcast;
 use tokio::time::{Duration, Instant};
 
-use crate::mailbox::{Mailbox, MailboxError, MailboxEvent};
+use crate::client::RelayNews;
+use crate::mailbox::{Arrived, Feed, Heard, Mailbox, MailboxError, MailboxEvent};
 use crate::protocol::{AgentName, Bounce, ConsentEvent, MessageId, ReceiptKind};
-use crate::store::{ReceiptRecord, Trust};
+use crate::store::ReceiptRecord;
 use frame::{SenderFacts, fence_line, frame_message, mcp_reply_hint};
 
-/// Rings kept for slow sinks before the oldest are dropped (the inbox still has the mail).
+/// Rings kept for slow sinks before the oldest are dropped (the inbox still has the mail;
+/// see [`Feed`] for what a sink that falls behind is told).
 const RING_BACKLOG: usize = 256;
 
 /// One ring of the doorbell, rendered for a model.
@@ -47,13 +49,17 @@ impl Doorbell {
     /// Starts ringing for `mailbox`'s events.
     pub fn start(mailbox: &Mailbox) -> Self {
         let (rings, _) = broadcast::channel(RING_BACKLOG);
-        tokio::spawn(run(mailbox.clone(), mailbox.subscribe(), rings.clone()));
+        tokio::spawn(run(
+            mailbox.clone(),
+            mailbox.subscribe("doorbell"),
+            rings.clone(),
+        ));
         Self { rings }
     }
 
-    /// A new subscription to the rings.
-    pub fn subscribe(&self) -> broadcast::Receiver<Ring> {
-        self.rings.subscribe()
+    /// A new subscription to the rings; `name` says which sink listens, in the log.
+    pub fn subscribe(&self, name: &'static str) -> Feed<Ring> {
+        Feed::new(&self.rings, name)
     }
 }
 
@@ -62,46 +68,36 @@ const REQUESTS_QUIET: Duration = Duration::from_secs(1);
 /// A burst of contact requests rings at most this long after its first one.
 const REQUESTS_HOLD: Duration = Duration::from_secs(5);
 
-async fn run(
-    mailbox: Mailbox,
-    mut events: broadcast::Receiver<MailboxEvent>,
-    rings: broadcast::Sender<Ring>,
-) {
+async fn run(mailbox: Mailbox, mut events: Feed<MailboxEvent>, rings: broadcast::Sender<Ring>) {
     // Contact requests not rung yet, and when they ring: a burst of them (another relay's
     // flood, say) is one ring, never one each.
     let mut requests: Vec<ConsentEvent> = Vec::new();
     let mut first_request = Instant::now();
     let mut ring_requests = Instant::now();
     loop {
-        let received = tokio::select! {
-            received = events.recv() => received,
+        let heard = tokio::select! {
+            heard = events.next() => heard,
             () = tokio::time::sleep_until(ring_requests), if !requests.is_empty() => {
                 let _ = rings.send(requests_ring(mailbox.name(), &requests));
                 requests.clear();
                 continue;
             }
         };
-        let event = match received {
-            Ok(e) => e,
-            Err(broadcast::error::RecvError::Lagged(n)) => {
-                tracing::warn!(
-                    missed = n,
-                    "doorbell fell behind; the inbox still has the mail"
-                );
+        let event = match heard {
+            Some(Heard::Event(e)) => e,
+            // Never rung again: the unread notice and the inbox show what was missed.
+            Some(Heard::Missed(_)) => continue,
+            None => return,
+        };
+        let news = match event {
+            MailboxEvent::Mail(arrived) => {
+                let _ = rings.send(mail_ring(&arrived));
                 continue;
             }
-            Err(broadcast::error::RecvError::Closed) => return,
+            MailboxEvent::Relay(news) => news,
         };
-        let ring = match event {
-            MailboxEvent::Mail { id, trust } => match mail_ring(&mailbox, id, trust).await {
-                Ok(Some(ring)) => ring,
-                Ok(None) => continue,
-                Err(e) => {
-                    tracing::error!(error = %e, %id, "cannot render new mail for the doorbell");
-                    continue;
-                }
-            },
-            MailboxEvent::Consent(event @ ConsentEvent::RequestReceived { .. }) => {
+        let ring = match news {
+            RelayNews::Consent(event @ ConsentEvent::RequestReceived { .. }) => {
                 let now = Instant::now();
                 if requests.is_empty() {
                     first_request = now;
@@ -110,17 +106,16 @@ async fn run(
                 ring_requests = (now + REQUESTS_QUIET).min(first_request + REQUESTS_HOLD);
                 continue;
             }
-            MailboxEvent::Consent(event) => match consent_ring(mailbox.name(), &event) {
+            RelayNews::Consent(event) => match consent_ring(mailbox.name(), &event) {
                 Some(ring) => ring,
                 None => continue,
             },
-            MailboxEvent::Bounced(bounces) => bounce_ring(&bounces),
+            RelayNews::Bounced(bounces) => bounce_ring(&bounces),
             // Delivery is the expected course of every send: ringing the model for each would
             // interrupt it to say nothing it must act on. The sent view shows it, and MCP
             // clients subscribed to it hear that it changed (see `mcp/push.rs`).
-            MailboxEvent::Delivered(_) => continue,
-            MailboxEvent::Receipt { of, record } => match receipt_ring(&mailbox, of, &record).await
-            {
+            RelayNews::Delivered(_) => continue,
+            RelayNews::Receipt { of, record } => match receipt_ring(&mailbox, of, &record).await {
                 Ok(ring) => ring,
                 Err(e) => {
                     tracing::error!(error = %e, %of, "cannot render a receipt for the doorbell");
@@ -132,19 +127,14 @@ async fn run(
     }
 }
 
-async fn mail_ring(
-    mailbox: &Mailbox,
-    id: MessageId,
-    trust: Trust,
-) -> Result<Option<Ring>, MailboxError> {
-    let Some((stored, contact)) = mailbox.message_and_sender(id).await? else {
-        return Ok(None);
-    };
+/// The ring for a received message, rendered from the event alone.
+fn mail_ring(arrived: &Arrived) -> Ring {
+    let stored = &arrived.stored;
     let m = &stored.message;
     let content = frame_message(
-        &stored,
+        stored,
         SenderFacts {
-            contact: contact.as_ref(),
+            contact: arrived.sender.as_ref(),
         },
         &mcp_reply_hint(m),
     );
@@ -153,14 +143,14 @@ async fn mail_ring(
         ("from".to_owned(), m.from.to_string()),
         ("message_id".to_owned(), m.id.to_string()),
         ("thread_id".to_owned(), m.thread.to_string()),
-        ("trust".to_owned(), trust.as_str().to_owned()),
+        ("trust".to_owned(), stored.trust.as_str().to_owned()),
         ("importance".to_owned(), m.importance.as_str().to_owned()),
     ]);
-    Ok(Some(Ring {
-        message: Some(id),
+    Ring {
+        message: Some(m.id),
         content,
         meta,
-    }))
+    }
 }
 
 /// The ring for a recipient's receipt: a fact mailslot recorded, with the recipient's answer
@@ -234,7 +224,7 @@ fn bounce_ring(bounces: &[Bounce]) -> Ring {
 }
 
 /// The ring for consent news; `None` for the `bounced` nudge, which the client session turns
-/// into [`MailboxEvent::Bounced`] after recording the bounces.
+/// into [`RelayNews::Bounced`] after recording the bounces.
 /// `me` is the agent the ring is for: the command it names must act as that agent.
 fn consent_ring(me: &AgentName, event: &ConsentEvent) -> Option<Ring> {
     let (kind, agent, content) = match event {

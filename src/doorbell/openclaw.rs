@@ -28,13 +28,13 @@ use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::Duration;
 
-use tokio::sync::{broadcast, mpsc, watch};
+use tokio::sync::{mpsc, watch};
 use tokio::task::AbortHandle;
 use tokio::time::Instant;
 
 use super::{Doorbell, Ring};
 use crate::config::openclaw::OpenClawConfig;
-use crate::mailbox::Mailbox;
+use crate::mailbox::{Feed, Heard, Mailbox};
 use crate::protocol::{Address, MessageId};
 use gateway::{Failure, Gateway, Sent};
 pub use status::{DeliveryState, DeliveryStatus};
@@ -127,7 +127,7 @@ impl OpenClawSink {
         }
         let (status_tx, status) = watch::channel(status::load(mailbox.dir()));
         let (queue, waiting) = mpsc::channel(QUEUE);
-        let rings = doorbell.subscribe();
+        let rings = doorbell.subscribe("openclaw");
         let sink = Arc::new(Worker {
             lock: std::sync::Mutex::new(DeliveryLock::new(mailbox.dir().join(LOCK_FILE))),
             address: mailbox.address().clone(),
@@ -172,18 +172,13 @@ struct Pending {
 
 /// Moves rings about mail into the queue at once, so a slow delivery never makes the
 /// doorbell drop rings.
-async fn read_rings(mut rings: broadcast::Receiver<Ring>, queue: mpsc::Sender<Pending>) {
+async fn read_rings(mut rings: Feed<Ring>, queue: mpsc::Sender<Pending>) {
     loop {
-        let ring = match rings.recv().await {
-            Ok(ring) => ring,
-            Err(broadcast::error::RecvError::Lagged(n)) => {
-                tracing::warn!(
-                    missed = n,
-                    "OpenClaw doorbell fell behind; the inbox still has the mail"
-                );
-                continue;
-            }
-            Err(broadcast::error::RecvError::Closed) => return,
+        let ring = match rings.next().await {
+            Some(Heard::Event(ring)) => ring,
+            // Missed rings are not delivered: the inbox still has the mail.
+            Some(Heard::Missed(_)) => continue,
+            None => return,
         };
         let Some(id) = ring.message else { continue };
         let pending = Pending {

@@ -3,13 +3,14 @@
 //! under `mcp/` and the doorbells; it knows nothing of MCP.
 //!
 //! New mail is announced from the store, never from the wire: the watcher reads what was
-//! committed after the last position it announced. So an announcement always follows the
-//! commit, mail stored by another process for the same agent is announced too, and nothing
-//! is announced twice.
+//! committed after the last position it announced, each message once and whole
+//! ([`Arrived`]). So an announcement always follows the commit, mail stored by another
+//! process for the same agent is announced too, and nothing is announced twice.
 
 mod ask;
 mod compose;
 mod consent;
+mod events;
 mod files;
 mod lock;
 mod memory;
@@ -26,10 +27,11 @@ use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::Duration;
 
-use tokio::sync::{Mutex, Notify, broadcast};
+use tokio::sync::Mutex;
 use tokio_util::sync::CancellationToken;
 
 pub use compose::{ComposeError, reply, reply_at};
+pub use events::{Arrived, Feed, Heard, MailboxEvent};
 pub use files::{
     AttachmentSource, FileError, Folders, MAX_INLINE_BYTES, is_text, load as load_attachment,
     paths_of_file_uris, save as save_file,
@@ -42,55 +44,11 @@ pub use send::SendOutcome;
 pub use wait::Delivered;
 
 use crate::agent::Agent;
-use crate::client::{
-    ClientError, ClientEvent, RelayUrl, SessionConfig, SessionHandle, spawn_session,
-};
+use crate::client::{ClientError, RelayUrl, SessionConfig, SessionHandle, spawn_session};
 use crate::crypto::Identity;
-use crate::protocol::{
-    Address, AgentName, Bounce, ConsentEvent, MessageId, OwnerKey, RelayName, ValidationError,
-};
-use crate::store::{Delivery, ReceiptRecord, StoreError, StoreHandle, Trust};
-
-/// Events kept for slow subscribers before the oldest are dropped (they re-read the store).
-const EVENT_BACKLOG: usize = 1024;
-
-/// What the mailbox announces.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub enum MailboxEvent {
-    /// A received message was committed to the store.
-    Mail {
-        /// Its id.
-        id: MessageId,
-        /// How far its sender is vouched for.
-        trust: Trust,
-    },
-    /// Consent news from the relay (only the process holding the connection hears it).
-    Consent(ConsentEvent),
-    /// Copies of sent messages expired on the relay undelivered; the store has them now
-    /// (only the process holding the connection hears it).
-    Bounced(Vec<Bounce>),
-    /// Recipients took their copies of sent messages, as the relay said; the store has it
-    /// now (only the process holding the connection hears it).
-    Delivered(Vec<Delivery>),
-    /// A recipient read or acknowledged a sent message; the store has it now (only the
-    /// process holding the connection hears it).
-    Receipt {
-        /// The sent message.
-        of: MessageId,
-        /// What was recorded (its answer is the recipient's words: frame it).
-        record: ReceiptRecord,
-    },
-}
-
-impl MailboxEvent {
-    /// Whether the sent view changed: a copy was delivered or bounced, or a receipt came.
-    pub fn changes_sent_view(&self) -> bool {
-        matches!(
-            self,
-            MailboxEvent::Bounced(_) | MailboxEvent::Delivered(_) | MailboxEvent::Receipt { .. }
-        )
-    }
-}
+use crate::protocol::{Address, AgentName, OwnerKey, RelayName, ValidationError};
+use crate::store::{StoreError, StoreHandle};
+use events::Signals;
 
 /// Where the relay connection stands, for people and for tool results.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -192,10 +150,8 @@ struct Inner {
     /// Relays reached over plain HTTP besides loopback (`trusted_hosts`): for `whois`, and the
     /// session's remote recipients and senders.
     trusted: Vec<RelayName>,
-    events: broadcast::Sender<MailboxEvent>,
-    status: tokio::sync::watch::Sender<RelayStatus>,
-    /// Wakes the watcher (the session committed mail).
-    wake: Notify,
+    /// What the session tells this mailbox, and what it announces.
+    signals: Arc<Signals>,
     /// Counts watcher rounds, so waiters can re-check the store after each.
     rounds: tokio::sync::watch::Sender<u64>,
     stop: CancellationToken,
@@ -227,8 +183,6 @@ impl Mailbox {
             owner,
         } = agent;
         let store = StoreHandle::spawn(store)?;
-        let (events, _) = broadcast::channel(EVENT_BACKLOG);
-        let (status, _) = tokio::sync::watch::channel(RelayStatus::Connecting);
         let (rounds, _) = tokio::sync::watch::channel(0);
         let inner = Arc::new(Inner {
             address: Address::local(name.clone()),
@@ -241,9 +195,7 @@ impl Mailbox {
             dir,
             holder: Mutex::new(None),
             trusted,
-            events,
-            status,
-            wake: Notify::new(),
+            signals: Arc::new(Signals::new()),
             rounds,
             stop: CancellationToken::new(),
         });
@@ -279,19 +231,19 @@ impl Mailbox {
         &self.0.dir
     }
 
-    /// A new subscription to the mailbox's events.
-    pub fn subscribe(&self) -> broadcast::Receiver<MailboxEvent> {
-        self.0.events.subscribe()
+    /// A new subscription to the mailbox's events; `name` says who listens, in the log.
+    pub fn subscribe(&self, name: &'static str) -> Feed<MailboxEvent> {
+        Feed::new(&self.0.signals.events, name)
     }
 
     /// Where the relay connection stands now.
     pub fn status(&self) -> RelayStatus {
-        self.0.status.borrow().clone()
+        self.0.signals.status.borrow().clone()
     }
 
     /// Watches the relay status.
     pub fn watch_status(&self) -> tokio::sync::watch::Receiver<RelayStatus> {
-        self.0.status.subscribe()
+        self.0.signals.status.subscribe()
     }
 
     /// Stops the relay connection and the watcher.
@@ -324,20 +276,23 @@ impl Mailbox {
         let Some(lock) = self.0.lock.try_take()? else {
             let pid = self.0.lock.holder();
             self.0
+                .signals
                 .status
                 .send_if_modified(|s| replace_if_changed(s, RelayStatus::Elsewhere { pid }));
             return Ok(());
         };
-        let (session, events) = spawn_session(SessionConfig {
-            url: self.0.relay.clone(),
-            agent: self.0.name.clone(),
-            identity: self.0.identity.clone(),
-            owner: self.0.owner,
-            store: self.0.store.clone(),
-            trusted: self.0.trusted.clone(),
-        });
-        self.0.status.send_replace(RelayStatus::Connecting);
-        tokio::spawn(forward(self.clone(), events));
+        self.0.signals.status.send_replace(RelayStatus::Connecting);
+        let session = spawn_session(
+            SessionConfig {
+                url: self.0.relay.clone(),
+                agent: self.0.name.clone(),
+                identity: self.0.identity.clone(),
+                owner: self.0.owner,
+                store: self.0.store.clone(),
+                trusted: self.0.trusted.clone(),
+            },
+            self.0.signals.clone(),
+        );
         *holder = Some(Holder {
             session: Arc::new(session),
             _lock: lock,
@@ -352,59 +307,6 @@ fn replace_if_changed(current: &mut RelayStatus, new: RelayStatus) -> bool {
     } else {
         *current = new;
         true
-    }
-}
-
-/// Turns the session's events into status changes, watcher wake-ups and consent events.
-async fn forward(mailbox: Mailbox, mut events: broadcast::Receiver<ClientEvent>) {
-    loop {
-        let event = match events.recv().await {
-            Ok(e) => e,
-            Err(broadcast::error::RecvError::Lagged(_)) => {
-                mailbox.0.wake.notify_one();
-                continue;
-            }
-            Err(broadcast::error::RecvError::Closed) => return,
-        };
-        match event {
-            ClientEvent::Connected { .. } => {
-                mailbox.0.status.send_replace(RelayStatus::Online);
-            }
-            ClientEvent::Disconnected { reason, retry_in } => {
-                let retry_in_ms = retry_in.as_millis() as u64;
-                // Once per outage, not once per retry.
-                if matches!(mailbox.status(), RelayStatus::Offline { .. }) {
-                    tracing::debug!(%reason, retry_in_ms, "relay still unreachable");
-                } else {
-                    tracing::warn!(%reason, retry_in_ms, "relay unreachable; mail is queued meanwhile");
-                }
-                mailbox
-                    .0
-                    .status
-                    .send_replace(RelayStatus::Offline { reason });
-            }
-            ClientEvent::NewMail { .. } => mailbox.0.wake.notify_one(),
-            ClientEvent::KeyChanged { from, id } => {
-                tracing::warn!(%from, %id, "a sender's key changed; the message is marked untrusted");
-            }
-            ClientEvent::Consent(event) => {
-                let _ = mailbox.0.events.send(MailboxEvent::Consent(event));
-            }
-            ClientEvent::Bounced(bounces) => {
-                tracing::warn!(
-                    count = bounces.len(),
-                    "sent mail expired on the relay undelivered; marked bounced"
-                );
-                let _ = mailbox.0.events.send(MailboxEvent::Bounced(bounces));
-            }
-            ClientEvent::Receipt { of, record } => {
-                let _ = mailbox.0.events.send(MailboxEvent::Receipt { of, record });
-            }
-            ClientEvent::Delivered(deliveries) => {
-                let _ = mailbox.0.events.send(MailboxEvent::Delivered(deliveries));
-            }
-            ClientEvent::Sent(_) | ClientEvent::NotSent { .. } => {}
-        }
     }
 }
 

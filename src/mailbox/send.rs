@@ -2,10 +2,9 @@
 //! away), then handed to the relay; the caller learns whether the relay accepted it.
 
 use serde::Serialize;
-use tokio::sync::broadcast;
 
 use super::{Mailbox, MailboxError, RelayStatus, SEND_WAIT};
-use crate::client::ClientEvent;
+use crate::client::SendAnswer;
 use crate::protocol::{Limits, Message, MessageId};
 use crate::store::{Store, StoreError};
 
@@ -50,9 +49,18 @@ impl Mailbox {
         F: FnOnce(&mut Store) -> Result<(T, Option<MessageId>), StoreError> + Send + 'static,
     {
         let session = self.session().await;
-        // Subscribed before queueing, so the relay's answer cannot come first.
-        let mut events = session.as_ref().map(|s| s.subscribe());
-        let (value, queued) = self.0.store.call(queue).await?;
+        let expecting = session.clone();
+        // The wait starts on the store's thread, in the call that queued the message: the
+        // session reads the outbox through that thread too, so the answer cannot come first.
+        let (value, queued, waiting) = self
+            .0
+            .store
+            .call(move |s| {
+                let (value, queued) = queue(s)?;
+                let waiting = queued.zip(expecting).map(|(id, s)| s.expect(id));
+                Ok((value, queued, waiting))
+            })
+            .await?;
         let Some(id) = queued else {
             return Ok((value, None));
         };
@@ -67,39 +75,22 @@ impl Mailbox {
                 }),
             ));
         }
+        let mut waiting = waiting.expect("expected while holding the session");
         session.flush();
-        let events = events
-            .as_mut()
-            .expect("subscribed while holding the session");
         let answer = tokio::time::timeout(SEND_WAIT, async {
-            loop {
-                match events.recv().await {
-                    Ok(ClientEvent::Sent(ids)) if ids.contains(&id) => {
-                        return Ok(SendOutcome::Sent);
-                    }
-                    Ok(ClientEvent::NotSent {
-                        id: failed,
-                        reason,
-                        will_retry,
-                    }) if failed == id => {
-                        return if will_retry {
-                            Ok(SendOutcome::Queued { reason })
-                        } else {
-                            Err(MailboxError::NotSent(reason))
-                        };
-                    }
-                    Ok(ClientEvent::Disconnected { reason, .. }) => {
-                        return Ok(SendOutcome::Queued {
-                            reason: RelayStatus::Offline { reason }.describe(self.relay()),
-                        });
-                    }
-                    Ok(_) | Err(broadcast::error::RecvError::Lagged(_)) => {}
-                    Err(broadcast::error::RecvError::Closed) => {
-                        return Ok(SendOutcome::Queued {
-                            reason: "the relay connection stopped".into(),
-                        });
-                    }
-                }
+            match waiting.answer().await {
+                Some(SendAnswer::Sent) => Ok(SendOutcome::Sent),
+                Some(SendAnswer::NotSent {
+                    reason,
+                    will_retry: true,
+                }) => Ok(SendOutcome::Queued { reason }),
+                Some(SendAnswer::NotSent { reason, .. }) => Err(MailboxError::NotSent(reason)),
+                Some(SendAnswer::Offline { reason }) => Ok(SendOutcome::Queued {
+                    reason: RelayStatus::Offline { reason }.describe(self.relay()),
+                }),
+                None => Ok(SendOutcome::Queued {
+                    reason: "the relay connection stopped".into(),
+                }),
             }
         })
         .await;

@@ -4,10 +4,9 @@
 
 use std::time::Duration;
 
-use tokio::sync::broadcast::error::RecvError;
 use tokio_util::sync::CancellationToken;
 
-use super::{Mailbox, MailboxError, MailboxEvent};
+use super::{Heard, Mailbox, MailboxError, MailboxEvent};
 use crate::store::{Contact, InboxQuery, StoredMessage};
 
 /// Unread messages with their senders' pinned contacts.
@@ -24,7 +23,7 @@ impl Mailbox {
         stop: &CancellationToken,
     ) -> Result<Delivered, MailboxError> {
         // Subscribed before the first look, so mail committed in between is not missed.
-        let mut events = self.subscribe();
+        let mut events = self.subscribe("wait_for_mail");
         let deadline = tokio::time::Instant::now() + timeout;
         loop {
             let found = self.take_unread(limit).await?;
@@ -35,15 +34,10 @@ impl Mailbox {
                 tokio::select! {
                     _ = stop.cancelled() => return Ok(Vec::new()),
                     _ = tokio::time::sleep_until(deadline) => return Ok(Vec::new()),
-                    event = events.recv() => match event {
-                        Ok(MailboxEvent::Mail { .. }) | Err(RecvError::Lagged(_)) => break,
-                        Ok(
-                            MailboxEvent::Consent(_)
-                            | MailboxEvent::Bounced(_)
-                            | MailboxEvent::Delivered(_)
-                            | MailboxEvent::Receipt { .. },
-                        ) => {}
-                        Err(RecvError::Closed) => return Ok(Vec::new()),
+                    heard = events.next() => match heard {
+                        Some(Heard::Event(MailboxEvent::Mail(_)) | Heard::Missed(_)) => break,
+                        Some(Heard::Event(MailboxEvent::Relay(_))) => {}
+                        None => return Ok(Vec::new()),
                     },
                 }
             }

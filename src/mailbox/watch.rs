@@ -1,10 +1,12 @@
-//! The watcher: announces mail committed to the store, notices writes by other processes for
-//! the same agent (their mail to send, their received mail), and lets a follower take over
-//! the relay connection when its holder exits.
+//! The watcher: announces mail committed to the store (each message read once, whole, with
+//! its sender), notices writes by other processes for the same agent (their mail to send,
+//! their received mail), and lets a follower take over the relay connection when its holder
+//! exits.
 
+use std::sync::Arc;
 use std::time::Duration;
 
-use super::{Mailbox, MailboxEvent};
+use super::{Arrived, Mailbox, MailboxEvent};
 
 /// How often the store is checked for other processes' writes. The process holding the relay
 /// connection is woken at once by its own session; this bounds the others' delay.
@@ -19,7 +21,7 @@ pub(super) async fn run(mailbox: Mailbox, mut seen: i64) {
     loop {
         tokio::select! {
             _ = inner.stop.cancelled() => return,
-            _ = inner.wake.notified() => {}
+            _ = inner.signals.wake.notified() => {}
             _ = tokio::time::sleep(POLL_EVERY) => {}
         }
         if let Err(e) = mailbox.try_hold().await {
@@ -27,7 +29,7 @@ pub(super) async fn run(mailbox: Mailbox, mut seen: i64) {
         }
         let round = inner
             .store
-            .call(move |s| Ok((s.data_version()?, s.received_since(seen, BATCH)?)))
+            .call(move |s| Ok((s.data_version()?, s.arrived_since(seen, BATCH)?)))
             .await;
         let (now, fresh) = match round {
             Ok(r) => r,
@@ -37,11 +39,12 @@ pub(super) async fn run(mailbox: Mailbox, mut seen: i64) {
             }
         };
         if fresh.len() == BATCH {
-            inner.wake.notify_one();
+            inner.signals.wake.notify_one();
         }
-        for (position, id, trust) in fresh {
+        for (position, stored, sender) in fresh {
             seen = position;
-            let _ = inner.events.send(MailboxEvent::Mail { id, trust });
+            let arrived = Arc::new(Arrived { stored, sender });
+            let _ = inner.signals.events.send(MailboxEvent::Mail(arrived));
         }
         // Another process wrote: it may have queued mail that only this one can send.
         if version.is_some_and(|v| v != now)

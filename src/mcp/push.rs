@@ -15,13 +15,12 @@ use rmcp::model::{
 };
 use rmcp::service::{Peer, SubscriptionContext};
 use rmcp::{ErrorData, RoleServer};
-use tokio::sync::broadcast;
 use tokio_util::sync::CancellationToken;
 
 use super::resources::{INBOX, SENT};
 use crate::doorbell::claude_code::Route;
 use crate::doorbell::{Doorbell, Ring};
-use crate::mailbox::{Mailbox, MailboxEvent};
+use crate::mailbox::{Feed, Heard, Mailbox, MailboxEvent};
 
 /// The Claude Code channel notification.
 pub const CHANNEL_METHOD: &str = "notifications/claude/channel";
@@ -49,35 +48,41 @@ impl Subscriptions {
 /// What a session's pushes are made from: the doorbell's rings and the mailbox's events,
 /// subscribed together when the session begins.
 pub struct Feeds {
-    rings: broadcast::Receiver<Ring>,
-    events: broadcast::Receiver<MailboxEvent>,
+    rings: Feed<Ring>,
+    events: Feed<MailboxEvent>,
+}
+
+/// The next thing to push.
+enum Push {
+    /// A ring for the model.
+    Ring(Ring),
+    /// The sent view changed (a copy was delivered or bounced, or a receipt came).
+    SentChanged,
+    /// A feed fell behind: any view may have changed (see [`Feed`]).
+    Missed,
 }
 
 impl Feeds {
     /// Subscribes to `doorbell` and `mailbox` now.
     pub fn subscribe(doorbell: &Doorbell, mailbox: &Mailbox) -> Self {
         Self {
-            rings: doorbell.subscribe(),
-            events: mailbox.subscribe(),
+            rings: doorbell.subscribe("mcp push"),
+            events: mailbox.subscribe("mcp push"),
         }
     }
 
-    /// The next thing to push: a ring, or `None` when the sent view changed. Ends (`Err`)
-    /// when either feed closes; a lagging feed skips what it missed.
-    async fn next(&mut self) -> Result<Option<Ring>, broadcast::error::RecvError> {
+    /// The next thing to push; `None` when either feed ends.
+    async fn next(&mut self) -> Option<Push> {
         loop {
             tokio::select! {
-                ring = self.rings.recv() => match ring {
-                    Ok(r) => return Ok(Some(r)),
-                    Err(broadcast::error::RecvError::Lagged(_)) => {}
-                    Err(e) => return Err(e),
+                heard = self.rings.next() => match heard? {
+                    Heard::Event(ring) => return Some(Push::Ring(ring)),
+                    Heard::Missed(_) => return Some(Push::Missed),
                 },
-                event = self.events.recv() => match event {
-                    Ok(e) if e.changes_sent_view() => return Ok(None),
-                    // A lagging reader may have missed a change: say the view changed.
-                    Err(broadcast::error::RecvError::Lagged(_)) => return Ok(None),
-                    Ok(_) => {}
-                    Err(e) => return Err(e),
+                heard = self.events.next() => match heard? {
+                    Heard::Event(e) if e.changes_sent_view() => return Some(Push::SentChanged),
+                    Heard::Event(_) => {}
+                    Heard::Missed(_) => return Some(Push::Missed),
                 },
             }
         }
@@ -117,23 +122,38 @@ pub async fn legacy(to: Legacy, mut feeds: Feeds, stop: CancellationToken) {
         let next = tokio::select! {
             _ = stop.cancelled() => return,
             next = feeds.next() => match next {
-                Ok(next) => next,
-                Err(_) => return,
+                Some(next) => next,
+                None => return,
             },
         };
         let pushed = match next {
-            Some(ring) => push_legacy(&peer, &ring, &subscriptions, &route, &mailbox).await,
-            None if subscriptions.contains(SENT) => {
-                peer.notify_resource_updated(ResourceUpdatedNotificationParam::new(SENT))
-                    .await
-            }
-            None => Ok(()),
+            Push::Ring(ring) => push_legacy(&peer, &ring, &subscriptions, &route, &mailbox).await,
+            Push::SentChanged => updated(&peer, &subscriptions, &[SENT]).await,
+            Push::Missed => match updated(&peer, &subscriptions, &[INBOX, SENT]).await {
+                Ok(()) => peer.notify_resource_list_changed().await,
+                Err(e) => Err(e),
+            },
         };
         if let Err(e) = pushed {
             tracing::debug!(error = %e, "the client is gone; no more pushes");
             return;
         }
     }
+}
+
+/// Tells a legacy session that those of `uris` it subscribed to changed.
+async fn updated(
+    peer: &Peer<RoleServer>,
+    subscriptions: &Subscriptions,
+    uris: &[&str],
+) -> Result<(), rmcp::service::ServiceError> {
+    for uri in uris {
+        if subscriptions.contains(uri) {
+            peer.notify_resource_updated(ResourceUpdatedNotificationParam::new(*uri))
+                .await?;
+        }
+    }
+    Ok(())
 }
 
 async fn push_legacy(
@@ -190,23 +210,24 @@ pub async fn listen(
             _ = context.cancelled() => return Ok(()),
             _ = stop.cancelled() => return Ok(()),
             next = feeds.next() => match next {
-                Ok(next) => next,
-                Err(_) => return Ok(()),
+                Some(next) => next,
+                None => return Ok(()),
             },
         };
+        let (inbox_changed, sent_changed) = match &next {
+            Push::Ring(ring) => (ring.message.is_some(), false),
+            Push::SentChanged => (false, true),
+            Push::Missed => (true, true),
+        };
         let pushed = async {
-            match next {
-                Some(ring) if ring.message.is_some() => {
-                    if inbox {
-                        context.sink().notify_resource_updated(INBOX).await?;
-                    }
-                    if list_changed {
-                        context.sink().notify_resource_list_changed().await?;
-                    }
-                }
-                Some(_) => {}
-                None if sent => context.sink().notify_resource_updated(SENT).await?,
-                None => {}
+            if inbox_changed && inbox {
+                context.sink().notify_resource_updated(INBOX).await?;
+            }
+            if inbox_changed && list_changed {
+                context.sink().notify_resource_list_changed().await?;
+            }
+            if sent_changed && sent {
+                context.sink().notify_resource_updated(SENT).await?;
             }
             Ok::<_, rmcp::service::SubscriptionSendError>(())
         };

@@ -9,7 +9,7 @@ use super::deliveries::decode_delivered;
 use super::receipts::{ReceiptRecord, decode_receipts, queue_read_receipt, read_receipts_on};
 use super::search::{FtsIndex, fts_terms, ranked};
 use super::time::{from_ms, to_ms};
-use super::{Store, StoreError};
+use super::{Contact, Store, StoreError};
 use crate::protocol::{Address, Importance, Message, MessageId, ThreadId, now_millis};
 
 /// Whether this agent received or sent a message.
@@ -466,32 +466,29 @@ impl Store {
         Ok(UnreadSummary { count, newest_from })
     }
 
-    /// Received messages stored after position `after` (in store order), at most `limit`:
-    /// what the doorbell has not rung for yet. Positions only grow.
-    pub fn received_since(
+    /// Received messages stored after position `after` (in store order), at most `limit`,
+    /// each whole with its sender's contact and its position: what the mailbox has not
+    /// announced yet. Positions only grow.
+    pub fn arrived_since(
         &self,
         after: i64,
         limit: usize,
-    ) -> Result<Vec<(i64, MessageId, Trust)>, StoreError> {
-        let mut stmt = self.conn.prepare_cached(
-            "SELECT seq, id, trust FROM messages WHERE direction = 'in' AND seq > ?1 ORDER BY seq LIMIT ?2",
-        )?;
-        let rows = stmt.query_map(params![after, limit as i64], |r| {
-            Ok((
-                r.get::<_, i64>(0)?,
-                r.get::<_, String>(1)?,
-                r.get::<_, String>(2)?,
-            ))
-        })?;
-        rows.map(|row| {
-            let (seq, id, trust) = row?;
-            let id = MessageId::parse(&id).map_err(|e| StoreError::Corrupt {
-                what: "message",
-                detail: e.to_string(),
-            })?;
-            Ok((seq, id, Trust::parse(&trust)?))
-        })
-        .collect()
+    ) -> Result<Vec<(i64, StoredMessage, Option<Contact>)>, StoreError> {
+        let mut stmt = self.conn.prepare_cached(&format!(
+            "SELECT {COLUMNS}, seq FROM messages WHERE direction = 'in' AND seq > ?1 ORDER BY seq LIMIT ?2"
+        ))?;
+        let rows = stmt
+            .query_map(params![after, limit as i64], |r| {
+                Ok((r.get::<_, i64>(COLUMN_COUNT)?, from_row(r)?))
+            })?
+            .collect::<Result<Vec<_>, _>>()?;
+        rows.into_iter()
+            .map(|(seq, raw)| {
+                let stored = decode(raw)?;
+                let sender = self.contact(&stored.message.from)?;
+                Ok((seq, stored, sender))
+            })
+            .collect()
     }
 
     /// The position of the newest stored message (0 when there is none).

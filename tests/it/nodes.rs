@@ -10,10 +10,10 @@ use crate::common;
 
 use common::postgres::PgCluster;
 use common::*;
-use mailslot::client::ClientEvent;
+use mailslot::client::{ClientEvent, RelayNews};
 use mailslot::crypto::seal;
 use mailslot::protocol::{ClientFrame, ConsentEvent, ErrorCode, Limits, MessageId, ServerFrame};
-use tokio::sync::broadcast;
+use tokio::sync::mpsc;
 
 /// Two relay nodes on one fresh database, or `None` when PostgreSQL is not installed.
 async fn two_nodes(test: &str) -> Option<(TestRelay, TestRelay)> {
@@ -31,7 +31,7 @@ async fn two_nodes(test: &str) -> Option<(TestRelay, TestRelay)> {
 
 /// The events up to the first that `pick` takes; fails after the usual timeout.
 async fn until<T>(
-    events: &mut broadcast::Receiver<ClientEvent>,
+    events: &mut mpsc::UnboundedReceiver<ClientEvent>,
     mut pick: impl FnMut(&ClientEvent) -> Option<T>,
 ) -> (T, Vec<ClientEvent>) {
     tokio::time::timeout(EVENT_TIMEOUT, async {
@@ -100,7 +100,9 @@ async fn mail_and_consent_events_reach_an_agent_on_the_other_node_at_once() {
         "{answer:?}"
     );
     let (from, before) = until(&mut events, |e| match e {
-        ClientEvent::Consent(ConsentEvent::RequestReceived { from, .. }) => Some(from.clone()),
+        ClientEvent::Relay(RelayNews::Consent(ConsentEvent::RequestReceived { from, .. })) => {
+            Some(from.clone())
+        }
         _ => None,
     })
     .await;
@@ -207,10 +209,10 @@ async fn an_agent_that_moves_between_nodes_while_mail_flows_gets_it_once_in_orde
     // storing a message and announcing it keeps the message without an event (and its
     // redelivery is a duplicate), so counting events would wait for one that never comes.
     let stored = || async {
-        let rows = bob.store.call(|s| s.received_since(0, 1_000)).await;
+        let rows = bob.store.call(|s| s.arrived_since(0, 1_000)).await;
         rows.unwrap()
             .into_iter()
-            .map(|(_, id, _)| id)
+            .map(|(_, stored, _)| stored.message.id)
             .collect::<Vec<MessageId>>()
     };
     for url in [&two.url, &one.url, &two.url, &one.url] {

@@ -654,20 +654,34 @@ pub fn spawn_relay_on(
     (RelayChild(child), url)
 }
 
+/// Hands a session's events to a test, in order.
+struct ToTest(tokio::sync::mpsc::UnboundedSender<mailslot::client::ClientEvent>);
+
+impl mailslot::client::Listener for ToTest {
+    fn heard(&self, event: mailslot::client::ClientEvent) {
+        let _ = self.0.send(event);
+    }
+}
+
 /// A long-running client session for `agent` on `url`, and its events.
 pub fn session(
     agent: &TestAgent,
     url: &RelayUrl,
 ) -> (
     mailslot::client::SessionHandle,
-    tokio::sync::broadcast::Receiver<mailslot::client::ClientEvent>,
+    tokio::sync::mpsc::UnboundedReceiver<mailslot::client::ClientEvent>,
 ) {
-    mailslot::client::spawn_session(mailslot::client::SessionConfig {
-        url: url.clone(),
-        agent: agent.name.clone(),
-        identity: agent.identity.clone(),
-        owner: Some(agent.owner.public()),
-        store: agent.store.clone(),
-        trusted: Vec::new(),
-    })
+    let (events, heard) = tokio::sync::mpsc::unbounded_channel();
+    let handle = mailslot::client::spawn_session(
+        mailslot::client::SessionConfig {
+            url: url.clone(),
+            agent: agent.name.clone(),
+            identity: agent.identity.clone(),
+            owner: Some(agent.owner.public()),
+            store: agent.store.clone(),
+            trusted: Vec::new(),
+        },
+        std::sync::Arc::new(ToTest(events)),
+    );
+    (handle, heard)
 }
