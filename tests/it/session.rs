@@ -150,7 +150,9 @@ async fn a_burst_of_sends_beside_a_subscriber_that_never_reads_answers_each_sent
 
     const SENDS: usize = 2_000;
     const AT_ONCE: usize = 64;
-    let relay = TestRelay::start(|_| {}).await;
+    // 2,000 sends are over the default burst (1,000, then 100/s): this test is about the
+    // answers, not rates, and a burst faster than 10 s was refused `rate_limited`.
+    let relay = TestRelay::start(|c| c.send_burst = SENDS as f64).await;
     let bob = TestAgent::new("bob");
     bob.sync(&relay).await;
     let home = tempfile::tempdir().unwrap();
