@@ -2,12 +2,14 @@
 //! `common`. One binary links the crate once, where a binary per file linked it 36 times.
 //!
 //! All tests share this process, so nothing here may rely on having one to itself:
+//! - modules take turns ([`common::turns`]): a test that starts a relay, an agent, a relay
+//!   process or an outside client (Claude Code, Codex, OpenClaw, the interop clients,
+//!   Chromium) waits while another module's tests hold the turn, so a module's tests run
+//!   beside each other and never beside another module's, as when cargo ran their binaries
+//!   one after another;
 //! - a test that re-runs the binary as a child names itself by its full path
 //!   (`store::child_single_writer`, see `store::spawn_child`);
 //! - one PostgreSQL cluster serves every module ([`common::postgres::PgCluster::shared`]);
-//! - the tests that drive outside clients (Claude Code, Codex, OpenClaw, the interop clients,
-//!   Chromium) take a turn per module ([`common::external_tools`]): a module's may run beside
-//!   each other, as they did in a binary of their own, never beside another module's;
 //! - the allocator is `wipe`'s, which scans freed blocks only on a thread that armed it;
 //! - `abuse::slowloris_sockets_time_out_and_count_against_their_ip` raises the open-file
 //!   limit for the whole process (every relay here then derives larger connection limits from

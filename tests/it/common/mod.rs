@@ -1,8 +1,9 @@
 //! The fixtures every module shares: a relay on an ephemeral loopback port, with named agents
 //! in one call ([`TestRelay::with_agents`]), agents in temp homes, raw WebSocket access for
-//! crafting bad frames, the real binary as a process, and outside clients found and taken
-//! in turn ([`external_tools`]). PostgreSQL, `mailslot mcp`, relay processes, consent and
-//! model APIs have modules of their own.
+//! crafting bad frames, the real binary as a process, and the outside clients CI installs
+//! ([`external_tools`]). Those that start something (a relay, an agent, a relay process, an
+//! outside client) first take the test's module's turn ([`turns`]). PostgreSQL, `mailslot mcp`,
+//! relay processes, consent and the model API mocks have modules of their own.
 
 pub mod consent;
 pub mod mcp;
@@ -96,6 +97,7 @@ impl StoppedRelay {
 
 impl TestRelay {
     pub async fn start(tweak: impl FnOnce(&mut RelayConfig)) -> Self {
+        turns::take();
         logs();
         let dir = tempfile::tempdir().unwrap();
         let mut config = RelayConfig {
@@ -189,6 +191,7 @@ pub struct TestAgent {
 
 impl TestAgent {
     pub fn new(name: &str) -> Self {
+        turns::take();
         let home = tempfile::tempdir().unwrap();
         let paths = Paths::new(Some(home.path().to_owned()), None).unwrap();
         let (agent, _) = Agent::open_or_create(&paths, &AgentName::new(name).unwrap()).unwrap();
@@ -432,8 +435,7 @@ pub fn register(home: &std::path::Path, name: &str, relay: &RelayUrl) {
 /// The files that the environment variables `vars` name (set up by `.ci/<setup>`), or `None`
 /// after saying on stderr that the test is skipped. When `require` is set to 1 (CI), missing
 /// variables fail the test instead: CI never passes without running it. With the files found,
-/// the test holds its module's turn at outside clients until it ends ([`turns`]).
-#[track_caller]
+/// the test holds its module's turn until it ends ([`turns`]).
 pub fn external_tools(
     vars: &[&str],
     require: &str,
@@ -478,7 +480,7 @@ pub fn external_tools(
             path.display()
         );
     }
-    turns::take(std::panic::Location::caller().file());
+    turns::take();
     Some(found)
 }
 
@@ -630,6 +632,7 @@ pub fn spawn_relay_on(
     listen: std::net::SocketAddr,
 ) -> (RelayChild, RelayUrl) {
     use std::io::{BufRead, BufReader};
+    turns::take();
     let mut child = std::process::Command::new(env!("CARGO_BIN_EXE_mailslot"))
         .args(["relay", "--listen", &listen.to_string(), "--db"])
         .arg(db)

@@ -25,6 +25,7 @@ impl RelayProcess {
     /// Starts a relay on 127.0.0.1 with `config` (relay.toml text) and, if given, at most
     /// `open_files` open files (soft and hard limit).
     pub fn start(config: &str, open_files: Option<u64>) -> Self {
+        super::turns::take();
         let dir = tempfile::tempdir().unwrap();
         let config_path = dir.path().join("relay.toml");
         std::fs::write(&config_path, config).unwrap();
