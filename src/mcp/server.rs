@@ -19,6 +19,7 @@ use rmcp::model::{
 use rmcp::service::{NotificationContext, RequestContext, SubscriptionContext};
 use rmcp::{ErrorData, RoleServer, ServerHandler, prompt_handler};
 use tokio_util::sync::CancellationToken;
+use tracing::Instrument;
 
 use super::era;
 use super::links;
@@ -107,7 +108,7 @@ impl MailslotServer {
     /// The tools, each output schema declaring the unread notice and each input schema
     /// refusing unknown arguments (done once, here).
     fn tool_router_with_notice() -> ToolRouter<Self> {
-        let mut router = Self::tool_router();
+        let mut router = super::tools::router();
         for route in router.map.values_mut() {
             notice::declare(&mut route.attr);
             strict::forbid_unknown(&mut route.attr);
@@ -234,8 +235,11 @@ impl ServerHandler for MailslotServer {
         let mut response = match refusal {
             Some(e) => CallToolResult::error(vec![ContentBlock::text(e)]).into(),
             None => {
+                // One span per call, so a message's life can be followed in the logs from
+                // the tool that sent or read it.
+                let span = tracing::info_span!("tool", name = %request.name);
                 let call = ToolCallContext::new(self, request, context);
-                self.tool_router.call(call).await?
+                self.tool_router.call(call).instrument(span).await?
             }
         };
         if let CallToolResponse::Complete(result) = &mut response {
