@@ -14,7 +14,6 @@ mod local_relay;
 mod mail;
 mod mcp;
 mod memory;
-pub(crate) mod output;
 mod owner;
 mod peers;
 mod reach;
@@ -22,6 +21,7 @@ mod relay;
 mod send;
 mod wait;
 
+use crate::output;
 use std::path::PathBuf;
 use std::process::ExitCode;
 

@@ -30,8 +30,8 @@ use super::resources;
 use super::strict;
 use crate::doorbell::Doorbell;
 use crate::doorbell::claude_code::Route;
-use crate::doorbell::codex;
 use crate::doorbell::footer::footer;
+use crate::doorbell::{bell, codex};
 use crate::mailbox::Mailbox;
 use crate::protocol::MessageId;
 use crate::store::{SessionKey, Via};
@@ -161,7 +161,7 @@ impl MailslotServer {
             Ok(thread) => {
                 let _ = self
                     .codex_thread
-                    .get_or_init(|| codex::ring_thread(&self.mailbox, &self.doorbell, thread));
+                    .get_or_init(|| bell::ring_codex_thread(&self.mailbox, &self.doorbell, thread));
             }
             Err(e) => tracing::warn!(error = %e, "ignoring the tool call's thread id"),
         }

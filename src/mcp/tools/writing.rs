@@ -116,7 +116,7 @@ pub struct SendResult {
 }
 
 impl MailslotServer {
-    async fn deliver(&self, mut message: Message) -> Result<Json<SendResult>, String> {
+    async fn send_as_this_agent(&self, mut message: Message) -> Result<Json<SendResult>, String> {
         message.from = self.mailbox.address().clone();
         let (id, thread) = (message.id, message.thread);
         let (status, detail) = match self.mailbox.send(message).await {
@@ -179,7 +179,7 @@ impl MailslotServer {
             parse_importance("importance", args.importance.as_deref())?.unwrap_or_default();
         message.ack_required = args.ack_required.unwrap_or(false);
         message.attachments = attachments;
-        self.deliver(message).await
+        self.send_as_this_agent(message).await
     }
 }
 
@@ -215,7 +215,7 @@ impl MailslotServer {
         message.importance = importance.unwrap_or_default();
         message.ack_required = args.ack_required.unwrap_or(false);
         message.attachments = self.attachments(args.attachments, &ctx).await?;
-        self.deliver(message).await
+        self.send_as_this_agent(message).await
     }
 
     /// Reply to the sender of a message, in its thread.
