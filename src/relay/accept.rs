@@ -11,7 +11,7 @@ use serde::Deserialize;
 use serde_json::value::RawValue;
 
 use super::state::RelayState;
-use super::storage::{Accepted, Copy, Quota, Storage, StorageError};
+use super::storage::{Accepted, QueuedCopy, Quota, Storage, StorageError};
 use super::wire::error_frame;
 use crate::protocol::{
     Address, AgentName, ENVELOPE_VERSION, EnvelopeHead, ErrorCode, Limits, MAX_REF_CHARS,
@@ -146,7 +146,7 @@ pub async fn check<S: Storage>(
                 );
             }
         }
-        if copies.iter().any(|c: &Copy| &c.recipient == name) {
+        if copies.iter().any(|c: &QueuedCopy| &c.recipient == name) {
             return refuse(
                 ErrorCode::InvalidEnvelope,
                 format!("{} is named twice", key.to),
@@ -167,7 +167,7 @@ pub async fn check<S: Storage>(
                 None,
             );
         }
-        copies.push(Copy {
+        copies.push(QueuedCopy {
             id: None,
             recipient: name.clone(),
             envelope: copy.into(),
@@ -217,7 +217,7 @@ pub async fn check<S: Storage>(
             );
         };
         let id = envelope.id.relay_copy(to);
-        if copies.iter().any(|c: &Copy| c.id == Some(id)) {
+        if copies.iter().any(|c: &QueuedCopy| c.id == Some(id)) {
             return refuse(
                 ErrorCode::InvalidEnvelope,
                 format!("{to} is named twice"),
@@ -241,7 +241,7 @@ pub async fn check<S: Storage>(
                 None,
             );
         }
-        copies.push(Copy {
+        copies.push(QueuedCopy {
             recipient: mailbox,
             id: Some(id),
             envelope: copy.into(),

@@ -686,9 +686,9 @@ mod tests {
         hello_payload,
     };
     use crate::relay::storage::{
-        Accepted, CommitListener, ConsentChange, ConsentLedger, ConsentOutcome, ConsentState, Copy,
-        InviteDigest, Pending, Queue, Queued, Quota, Registration, Registry, RelayPin, RelayPins,
-        SqliteStorage, StorageError, StorageMetrics,
+        Accepted, CommitListener, ConsentChange, ConsentLedger, ConsentOutcome, ConsentState,
+        InviteDigest, Pending, Queue, Queued, QueuedCopy, Quota, Registration, Registry, RelayPin,
+        RelayPins, SqliteStorage, StorageError, StorageMetrics,
     };
     use crate::relay::{Relay, RelayConfig};
 
@@ -809,7 +809,7 @@ mod tests {
             &self,
             sender: AgentName,
             id: MessageId,
-            copies: Vec<Copy>,
+            copies: Vec<QueuedCopy>,
             quota: Quota,
             expires_at_ms: i64,
             default: Policy,
@@ -1004,7 +1004,7 @@ mod tests {
             .accept(
                 AgentName::new("alice").unwrap(),
                 MessageId::new(),
-                vec![Copy {
+                vec![QueuedCopy {
                     id: None,
                     recipient: bob.clone(),
                     envelope: Arc::from(&br#"{"opaque":true}"#[..]),

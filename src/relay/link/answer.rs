@@ -21,7 +21,7 @@ use prometheus_client::metrics::counter::Counter;
 use super::super::inbound::FrameDone;
 use super::super::metrics::RelayLabel;
 use super::super::state::RelayState;
-use super::super::storage::{Accepted, Copy, Quota, Storage};
+use super::super::storage::{Accepted, QueuedCopy, Quota, Storage};
 use super::peer;
 use crate::crypto::sign::Domain;
 use crate::crypto::verify_link;
@@ -307,7 +307,7 @@ fn take<S: Storage>(
         return refused_all(seq, refuse_every(ErrorCode::InvalidEnvelope), String::new());
     };
     let limits = &state.config.limits;
-    let mut copies: Vec<Copy> = Vec::with_capacity(head.keys.len());
+    let mut copies: Vec<QueuedCopy> = Vec::with_capacity(head.keys.len());
     let mut names = Vec::with_capacity(head.keys.len());
     for key in &head.keys {
         let here = (key.to.host() == Some(&state.name)).then(|| key.to.name());
@@ -327,7 +327,7 @@ fn take<S: Storage>(
             continue;
         }
         names.push(name.clone());
-        copies.push(Copy {
+        copies.push(QueuedCopy {
             id: None,
             recipient: name.clone(),
             envelope: copy.into(),
