@@ -11,7 +11,7 @@ use serde::Deserialize;
 use serde_json::value::RawValue;
 
 use super::state::RelayState;
-use super::storage::{Accepted, QueuedCopy, Quota, Storage, StorageError};
+use super::storage::{Accepted, Queue, QueuedCopy, Quota, Registry, StorageError};
 use super::wire::error_frame;
 use crate::protocol::{
     Address, AgentName, ENVELOPE_VERSION, EnvelopeHead, ErrorCode, Limits, MAX_REF_CHARS,
@@ -52,7 +52,8 @@ pub type QueuedSend =
 
 /// Validates a send of `envelope` (its JSON text) and queues its write; a refusal comes back
 /// as the frame to answer with.
-pub async fn check<S: Storage>(
+#[tracing::instrument(level = "debug", name = "request", skip_all, fields(kind = "send", %agent, r#ref = %reference, id = tracing::field::Empty))]
+pub async fn check<S: Registry + Queue>(
     state: &RelayState<S>,
     agent: &AgentName,
     reference: String,
@@ -94,6 +95,7 @@ pub async fn check<S: Storage>(
             );
         }
     };
+    tracing::Span::current().record("id", tracing::field::display(envelope.id));
     if envelope.v != ENVELOPE_VERSION {
         return refuse(
             ErrorCode::InvalidEnvelope,
@@ -265,7 +267,7 @@ pub async fn check<S: Storage>(
 }
 
 /// The answer to a send once its write is done; wakes the recipients of stored mail.
-pub fn answer<S: Storage>(
+pub fn answer<S>(
     state: &RelayState<S>,
     agent: &AgentName,
     reference: String,
