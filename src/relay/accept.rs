@@ -9,6 +9,7 @@ use std::time::Duration;
 
 use serde::Deserialize;
 use serde_json::value::RawValue;
+use tracing::field::{Empty, debug, display};
 
 use super::state::RelayState;
 use super::storage::{Accepted, Queue, QueuedCopy, Quota, Registry, StorageError};
@@ -52,7 +53,7 @@ pub type QueuedSend =
 
 /// Validates a send of `envelope` (its JSON text) and queues its write; a refusal comes back
 /// as the frame to answer with.
-#[tracing::instrument(level = "debug", name = "request", skip_all, fields(kind = "send", %agent, r#ref = %reference, id = tracing::field::Empty))]
+#[tracing::instrument(level = "debug", name = "request", skip_all, fields(kind = "send", %agent, r#ref = %reference, id = Empty, outcome = Empty))]
 pub async fn check<S: Registry + Queue>(
     state: &RelayState<S>,
     agent: &AgentName,
@@ -95,7 +96,8 @@ pub async fn check<S: Registry + Queue>(
             );
         }
     };
-    tracing::Span::current().record("id", tracing::field::display(envelope.id));
+    let span = tracing::Span::current();
+    span.record("id", display(envelope.id));
     if envelope.v != ENVELOPE_VERSION {
         return refuse(
             ErrorCode::InvalidEnvelope,
@@ -263,7 +265,12 @@ pub async fn check<S: Registry + Queue>(
         expires,
         state.config.effective_default_policy(),
     );
-    Ok(Box::pin(async move { (reference, id, write.await) }))
+    // The request's span lasts until the write is durable, and says how it went.
+    Ok(Box::pin(async move {
+        let outcome = write.await;
+        span.record("outcome", debug(&outcome));
+        (reference, id, outcome)
+    }))
 }
 
 /// The answer to a send once its write is done; wakes the recipients of stored mail.

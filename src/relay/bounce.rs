@@ -4,21 +4,10 @@
 //! offline one asks when it next connects. So a bounce survives the sender being away and the
 //! relay restarting, and is delivered at least once (the sender's store records each once).
 
-use std::time::Duration;
-
 use super::state::RelayState;
-use super::storage::{Queue, StorageError};
-use super::wire::error_frame;
+use super::storage::Queue;
+use super::wire::{error_frame, storage_failed};
 use crate::protocol::{AgentName, ConsentEvent, CopyKey, ErrorCode, MAX_BOUNCES, ServerFrame};
-
-fn failed(reference: String, e: StorageError) -> ServerFrame {
-    error_frame(
-        Some(reference),
-        ErrorCode::Internal,
-        e.to_string(),
-        Some(Duration::from_secs(1)),
-    )
-}
 
 /// Answers `agent`'s `bounces`: those waiting for it, oldest first.
 #[tracing::instrument(level = "debug", name = "request", skip_all, fields(kind = "bounces", %agent, r#ref = %reference))]
@@ -29,7 +18,7 @@ pub async fn list<S: Queue>(
 ) -> ServerFrame {
     match state.storage.bounces(agent.clone(), MAX_BOUNCES).await {
         Ok(bounces) => ServerFrame::BounceList { reference, bounces },
-        Err(e) => failed(reference, e),
+        Err(e) => storage_failed(reference, e),
     }
 }
 
@@ -57,7 +46,7 @@ pub async fn forget<S: Queue>(
             reference,
             detail: format!("{n} bounce(s) forgotten"),
         },
-        Err(e) => failed(reference, e),
+        Err(e) => storage_failed(reference, e),
     }
 }
 

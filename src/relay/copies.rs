@@ -5,11 +5,10 @@
 //! this request nor the ack path writes anything for it.
 
 use std::collections::HashMap;
-use std::time::Duration;
 
 use super::state::RelayState;
 use super::storage::{CopyStatus, Queue, Registry, StorageError};
-use super::wire::error_frame;
+use super::wire::{error_frame, storage_failed};
 use crate::protocol::{
     Address, AgentName, CopyFate, CopyKey, CopyState, ErrorCode, MAX_COPY_CHECKS, ServerFrame,
 };
@@ -35,12 +34,7 @@ pub async fn states<S: Queue + Registry>(
     }
     match fates(state, agent, copies).await {
         Ok(copies) => ServerFrame::CopyStates { reference, copies },
-        Err(e) => error_frame(
-            Some(reference),
-            ErrorCode::Internal,
-            e.to_string(),
-            Some(Duration::from_secs(1)),
-        ),
+        Err(e) => storage_failed(reference, e),
     }
 }
 

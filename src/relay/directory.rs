@@ -1,25 +1,14 @@
 //! The opt-in directory: agents that chose to be listed, with their fingerprints, so people
 //! can find an agent to ask for contact. Listing grants nothing: consent still applies.
 
-use std::time::Duration;
-
 use super::state::RelayState;
 use super::storage::{Registry, StorageError};
-use super::wire::error_frame;
+use super::wire::{error_frame, storage_failed};
 use crate::crypto::PublicIdentity;
 use crate::protocol::{AgentName, DirectoryEntry, ErrorCode, MAX_DESCRIPTION_CHARS, ServerFrame};
 
 /// The most entries one listing returns.
 pub const MAX_ENTRIES: usize = 1000;
-
-fn failed(reference: String, e: StorageError) -> ServerFrame {
-    error_frame(
-        Some(reference),
-        ErrorCode::Internal,
-        e.to_string(),
-        Some(Duration::from_secs(1)),
-    )
-}
 
 /// Answers `agent`'s `set_listing`: lists it with `description`, or (`None`) takes it out.
 #[tracing::instrument(level = "debug", name = "request", skip_all, fields(kind = "set_listing", %agent, r#ref = %reference, listed = description.is_some()))]
@@ -48,7 +37,7 @@ pub async fn set_listing<S: Registry>(
                 format!("{agent} is no longer listed")
             },
         },
-        Err(e) => failed(reference, e),
+        Err(e) => storage_failed(reference, e),
     }
 }
 
@@ -61,7 +50,7 @@ pub async fn list<S: Registry>(
 ) -> ServerFrame {
     match entries(state).await {
         Ok(entries) => ServerFrame::DirectoryList { reference, entries },
-        Err(e) => failed(reference, e),
+        Err(e) => storage_failed(reference, e),
     }
 }
 

@@ -1,11 +1,9 @@
 //! `lookup`: an agent's registered keys, with the signed rotations that lead to them, so the
 //! asker can follow a key change from the key it pinned.
 
-use std::time::Duration;
-
 use super::state::RelayState;
 use super::storage::Registry;
-use super::wire::error_frame;
+use super::wire::{error_frame, storage_failed};
 use crate::protocol::{AgentName, ErrorCode, ServerFrame};
 
 /// Answers `agent`'s `lookup` of `wanted`.
@@ -16,14 +14,6 @@ pub async fn keys<S: Registry>(
     reference: String,
     wanted: AgentName,
 ) -> ServerFrame {
-    let failed = |reference, e: super::storage::StorageError| {
-        error_frame(
-            Some(reference),
-            ErrorCode::Internal,
-            e.to_string(),
-            Some(Duration::from_secs(1)),
-        )
-    };
     match state.storage.keys(wanted.clone()).await {
         Ok(Some(keys)) => match state.storage.rotations(wanted.clone()).await {
             Ok(rotations) => ServerFrame::Keys {
@@ -32,7 +22,7 @@ pub async fn keys<S: Registry>(
                 keys,
                 rotations,
             },
-            Err(e) => failed(reference, e),
+            Err(e) => storage_failed(reference, e),
         },
         Ok(None) => error_frame(
             Some(reference),
@@ -40,6 +30,6 @@ pub async fn keys<S: Registry>(
             format!("no agent named {wanted} on this relay"),
             None,
         ),
-        Err(e) => failed(reference, e),
+        Err(e) => storage_failed(reference, e),
     }
 }

@@ -3,11 +3,10 @@
 //! never said to be offline, so asking cannot tell whether a name exists.
 
 use std::collections::BTreeSet;
-use std::time::Duration;
 
 use super::state::RelayState;
 use super::storage::{ConsentLedger, Registry, StorageError};
-use super::wire::error_frame;
+use super::wire::{error_frame, storage_failed};
 use crate::protocol::{AgentName, ErrorCode, MAX_PRESENCE_AGENTS, ServerFrame};
 
 /// Answers `agent`'s `presence`: who of `agents` (or of all it may see) is online.
@@ -33,7 +32,7 @@ pub async fn presence<S: ConsentLedger + Registry>(
     }
     let visible = match visible(state, agent).await {
         Ok(v) => v,
-        Err(e) => return internal(reference, e),
+        Err(e) => return storage_failed(reference, e),
     };
     let wanted: Vec<AgentName> = match agents {
         Some(asked) => asked
@@ -46,7 +45,7 @@ pub async fn presence<S: ConsentLedger + Registry>(
     };
     match state.presence.online(&wanted).await {
         Ok(online) => ServerFrame::PresenceList { reference, online },
-        Err(e) => internal(reference, e),
+        Err(e) => storage_failed(reference, e),
     }
 }
 
@@ -67,13 +66,4 @@ async fn visible<S: ConsentLedger + Registry>(
     visible.extend(listed.into_iter().map(|(name, _, _)| name));
     visible.remove(agent);
     Ok(visible)
-}
-
-fn internal(reference: String, e: StorageError) -> ServerFrame {
-    error_frame(
-        Some(reference),
-        ErrorCode::Internal,
-        e.to_string(),
-        Some(Duration::from_secs(1)),
-    )
 }

@@ -253,7 +253,7 @@ fn refused(relay: &RelayName, e: &peer::PeerError) -> (ErrorCode, String) {
 type Answer = std::pin::Pin<Box<dyn std::future::Future<Output = LinkAnswer> + Send>>;
 
 /// Checks one delivery and queues its write; the answer resolves once it is durable.
-#[tracing::instrument(level = "debug", name = "link_delivery", skip_all, fields(%relay, seq = deliver.seq, id = %deliver.envelope.id))]
+#[tracing::instrument(level = "debug", name = "link_delivery", skip_all, fields(%relay, seq = deliver.seq, id = %deliver.envelope.id, refused = tracing::field::Empty))]
 fn take<S: Registry + Queue>(
     state: &Arc<RelayState<S>>,
     (relay, key): (&RelayName, &RelayKey),
@@ -410,6 +410,7 @@ fn take<S: Registry + Queue>(
                     code,
                 });
             }
+            tracing::Span::current().record("refused", refused.len());
             LinkAnswer::Taken { seq, refused }
         }
         .instrument(tracing::Span::current()),

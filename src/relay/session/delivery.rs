@@ -8,6 +8,7 @@ use axum::extract::ws::{Message, WebSocket};
 use futures_util::StreamExt;
 use futures_util::stream::SplitStream;
 use tokio::time::{Instant, timeout_at};
+use tracing::field::Empty;
 
 use super::super::pushes::{self, Step};
 use super::super::state::RelayState;
@@ -68,7 +69,7 @@ impl Delivery {
 
     /// Sends the next stored copies that fit in the connection's room, and `caught_up` once
     /// the queue is drained.
-    #[tracing::instrument(level = "debug", name = "deliver", skip_all, fields(%agent, after = self.last_sent))]
+    #[tracing::instrument(level = "debug", name = "deliver", skip_all, fields(%agent, after = self.last_sent, upto = Empty))]
     pub async fn send_from_queue<S: Queue>(
         &mut self,
         state: &RelayState<S>,
@@ -97,6 +98,7 @@ impl Delivery {
             self.send(state, out, q.seq, text, now - q.accepted_at_ms)
                 .map_err(Some)?;
         }
+        tracing::Span::current().record("upto", self.last_sent);
         if batch.len() < want {
             self.need_fetch = false;
             if !self.caught_up {
@@ -113,6 +115,7 @@ impl Delivery {
     /// the queue instead when a copy before it has not been sent (it was committed on another
     /// node and its news is still on the way): a cumulative ack of this one would delete that
     /// one unseen.
+    #[tracing::instrument(level = "debug", name = "deliver_pushed", skip_all, fields(%agent, seq = copy.seq))]
     pub fn send_pushed<S>(
         &mut self,
         state: &RelayState<S>,
