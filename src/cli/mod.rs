@@ -881,9 +881,12 @@ fn edit_distance(a: &str, b: &str) -> usize {
 fn init_logging(default: &str, json: bool) {
     let filter = tracing_subscriber::EnvFilter::try_from_env(config::ENV_LOG)
         .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new(default));
+    // A span's close is logged with its fields and time: a filter that enables spans (the
+    // relay's are at debug) shows each request, delivery and ack once, as it ends.
     let builder = tracing_subscriber::fmt()
         .with_env_filter(filter)
         .with_writer(std::io::stderr)
+        .with_span_events(tracing_subscriber::fmt::format::FmtSpan::CLOSE)
         .with_ansi(false);
     let _ = if json {
         builder.json().try_init()

@@ -16,7 +16,7 @@ use serde::{Deserialize, Serialize};
 
 use super::inbound::FrameDone;
 use super::state::RelayState;
-use super::storage::{Registration, Storage};
+use super::storage::{Registration, Registry, Storage};
 use super::{discovery, session};
 use crate::crypto::PublicIdentity;
 use crate::crypto::sign::{self, Domain};
@@ -102,7 +102,9 @@ async fn healthz<S: Storage>(State(state): State<Arc<RelayState<S>>>) -> Respons
         .into_response()
 }
 
-async fn metrics<S: Storage>(State(state): State<Arc<RelayState<S>>>) -> impl IntoResponse {
+async fn metrics<S: Send + Sync + 'static>(
+    State(state): State<Arc<RelayState<S>>>,
+) -> impl IntoResponse {
     state.metrics.sockets.set(state.connections.open() as i64);
     (
         [("content-type", "text/plain; version=0.0.4; charset=utf-8")],
@@ -169,7 +171,7 @@ struct AgentRecord {
     rotations: Vec<KeyRotation>,
 }
 
-async fn register<S: Storage>(
+async fn register<S: Registry>(
     State(state): State<Arc<RelayState<S>>>,
     ConnectInfo(peer): ConnectInfo<SocketAddr>,
     body: axum::body::Bytes,
@@ -276,7 +278,7 @@ async fn register<S: Storage>(
     }
 }
 
-async fn directory<S: Storage>(State(state): State<Arc<RelayState<S>>>) -> Response {
+async fn directory<S: Registry>(State(state): State<Arc<RelayState<S>>>) -> Response {
     match super::directory::entries(&state).await {
         Ok(entries) => Json(entries).into_response(),
         Err(e) => error(
@@ -287,7 +289,7 @@ async fn directory<S: Storage>(State(state): State<Arc<RelayState<S>>>) -> Respo
     }
 }
 
-async fn lookup<S: Storage>(
+async fn lookup<S: Registry>(
     State(state): State<Arc<RelayState<S>>>,
     Path(name): Path<String>,
 ) -> Response {
@@ -313,7 +315,7 @@ async fn lookup<S: Storage>(
 /// A registered agent's name, keys and fingerprint, or the answer that says why not (`relay`
 /// names the relay in the "no agent" answer); shared by the lookup and the signed discovery
 /// answer.
-pub(super) async fn registered<S: Storage>(
+pub(super) async fn registered<S: Registry>(
     state: &RelayState<S>,
     name: &str,
     relay: &str,

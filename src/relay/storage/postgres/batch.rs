@@ -20,7 +20,7 @@ use super::{describe, now_ms, retryable, seq_to_db, unsigned};
 use crate::protocol::{AgentName, MessageId, Policy, Seq};
 use crate::relay::storage::queue::is_relay_mailbox;
 use crate::relay::storage::{
-    Accepted, CommitListener, Committed, Copy, Quota, StorageError, StorageMetrics,
+    Accepted, CommitListener, Committed, QueuedCopy, Quota, StorageError, StorageMetrics,
 };
 
 /// Sends taken into one transaction at most (as in the SQLite writer). Flat out, batches are
@@ -35,7 +35,7 @@ const RETRIES: usize = 3;
 pub(super) struct AcceptOp {
     pub(super) sender: AgentName,
     pub(super) id: MessageId,
-    pub(super) copies: Vec<Copy>,
+    pub(super) copies: Vec<QueuedCopy>,
     pub(super) quota: Quota,
     pub(super) expires_at_ms: i64,
     pub(super) default: Policy,
@@ -193,7 +193,7 @@ impl Writer {
         let mut fresh_keys: HashSet<Key> = HashSet::new();
         for op in batch {
             let id = op.id.to_string();
-            let mut fresh: Vec<(&Copy, Key)> = Vec::with_capacity(op.copies.len());
+            let mut fresh: Vec<(&QueuedCopy, Key)> = Vec::with_capacity(op.copies.len());
             let mut refused = None;
             for copy in &op.copies {
                 let key = (
@@ -344,7 +344,7 @@ fn mailbox<'a>(
     boxes.get(name).ok_or_else(|| missing(name))
 }
 
-fn size_of(copy: &Copy) -> i64 {
+fn size_of(copy: &QueuedCopy) -> i64 {
     i64::try_from(copy.envelope.len()).unwrap_or(i64::MAX)
 }
 

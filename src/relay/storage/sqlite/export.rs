@@ -319,7 +319,7 @@ mod tests {
 
     use super::super::SqliteStorage;
     use super::*;
-    use crate::relay::storage::{Accepted, Copy, Queue, Quota};
+    use crate::relay::storage::{Accepted, Queue, QueuedCopy, Quota};
 
     fn name(n: &str) -> AgentName {
         AgentName::new(n).unwrap()
@@ -346,7 +346,7 @@ mod tests {
         ] {
             let id = MessageId::new();
             let envelope: Arc<[u8]> = vec![fill; 3 << 20].into();
-            let copies = vec![Copy {
+            let copies = vec![QueuedCopy {
                 id: None,
                 recipient: name(to),
                 envelope,

@@ -30,8 +30,9 @@ use self::sync::Syncing;
 use self::writer::{Batch, Op, WriteQueue};
 use super::{
     Accepted, AckOutcome, CheckReport, CommitListener, ConsentChange, ConsentLedger,
-    ConsentOutcome, ConsentState, Copy, CopyStatus, Epoch, InviteDigest, Pending, Queue, Queued,
-    Quota, Registration, Registry, Snapshot, Storage, StorageError, StorageMetrics, queue_of,
+    ConsentOutcome, ConsentState, CopyStatus, Epoch, InviteDigest, Pending, Queue, Queued,
+    QueuedCopy, Quota, Registration, Registry, Snapshot, Storage, StorageError, StorageMetrics,
+    queue_of,
 };
 
 /// SQLite's busy and locked answers pass if tried again; every other failure is kept as is.
@@ -498,7 +499,7 @@ impl Queue for SqliteStorage {
         &self,
         sender: AgentName,
         id: MessageId,
-        copies: Vec<Copy>,
+        copies: Vec<QueuedCopy>,
         quota: Quota,
         expires_at_ms: i64,
         default: Policy,
@@ -789,7 +790,7 @@ mod tests {
         }
         let storage = SqliteStorage::open(&path).unwrap();
         let copy = || {
-            vec![Copy {
+            vec![QueuedCopy {
                 id: None,
                 recipient: name("bob"),
                 envelope: Arc::from(&b"{}"[..]),

@@ -26,7 +26,7 @@ use jiff::Timestamp;
 use crate::protocol::{Address, AgentName, Bounce, CopyKey, MessageId, Policy, RelayName, Seq};
 use crate::relay::storage::queue::is_relay_mailbox;
 use crate::relay::storage::{
-    Accepted, AckOutcome, Committed, Copy, Epoch, Queued, Quota, StorageError,
+    Accepted, AckOutcome, Committed, Epoch, Queued, QueuedCopy, Quota, StorageError,
 };
 
 /// An acknowledged copy still counts as a duplicate this long after its ack, so that a
@@ -484,7 +484,7 @@ pub(super) struct WaitingRow {
 pub(super) struct AcceptOp {
     pub(super) sender: AgentName,
     pub(super) id: MessageId,
-    pub(super) copies: Vec<Copy>,
+    pub(super) copies: Vec<QueuedCopy>,
     pub(super) quota: Quota,
     pub(super) expires_at_ms: i64,
     pub(super) default: Policy,
@@ -1109,7 +1109,7 @@ mod tests {
             let op = AcceptOp {
                 sender: name("alice"),
                 id: MessageId::new(),
-                copies: vec![Copy {
+                copies: vec![QueuedCopy {
                     id: None,
                     recipient: name(to),
                     envelope: Arc::from(vec![7u8; 500]),
