@@ -237,7 +237,7 @@ impl ServerHandler for MailslotServer {
             None => {
                 // One span per call, so a message's life can be followed in the logs from
                 // the tool that sent or read it.
-                let span = tracing::info_span!("tool", name = %request.name);
+                let span = tracing::debug_span!("tool", name = %request.name);
                 let call = ToolCallContext::new(self, request, context);
                 self.tool_router.call(call).instrument(span).await?
             }
