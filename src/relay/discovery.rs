@@ -8,7 +8,7 @@ use axum::extract::{Path, State};
 use axum::http::header;
 use axum::response::{IntoResponse, Response};
 
-use super::http::registered;
+use super::answer::registered;
 use super::state::RelayState;
 use super::storage::Registry;
 use crate::protocol::{AgentKeys, EndpointPath, PROTOCOL_VERSION, RelayInfo, WEBSOCKET_PATH};

@@ -14,6 +14,7 @@ use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post};
 use serde::{Deserialize, Serialize};
 
+use super::answer::{error, registered};
 use super::inbound::FrameDone;
 use super::state::RelayState;
 use super::storage::{Registration, Registry, Storage};
@@ -49,23 +50,6 @@ pub fn router<S: Storage>(state: Arc<RelayState<S>>) -> Router {
             get(discovery::agent_keys::<S>),
         )
         .with_state(state)
-}
-
-#[derive(Serialize)]
-struct ErrorBody {
-    code: ErrorCode,
-    message: String,
-}
-
-pub(super) fn error(status: StatusCode, code: ErrorCode, message: impl Into<String>) -> Response {
-    (
-        status,
-        Json(ErrorBody {
-            code,
-            message: message.into(),
-        }),
-    )
-        .into_response()
 }
 
 /// What `/healthz` says when the relay cannot serve.
@@ -310,43 +294,4 @@ async fn lookup<S: Registry>(
         },
         Err(refusal) => refusal,
     }
-}
-
-/// A registered agent's name, keys and fingerprint, or the answer that says why not (`relay`
-/// names the relay in the "no agent" answer); shared by the lookup and the signed discovery
-/// answer.
-pub(super) async fn registered<S: Registry>(
-    state: &RelayState<S>,
-    name: &str,
-    relay: &str,
-) -> Result<(AgentName, PublicKeys, Fingerprint), Response> {
-    let name = AgentName::new(name)
-        .map_err(|e| error(StatusCode::BAD_REQUEST, ErrorCode::BadFrame, e.to_string()))?;
-    let keys = match state.storage.keys(name.clone()).await {
-        Ok(Some(keys)) => keys,
-        Ok(None) => {
-            return Err(error(
-                StatusCode::NOT_FOUND,
-                ErrorCode::UnknownAgent,
-                format!("no agent named {name} on {relay}"),
-            ));
-        }
-        Err(e) => {
-            return Err(error(
-                StatusCode::SERVICE_UNAVAILABLE,
-                ErrorCode::Internal,
-                e.to_string(),
-            ));
-        }
-    };
-    let fingerprint = PublicIdentity::try_from(keys.clone())
-        .map(|id| id.fingerprint())
-        .map_err(|e| {
-            error(
-                StatusCode::INTERNAL_SERVER_ERROR,
-                ErrorCode::Internal,
-                e.to_string(),
-            )
-        })?;
-    Ok((name, keys, fingerprint))
 }

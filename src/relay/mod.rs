@@ -2,6 +2,7 @@
 //! It depends on `protocol` and `crypto` only; it never reads subjects or bodies.
 
 mod accept;
+mod answer;
 mod bounce;
 mod config;
 mod consent;
