@@ -7,6 +7,7 @@
 mod check;
 mod consent;
 mod export;
+mod metrics;
 mod queue;
 mod scan;
 mod schema;
@@ -25,6 +26,7 @@ use std::time::{Duration, Instant};
 use rusqlite::{Connection, OptionalExtension, TransactionBehavior, params};
 use tokio::sync::oneshot;
 
+use self::metrics::SqliteMetrics;
 use self::queue::{AcceptOp, QueueIndex};
 use self::sync::Syncing;
 use self::writer::{Batch, Op, WriteQueue};
@@ -76,8 +78,6 @@ pub struct SqliteStorage {
     files: spool::Files,
     /// The highest sequence number on disk: readers deliver nothing above it.
     durable: Arc<AtomicU64>,
-    /// Dropped with the storage, which tells the checkpoint thread to stop.
-    _alive: Arc<()>,
     /// Told about every commit's new copies once they are on disk, by the syncer thread.
     listener: Arc<OnceLock<CommitListener>>,
     metrics: StorageMetrics,
@@ -189,13 +189,14 @@ impl SqliteStorage {
             )?;
         }
         check::log(&report, path);
-        let metrics = StorageMetrics::new();
-        metrics
+        let sqlite_metrics = SqliteMetrics::new();
+        sqlite_metrics
             .spool_corrupt_records
             .inc_by(report.damaged.len() as u64);
-        metrics
+        sqlite_metrics
             .spool_lost_copies
             .inc_by(report.lost_copies() as u64);
+        let metrics = StorageMetrics::with_backend(Arc::new(sqlite_metrics.clone()));
         let mut spool = spool::Spool::open(&spool_dir, index.last_seq(), spool::SEGMENT_BYTES)?;
         // Segments the last run left dead go now, not at the first write's sweep: a relay
         // started often and rarely written to would keep one per start. The flush makes the
@@ -223,7 +224,6 @@ impl SqliteStorage {
         // A restarted WAL is truncated to this, so one burst does not hold its disk space.
         writer.pragma_update(None, "journal_size_limit", WAL_KEEP_BYTES)?;
         let listener: Arc<OnceLock<CommitListener>> = Arc::new(OnceLock::new());
-        let alive = Arc::new(());
         let (writes, writer) = writer::spawn(
             writer,
             open(path)?,
@@ -233,10 +233,10 @@ impl SqliteStorage {
                 listener.clone(),
                 durable.clone(),
                 flushed,
-                metrics.flush_seconds.clone(),
+                sqlite_metrics.flush_seconds.clone(),
             )),
             metrics.clone(),
-            Arc::downgrade(&alive),
+            sqlite_metrics.log_restart_seconds.clone(),
         )?;
         Ok(Self {
             relay_id,
@@ -247,7 +247,6 @@ impl SqliteStorage {
             index,
             files,
             durable,
-            _alive: alive,
             listener,
             metrics,
         })

@@ -16,6 +16,8 @@ use std::time::{Duration, Instant};
 use rusqlite::{Connection, Transaction, TransactionBehavior};
 use tokio::sync::oneshot;
 
+use prometheus_client::metrics::histogram::Histogram;
+
 use super::queue::{self, QueueIndex};
 use super::scan;
 use super::spool::Spool;
@@ -86,9 +88,10 @@ where
 }
 
 /// Starts the writer on `conn` and `spool`, the syncer (sharing `syncing`) on their WAL and
-/// segments, and the checkpointer on `checkpointer`. The checkpointer stops once `alive` is
-/// gone, the writer and the syncer once every sender of the write queue is. Returns the write
-/// queue and the writer thread, which has closed the spool when it ends.
+/// segments, and the checkpointer on `checkpointer`. The writer and the syncer stop once every
+/// sender of the write queue is gone, the checkpointer once the writer has stopped. The writer
+/// records its batches in `metrics` and its WAL restarts in `log_restart_seconds`. Returns the
+/// write queue and the writer thread, which has closed the spool when it ends.
 pub(super) fn spawn(
     conn: Connection,
     checkpointer: Connection,
@@ -96,7 +99,7 @@ pub(super) fn spawn(
     index: Arc<Mutex<QueueIndex>>,
     syncing: Arc<Syncing>,
     metrics: StorageMetrics,
-    alive: Weak<()>,
+    log_restart_seconds: Histogram,
 ) -> Result<(WriteQueue, thread::JoinHandle<()>), StorageError> {
     // The syncer makes commits durable; the writer's own commits only write the WAL.
     conn.pragma_update(None, "synchronous", "NORMAL")?;
@@ -111,26 +114,27 @@ pub(super) fn spawn(
             move || syncing.run(Wal::new(wal))
         })
         .map_err(spawn_error)?;
-    let writer = thread::Builder::new()
-        .name("relay-writer".into())
-        .spawn({
-            let finish = finish.clone();
-            move || {
-                Writer {
-                    conn,
-                    spool,
-                    index,
-                    syncing,
-                    metrics,
-                    stale: false,
-                }
-                .run(queue, finish)
-            }
-        })
-        .map_err(spawn_error)?;
     thread::Builder::new()
         .name("relay-checkpoint".into())
-        .spawn(move || checkpoint_loop(checkpointer, alive, finish))
+        .spawn({
+            let finish = Arc::downgrade(&finish);
+            move || checkpoint_loop(checkpointer, finish)
+        })
+        .map_err(spawn_error)?;
+    let writer = thread::Builder::new()
+        .name("relay-writer".into())
+        .spawn(move || {
+            Writer {
+                conn,
+                spool,
+                index,
+                syncing,
+                metrics,
+                log_restart_seconds,
+                stale: false,
+            }
+            .run(queue, finish)
+        })
         .map_err(spawn_error)?;
     Ok((writes, writer))
 }
@@ -141,6 +145,7 @@ struct Writer {
     index: Arc<Mutex<QueueIndex>>,
     syncing: Arc<Syncing>,
     metrics: StorageMetrics,
+    log_restart_seconds: Histogram,
     /// A failed batch left the index unlike the spool and reloading it failed too.
     stale: bool,
 }
@@ -168,8 +173,7 @@ impl Writer {
                 {
                     tracing::warn!(error = %e, "WAL checkpoint failed; will retry");
                 }
-                self.metrics
-                    .log_restart_seconds
+                self.log_restart_seconds
                     .observe(started.elapsed().as_secs_f64());
             }
         }
@@ -264,10 +268,14 @@ fn reload(spool: &Spool) -> Result<QueueIndex, StorageError> {
 }
 
 /// Checkpoints the WAL every so often (PASSIVE: never waits for writers or readers) until the
-/// storage is dropped. When it copied every frame it saw, it asks the writer to finish.
-fn checkpoint_loop(conn: Connection, alive: Weak<()>, finish: Arc<AtomicBool>) {
-    while alive.upgrade().is_some() {
+/// writer has stopped (it holds `finish`). When it copied every frame it saw, it asks the
+/// writer to finish.
+fn checkpoint_loop(conn: Connection, finish: Weak<AtomicBool>) {
+    loop {
         thread::sleep(CHECKPOINT_EVERY);
+        let Some(finish) = finish.upgrade() else {
+            return;
+        };
         match conn.query_row("PRAGMA wal_checkpoint(PASSIVE)", [], |r| {
             Ok((r.get::<_, i64>(1)?, r.get::<_, i64>(2)?))
         }) {
