@@ -4,6 +4,7 @@
 //! totals and duplicate keys are kept in memory (`queue`), so a send appends one record per
 //! copy and touches no table.
 
+mod batch;
 mod check;
 mod consent;
 mod export;
@@ -26,10 +27,11 @@ use std::time::{Duration, Instant};
 use rusqlite::{Connection, OptionalExtension, TransactionBehavior, params};
 use tokio::sync::oneshot;
 
+use self::batch::{Batch, Op};
 use self::metrics::SqliteMetrics;
 use self::queue::{AcceptOp, QueueIndex};
 use self::sync::Syncing;
-use self::writer::{Batch, Op, WriteQueue};
+use self::writer::WriteQueue;
 use super::{
     Accepted, AckOutcome, CheckReport, CommitListener, ConsentChange, ConsentLedger,
     ConsentOutcome, ConsentState, Copy, CopyStatus, Epoch, InviteDigest, Pending, Queue, Queued,

@@ -16,11 +16,11 @@ use std::time::{Duration, Instant};
 
 use rusqlite::{Connection, OptionalExtension};
 
+use super::batch::Batch;
 use super::consent::Rule;
 use super::now_ms;
 use super::scan::ScannedSegment;
 use super::spool::{self, Files, Location, Position, Scanned, Spool, StoredCopy};
-use super::writer::Batch;
 use jiff::Timestamp;
 
 use crate::protocol::{Address, AgentName, Bounce, CopyKey, MessageId, Policy, RelayName, Seq};

@@ -13,79 +13,23 @@ use std::sync::{Arc, Mutex, Weak, mpsc};
 use std::thread;
 use std::time::{Duration, Instant};
 
-use rusqlite::{Connection, Transaction, TransactionBehavior};
-use tokio::sync::oneshot;
-
 use prometheus_client::metrics::histogram::Histogram;
+use rusqlite::{Connection, TransactionBehavior};
 
+use super::batch::{Batch, WriteOp};
 use super::queue::{self, QueueIndex};
 use super::scan;
 use super::spool::Spool;
 use super::sync::{Ended, Syncing, Wal};
-use crate::relay::storage::{Committed, StorageError, StorageMetrics};
+use crate::relay::storage::{StorageError, StorageMetrics};
 
 /// Writes taken into one transaction at most.
 const MAX_BATCH: usize = 1024;
 /// How often the WAL is checkpointed.
 const CHECKPOINT_EVERY: Duration = Duration::from_millis(500);
 
-/// What a write sees of its batch: the open transaction, the queue index and the spool
-/// (changed in step with the transaction), and the log of copies the commit will announce.
-pub(super) struct Batch<'a, 'c> {
-    pub(super) tx: &'a Transaction<'c>,
-    pub(super) index: &'a mut QueueIndex,
-    pub(super) spool: &'a mut Spool,
-    pub(super) log: &'a mut Vec<Committed>,
-}
-
-/// One write for the writer thread: applied inside the batch's transaction, answered after
-/// the commit (or with the commit's error).
-pub(super) trait WriteOp: Send {
-    fn apply(&mut self, batch: &mut Batch<'_, '_>) -> Result<(), StorageError>;
-    fn finish(self: Box<Self>, committed: Result<(), &StorageError>);
-}
-
 /// Where writes go to the writer thread.
 pub(super) type WriteQueue = mpsc::Sender<Box<dyn WriteOp>>;
-
-/// A write and where its answer goes.
-pub(super) struct Op<T, F> {
-    run: Option<F>,
-    value: Option<T>,
-    reply: oneshot::Sender<Result<T, StorageError>>,
-}
-
-impl<T, F> Op<T, F> {
-    pub(super) fn new(run: F, reply: oneshot::Sender<Result<T, StorageError>>) -> Self {
-        Self {
-            run: Some(run),
-            value: None,
-            reply,
-        }
-    }
-}
-
-impl<T, F> WriteOp for Op<T, F>
-where
-    T: Send,
-    F: FnOnce(&mut Batch<'_, '_>) -> Result<T, StorageError> + Send,
-{
-    fn apply(&mut self, batch: &mut Batch<'_, '_>) -> Result<(), StorageError> {
-        if let Some(run) = self.run.take() {
-            self.value = Some(run(batch)?);
-        }
-        Ok(())
-    }
-
-    fn finish(self: Box<Self>, committed: Result<(), &StorageError>) {
-        let answer = match (committed, self.value) {
-            (Ok(()), Some(v)) => Ok(v),
-            (Err(e), _) => Err(StorageError::Database(e.to_string())),
-            (Ok(()), None) => Err(StorageError::Database("the write was not applied".into())),
-        };
-        let _ = self.reply.send(answer);
-    }
-}
 
 /// Starts the writer on `conn` and `spool`, the syncer (sharing `syncing`) on their WAL and
 /// segments, and the checkpointer on `checkpointer`. The writer and the syncer stop once every
