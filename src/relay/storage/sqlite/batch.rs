@@ -7,7 +7,7 @@
 use rusqlite::Transaction;
 use tokio::sync::oneshot;
 
-use super::queue::QueueIndex;
+use super::index::QueueIndex;
 use super::spool::Spool;
 use crate::relay::storage::{Committed, StorageError};
 

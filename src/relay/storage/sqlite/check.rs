@@ -6,9 +6,10 @@ use std::path::Path;
 
 use rusqlite::{Connection, OpenFlags};
 
-use super::queue::QueueIndex;
+use super::clock::now_ms;
+use super::index::QueueIndex;
 use super::scan::{self, Scan};
-use super::{now_ms, schema, spool_dir};
+use super::{schema, spool_dir};
 use crate::relay::storage::{CheckReport, DatabaseReport, SpoolReport, StorageError};
 
 /// The report of `scan`, with what each damaged record costs now that `index` holds the intact

@@ -3,10 +3,8 @@
 
 use rusqlite::{Connection, OptionalExtension, params};
 
-use super::now_ms;
-use crate::protocol::{
-    AgentName, KeyRotation, OwnerKey, Policy, PublicKeys, RequestCode, RequestView,
-};
+use super::clock::now_ms;
+use crate::protocol::{AgentName, KeyRotation, OwnerKey, PublicKeys, RequestCode, RequestView};
 use crate::relay::storage::registry::{rotations_column_with, rotations_from_column};
 use crate::relay::storage::{
     ConsentChange, ConsentOutcome, InviteDigest, Registration, StorageError,
@@ -149,63 +147,6 @@ pub(super) fn owner(conn: &Connection, name: &AgentName) -> Result<Option<OwnerK
             .map_err(|_| StorageError::Database(format!("the owner key of {name} is not 32 bytes")))
     })
     .transpose()
-}
-
-/// What decides whether `recipient` takes mail from `sender`: the recipient's own policy
-/// (if it set one) and how it relates to the sender.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(super) struct Rule {
-    policy: Option<Policy>,
-    relation: Relation,
-}
-
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-enum Relation {
-    None,
-    Contact,
-    Blocked,
-}
-
-impl Rule {
-    /// Reads the rule for mail from `sender` to `recipient`.
-    pub(super) fn read(
-        tx: &rusqlite::Transaction<'_>,
-        sender: &AgentName,
-        recipient: &AgentName,
-    ) -> Result<Self, StorageError> {
-        let (policy, kind): (Option<String>, Option<String>) = tx
-            // The sender's own row first, else a block of its whole relay (`*@host`).
-            .prepare_cached(
-                "SELECT a.policy, (SELECT kind FROM relations WHERE owner = a.name
-                                       AND peer IN (?2, '*@' || substr(?2, instr(?2, '@') + 1))
-                                   ORDER BY peer = ?2 DESC LIMIT 1)
-                 FROM agents a WHERE a.name = ?1",
-            )?
-            .query_row([recipient.as_str(), sender.as_str()], |r| {
-                Ok((r.get(0)?, r.get(1)?))
-            })
-            .optional()?
-            .unwrap_or((None, None));
-        Ok(Self {
-            policy: policy.and_then(|p| p.parse().ok()),
-            relation: match kind.as_deref() {
-                Some("blocked") => Relation::Blocked,
-                Some("contact") => Relation::Contact,
-                _ => Relation::None,
-            },
-        })
-    }
-
-    /// Blocks always refuse; contacts pass unless the recipient is closed; anyone else passes
-    /// only an open policy (the recipient's, else `default`).
-    pub(super) fn allows(self, default: Policy) -> bool {
-        let policy = self.policy.unwrap_or(default);
-        match self.relation {
-            Relation::Blocked => false,
-            Relation::Contact => policy != Policy::Closed,
-            Relation::None => policy == Policy::Open,
-        }
-    }
 }
 
 /// How `owner` relates to `peer`: its own row, else a block of `peer`'s whole relay (which

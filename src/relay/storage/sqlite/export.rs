@@ -12,8 +12,9 @@ use std::path::{Path, PathBuf};
 use jiff::Timestamp;
 use rusqlite::{Connection, OpenFlags, OptionalExtension};
 
-use super::queue::{QueueIndex, WaitingRow};
-use super::{now_ms, scan, schema, spool, spool_dir};
+use super::clock::now_ms;
+use super::index::{QueueIndex, WaitingRow};
+use super::{scan, schema, spool, spool_dir};
 use crate::protocol::{
     Address, AgentName, Bounce, MessageId, OwnerKey, Policy, PublicKeys, RelayKey, RelayName,
     RequestCode,

@@ -4,12 +4,18 @@
 //! totals and duplicate keys are kept in memory (`queue`), so a send appends one record per
 //! copy and touches no table.
 
+mod accept;
 mod batch;
+mod bounces;
 mod check;
+mod clock;
 mod consent;
 mod export;
+mod housekeeping;
+mod index;
 mod metrics;
-mod queue;
+mod read;
+mod rule;
 mod scan;
 mod schema;
 mod spool;
@@ -27,9 +33,11 @@ use std::time::{Duration, Instant};
 use rusqlite::{Connection, OptionalExtension, TransactionBehavior, params};
 use tokio::sync::oneshot;
 
+use self::accept::AcceptOp;
 use self::batch::{Batch, Op};
+use self::clock::now_ms;
+use self::index::QueueIndex;
 use self::metrics::SqliteMetrics;
-use self::queue::{AcceptOp, QueueIndex};
 use self::sync::Syncing;
 use self::writer::WriteQueue;
 use super::{
@@ -104,10 +112,6 @@ fn spool_dir(path: &Path) -> PathBuf {
     dir.into()
 }
 
-fn now_ms() -> i64 {
-    jiff::Timestamp::now().as_millisecond()
-}
-
 impl SqliteStorage {
     /// Adds invites (their digests) to the database at `path`, beside a running relay or
     /// without one; the database must exist with the current schema.
@@ -164,7 +168,7 @@ impl SqliteStorage {
         let moves_queue = schema::migrate(&tx, schema::QUEUE_TABLE)? <= schema::QUEUE_TABLE;
         tx.commit()?;
         if moves_queue {
-            queue::move_table_to_spool(&writer, &spool_dir)?;
+            schema::move_table_to_spool(&writer, &spool_dir)?;
         }
         let tx = writer.transaction_with_behavior(TransactionBehavior::Immediate)?;
         schema::migrate(&tx, schema::MIGRATIONS.len())?;
@@ -178,7 +182,7 @@ impl SqliteStorage {
         // Copies that expired while the relay was down bounce like the others.
         if !expired.is_empty() {
             let tx = writer.transaction_with_behavior(TransactionBehavior::Immediate)?;
-            queue::record_bounces(&tx, expired, now_ms())?;
+            bounces::record_expired(&tx, expired, now_ms())?;
             tx.commit()?;
         }
         let report = check::spool_report(scanned, &index, now_ms());
@@ -512,7 +516,7 @@ impl Queue for SqliteStorage {
             expires_at_ms,
             default,
         };
-        self.enqueue(move |b| queue::accept(b, &op))
+        self.enqueue(move |b| accept::accept(b, &op))
     }
 
     async fn pending(
@@ -524,14 +528,14 @@ impl Queue for SqliteStorage {
         let (index, files, durable) =
             (self.index.clone(), self.files.clone(), self.durable.clone());
         tokio::task::spawn_blocking(move || {
-            queue::pending(&index, &files, &durable, &agent, after, limit)
+            read::pending(&index, &files, &durable, &agent, after, limit)
         })
         .await
         .map_err(|_| StorageError::Closed)?
     }
 
     async fn claim(&self, agent: AgentName) -> Result<Epoch, StorageError> {
-        Ok(queue::lock(&self.index).claim(&agent))
+        Ok(index::lock(&self.index).claim(&agent))
     }
 
     /// Sessions on one node already follow each other (the hub's turn): nothing to record.
@@ -545,25 +549,25 @@ impl Queue for SqliteStorage {
         upto: Seq,
         epoch: Epoch,
     ) -> Result<AckOutcome, StorageError> {
-        self.enqueue(move |b| queue::ack(b, &agent, upto, epoch))
+        self.enqueue(move |b| accept::ack(b, &agent, upto, epoch))
             .await
     }
 
     async fn waiting(&self, agent: AgentName) -> Result<u64, StorageError> {
-        Ok(queue::lock(&self.index).waiting(&agent))
+        Ok(index::lock(&self.index).waiting(&agent))
     }
 
     async fn expire(&self, now_ms: i64) -> Result<Vec<(AgentName, Bounce)>, StorageError> {
-        self.enqueue(move |b| queue::expire(b, now_ms)).await
+        self.enqueue(move |b| housekeeping::expire(b, now_ms)).await
     }
 
     async fn bounces(&self, sender: AgentName, limit: usize) -> Result<Vec<Bounce>, StorageError> {
-        self.read(move |conn| queue::bounces(conn, &sender, limit))
+        self.read(move |conn| bounces::list(conn, &sender, limit))
             .await
     }
 
     async fn remote_bounce_senders(&self, limit: usize) -> Result<Vec<AgentName>, StorageError> {
-        self.read(move |conn| queue::remote_bounce_senders(conn, limit))
+        self.read(move |conn| bounces::remote_senders(conn, limit))
             .await
     }
 
@@ -575,7 +579,7 @@ impl Queue for SqliteStorage {
         // The index first: the writer holds its lock through the commit, so a copy it no
         // longer shows was acknowledged, or expired with its bounce committed already.
         let queued: Vec<bool> = {
-            let index = queue::lock(&self.index);
+            let index = index::lock(&self.index);
             keys.iter()
                 .map(|k| {
                     queue_of(k.id, &k.to).is_some_and(|(q, id)| index.is_queued(&sender, id, &q))
@@ -586,7 +590,7 @@ impl Queue for SqliteStorage {
             return Ok(vec![CopyStatus::Queued; keys.len()]);
         }
         let bounced = self
-            .read(move |conn| queue::bounced(conn, &sender, &keys))
+            .read(move |conn| bounces::bounced(conn, &sender, &keys))
             .await?;
         Ok(queued
             .into_iter()
@@ -604,7 +608,7 @@ impl Queue for SqliteStorage {
         sender: AgentName,
         bounces: Vec<Bounce>,
     ) -> Result<(), StorageError> {
-        self.write(move |tx| queue::insert_bounces(tx, &sender, &bounces))
+        self.write(move |tx| bounces::insert(tx, &sender, &bounces))
             .await
     }
 
@@ -613,16 +617,15 @@ impl Queue for SqliteStorage {
         sender: AgentName,
         keys: Vec<CopyKey>,
     ) -> Result<u64, StorageError> {
-        self.write(move |tx| queue::ack_bounces(tx, &sender, &keys))
-            .await
+        self.write(move |tx| bounces::ack(tx, &sender, &keys)).await
     }
 
     async fn total_waiting(&self) -> Result<u64, StorageError> {
-        Ok(queue::lock(&self.index).total_waiting())
+        Ok(index::lock(&self.index).total_waiting())
     }
 
     async fn relay_mailboxes(&self) -> Result<Vec<RelayName>, StorageError> {
-        Ok(queue::lock(&self.index).relay_mailboxes())
+        Ok(index::lock(&self.index).relay_mailboxes())
     }
 }
 

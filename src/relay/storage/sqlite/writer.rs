@@ -17,7 +17,9 @@ use prometheus_client::metrics::histogram::Histogram;
 use rusqlite::{Connection, TransactionBehavior};
 
 use super::batch::{Batch, WriteOp};
-use super::queue::{self, QueueIndex};
+use super::clock::now_ms;
+use super::housekeeping;
+use super::index::{self, QueueIndex};
 use super::scan;
 use super::spool::Spool;
 use super::sync::{Ended, Syncing, Wal};
@@ -148,7 +150,7 @@ impl Writer {
         let changes = self.conn.total_changes();
         // Held through the commit and the spool write: readers never see the index ahead of
         // what is written.
-        let mut index = queue::lock(&self.index);
+        let mut index = index::lock(&self.index);
         let result = (|| -> Result<(), StorageError> {
             if self.stale {
                 let mut fresh = reload(&self.spool)?;
@@ -165,7 +167,7 @@ impl Writer {
                 spool: &mut self.spool,
                 log: &mut log,
             };
-            queue::sweep(&mut b, Instant::now())?;
+            housekeeping::sweep(&mut b, Instant::now())?;
             for op in &mut batch {
                 op.apply(&mut b)?;
             }
@@ -207,7 +209,7 @@ impl Writer {
 fn reload(spool: &Spool) -> Result<QueueIndex, StorageError> {
     Ok(QueueIndex::load(
         &scan::scan(spool.dir())?.segments,
-        super::now_ms(),
+        now_ms(),
     ))
 }
 
