@@ -14,30 +14,87 @@ use std::thread;
 use std::time::{Duration, Instant};
 
 use prometheus_client::metrics::histogram::Histogram;
-use rusqlite::{Connection, TransactionBehavior};
+use rusqlite::{Connection, Transaction, TransactionBehavior};
+use tokio::sync::oneshot;
 
-use super::batch::{Batch, WriteOp};
+use super::batch::{Batch, Op, WriteOp};
 use super::clock::now_ms;
 use super::housekeeping;
 use super::index::{self, QueueIndex};
 use super::scan;
 use super::spool::Spool;
 use super::sync::{Ended, Syncing, Wal};
-use crate::relay::storage::{StorageError, StorageMetrics};
+use crate::relay::storage::{Pending, StorageError, StorageMetrics};
 
 /// Writes taken into one transaction at most.
 const MAX_BATCH: usize = 1024;
 /// How often the WAL is checkpointed.
 const CHECKPOINT_EVERY: Duration = Duration::from_millis(500);
 
-/// Where writes go to the writer thread.
-pub(super) type WriteQueue = mpsc::Sender<Box<dyn WriteOp>>;
+/// The storage's end of the writer: writes go in here, in call order, and are answered once
+/// their batch is durable. Dropping it stops the writer and waits for it.
+pub(super) struct Writes {
+    queue: mpsc::Sender<Box<dyn WriteOp>>,
+    /// Joined on drop, so that a storage opened next on the same files finds the spool closed.
+    thread: Option<thread::JoinHandle<()>>,
+    /// Seconds from a write's arrival to its answer.
+    write_seconds: Histogram,
+}
+
+impl Writes {
+    /// Queues a write for the writer thread now; the result arrives after its batch is
+    /// durable.
+    pub(super) fn enqueue<T: Send + 'static>(
+        &self,
+        run: impl FnOnce(&mut Batch<'_, '_>) -> Result<T, StorageError> + Send + 'static,
+    ) -> Pending<T> {
+        let (reply, answer) = oneshot::channel();
+        let arrived = Instant::now();
+        let queued = self.queue.send(Box::new(Op::new(run, reply)));
+        let latency = self.write_seconds.clone();
+        Box::pin(async move {
+            queued.map_err(|_| StorageError::Closed)?;
+            let answer = answer.await.map_err(|_| StorageError::Closed)?;
+            latency.observe(arrived.elapsed().as_secs_f64());
+            answer
+        })
+    }
+
+    /// A write that touches tables only, not the queue.
+    pub(super) async fn tables<T: Send + 'static>(
+        &self,
+        run: impl FnOnce(&Transaction<'_>) -> Result<T, StorageError> + Send + 'static,
+    ) -> Result<T, StorageError> {
+        self.enqueue(move |b| run(b.tx)).await
+    }
+
+    /// An empty write: it answers once a batch has passed the writer and the syncer, and
+    /// fails once they stopped or a flush failed (every write is refused then).
+    pub(super) async fn probe(&self) -> Result<(), StorageError> {
+        let (reply, answer) = oneshot::channel();
+        let probe = |_: &mut Batch<'_, '_>| Ok(());
+        self.queue
+            .send(Box::new(Op::new(probe, reply)))
+            .map_err(|_| StorageError::Closed)?;
+        answer.await.map_err(|_| StorageError::Closed)?
+    }
+}
+
+impl Drop for Writes {
+    fn drop(&mut self) {
+        // The writer stops once its queue is closed; it finishes the batch it holds first.
+        drop(std::mem::replace(&mut self.queue, mpsc::channel().0));
+        if let Some(thread) = self.thread.take() {
+            let _ = thread.join();
+        }
+    }
+}
 
 /// Starts the writer on `conn` and `spool`, the syncer (sharing `syncing`) on their WAL and
 /// segments, and the checkpointer on `checkpointer`. The writer and the syncer stop once every
 /// sender of the write queue is gone, the checkpointer once the writer has stopped. The writer
-/// records its batches in `metrics` and its WAL restarts in `log_restart_seconds`. Returns the
-/// write queue and the writer thread, which has closed the spool when it ends.
+/// records its batches in `metrics` and its WAL restarts in `log_restart_seconds`. The writer
+/// has closed the spool when it ends.
 pub(super) fn spawn(
     conn: Connection,
     checkpointer: Connection,
@@ -46,10 +103,11 @@ pub(super) fn spawn(
     syncing: Arc<Syncing>,
     metrics: StorageMetrics,
     log_restart_seconds: Histogram,
-) -> Result<(WriteQueue, thread::JoinHandle<()>), StorageError> {
+) -> Result<Writes, StorageError> {
     // The syncer makes commits durable; the writer's own commits only write the WAL.
     conn.pragma_update(None, "synchronous", "NORMAL")?;
     let wal = PathBuf::from(format!("{}-wal", conn.path().unwrap_or_default()));
+    let write_seconds = metrics.write_seconds.clone();
     let (writes, queue) = mpsc::channel();
     let finish = Arc::new(AtomicBool::new(false));
     let spawn_error = |e: std::io::Error| StorageError::Database(e.to_string());
@@ -82,7 +140,11 @@ pub(super) fn spawn(
             .run(queue, finish)
         })
         .map_err(spawn_error)?;
-    Ok((writes, writer))
+    Ok(Writes {
+        queue: writes,
+        thread: Some(writer),
+        write_seconds,
+    })
 }
 
 struct Writer {
