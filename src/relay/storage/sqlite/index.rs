@@ -40,9 +40,9 @@ pub(super) struct Row {
     pub(super) at: Location,
 }
 
-/// One recipient: its unacknowledged copies, oldest first, and their bytes; how far it has
-/// acknowledged, and the segment holding the record that says so.
-struct Mailbox {
+/// One recipient's queue: its unacknowledged copies, oldest first, and their bytes; how far it
+/// has acknowledged, and the segment holding the record that says so.
+struct RecipientQueue {
     name: AgentName,
     rows: VecDeque<Row>,
     bytes: u64,
@@ -69,7 +69,7 @@ pub(super) struct SegmentUse {
 pub(super) struct QueueIndex {
     ids: HashMap<AgentName, NameId>,
     /// By [`NameId`].
-    boxes: Vec<Mailbox>,
+    queues: Vec<RecipientQueue>,
     /// The key of every copy that counts for the duplicate check, with its sequence number
     /// (which says whether it is still queued: see [`QueueIndex::is_queued`]).
     stored: HashMap<IndexKey, Seq>,
@@ -102,7 +102,7 @@ impl QueueIndex {
     fn empty() -> Self {
         Self {
             ids: HashMap::new(),
-            boxes: Vec::new(),
+            queues: Vec::new(),
             stored: HashMap::new(),
             acked: VecDeque::new(),
             last_seq: 0,
@@ -179,21 +179,21 @@ impl QueueIndex {
                         upto,
                     } => {
                         let id = index.id(recipient);
-                        let mailbox = &mut index.boxes[id as usize];
-                        mailbox.acked_upto = mailbox.acked_upto.max(*upto);
-                        mailbox.ack_seg = Some(at.seg);
+                        let queue = &mut index.queues[id as usize];
+                        queue.acked_upto = queue.acked_upto.max(*upto);
+                        queue.ack_seg = Some(at.seg);
                     }
                 }
             }
         }
         let now = Instant::now();
         for row in copies.into_values() {
-            let mailbox = &index.boxes[row.key.2 as usize];
-            let acked = row.seq <= mailbox.acked_upto;
-            if row.expires_at_ms < now_ms && !is_relay_mailbox(&mailbox.name) {
+            let queue = &index.queues[row.key.2 as usize];
+            let acked = row.seq <= queue.acked_upto;
+            if row.expires_at_ms < now_ms && !is_relay_mailbox(&queue.name) {
                 if !acked {
                     let (id, from, to) = row.key;
-                    let name = |n: NameId| index.boxes[n as usize].name.clone();
+                    let name = |n: NameId| index.queues[n as usize].name.clone();
                     expired.push((name(from), name(to), id));
                 }
                 continue;
@@ -205,7 +205,7 @@ impl QueueIndex {
                 index.insert(row);
             }
         }
-        for seg in index.boxes.iter().filter_map(|m| m.ack_seg) {
+        for seg in index.queues.iter().filter_map(|m| m.ack_seg) {
             index.segments.entry(seg).or_default().acks += 1;
         }
         (index, expired)
@@ -216,8 +216,8 @@ impl QueueIndex {
         if let Some(&id) = self.ids.get(name) {
             return id;
         }
-        let id = self.boxes.len() as NameId;
-        self.boxes.push(Mailbox {
+        let id = self.queues.len() as NameId;
+        self.queues.push(RecipientQueue {
             name: name.clone(),
             rows: VecDeque::new(),
             bytes: 0,
@@ -233,22 +233,22 @@ impl QueueIndex {
         self.ids.get(name).copied()
     }
 
-    /// The mailbox of a name, if it ever had mail.
-    fn find(&self, name: &AgentName) -> Option<&Mailbox> {
-        self.ids.get(name).map(|&id| &self.boxes[id as usize])
+    /// The queue of a name, if it ever had mail.
+    fn find(&self, name: &AgentName) -> Option<&RecipientQueue> {
+        self.ids.get(name).map(|&id| &self.queues[id as usize])
     }
 
-    /// Puts an unacknowledged copy at the end of its recipient's mailbox.
+    /// Puts an unacknowledged copy at the end of its recipient's queue.
     fn insert(&mut self, row: Row) {
-        let mailbox = &mut self.boxes[row.key.2 as usize];
-        mailbox.rows.push_back(row);
-        mailbox.bytes += u64::from(row.size);
+        let queue = &mut self.queues[row.key.2 as usize];
+        queue.rows.push_back(row);
+        queue.bytes += u64::from(row.size);
         self.stored.insert(row.key, row.seq);
         self.born(&row);
     }
 
     /// A copy just written to the spool: the newest sequence number, at the end of its
-    /// recipient's mailbox.
+    /// recipient's queue.
     pub(super) fn add(&mut self, row: Row) {
         self.last_seq = row.seq;
         self.insert(row);
@@ -261,7 +261,7 @@ impl QueueIndex {
         used.live_bytes += u64::from(row.size);
     }
 
-    /// A copy left its mailbox (acknowledged or expired): its segment holds one less.
+    /// A copy left its queue (acknowledged or expired): its segment holds one less.
     fn died(&mut self, row: &Row) {
         if let Some(used) = self.segments.get_mut(&row.at.seg) {
             used.live = used.live.saturating_sub(1);
@@ -274,12 +274,12 @@ impl QueueIndex {
     pub(super) fn ack(&mut self, recipient: NameId, upto: Seq, now: Instant) -> (u64, Seq) {
         let mut count = 0;
         let mut last = 0;
-        while let Some(&row) = self.boxes[recipient as usize].rows.front()
+        while let Some(&row) = self.queues[recipient as usize].rows.front()
             && row.seq <= upto
         {
-            let mailbox = &mut self.boxes[recipient as usize];
-            mailbox.rows.pop_front();
-            mailbox.bytes -= u64::from(row.size);
+            let queue = &mut self.queues[recipient as usize];
+            queue.rows.pop_front();
+            queue.bytes -= u64::from(row.size);
             self.acked.push_back((now + DUPLICATE_LAG, row.key));
             self.died(&row);
             count += 1;
@@ -290,9 +290,9 @@ impl QueueIndex {
 
     /// Records that the recipient's latest ack, up to `upto`, is in segment `seg`.
     pub(super) fn note_ack(&mut self, recipient: NameId, upto: Seq, seg: u32) {
-        let mailbox = &mut self.boxes[recipient as usize];
-        mailbox.acked_upto = mailbox.acked_upto.max(upto);
-        let old = mailbox.ack_seg.replace(seg);
+        let queue = &mut self.queues[recipient as usize];
+        queue.acked_upto = queue.acked_upto.max(upto);
+        let old = queue.ack_seg.replace(seg);
         if old != Some(seg) {
             if let Some(used) = old.and_then(|s| self.segments.get_mut(&s)) {
                 used.acks = used.acks.saturating_sub(1);
@@ -319,16 +319,20 @@ impl QueueIndex {
     /// recipient and message id.
     pub(super) fn expire(&mut self, now_ms: i64) -> Vec<(AgentName, AgentName, MessageId)> {
         let mut gone = Vec::new();
-        for mailbox in self.boxes.iter_mut().filter(|m| !is_relay_mailbox(&m.name)) {
+        for queue in self
+            .queues
+            .iter_mut()
+            .filter(|m| !is_relay_mailbox(&m.name))
+        {
             let before = gone.len();
-            mailbox.rows.retain(|r| {
+            queue.rows.retain(|r| {
                 let keep = r.expires_at_ms >= now_ms;
                 if !keep {
                     gone.push(*r);
                 }
                 keep
             });
-            mailbox.bytes -= gone[before..]
+            queue.bytes -= gone[before..]
                 .iter()
                 .map(|r| u64::from(r.size))
                 .sum::<u64>();
@@ -340,7 +344,7 @@ impl QueueIndex {
         gone.iter()
             .map(|r| {
                 let (id, from, to) = r.key;
-                let name = |n: NameId| self.boxes[n as usize].name.clone();
+                let name = |n: NameId| self.queues[n as usize].name.clone();
                 (name(from), name(to), id)
             })
             .collect()
@@ -405,7 +409,7 @@ impl QueueIndex {
 
     /// The recipients whose latest ack record is in one of `segs`, with how far they acked.
     pub(super) fn latest_acks_in(&self, segs: &[u32]) -> Vec<(NameId, AgentName, Seq)> {
-        self.boxes
+        self.queues
             .iter()
             .enumerate()
             .filter(|(_, m)| m.ack_seg.is_some_and(|s| segs.contains(&s)))
@@ -414,9 +418,9 @@ impl QueueIndex {
     }
 
     /// The unacknowledged copies in segment `seg`: each one's recipient, place in its
-    /// mailbox and row.
+    /// queue and row.
     pub(super) fn rows_in(&self, seg: u32) -> Vec<(NameId, usize, Row)> {
-        self.boxes
+        self.queues
             .iter()
             .enumerate()
             .flat_map(|(id, m)| {
@@ -429,13 +433,13 @@ impl QueueIndex {
             .collect()
     }
 
-    /// The copy at place `i` of `recipient`'s mailbox was written again at `at`.
+    /// The copy at place `i` of `recipient`'s queue was written again at `at`.
     pub(super) fn relocate(&mut self, recipient: NameId, i: usize, at: Location) {
-        let row = self.boxes[recipient as usize].rows[i];
+        let row = self.queues[recipient as usize].rows[i];
         let moved = Row { at, ..row };
         self.died(&row);
         self.born(&moved);
-        self.boxes[recipient as usize].rows[i] = moved;
+        self.queues[recipient as usize].rows[i] = moved;
     }
 
     /// The highest sequence number assigned so far.
@@ -452,17 +456,17 @@ impl QueueIndex {
         durable: Seq,
         limit: usize,
     ) -> Vec<(Seq, Location, usize)> {
-        let Some(mailbox) = self.find(agent) else {
+        let Some(queue) = self.find(agent) else {
             return Vec::new();
         };
-        let start = mailbox.rows.partition_point(|r| r.seq <= after);
-        mailbox
+        let start = queue.rows.partition_point(|r| r.seq <= after);
+        queue
             .rows
             .range(start..)
             .take_while(|r| r.seq <= durable)
             .take(limit)
             .map(|r| {
-                let sender = &self.boxes[r.key.1 as usize].name;
+                let sender = &self.queues[r.key.1 as usize].name;
                 (r.seq, r.at, spool::stored_len(agent, sender, r.size))
             })
             .collect()
@@ -475,8 +479,8 @@ impl QueueIndex {
 
     /// Whether one more copy of `bytes` fits `recipient`'s quota.
     pub(super) fn fits(&self, recipient: NameId, quota: Quota, bytes: usize) -> bool {
-        let mailbox = &self.boxes[recipient as usize];
-        (mailbox.rows.len() as u64) < quota.count && mailbox.bytes + bytes as u64 <= quota.bytes
+        let queue = &self.queues[recipient as usize];
+        (queue.rows.len() as u64) < quota.count && queue.bytes + bytes as u64 <= quota.bytes
     }
 
     /// The consent rule remembered for mail from `pair.0` to `pair.1`.
@@ -507,11 +511,11 @@ impl QueueIndex {
     /// Whether `recipient`'s copy `seq` is queued (`Some(true)`) or was acknowledged
     /// (`Some(false)`); `None` when it is neither.
     pub(super) fn fate(&self, recipient: &AgentName, seq: Seq) -> Option<bool> {
-        let mailbox = self.find(recipient)?;
-        if seq <= mailbox.acked_upto {
+        let queue = self.find(recipient)?;
+        if seq <= queue.acked_upto {
             return Some(false);
         }
-        mailbox
+        queue
             .rows
             .binary_search_by_key(&seq, |r| r.seq)
             .is_ok()
@@ -541,12 +545,12 @@ impl QueueIndex {
 
     /// Messages waiting for everyone.
     pub(super) fn total_waiting(&self) -> u64 {
-        self.boxes.iter().map(|m| m.rows.len() as u64).sum()
+        self.queues.iter().map(|m| m.rows.len() as u64).sum()
     }
 
     /// The relays whose mailboxes hold copies.
     pub(super) fn relay_mailboxes(&self) -> Vec<RelayName> {
-        self.boxes
+        self.queues
             .iter()
             .filter(|m| !m.rows.is_empty())
             .filter_map(|m| m.name.mailbox_relay())
@@ -556,14 +560,15 @@ impl QueueIndex {
     /// Every unacknowledged copy and where it is: recipient by recipient in name order, each
     /// recipient's in sequence order.
     pub(super) fn waiting_rows(&self) -> Vec<WaitingRow> {
-        let mut boxes: Vec<&Mailbox> = self.boxes.iter().filter(|m| !m.rows.is_empty()).collect();
-        boxes.sort_unstable_by(|a, b| a.name.cmp(&b.name));
-        boxes
+        let mut queues: Vec<&RecipientQueue> =
+            self.queues.iter().filter(|m| !m.rows.is_empty()).collect();
+        queues.sort_unstable_by(|a, b| a.name.cmp(&b.name));
+        queues
             .into_iter()
-            .flat_map(|mailbox| {
-                mailbox.rows.iter().map(|row| WaitingRow {
-                    recipient: mailbox.name.clone(),
-                    sender: self.boxes[row.key.1 as usize].name.clone(),
+            .flat_map(|queue| {
+                queue.rows.iter().map(|row| WaitingRow {
+                    recipient: queue.name.clone(),
+                    sender: self.queues[row.key.1 as usize].name.clone(),
                     id: row.key.0,
                     seq: row.seq,
                     expires_at_ms: row.expires_at_ms,
