@@ -14,7 +14,7 @@
 //!   on a small pool of read connections (`connect`).
 //! - Around them: `schema` (migrations), `check` (what a scan found; `mailslot relay check`),
 //!   `export` (a stopped relay read for `mailslot relay migrate`), `metrics` (the series only
-//!   this backend records), `clock`.
+//!   this backend records), `clock` (the time rows and records are stamped with).
 
 mod accept;
 mod batch;

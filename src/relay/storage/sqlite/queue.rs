@@ -101,10 +101,10 @@ impl Queue for SqliteStorage {
         // The index first: the writer holds its lock through the commit, so a copy it no
         // longer shows was acknowledged, or expired with its bounce committed already.
         let queued: Vec<bool> = {
-            let index = index::lock(&self.index);
+            let locked = index::lock(&self.index);
             keys.iter()
                 .map(|k| {
-                    queue_of(k.id, &k.to).is_some_and(|(q, id)| index.is_queued(&sender, id, &q))
+                    queue_of(k.id, &k.to).is_some_and(|(q, id)| locked.is_queued(&sender, id, &q))
                 })
                 .collect()
         };
@@ -129,10 +129,10 @@ impl Queue for SqliteStorage {
     async fn record_bounces(
         &self,
         sender: AgentName,
-        bounces: Vec<Bounce>,
+        records: Vec<Bounce>,
     ) -> Result<(), StorageError> {
         self.writes
-            .tables(move |tx| bounces::insert(tx, &sender, &bounces))
+            .tables(move |tx| bounces::insert(tx, &sender, &records))
             .await
     }
 
