@@ -64,8 +64,8 @@ pub(super) async fn run(writer: Writer, mut queue: mpsc::UnboundedReceiver<Accep
     }
 }
 
-/// One recipient's mailbox as the batch changes it.
-struct Mailbox {
+/// One recipient's `mailboxes` row as the batch changes it.
+struct MailboxRow {
     next_seq: i64,
     waiting: i64,
     bytes: i64,
@@ -338,9 +338,9 @@ fn missing(name: &str) -> StorageError {
 }
 
 fn mailbox<'a>(
-    boxes: &'a HashMap<String, Mailbox>,
+    boxes: &'a HashMap<String, MailboxRow>,
     name: &str,
-) -> Result<&'a Mailbox, StorageError> {
+) -> Result<&'a MailboxRow, StorageError> {
     boxes.get(name).ok_or_else(|| missing(name))
 }
 
@@ -425,12 +425,12 @@ impl Statements {
 }
 
 /// The locked mailbox rows, by recipient.
-fn mailboxes(rows: Vec<Row>) -> Result<HashMap<String, Mailbox>, Failure> {
+fn mailboxes(rows: Vec<Row>) -> Result<HashMap<String, MailboxRow>, Failure> {
     let mut boxes = HashMap::with_capacity(rows.len());
     for row in rows {
         boxes.insert(
             row.try_get(0)?,
-            Mailbox {
+            MailboxRow {
                 next_seq: row.try_get(1)?,
                 waiting: row.try_get(2)?,
                 bytes: row.try_get(3)?,
@@ -530,7 +530,7 @@ struct Changed<'a> {
 }
 
 impl<'a> Changed<'a> {
-    fn of(boxes: &'a HashMap<String, Mailbox>) -> Self {
+    fn of(boxes: &'a HashMap<String, MailboxRow>) -> Self {
         let mut changed = Self {
             names: Vec::new(),
             next: Vec::new(),
