@@ -3,7 +3,7 @@
 //!
 //! Each role is a narrow trait with backend-owned errors converted to [`StorageError`] at the
 //! backend's edge, so nothing outside a backend sees its database's types. Every backend
-//! passes one contract suite (`tests/storage_contract.rs`).
+//! passes one contract suite (`tests/it/storage_contract.rs`).
 
 use std::future::Future;
 
