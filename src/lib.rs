@@ -17,6 +17,7 @@ pub mod fetch;
 pub mod keys;
 pub mod mailbox;
 pub mod mcp;
+mod output;
 pub mod progress;
 pub mod protocol;
 pub mod relay;

@@ -60,8 +60,8 @@ async fn measure(args: &McpBenchArgs) -> anyhow::Result<Vec<Summary>> {
 
     let alice = Driver::spawn(&exe, home.path(), "alice", &url, Era::Legacy).await?;
     let mut bob = Driver::spawn(&exe, home.path(), "bob", &url, Era::Legacy).await?;
-    wait_connected(&alice).await?;
-    wait_connected(&bob).await?;
+    alice.wait_connected().await?;
+    bob.wait_connected().await?;
     #[allow(deprecated)]
     bob.client
         .subscribe(rmcp::model::SubscribeRequestParams::new(crate::mcp::INBOX))
@@ -293,22 +293,6 @@ async fn hook_row(
     }
     let total = samples.iter().sum();
     Ok(Summary::new(case, samples, total))
-}
-
-pub(super) async fn wait_connected(agent: &Driver) -> anyhow::Result<()> {
-    let deadline = Instant::now() + Duration::from_secs(10);
-    while Instant::now() < deadline {
-        let identity: serde_json::Value =
-            serde_json::from_str(&agent.read(crate::mcp::IDENTITY).await?)?;
-        if identity["relay"]
-            .as_str()
-            .is_some_and(|r| r.starts_with("connected"))
-        {
-            return Ok(());
-        }
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    }
-    Err(anyhow::anyhow!("an agent did not connect to the relay")).context("bench mcp")
 }
 
 /// One server's life: how long until it answers `initialize`, and how long it takes to exit

@@ -13,7 +13,7 @@ mod volume;
 
 use clap::{Args, Subcommand};
 
-use crate::cli::output::outln;
+use crate::output::outln;
 
 pub use stats::Summary;
 

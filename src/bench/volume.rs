@@ -36,7 +36,7 @@ pub(super) async fn rows(
     let filling = tokio::task::spawn_blocking(move || fill(&paths, &agent_name, size as usize));
     filling.await??;
     let agent = Driver::spawn(exe, home, &name, relay, Era::Legacy).await?;
-    super::mcp::wait_connected(&agent).await?;
+    agent.wait_connected().await?;
     let mut rng = Rng::new(7);
     let mut rows = Vec::new();
     for (case, tool) in [

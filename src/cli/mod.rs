@@ -14,7 +14,6 @@ mod local_relay;
 mod mail;
 mod mcp;
 mod memory;
-pub(crate) mod output;
 mod owner;
 mod peers;
 mod reach;
@@ -22,6 +21,7 @@ mod relay;
 mod send;
 mod wait;
 
+use crate::output;
 use std::path::PathBuf;
 use std::process::ExitCode;
 
@@ -881,9 +881,12 @@ fn edit_distance(a: &str, b: &str) -> usize {
 fn init_logging(default: &str, json: bool) {
     let filter = tracing_subscriber::EnvFilter::try_from_env(config::ENV_LOG)
         .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new(default));
+    // A span's close is logged with its fields and time: a filter that enables spans (the
+    // relay's are at debug) shows each request, delivery and ack once, as it ends.
     let builder = tracing_subscriber::fmt()
         .with_env_filter(filter)
         .with_writer(std::io::stderr)
+        .with_span_events(tracing_subscriber::fmt::format::FmtSpan::CLOSE)
         .with_ansi(false);
     let _ = if json {
         builder.json().try_init()

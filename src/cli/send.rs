@@ -62,7 +62,7 @@ struct SendResult {
 
 /// Queues `message`, then hands it to the relay now: over this agent's connection, or through
 /// the `mailslot mcp` process that holds it.
-fn deliver(ctx: &Ctx, agent: Agent, message: Message) -> anyhow::Result<()> {
+fn queue_and_send(ctx: &Ctx, agent: Agent, message: Message) -> anyhow::Result<()> {
     message.validate(&Limits::default())?;
     let url = ctx.relay_url_or_default();
     let id = message.id;
@@ -152,7 +152,7 @@ pub(super) fn send(
     if let Some(json) = data {
         message.data = Some(serde_json::from_str(&json).context("--data is not valid JSON")?);
     }
-    deliver(ctx, agent, message)
+    queue_and_send(ctx, agent, message)
 }
 
 pub(super) fn reply(
@@ -174,7 +174,7 @@ pub(super) fn reply(
         body,
     ))?;
     marks.apply(&mut message)?;
-    deliver(ctx, agent, message)
+    queue_and_send(ctx, agent, message)
 }
 
 #[derive(Serialize)]

@@ -397,6 +397,7 @@ async fn serve(
 fn announce(me: &Me, received: Received) {
     match received {
         Received::New { id, from, trust } => {
+            tracing::debug!(%id, %from, "received and committed");
             if trust == Trust::KeyChanged {
                 tracing::warn!(%from, %id, "a sender's key changed; the message is marked untrusted");
             }

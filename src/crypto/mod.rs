@@ -4,6 +4,7 @@
 
 mod identity;
 pub mod owner;
+mod passphrase;
 mod relay;
 mod rotation;
 mod seal;
@@ -11,7 +12,8 @@ pub mod sign;
 pub mod vault;
 
 pub use identity::{Identity, KeyFileError, PublicIdentity};
-pub use owner::{Owner, OwnerKeyError, Passphrase};
+pub use owner::{Owner, OwnerKeyError};
+pub use passphrase::{MIN_PASSPHRASE_CHARS, Passphrase};
 pub use relay::{RelayIdentity, relay_fingerprint, verify_agent_keys, verify_link};
 pub use rotation::{RotationError, follows, sign_rotation, verify_rotation};
 pub use seal::{OpenError, SealError, open, seal};

@@ -11,62 +11,14 @@ use serde::{Deserialize, Serialize};
 use zeroize::Zeroizing;
 
 use super::KeyFileError;
+use super::passphrase::Passphrase;
 use super::sign::{Domain, VerifyError, domain_bytes};
 use super::vault::{self, Lock, VaultError};
-use crate::protocol::{
-    AgentName, Fingerprint, OwnerAct, OwnerKey, ValidationError, b64, owner_payload,
-};
+use crate::protocol::{AgentName, Fingerprint, OwnerAct, OwnerKey, b64, owner_payload};
 
 const FILE_VERSION: u8 = 1;
 const FILE_DOMAIN: &[u8] = b"mailslot/v1/owner-key\0";
 const FINGERPRINT_DOMAIN: &[u8] = b"mailslot/v1/owner-fingerprint\0";
-/// The shortest passphrase accepted: the sealed file may be read by an agent, which can then
-/// guess offline, so a short one would be found.
-pub const MIN_PASSPHRASE_CHARS: usize = 10;
-/// The longest passphrase accepted.
-const MAX_PASSPHRASE_CHARS: usize = 1024;
-
-/// A passphrase as the owner typed it; wiped from memory when dropped.
-pub struct Passphrase(Zeroizing<String>);
-
-impl Passphrase {
-    /// Checks the length: at least [`MIN_PASSPHRASE_CHARS`] characters.
-    pub fn new(text: String) -> Result<Self, ValidationError> {
-        let text = Zeroizing::new(text);
-        let chars = text.chars().count();
-        if chars < MIN_PASSPHRASE_CHARS {
-            return Err(ValidationError::new(
-                "passphrase",
-                format!(
-                    "is {chars} characters; use at least {MIN_PASSPHRASE_CHARS} (a few words are easy to type and hard to guess)"
-                ),
-            ));
-        }
-        if chars > MAX_PASSPHRASE_CHARS {
-            return Err(ValidationError::too_long(
-                "passphrase",
-                chars,
-                MAX_PASSPHRASE_CHARS,
-                "characters",
-            ));
-        }
-        Ok(Self(text))
-    }
-}
-
-impl Passphrase {
-    /// The text, for the key stretching in this module's siblings only.
-    pub(super) fn expose(&self) -> &str {
-        &self.0
-    }
-}
-
-impl fmt::Debug for Passphrase {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str("Passphrase(…)")
-    }
-}
-
 /// Why the owner key could not be unlocked.
 #[derive(Debug, thiserror::Error)]
 pub enum OwnerKeyError {

@@ -8,7 +8,7 @@ use chacha20poly1305::{XChaCha20Poly1305, XNonce};
 use serde::{Deserialize, Serialize};
 use zeroize::Zeroizing;
 
-use super::owner::Passphrase;
+use super::passphrase::Passphrase;
 use crate::protocol::b64;
 
 /// Bounds on the stretching parameters a file may ask for, so a crafted file cannot make an

@@ -10,6 +10,8 @@
 //! at 127.0.0.1 (DNS rebinding) gets nowhere. Secrets are compared in constant time and never
 //! logged.
 
+use std::sync::Arc;
+
 use axum::extract::{Request, State};
 use axum::http::{HeaderMap, HeaderValue, Method, StatusCode, header};
 use axum::middleware::Next;
@@ -17,8 +19,6 @@ use axum::response::{IntoResponse, Redirect, Response};
 use base64::Engine;
 use subtle::ConstantTimeEq;
 use tokio_util::sync::CancellationToken;
-
-use super::routes::AppState;
 
 /// Bytes of randomness in the secret and the CSRF token.
 const SECRET_BYTES: usize = 32;
@@ -209,8 +209,8 @@ async fn login(auth: &Auth, request: Request) -> Response {
 /// Checks every request: Host, then the secret (taking it from `?token=` or `/login` once), and
 /// for a POST the Origin. The CSRF token in a form is checked by the handler that reads the
 /// form.
-pub async fn check(State(app): State<AppState>, request: Request, next: Next) -> Response {
-    let auth = &app.auth;
+pub async fn check(State(auth): State<Arc<Auth>>, request: Request, next: Next) -> Response {
+    let auth = &*auth;
     let headers = request.headers();
     let host = headers
         .get(header::HOST)

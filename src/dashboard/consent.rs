@@ -17,8 +17,8 @@ use crate::protocol::{Address, Fingerprint, RequestCode, ValidationError};
 #[derive(Debug, thiserror::Error)]
 pub enum ActionError {
     /// The form is missing a field or has a bad one.
-    #[error("the form is not valid: {0}; reload the page and try again")]
-    Form(String),
+    #[error(transparent)]
+    Form(#[from] super::form::FormError),
     /// The CSRF token is missing or wrong.
     #[error(
         "the form's token is missing or from another launch of the dashboard; reload the page and try again"

@@ -10,9 +10,19 @@ use axum::body::Body;
 use futures_util::StreamExt;
 use zeroize::{Zeroize, Zeroizing};
 
-use super::consent::ActionError;
 use crate::crypto::Passphrase;
 use crate::protocol::{Address, ValidationError};
+
+/// Why a consent form cannot be read.
+#[derive(Debug, thiserror::Error)]
+pub enum FormError {
+    /// A field is missing or malformed.
+    #[error("the form is not valid: {0}; reload the page and try again")]
+    Bad(String),
+    /// A field's value is invalid.
+    #[error(transparent)]
+    Invalid(#[from] ValidationError),
+}
 
 /// The largest form accepted (bytes).
 pub const MAX_FORM_BYTES: usize = 8 * 1024;
@@ -33,7 +43,7 @@ pub enum Action {
 }
 
 impl Action {
-    fn parse(value: &str) -> Result<Self, ActionError> {
+    fn parse(value: &str) -> Result<Self, FormError> {
         Ok(match value {
             "approve" => Self::Approve,
             "deny" => Self::Deny,
@@ -41,7 +51,7 @@ impl Action {
             "unblock" => Self::Unblock,
             "remove" => Self::Remove,
             other => {
-                return Err(ActionError::Form(format!(
+                return Err(FormError::Bad(format!(
                     "action {other:?} is none of approve, deny, block, unblock, remove"
                 )));
             }
@@ -74,16 +84,16 @@ pub struct ConsentForm {
 }
 
 /// Reads and parses the form in `body` (at most [`MAX_FORM_BYTES`]).
-pub async fn read_form(body: Body) -> Result<ConsentForm, ActionError> {
+pub async fn read_form(body: Body) -> Result<ConsentForm, FormError> {
     ConsentForm::parse(&read_body(body).await?)
 }
 
 /// The whole body, in one buffer that is wiped when dropped.
-async fn read_body(body: Body) -> Result<Zeroizing<Vec<u8>>, ActionError> {
+async fn read_body(body: Body) -> Result<Zeroizing<Vec<u8>>, FormError> {
     let mut buffer = Zeroizing::new(Vec::with_capacity(MAX_FORM_BYTES));
     let mut frames = body.into_data_stream();
     while let Some(frame) = frames.next().await {
-        let frame = frame.map_err(|e| ActionError::Form(format!("the body broke off: {e}")))?;
+        let frame = frame.map_err(|e| FormError::Bad(format!("the body broke off: {e}")))?;
         let fits = buffer.len() + frame.len() <= MAX_FORM_BYTES;
         if fits {
             buffer.extend_from_slice(&frame);
@@ -93,7 +103,7 @@ async fn read_body(body: Body) -> Result<Zeroizing<Vec<u8>>, ActionError> {
             owned.as_mut().zeroize();
         }
         if !fits {
-            return Err(ActionError::Form(format!(
+            return Err(FormError::Bad(format!(
                 "the form is larger than {MAX_FORM_BYTES} bytes"
             )));
         }
@@ -104,7 +114,7 @@ async fn read_body(body: Body) -> Result<Zeroizing<Vec<u8>>, ActionError> {
 impl ConsentForm {
     /// Parses an `application/x-www-form-urlencoded` body. Every field once; unknown ones are
     /// ignored.
-    pub fn parse(body: &[u8]) -> Result<Self, ActionError> {
+    pub fn parse(body: &[u8]) -> Result<Self, FormError> {
         let (mut csrf, mut action, mut agent, mut code, mut passphrase) =
             (None, None, None, None, None);
         for pair in body.split(|b| *b == b'&').filter(|p| !p.is_empty()) {
@@ -122,13 +132,13 @@ impl ConsentForm {
                 _ => continue,
             };
             if slot.replace(decode(value)?).is_some() {
-                return Err(ActionError::Form(format!(
+                return Err(FormError::Bad(format!(
                     "the field {:?} is there twice",
                     &*key
                 )));
             }
         }
-        let missing = |name: &str| ActionError::Form(format!("the field {name:?} is missing"));
+        let missing = |name: &str| FormError::Bad(format!("the field {name:?} is missing"));
         Ok(Self {
             csrf: csrf.ok_or_else(|| missing("csrf"))?.to_string(),
             action: Action::parse(&action.ok_or_else(|| missing("action"))?)?,
@@ -141,7 +151,7 @@ impl ConsentForm {
 
 /// One form-encoded name or value (`+` is a space, `%XX` a byte), decoded into a buffer of
 /// its own that is wiped when dropped, and never grows (so never moves).
-fn decode(raw: &[u8]) -> Result<Zeroizing<String>, ActionError> {
+fn decode(raw: &[u8]) -> Result<Zeroizing<String>, FormError> {
     let mut out = Zeroizing::new(Vec::with_capacity(raw.len()));
     let mut i = 0;
     while i < raw.len() {
@@ -163,7 +173,7 @@ fn decode(raw: &[u8]) -> Result<Zeroizing<String>, ActionError> {
         Ok(text) => Ok(Zeroizing::new(text)),
         Err(e) => {
             e.into_bytes().zeroize();
-            Err(ActionError::Form("a field is not UTF-8".into()))
+            Err(FormError::Bad("a field is not UTF-8".into()))
         }
     }
 }

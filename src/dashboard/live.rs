@@ -3,18 +3,19 @@
 //! [`LiveMail`] summary of it as a Server-Sent Event (`event: mail`, JSON data). The page's
 //! script puts the sender's words into the page with `textContent`, never as HTML.
 
+use std::collections::BTreeMap;
 use std::convert::Infallible;
 use std::time::Duration;
 
-use axum::extract::State;
 use axum::response::sse::{Event, KeepAlive, Sse};
 use futures_util::{Stream, StreamExt};
 use jiff::Timestamp;
 use serde::Serialize;
 
-use super::routes::AppState;
+use tokio_util::sync::CancellationToken;
+
 use crate::doorbell::frame;
-use crate::mailbox::{Arrived, Feed, Heard, MailboxEvent};
+use crate::mailbox::{Arrived, Feed, Heard, Mailbox, MailboxEvent};
 use crate::protocol::{Address, AgentName, MessageId};
 use crate::store::Trust;
 
@@ -70,12 +71,12 @@ fn agent_events(agent: AgentName, feed: Feed<MailboxEvent>) -> impl Stream<Item 
     })
 }
 
-/// `GET /events`: the live stream.
-pub async fn events(
-    State(app): State<AppState>,
-) -> Sse<impl Stream<Item = Result<Event, Infallible>>> {
-    let stop = app.stop.clone();
-    let every_agent = futures_util::stream::select_all(app.agents.iter().map(|(name, mailbox)| {
+/// The live stream of `agents`' new mail, until `stop` fires.
+pub fn events(
+    agents: &BTreeMap<AgentName, Mailbox>,
+    stop: CancellationToken,
+) -> Sse<impl Stream<Item = Result<Event, Infallible>> + use<>> {
+    let every_agent = futures_util::stream::select_all(agents.iter().map(|(name, mailbox)| {
         Box::pin(agent_events(
             name.clone(),
             mailbox.subscribe("dashboard page"),

@@ -128,7 +128,7 @@ impl Dashboard {
         let mailboxes = agents.values().cloned().collect();
         let stop = CancellationToken::new();
         let app = Arc::new(routes::App {
-            auth: auth::Auth::new(addr.port()),
+            auth: Arc::new(auth::Auth::new(addr.port())),
             http: relay_status::client(&config.relay).map_err(DashboardError::Http)?,
             agents,
             relay: config.relay,

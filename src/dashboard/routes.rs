@@ -44,7 +44,7 @@ const APP_CSS: &str = include_str!("assets/app.css");
 /// Everything the handlers share.
 pub struct App {
     /// This launch's secrets.
-    pub auth: Auth,
+    pub auth: Arc<Auth>,
     /// The agents of this home, running.
     pub agents: BTreeMap<AgentName, Mailbox>,
     /// Their relay.
@@ -60,12 +60,17 @@ pub struct App {
 /// The handlers' state.
 pub type AppState = Arc<App>;
 
+/// `GET /events`: new mail, live.
+async fn events(State(app): State<AppState>) -> impl IntoResponse {
+    live::events(&app.agents, app.stop.clone())
+}
+
 /// Every route, behind the auth check and the security headers.
 pub fn router(app: AppState) -> Router {
     Router::new()
         .route("/", get(index))
         .route("/relay", get(relay))
-        .route("/events", get(live::events))
+        .route("/events", get(events))
         .route("/static/app.js", get(app_js))
         .route("/static/app.css", get(app_css))
         .route("/agents/{agent}", get(inbox))
@@ -79,7 +84,10 @@ pub fn router(app: AppState) -> Router {
             get(attachment),
         )
         .route("/agents/{agent}/threads/{id}", get(thread))
-        .layer(middleware::from_fn_with_state(app.clone(), auth::check))
+        .layer(middleware::from_fn_with_state(
+            app.auth.clone(),
+            auth::check,
+        ))
         .layer(middleware::from_fn(security_headers))
         .with_state(app)
 }
@@ -292,7 +300,7 @@ async fn change_consent(
     let outcome = match form::read_form(body).await {
         Ok(form) if !app.auth.csrf_matches(&form.csrf) => Err(consent::ActionError::Csrf),
         Ok(form) => consent::apply(mailbox, &app.relay, &app.owner_key, form).await,
-        Err(e) => Err(e),
+        Err(e) => Err(e.into()),
     };
     let (status, notice) = match outcome {
         Ok(detail) => (StatusCode::OK, Notice::Done(detail)),

@@ -193,6 +193,23 @@ impl Driver {
             .ok_or_else(|| anyhow!("{tool} returned no structured content"))
     }
 
+    /// Waits (up to 10 s) until the server says its relay is connected.
+    pub async fn wait_connected(&self) -> anyhow::Result<()> {
+        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
+        while std::time::Instant::now() < deadline {
+            let identity: serde_json::Value =
+                serde_json::from_str(&self.read(crate::mcp::IDENTITY).await?)?;
+            if identity["relay"]
+                .as_str()
+                .is_some_and(|r| r.starts_with("connected"))
+            {
+                return Ok(());
+            }
+            tokio::time::sleep(std::time::Duration::from_millis(20)).await;
+        }
+        anyhow::bail!("an agent did not connect to the relay")
+    }
+
     /// Reads a text resource.
     pub async fn read(&self, uri: &str) -> anyhow::Result<String> {
         let result = tokio::time::timeout(

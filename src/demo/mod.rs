@@ -12,8 +12,8 @@ use std::time::{Duration, Instant};
 use anyhow::{Context, bail};
 use serde_json::{Value, json};
 
-use crate::cli::output::outln;
 use crate::client::RelayUrl;
+use crate::output::outln;
 use crate::relay::{Relay, RelayConfig};
 use driver::{Driver, Era, Pushed};
 

@@ -26,7 +26,7 @@ use tokio::task::JoinHandle;
 use tokio::time::Instant;
 
 use super::claude_code::{InboxSocket, Route, State};
-use super::codex::CodexQueue;
+use super::codex::{CodexError, CodexQueue, ThreadId};
 use super::{Doorbell, Ring};
 use crate::mailbox::{Feed, Heard, Mailbox};
 use crate::protocol::{Address, MessageId};
@@ -61,7 +61,7 @@ impl Bell {
     async fn ring(&self, text: &str) -> Result<(), RingError> {
         match self {
             Bell::Socket(socket) => socket.write(text).await,
-            Bell::Codex(queue) => queue.push(text).await,
+            Bell::Codex(queue) => Ok(queue.push(text).await?),
         }
     }
 
@@ -71,6 +71,29 @@ impl Bell {
             Bell::Codex(queue) => format!("Codex thread {}", queue.thread()),
         }
     }
+}
+
+/// Starts ringing Codex `thread` (known from a tool call) with `doorbell`'s rings, when this
+/// process serves an interactive Codex; returns the thread as a session key for the shown
+/// ledger either way.
+pub fn ring_codex_thread(mailbox: &Mailbox, doorbell: &Doorbell, thread: ThreadId) -> SessionKey {
+    let session = SessionKey::new(thread.as_str()).expect("a UUID is a valid session key");
+    match CodexQueue::of_parent(thread) {
+        Some(queue) => {
+            tracing::info!(thread = queue.thread(), codex = %queue.codex.display(), "new mail wakes this Codex thread through codex queue");
+            start(
+                mailbox.clone(),
+                doorbell,
+                session.clone(),
+                Bell::Codex(queue),
+                Route::bell(session.clone()),
+            );
+        }
+        None => tracing::info!(
+            "not under Codex's app-server daemon (a headless codex exec?): no codex queue doorbell"
+        ),
+    }
+    session
 }
 
 /// Starts the bell for `session`; it rings while `route` is on it ([`State::Socket`]).
@@ -168,8 +191,8 @@ pub enum RingError {
         source: std::io::Error,
     },
     /// `codex queue` failed.
-    #[error("codex queue: {0}")]
-    Codex(String),
+    #[error(transparent)]
+    Codex(#[from] CodexError),
     /// The store failed.
     #[error(transparent)]
     Mailbox(#[from] crate::mailbox::MailboxError),

@@ -12,12 +12,7 @@
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
-use super::Doorbell;
-use super::bell::{self, Bell, RingError};
-use super::claude_code::Route;
-use crate::mailbox::Mailbox;
 use crate::protocol::ValidationError;
-use crate::store::SessionKey;
 
 /// How long one `codex queue` may take.
 const QUEUE_TIMEOUT: Duration = Duration::from_secs(10);
@@ -47,33 +42,15 @@ impl ThreadId {
     }
 }
 
-/// Starts ringing Codex `thread` (known from a tool call) with `doorbell`'s rings, when this
-/// process serves an interactive Codex; returns the thread as a session key for the shown
-/// ledger either way.
-pub fn ring_thread(mailbox: &Mailbox, doorbell: &Doorbell, thread: ThreadId) -> SessionKey {
-    let session = SessionKey::new(thread.as_str()).expect("a UUID is a valid session key");
-    match CodexQueue::of_parent(thread) {
-        Some(queue) => {
-            tracing::info!(thread = queue.thread(), codex = %queue.codex.display(), "new mail wakes this Codex thread through codex queue");
-            bell::start(
-                mailbox.clone(),
-                doorbell,
-                session.clone(),
-                Bell::Codex(queue),
-                Route::bell(session.clone()),
-            );
-        }
-        None => tracing::info!(
-            "not under Codex's app-server daemon (a headless codex exec?): no codex queue doorbell"
-        ),
-    }
-    session
-}
+/// Why `codex queue` failed.
+#[derive(Debug, thiserror::Error)]
+#[error("codex queue: {0}")]
+pub struct CodexError(String);
 
 /// Where to queue a message for one Codex thread.
 #[derive(Debug, Clone)]
 pub struct CodexQueue {
-    codex: PathBuf,
+    pub(super) codex: PathBuf,
     home: Option<PathBuf>,
     thread: ThreadId,
 }
@@ -97,9 +74,9 @@ impl CodexQueue {
     }
 
     /// Queues `text` for the thread.
-    pub async fn push(&self, text: &str) -> Result<(), RingError> {
+    pub async fn push(&self, text: &str) -> Result<(), CodexError> {
         if text.len() > MAX_MESSAGE {
-            return Err(RingError::Codex(format!(
+            return Err(CodexError(format!(
                 "a notice of {} bytes is over {MAX_MESSAGE}",
                 text.len()
             )));
@@ -116,13 +93,13 @@ impl CodexQueue {
         }
         let out = tokio::time::timeout(QUEUE_TIMEOUT, command.output())
             .await
-            .map_err(|_| RingError::Codex(format!("no answer in {QUEUE_TIMEOUT:?}")))?
-            .map_err(|e| RingError::Codex(format!("cannot run {}: {e}", self.codex.display())))?;
+            .map_err(|_| CodexError(format!("no answer in {QUEUE_TIMEOUT:?}")))?
+            .map_err(|e| CodexError(format!("cannot run {}: {e}", self.codex.display())))?;
         if out.status.success() {
             return Ok(());
         }
         let why = String::from_utf8_lossy(&out.stderr);
-        Err(RingError::Codex(format!(
+        Err(CodexError(format!(
             "{}: {}",
             out.status,
             why.trim().chars().take(300).collect::<String>()

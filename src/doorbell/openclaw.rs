@@ -210,7 +210,7 @@ async fn persist(mut status: watch::Receiver<Option<DeliveryStatus>>, dir: PathB
 
 async fn run(worker: Arc<Worker>, mut waiting: mpsc::Receiver<Pending>) {
     while let Some(pending) = waiting.recv().await {
-        worker.deliver(pending).await;
+        worker.send_to_session(pending).await;
     }
 }
 
@@ -235,7 +235,7 @@ enum Step {
 }
 
 impl Worker {
-    async fn deliver(&self, pending: Pending) {
+    async fn send_to_session(&self, pending: Pending) {
         let Pending { id, ring, rang_at } = pending;
         if !self.lock.lock().expect("not poisoned").holds() {
             tracing::debug!(%id, "another mailslot process delivers this agent's mail to OpenClaw");

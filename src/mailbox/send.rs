@@ -25,6 +25,7 @@ impl Mailbox {
     /// Validates, stores and queues `message`, then waits (up to [`SEND_WAIT`]) for the relay's
     /// answer. A permanent refusal (unknown recipient, no consent, too big) is an error; the
     /// message then stays in the sent mail, marked failed.
+    #[tracing::instrument(name = "send", level = "debug", skip_all, fields(id = %message.id))]
     pub async fn send(&self, message: Message) -> Result<SendOutcome, MailboxError> {
         message.validate(&Limits::default())?;
         let id = message.id;

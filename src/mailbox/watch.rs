@@ -43,6 +43,7 @@ pub(super) async fn run(mailbox: Mailbox, mut seen: i64) {
         }
         for (position, stored, sender) in fresh {
             seen = position;
+            tracing::debug!(id = %stored.message.id, "announced");
             let arrived = Arc::new(Arrived { stored, sender });
             let _ = inner.signals.events.send(MailboxEvent::Mail(arrived));
         }

@@ -10,8 +10,8 @@ use rmcp::model::{Resource, ResourceContents, ResourceTemplate};
 use serde::Serialize;
 
 use super::peers::DirectoryView;
-use super::tools::{SentList, ThreadView};
 use super::views::{MemoryView, MessageSummary, MessageView};
+use super::views::{SentList, ThreadView};
 use crate::doorbell::frame::frame_data;
 use base64::Engine;
 

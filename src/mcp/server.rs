@@ -19,6 +19,7 @@ use rmcp::model::{
 use rmcp::service::{NotificationContext, RequestContext, SubscriptionContext};
 use rmcp::{ErrorData, RoleServer, ServerHandler, prompt_handler};
 use tokio_util::sync::CancellationToken;
+use tracing::Instrument;
 
 use super::era;
 use super::links;
@@ -29,8 +30,8 @@ use super::resources;
 use super::strict;
 use crate::doorbell::Doorbell;
 use crate::doorbell::claude_code::Route;
-use crate::doorbell::codex;
 use crate::doorbell::footer::footer;
+use crate::doorbell::{bell, codex};
 use crate::mailbox::Mailbox;
 use crate::protocol::MessageId;
 use crate::store::{SessionKey, Via};
@@ -107,7 +108,7 @@ impl MailslotServer {
     /// The tools, each output schema declaring the unread notice and each input schema
     /// refusing unknown arguments (done once, here).
     fn tool_router_with_notice() -> ToolRouter<Self> {
-        let mut router = Self::tool_router();
+        let mut router = super::tools::router();
         for route in router.map.values_mut() {
             notice::declare(&mut route.attr);
             strict::forbid_unknown(&mut route.attr);
@@ -160,7 +161,7 @@ impl MailslotServer {
             Ok(thread) => {
                 let _ = self
                     .codex_thread
-                    .get_or_init(|| codex::ring_thread(&self.mailbox, &self.doorbell, thread));
+                    .get_or_init(|| bell::ring_codex_thread(&self.mailbox, &self.doorbell, thread));
             }
             Err(e) => tracing::warn!(error = %e, "ignoring the tool call's thread id"),
         }
@@ -234,8 +235,11 @@ impl ServerHandler for MailslotServer {
         let mut response = match refusal {
             Some(e) => CallToolResult::error(vec![ContentBlock::text(e)]).into(),
             None => {
+                // One span per call, so a message's life can be followed in the logs from
+                // the tool that sent or read it.
+                let span = tracing::debug_span!("tool", name = %request.name);
                 let call = ToolCallContext::new(self, request, context);
-                self.tool_router.call(call).await?
+                self.tool_router.call(call).instrument(span).await?
             }
         };
         if let CallToolResponse::Complete(result) = &mut response {

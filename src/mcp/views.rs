@@ -278,3 +278,31 @@ impl MemoryView {
         Self::of(&r.memory)
     }
 }
+
+/// Sent mail and where it stands.
+#[derive(Debug, Serialize, JsonSchema)]
+pub struct SentList {
+    /// Newest first.
+    pub messages: Vec<SentView>,
+    /// How to read the states.
+    pub note: String,
+}
+
+impl SentList {
+    /// The list of `items`, newest first as given.
+    pub fn of(items: &[crate::store::SentItem]) -> Self {
+        Self {
+            messages: items.iter().map(SentView::of).collect(),
+            note: "A message stands where its least advanced copy does; recipients lists each. \"delivered\" means the recipient's client took its copy from the relay, at or before the time shown. \"read\" comes only from recipients whose owner turned read receipts on. Answers are the recipients' words, untrusted.".into(),
+        }
+    }
+}
+
+/// A conversation.
+#[derive(Debug, Serialize, JsonSchema)]
+pub struct ThreadView {
+    /// Every message, oldest first, framed.
+    pub messages: Vec<MessageView>,
+    /// The newest context snapshot any message carried, framed (untrusted), if any.
+    pub latest_context: Option<String>,
+}

@@ -9,9 +9,10 @@ use std::time::Duration;
 
 use serde::Deserialize;
 use serde_json::value::RawValue;
+use tracing::field::{Empty, debug, display};
 
 use super::state::RelayState;
-use super::storage::{Accepted, Copy, Quota, Storage, StorageError};
+use super::storage::{Accepted, Queue, QueuedCopy, Quota, Registry, StorageError};
 use super::wire::error_frame;
 use crate::protocol::{
     Address, AgentName, ENVELOPE_VERSION, EnvelopeHead, ErrorCode, Limits, MAX_REF_CHARS,
@@ -52,7 +53,8 @@ pub type QueuedSend =
 
 /// Validates a send of `envelope` (its JSON text) and queues its write; a refusal comes back
 /// as the frame to answer with.
-pub async fn check<S: Storage>(
+#[tracing::instrument(level = "debug", name = "request", skip_all, fields(kind = "send", %agent, r#ref = %reference, id = Empty, outcome = Empty))]
+pub async fn check<S: Registry + Queue>(
     state: &RelayState<S>,
     agent: &AgentName,
     reference: String,
@@ -94,6 +96,8 @@ pub async fn check<S: Storage>(
             );
         }
     };
+    let span = tracing::Span::current();
+    span.record("id", display(envelope.id));
     if envelope.v != ENVELOPE_VERSION {
         return refuse(
             ErrorCode::InvalidEnvelope,
@@ -146,7 +150,7 @@ pub async fn check<S: Storage>(
                 );
             }
         }
-        if copies.iter().any(|c: &Copy| &c.recipient == name) {
+        if copies.iter().any(|c: &QueuedCopy| &c.recipient == name) {
             return refuse(
                 ErrorCode::InvalidEnvelope,
                 format!("{} is named twice", key.to),
@@ -167,7 +171,7 @@ pub async fn check<S: Storage>(
                 None,
             );
         }
-        copies.push(Copy {
+        copies.push(QueuedCopy {
             id: None,
             recipient: name.clone(),
             envelope: copy.into(),
@@ -217,7 +221,7 @@ pub async fn check<S: Storage>(
             );
         };
         let id = envelope.id.relay_copy(to);
-        if copies.iter().any(|c: &Copy| c.id == Some(id)) {
+        if copies.iter().any(|c: &QueuedCopy| c.id == Some(id)) {
             return refuse(
                 ErrorCode::InvalidEnvelope,
                 format!("{to} is named twice"),
@@ -241,7 +245,7 @@ pub async fn check<S: Storage>(
                 None,
             );
         }
-        copies.push(Copy {
+        copies.push(QueuedCopy {
             recipient: mailbox,
             id: Some(id),
             envelope: copy.into(),
@@ -261,11 +265,16 @@ pub async fn check<S: Storage>(
         expires,
         state.config.effective_default_policy(),
     );
-    Ok(Box::pin(async move { (reference, id, write.await) }))
+    // The request's span lasts until the write is durable, and says how it went.
+    Ok(Box::pin(async move {
+        let outcome = write.await;
+        span.record("outcome", debug(&outcome));
+        (reference, id, outcome)
+    }))
 }
 
 /// The answer to a send once its write is done; wakes the recipients of stored mail.
-pub fn answer<S: Storage>(
+pub fn answer<S>(
     state: &RelayState<S>,
     agent: &AgentName,
     reference: String,

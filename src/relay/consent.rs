@@ -7,12 +7,14 @@ use std::time::Duration;
 
 use super::link;
 use super::state::RelayState;
-use super::storage::{ConsentChange, ConsentOutcome, Storage, StorageError};
+use super::storage::{
+    ConsentChange, ConsentLedger, ConsentOutcome, Registry, RelayPins, StorageError,
+};
 use super::wire::error_frame;
 use crate::crypto::owner;
 use crate::protocol::{
     Address, AgentName, ClientFrame, ConsentEvent, ErrorCode, LinkAnswer, LinkRequest,
-    MAX_STORED_NAME_BYTES, OwnerKey, RequestCode, ServerFrame, validate_note,
+    MAX_STORED_NAME_BYTES, OwnerKey, Peer, Policy, RequestCode, ServerFrame, validate_note,
 };
 
 fn error(reference: String, code: ErrorCode, message: impl Into<String>) -> ServerFrame {
@@ -44,199 +46,17 @@ fn internal(reference: String, e: StorageError) -> ServerFrame {
     )
 }
 
-/// Answers a consent frame from `agent` on the connection challenged with `nonce`; gives back
-/// frames that are not about consent.
-pub async fn handle<S: Storage>(
+/// The owner key when `frame` is one only the agent's owner may send, checked against the
+/// frame's signature for this connection (`None` for every other frame); the refusal when the
+/// signature is missing or wrong.
+pub async fn signed_by_owner<S: Registry>(
     state: &RelayState<S>,
-    agent: &AgentName,
-    nonce: &[u8],
-    frame: ClientFrame,
-) -> Result<ServerFrame, ClientFrame> {
-    let owner = if frame.owner_act().is_some() {
-        match signed_by_owner(state, agent, nonce, &frame).await {
-            Ok(owner) => Some(owner),
-            Err(refusal) => return Ok(refusal),
-        }
-    } else {
-        None
-    };
-    // Peers are kept by name when they are agents here, by full address when not.
-    let peer_of = |frame: &ClientFrame| match frame {
-        ClientFrame::Approve { from: peer, .. }
-        | ClientFrame::Deny { agent: peer, .. }
-        | ClientFrame::Remove { agent: peer, .. } => Some(state.stored_peer(peer)),
-        ClientFrame::Block { agent: peer, .. } | ClientFrame::Unblock { agent: peer, .. } => {
-            Some(state.stored_block(peer))
-        }
-        _ => None,
-    };
-    let peer = match peer_of(&frame) {
-        Some(None) => {
-            let reference = frame.reference().unwrap_or_default().to_owned();
-            return Ok(error(
-                reference,
-                ErrorCode::BadFrame,
-                format!(
-                    "an address is at most {MAX_STORED_NAME_BYTES} bytes, and a relay cannot block itself"
-                ),
-            ));
-        }
-        Some(Some(peer)) => Some(peer),
-        None => None,
-    };
-    let peer = || peer.clone().expect("a frame that names a peer");
-    Ok(match frame {
-        ClientFrame::Connect {
-            reference,
-            to,
-            note,
-        } => request(state, agent, reference, to, note).await,
-        ClientFrame::Approve {
-            reference,
-            code,
-            dry_run: true,
-            ..
-        } => check_code(state, agent, reference, peer(), code).await,
-        ClientFrame::Approve {
-            reference, code, ..
-        } => approve(state, agent, reference, peer(), code).await,
-        ClientFrame::Deny {
-            reference,
-            agent: requester,
-            ..
-        } => {
-            let change = ConsentChange::Deny {
-                target: agent.clone(),
-                requester: peer(),
-            };
-            match state.storage.consent(change).await {
-                Ok(ConsentOutcome::Applied(_)) => match requester.host() {
-                    // Another relay's agent: its relay withdraws the request and tells it.
-                    Some(relay) if state.local_name(&requester).is_none() => {
-                        let told = LinkRequest::Denied {
-                            requester: requester.clone(),
-                            target: Address::remote(agent.clone(), state.name.clone()),
-                        };
-                        if let Err(why) = link::ask(state, relay, told).await {
-                            tracing::info!(%requester, %why, "the requester's relay was not told of the denial; its request lapses there");
-                        }
-                        done(reference, format!("denied {requester}'s request"))
-                    }
-                    _ => {
-                        state.presence.tell(
-                            &peer(),
-                            ConsentEvent::Denied {
-                                by: Address::local(agent.clone()),
-                            },
-                        );
-                        done(reference, format!("denied {requester}'s request"))
-                    }
-                },
-                Ok(_) => error(
-                    reference,
-                    ErrorCode::BadCode,
-                    format!("no open request from {requester}"),
-                ),
-                Err(e) => internal(reference, e),
-            }
-        }
-        ClientFrame::Block {
-            reference,
-            agent: shown,
-            ..
-        } => {
-            apply(
-                state,
-                reference,
-                ConsentChange::Block {
-                    owner: agent.clone(),
-                    peer: peer(),
-                },
-                format!("blocked {shown}"),
-            )
-            .await
-        }
-        ClientFrame::Unblock {
-            reference,
-            agent: shown,
-            ..
-        } => {
-            apply(
-                state,
-                reference,
-                ConsentChange::Unblock {
-                    owner: agent.clone(),
-                    peer: peer(),
-                },
-                format!("unblocked {shown}"),
-            )
-            .await
-        }
-        ClientFrame::Remove {
-            reference,
-            agent: shown,
-            ..
-        } => {
-            apply(
-                state,
-                reference,
-                ConsentChange::Remove {
-                    owner: agent.clone(),
-                    peer: peer(),
-                },
-                format!("{shown} is no longer a contact"),
-            )
-            .await
-        }
-        ClientFrame::SetPolicy {
-            reference, policy, ..
-        } => {
-            apply(
-                state,
-                reference,
-                ConsentChange::SetPolicy {
-                    owner: agent.clone(),
-                    policy,
-                },
-                format!("policy is now {policy}"),
-            )
-            .await
-        }
-        ClientFrame::SetOwner {
-            reference,
-            owner: new,
-            ..
-        } => set_owner(state, agent, reference, owner, new).await,
-        ClientFrame::Consent { reference } => {
-            match state
-                .storage
-                .consent_state(agent.clone(), jiff::Timestamp::now().as_millisecond())
-                .await
-            {
-                Ok(s) => ServerFrame::ConsentState {
-                    reference,
-                    policy: s.policy.unwrap_or(state.config.effective_default_policy()),
-                    incoming: s.incoming,
-                    outgoing: s.outgoing,
-                    contacts: s.contacts.iter().map(AgentName::stored_address).collect(),
-                    blocked: s.blocked.iter().map(AgentName::stored_peer).collect(),
-                },
-                Err(e) => internal(reference, e),
-            }
-        }
-        other => return Err(other),
-    })
-}
-
-/// Checks the owner key's signature on a frame only the owner may send; answers the refusal
-/// when it is missing or wrong, else gives back the owner key.
-async fn signed_by_owner<S: Storage>(
-    state: &RelayState<S>,
-    agent: &AgentName,
-    nonce: &[u8],
+    (agent, nonce): (&AgentName, &[u8]),
     frame: &ClientFrame,
-) -> Result<OwnerKey, ServerFrame> {
-    let (act, signature) = frame.owner_act().expect("called for owner frames only");
+) -> Result<Option<OwnerKey>, ServerFrame> {
+    let Some((act, signature)) = frame.owner_act() else {
+        return Ok(None);
+    };
     let reference = || frame.reference().unwrap_or_default().to_owned();
     let owner = match state.storage.owner(agent.clone()).await {
         Ok(Some(owner)) => owner,
@@ -251,8 +71,7 @@ async fn signed_by_owner<S: Storage>(
         }
         Err(e) => return Err(internal(reference(), e)),
     };
-    let relay = state.storage.relay_id();
-    if owner::verify(&owner, relay, nonce, agent, &act, signature).is_err() {
+    if owner::verify(&owner, &state.relay_id, nonce, agent, &act, signature).is_err() {
         tracing::warn!(%agent, "a consent change not signed by the agent's owner key was refused");
         return Err(error(
             reference(),
@@ -262,15 +81,170 @@ async fn signed_by_owner<S: Storage>(
             ),
         ));
     }
-    Ok(owner)
+    Ok(Some(owner))
 }
 
-async fn set_owner<S: Storage>(
+/// The refusal of a peer this relay cannot keep: an address too long to be stored, or a relay
+/// blocking itself.
+fn not_kept(reference: String) -> ServerFrame {
+    error(
+        reference,
+        ErrorCode::BadFrame,
+        format!(
+            "an address is at most {MAX_STORED_NAME_BYTES} bytes, and a relay cannot block itself"
+        ),
+    )
+}
+
+/// Answers `agent`'s `deny` of `requester`'s request.
+#[tracing::instrument(level = "debug", name = "request", skip_all, fields(kind = "deny", %agent, r#ref = %reference, %requester))]
+pub async fn deny<S: ConsentLedger + RelayPins>(
     state: &RelayState<S>,
     agent: &AgentName,
     reference: String,
-    current: Option<OwnerKey>,
-    new: OwnerKey,
+    requester: Address,
+) -> ServerFrame {
+    let Some(peer) = state.stored_peer(&requester) else {
+        return not_kept(reference);
+    };
+    let change = ConsentChange::Deny {
+        target: agent.clone(),
+        requester: peer.clone(),
+    };
+    match state.storage.consent(change).await {
+        Ok(ConsentOutcome::Applied(_)) => match requester.host() {
+            // Another relay's agent: its relay withdraws the request and tells it.
+            Some(relay) if state.local_name(&requester).is_none() => {
+                let told = LinkRequest::Denied {
+                    requester: requester.clone(),
+                    target: Address::remote(agent.clone(), state.name.clone()),
+                };
+                if let Err(why) = link::ask(state, relay, told).await {
+                    tracing::info!(%requester, %why, "the requester's relay was not told of the denial; its request lapses there");
+                }
+                done(reference, format!("denied {requester}'s request"))
+            }
+            _ => {
+                state.presence.tell(
+                    &peer,
+                    ConsentEvent::Denied {
+                        by: Address::local(agent.clone()),
+                    },
+                );
+                done(reference, format!("denied {requester}'s request"))
+            }
+        },
+        Ok(_) => error(
+            reference,
+            ErrorCode::BadCode,
+            format!("no open request from {requester}"),
+        ),
+        Err(e) => internal(reference, e),
+    }
+}
+
+/// Answers `agent`'s `block` of `peer`.
+#[tracing::instrument(level = "debug", name = "request", skip_all, fields(kind = "block", %agent, r#ref = %reference, %peer))]
+pub async fn block<S: ConsentLedger>(
+    state: &RelayState<S>,
+    agent: &AgentName,
+    reference: String,
+    peer: Peer,
+) -> ServerFrame {
+    let Some(kept) = state.stored_block(&peer) else {
+        return not_kept(reference);
+    };
+    let change = ConsentChange::Block {
+        owner: agent.clone(),
+        peer: kept,
+    };
+    apply(state, reference, change, format!("blocked {peer}")).await
+}
+
+/// Answers `agent`'s `unblock` of `peer`.
+#[tracing::instrument(level = "debug", name = "request", skip_all, fields(kind = "unblock", %agent, r#ref = %reference, %peer))]
+pub async fn unblock<S: ConsentLedger>(
+    state: &RelayState<S>,
+    agent: &AgentName,
+    reference: String,
+    peer: Peer,
+) -> ServerFrame {
+    let Some(kept) = state.stored_block(&peer) else {
+        return not_kept(reference);
+    };
+    let change = ConsentChange::Unblock {
+        owner: agent.clone(),
+        peer: kept,
+    };
+    apply(state, reference, change, format!("unblocked {peer}")).await
+}
+
+/// Answers `agent`'s `remove` of its contact `peer`.
+#[tracing::instrument(level = "debug", name = "request", skip_all, fields(kind = "remove", %agent, r#ref = %reference, %peer))]
+pub async fn remove<S: ConsentLedger>(
+    state: &RelayState<S>,
+    agent: &AgentName,
+    reference: String,
+    peer: Address,
+) -> ServerFrame {
+    let Some(kept) = state.stored_peer(&peer) else {
+        return not_kept(reference);
+    };
+    let change = ConsentChange::Remove {
+        owner: agent.clone(),
+        peer: kept,
+    };
+    let detail = format!("{peer} is no longer a contact");
+    apply(state, reference, change, detail).await
+}
+
+/// Answers `agent`'s `set_policy`.
+#[tracing::instrument(level = "debug", name = "request", skip_all, fields(kind = "set_policy", %agent, r#ref = %reference, %policy))]
+pub async fn set_policy<S: ConsentLedger>(
+    state: &RelayState<S>,
+    agent: &AgentName,
+    reference: String,
+    policy: Policy,
+) -> ServerFrame {
+    let change = ConsentChange::SetPolicy {
+        owner: agent.clone(),
+        policy,
+    };
+    apply(state, reference, change, format!("policy is now {policy}")).await
+}
+
+/// Answers `agent`'s `consent`: its policy, open requests, contacts and blocks.
+#[tracing::instrument(level = "debug", name = "request", skip_all, fields(kind = "consent", %agent, r#ref = %reference))]
+pub async fn state_of<S: ConsentLedger>(
+    state: &RelayState<S>,
+    agent: &AgentName,
+    reference: String,
+) -> ServerFrame {
+    match state
+        .storage
+        .consent_state(agent.clone(), jiff::Timestamp::now().as_millisecond())
+        .await
+    {
+        Ok(s) => ServerFrame::ConsentState {
+            reference,
+            policy: s.policy.unwrap_or(state.config.effective_default_policy()),
+            incoming: s.incoming,
+            outgoing: s.outgoing,
+            contacts: s.contacts.iter().map(AgentName::stored_address).collect(),
+            blocked: s.blocked.iter().map(AgentName::stored_peer).collect(),
+        },
+        Err(e) => internal(reference, e),
+    }
+}
+
+/// Answers `agent`'s `set_owner`: `new` replaces `current`, the key its signature was
+/// checked against.
+#[tracing::instrument(level = "debug", name = "request", skip_all, fields(kind = "set_owner", %agent, r#ref = %reference))]
+pub async fn set_owner<S: Registry>(
+    state: &RelayState<S>,
+    agent: &AgentName,
+    reference: String,
+    (current, new): (Option<OwnerKey>, OwnerKey),
 ) -> ServerFrame {
     if !owner::is_valid(&new) {
         return error(
@@ -296,7 +270,7 @@ async fn set_owner<S: Storage>(
     }
 }
 
-async fn apply<S: Storage>(
+async fn apply<S: ConsentLedger>(
     state: &RelayState<S>,
     reference: String,
     change: ConsentChange,
@@ -309,7 +283,9 @@ async fn apply<S: Storage>(
     }
 }
 
-async fn request<S: Storage>(
+/// Answers `agent`'s `connect`: a contact request to `to`, here or on another relay.
+#[tracing::instrument(level = "debug", name = "request", skip_all, fields(kind = "connect", %agent, r#ref = %reference, %to))]
+pub async fn connect<S: Registry + ConsentLedger + RelayPins>(
     state: &RelayState<S>,
     agent: &AgentName,
     reference: String,
@@ -488,7 +464,7 @@ const BAD_CODE: &str =
 
 /// Takes one approval attempt from `agent`'s hourly allowance (approvals and their dry runs
 /// alike); `Some` is the refusal, saying when the next one may be made.
-fn take_attempt<S: Storage>(
+fn take_attempt<S>(
     state: &RelayState<S>,
     agent: &AgentName,
     reference: &str,
@@ -505,13 +481,17 @@ fn take_attempt<S: Storage>(
 /// A dry run of `approve`. It takes a token from the approval limit first, so checking is no
 /// faster a way to guess codes than approving; a match gives the token back, so checking and
 /// then approving costs one attempt, as approving alone does.
-async fn check_code<S: Storage>(
+#[tracing::instrument(level = "debug", name = "request", skip_all, fields(kind = "check_code", %agent, r#ref = %reference, %from))]
+pub async fn check_code<S: ConsentLedger>(
     state: &RelayState<S>,
     agent: &AgentName,
     reference: String,
-    requester: AgentName,
+    from: Address,
     code: RequestCode,
 ) -> ServerFrame {
+    let Some(requester) = state.stored_peer(&from) else {
+        return not_kept(reference);
+    };
     if let Some(refused) = take_attempt(state, agent, &reference) {
         return refused;
     }
@@ -533,13 +513,18 @@ async fn check_code<S: Storage>(
     }
 }
 
-async fn approve<S: Storage>(
+/// Answers `agent`'s `approve` of `from`'s request, with the code its owner was given.
+#[tracing::instrument(level = "debug", name = "request", skip_all, fields(kind = "approve", %agent, r#ref = %reference, %from))]
+pub async fn approve<S: ConsentLedger + RelayPins>(
     state: &RelayState<S>,
     agent: &AgentName,
     reference: String,
-    requester: AgentName,
+    from: Address,
     code: RequestCode,
 ) -> ServerFrame {
+    let Some(requester) = state.stored_peer(&from) else {
+        return not_kept(reference);
+    };
     if let Some(refused) = take_attempt(state, agent, &reference) {
         return refused;
     }

@@ -5,27 +5,24 @@
 //! this request nor the ack path writes anything for it.
 
 use std::collections::HashMap;
-use std::time::Duration;
 
 use super::state::RelayState;
-use super::storage::{CopyStatus, Storage, StorageError};
-use super::wire::error_frame;
+use super::storage::{CopyStatus, Queue, Registry, StorageError};
+use super::wire::{error_frame, storage_failed};
 use crate::protocol::{
-    Address, AgentName, ClientFrame, CopyFate, CopyKey, CopyState, ErrorCode, MAX_COPY_CHECKS,
-    ServerFrame,
+    Address, AgentName, CopyFate, CopyKey, CopyState, ErrorCode, MAX_COPY_CHECKS, ServerFrame,
 };
 
-/// Answers a `copies` frame from `agent`; gives back other frames.
-pub async fn handle<S: Storage>(
+/// Answers `agent`'s `copies`: where each of its copies stands.
+#[tracing::instrument(level = "debug", name = "request", skip_all, fields(kind = "copies", %agent, r#ref = %reference, count = copies.len()))]
+pub async fn states<S: Queue + Registry>(
     state: &RelayState<S>,
     agent: &AgentName,
-    frame: ClientFrame,
-) -> Result<ServerFrame, ClientFrame> {
-    let ClientFrame::Copies { reference, copies } = frame else {
-        return Err(frame);
-    };
+    reference: String,
+    copies: Vec<CopyKey>,
+) -> ServerFrame {
     if copies.len() > MAX_COPY_CHECKS {
-        return Ok(error_frame(
+        return error_frame(
             Some(reference),
             ErrorCode::BadFrame,
             format!(
@@ -33,23 +30,18 @@ pub async fn handle<S: Storage>(
                 copies.len()
             ),
             None,
-        ));
+        );
     }
-    Ok(match fates(state, agent, copies).await {
+    match fates(state, agent, copies).await {
         Ok(copies) => ServerFrame::CopyStates { reference, copies },
-        Err(e) => error_frame(
-            Some(reference),
-            ErrorCode::Internal,
-            e.to_string(),
-            Some(Duration::from_secs(1)),
-        ),
-    })
+        Err(e) => storage_failed(reference, e),
+    }
 }
 
 /// Each copy's fate: a copy that is neither queued nor bounced was taken by its recipient,
 /// unless the recipient is not registered any more (a retired name's queue is emptied
 /// without anyone taking it), which makes it unknown.
-async fn fates<S: Storage>(
+async fn fates<S: Queue + Registry>(
     state: &RelayState<S>,
     agent: &AgentName,
     copies: Vec<CopyKey>,

@@ -8,9 +8,9 @@ use axum::extract::{Path, State};
 use axum::http::header;
 use axum::response::{IntoResponse, Response};
 
-use super::http::registered;
+use super::answer::registered;
 use super::state::RelayState;
-use super::storage::Storage;
+use super::storage::Registry;
 use crate::protocol::{AgentKeys, EndpointPath, PROTOCOL_VERSION, RelayInfo, WEBSOCKET_PATH};
 
 /// The relay's name and key change only with a restart (and a changed key is refused by
@@ -21,7 +21,7 @@ const KEYS_CACHE: &str = "public, max-age=300";
 
 /// `GET /.well-known/mailslot`: the relay's name, key, fingerprint, protocol version and
 /// WebSocket path.
-pub async fn info<S: Storage>(State(state): State<Arc<RelayState<S>>>) -> Response {
+pub async fn info<S: Send + Sync + 'static>(State(state): State<Arc<RelayState<S>>>) -> Response {
     let info = RelayInfo {
         name: state.name.clone(),
         key: state.identity.key(),
@@ -33,7 +33,7 @@ pub async fn info<S: Storage>(State(state): State<Arc<RelayState<S>>>) -> Respon
 }
 
 /// `GET /.well-known/mailslot/agents/{name}`: the agent's keys, signed by the relay's key.
-pub async fn agent_keys<S: Storage>(
+pub async fn agent_keys<S: Registry>(
     State(state): State<Arc<RelayState<S>>>,
     Path(name): Path<String>,
 ) -> Response {

@@ -14,9 +14,10 @@ use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post};
 use serde::{Deserialize, Serialize};
 
+use super::answer::{error, registered};
 use super::inbound::FrameDone;
 use super::state::RelayState;
-use super::storage::{Registration, Storage};
+use super::storage::{Registration, Registry, Storage};
 use super::{discovery, session};
 use crate::crypto::PublicIdentity;
 use crate::crypto::sign::{self, Domain};
@@ -49,23 +50,6 @@ pub fn router<S: Storage>(state: Arc<RelayState<S>>) -> Router {
             get(discovery::agent_keys::<S>),
         )
         .with_state(state)
-}
-
-#[derive(Serialize)]
-struct ErrorBody {
-    code: ErrorCode,
-    message: String,
-}
-
-pub(super) fn error(status: StatusCode, code: ErrorCode, message: impl Into<String>) -> Response {
-    (
-        status,
-        Json(ErrorBody {
-            code,
-            message: message.into(),
-        }),
-    )
-        .into_response()
 }
 
 /// What `/healthz` says when the relay cannot serve.
@@ -102,7 +86,9 @@ async fn healthz<S: Storage>(State(state): State<Arc<RelayState<S>>>) -> Respons
         .into_response()
 }
 
-async fn metrics<S: Storage>(State(state): State<Arc<RelayState<S>>>) -> impl IntoResponse {
+async fn metrics<S: Send + Sync + 'static>(
+    State(state): State<Arc<RelayState<S>>>,
+) -> impl IntoResponse {
     state.metrics.sockets.set(state.connections.open() as i64);
     (
         [("content-type", "text/plain; version=0.0.4; charset=utf-8")],
@@ -169,7 +155,7 @@ struct AgentRecord {
     rotations: Vec<KeyRotation>,
 }
 
-async fn register<S: Storage>(
+async fn register<S: Registry>(
     State(state): State<Arc<RelayState<S>>>,
     ConnectInfo(peer): ConnectInfo<SocketAddr>,
     body: axum::body::Bytes,
@@ -276,7 +262,7 @@ async fn register<S: Storage>(
     }
 }
 
-async fn directory<S: Storage>(State(state): State<Arc<RelayState<S>>>) -> Response {
+async fn directory<S: Registry>(State(state): State<Arc<RelayState<S>>>) -> Response {
     match super::directory::entries(&state).await {
         Ok(entries) => Json(entries).into_response(),
         Err(e) => error(
@@ -287,7 +273,7 @@ async fn directory<S: Storage>(State(state): State<Arc<RelayState<S>>>) -> Respo
     }
 }
 
-async fn lookup<S: Storage>(
+async fn lookup<S: Registry>(
     State(state): State<Arc<RelayState<S>>>,
     Path(name): Path<String>,
 ) -> Response {
@@ -308,43 +294,4 @@ async fn lookup<S: Storage>(
         },
         Err(refusal) => refusal,
     }
-}
-
-/// A registered agent's name, keys and fingerprint, or the answer that says why not (`relay`
-/// names the relay in the "no agent" answer); shared by the lookup and the signed discovery
-/// answer.
-pub(super) async fn registered<S: Storage>(
-    state: &RelayState<S>,
-    name: &str,
-    relay: &str,
-) -> Result<(AgentName, PublicKeys, Fingerprint), Response> {
-    let name = AgentName::new(name)
-        .map_err(|e| error(StatusCode::BAD_REQUEST, ErrorCode::BadFrame, e.to_string()))?;
-    let keys = match state.storage.keys(name.clone()).await {
-        Ok(Some(keys)) => keys,
-        Ok(None) => {
-            return Err(error(
-                StatusCode::NOT_FOUND,
-                ErrorCode::UnknownAgent,
-                format!("no agent named {name} on {relay}"),
-            ));
-        }
-        Err(e) => {
-            return Err(error(
-                StatusCode::SERVICE_UNAVAILABLE,
-                ErrorCode::Internal,
-                e.to_string(),
-            ));
-        }
-    };
-    let fingerprint = PublicIdentity::try_from(keys.clone())
-        .map(|id| id.fingerprint())
-        .map_err(|e| {
-            error(
-                StatusCode::INTERNAL_SERVER_ERROR,
-                ErrorCode::Internal,
-                e.to_string(),
-            )
-        })?;
-    Ok((name, keys, fingerprint))
 }

@@ -27,7 +27,6 @@ use tower::ServiceExt;
 use super::inbound::{FrameDone, Meter};
 use super::limits::{ConnectionSlot, Full};
 use super::state::RelayState;
-use super::storage::Storage;
 use crate::protocol::ErrorCode;
 
 /// How long accepting pauses when the process is out of files, so the loop does not spin.
@@ -90,7 +89,7 @@ impl AsyncWrite for Counted {
 
 /// Accepts sockets until `shutdown` flips, serving each with `app`; then waits (briefly) for
 /// the HTTP connections to finish. Upgraded sessions watch the same signal themselves.
-pub async fn serve<S: Storage>(
+pub async fn serve<S: Send + Sync + 'static>(
     state: Arc<RelayState<S>>,
     listener: TcpListener,
     app: Router,
@@ -141,7 +140,7 @@ pub async fn serve<S: Storage>(
 }
 
 /// Serves one socket's HTTP/1.1 requests, upgrades included.
-async fn connection<S: Storage>(
+async fn connection<S: Send + Sync + 'static>(
     state: Arc<RelayState<S>>,
     io: TokioIo<Counted>,
     (peer, done): (SocketAddr, FrameDone),

@@ -2,7 +2,7 @@
 //! It depends on `protocol` and `crypto` only; it never reads subjects or bodies.
 
 mod accept;
-mod auth;
+mod answer;
 mod bounce;
 mod config;
 mod consent;
@@ -15,6 +15,7 @@ mod inbound;
 mod limits;
 mod link;
 mod listener;
+mod lookup;
 mod metrics;
 mod migrate;
 mod online;
@@ -47,7 +48,10 @@ use state::RelayState;
 
 use crate::crypto::{KeyFileError, RelayIdentity};
 use crate::protocol::{Fingerprint, RelayName};
-use storage::{PostgresStorage, RelayPin, SqliteStorage, Storage, StorageError, is_postgres_url};
+use storage::{
+    PostgresStorage, Queue, RelayPin, RelayPins, SqliteStorage, Storage, StorageError,
+    is_postgres_url,
+};
 
 /// How long shutdown waits for connections to close.
 const DRAIN: Duration = Duration::from_secs(5);
@@ -265,7 +269,7 @@ impl Relay {
 
 /// Records `identity`'s key in `storage` at the relay's first start, and refuses a node whose
 /// key is not the one recorded.
-async fn check_own_key<S: Storage>(
+async fn check_own_key<S: RelayPins>(
     storage: &S,
     config: &RelayConfig,
     identity: &RelayIdentity,
@@ -321,7 +325,7 @@ async fn serve<S: Storage>(
     }
 }
 
-async fn expire_loop<S: Storage>(state: Arc<RelayState<S>>) {
+async fn expire_loop<S: Queue>(state: Arc<RelayState<S>>) {
     let mut tick = tokio::time::interval(Duration::from_secs(
         state.config.expiry_interval_secs.max(1),
     ));

@@ -3,26 +3,24 @@
 //! never said to be offline, so asking cannot tell whether a name exists.
 
 use std::collections::BTreeSet;
-use std::time::Duration;
 
 use super::state::RelayState;
-use super::storage::{Storage, StorageError};
-use super::wire::error_frame;
-use crate::protocol::{AgentName, ClientFrame, ErrorCode, MAX_PRESENCE_AGENTS, ServerFrame};
+use super::storage::{ConsentLedger, Registry, StorageError};
+use super::wire::{error_frame, storage_failed};
+use crate::protocol::{AgentName, ErrorCode, MAX_PRESENCE_AGENTS, ServerFrame};
 
-/// Answers a presence frame from `agent`; gives back frames that are not about presence.
-pub async fn handle<S: Storage>(
+/// Answers `agent`'s `presence`: who of `agents` (or of all it may see) is online.
+#[tracing::instrument(level = "debug", name = "request", skip_all, fields(kind = "presence", %agent, r#ref = %reference))]
+pub async fn presence<S: ConsentLedger + Registry>(
     state: &RelayState<S>,
     agent: &AgentName,
-    frame: ClientFrame,
-) -> Result<ServerFrame, ClientFrame> {
-    let ClientFrame::Presence { reference, agents } = frame else {
-        return Err(frame);
-    };
+    reference: String,
+    agents: Option<Vec<AgentName>>,
+) -> ServerFrame {
     if let Some(asked) = &agents
         && asked.len() > MAX_PRESENCE_AGENTS
     {
-        return Ok(error_frame(
+        return error_frame(
             Some(reference),
             ErrorCode::BadFrame,
             format!(
@@ -30,11 +28,11 @@ pub async fn handle<S: Storage>(
                 asked.len()
             ),
             None,
-        ));
+        );
     }
     let visible = match visible(state, agent).await {
         Ok(v) => v,
-        Err(e) => return Ok(internal(reference, e)),
+        Err(e) => return storage_failed(reference, e),
     };
     let wanted: Vec<AgentName> = match agents {
         Some(asked) => asked
@@ -45,14 +43,14 @@ pub async fn handle<S: Storage>(
             .collect(),
         None => visible.into_iter().collect(),
     };
-    Ok(match state.presence.online(&wanted).await {
+    match state.presence.online(&wanted).await {
         Ok(online) => ServerFrame::PresenceList { reference, online },
-        Err(e) => internal(reference, e),
-    })
+        Err(e) => storage_failed(reference, e),
+    }
 }
 
 /// Whose presence `agent` may see: its contacts and the listed agents, not itself.
-async fn visible<S: Storage>(
+async fn visible<S: ConsentLedger + Registry>(
     state: &RelayState<S>,
     agent: &AgentName,
 ) -> Result<BTreeSet<AgentName>, StorageError> {
@@ -68,13 +66,4 @@ async fn visible<S: Storage>(
     visible.extend(listed.into_iter().map(|(name, _, _)| name));
     visible.remove(agent);
     Ok(visible)
-}
-
-fn internal(reference: String, e: StorageError) -> ServerFrame {
-    error_frame(
-        Some(reference),
-        ErrorCode::Internal,
-        e.to_string(),
-        Some(Duration::from_secs(1)),
-    )
 }

@@ -9,7 +9,7 @@ use std::time::Duration;
 
 use super::config::RegistrationMode;
 use super::state::RelayState;
-use super::storage::{InviteDigest, PostgresStorage, SqliteStorage, Storage, StorageError};
+use super::storage::{InviteDigest, PostgresStorage, SqliteStorage, StorageError};
 use crate::crypto;
 use crate::protocol::{AgentName, ErrorCode, InviteToken};
 
@@ -35,7 +35,7 @@ pub struct Refused {
 
 /// Admits one new name from `ip` (taking from its allowance), or says why not. On a closed
 /// relay it needs `invite`, and gives back its digest for the registration to use up.
-pub fn admit<S: Storage>(
+pub fn admit<S>(
     state: &RelayState<S>,
     ip: IpAddr,
     agent: &AgentName,

@@ -6,11 +6,11 @@
 use std::time::Duration;
 
 use super::state::RelayState;
-use super::storage::{AckOutcome, Storage, StorageError};
+use super::storage::{AckOutcome, Queue, Registry, StorageError};
 use super::wire::error_frame;
 use crate::crypto::PublicIdentity;
 use crate::crypto::sign::{self, Domain};
-use crate::protocol::{AgentName, ClientFrame, ErrorCode, ServerFrame, retire_payload};
+use crate::protocol::{AgentName, ErrorCode, ServerFrame, retire_payload};
 
 /// Queued copies read per round while the retired name's queue is emptied.
 const DRAIN_BATCH: usize = 256;
@@ -23,21 +23,14 @@ pub fn held_until(agent: &AgentName, until_ms: i64) -> String {
     format!("{agent} was retired on this relay; the name is free again after {when}")
 }
 
-/// Answers a `retire` from `agent` on the connection challenged with `nonce`; gives back
-/// other frames.
-pub async fn handle<S: Storage>(
+/// Answers `agent`'s `retire` on the connection challenged with `nonce`.
+#[tracing::instrument(level = "debug", name = "request", skip_all, fields(kind = "retire", %agent, r#ref = %reference))]
+pub async fn retire<S: Registry + Queue>(
     state: &RelayState<S>,
-    agent: &AgentName,
-    nonce: &[u8],
-    frame: ClientFrame,
-) -> Result<ServerFrame, ClientFrame> {
-    let ClientFrame::Retire {
-        reference,
-        signature,
-    } = frame
-    else {
-        return Err(frame);
-    };
+    (agent, nonce): (&AgentName, &[u8]),
+    reference: String,
+    signature: Vec<u8>,
+) -> ServerFrame {
     let internal = |e: StorageError| {
         error_frame(
             Some(reference.clone()),
@@ -57,52 +50,52 @@ pub async fn handle<S: Storage>(
     let keys = match state.storage.keys(agent.clone()).await {
         Ok(Some(keys)) => keys,
         Ok(None) => {
-            return Ok(unknown());
+            return unknown();
         }
-        Err(e) => return Ok(internal(e)),
+        Err(e) => return internal(e),
     };
     let signed = PublicIdentity::try_from(keys).is_ok_and(|key| {
-        let payload = retire_payload(state.storage.relay_id(), nonce, agent);
+        let payload = retire_payload(&state.relay_id, nonce, agent);
         sign::verify_detached(&key, Domain::Retire, &payload, &signature).is_ok()
     });
     if !signed {
-        return Ok(error_frame(
+        return error_frame(
             Some(reference),
             ErrorCode::AuthFailed,
             format!("the retire is not signed by {agent}'s key for this connection"),
             None,
-        ));
+        );
     }
     let grace = jiff::SignedDuration::from_hours(24 * state.config.retired_name_days as i64);
     let until = (jiff::Timestamp::now() + grace).as_millisecond();
     match state.storage.retire(agent.clone(), until).await {
         Ok(true) => {}
         Ok(false) => {
-            return Ok(unknown());
+            return unknown();
         }
-        Err(e) => return Ok(internal(e)),
+        Err(e) => return internal(e),
     }
     state.forget_registered(agent);
     state.presence.retire(agent);
     let dropped = match drop_queue(&state.storage, agent).await {
         Ok(n) => n,
-        Err(e) => return Ok(internal(e)),
+        Err(e) => return internal(e),
     };
     tracing::info!(%agent, dropped, "retired");
-    Ok(ServerFrame::Done {
+    ServerFrame::Done {
         reference,
         detail: format!(
             "{}; {dropped} queued message(s) for it were dropped",
             held_until(agent, until)
         ),
-    })
+    }
 }
 
 /// The operator frees `agent`'s name at once, for an owner who lost its key (nothing can sign
 /// a rotation then): as a retirement that is over when it starts, so the owner can register
 /// the name again with new keys. Run on a stopped relay (its nodes keep names they have seen
 /// in memory). `None` when there is no such agent; else the queued copies dropped.
-pub async fn release<S: Storage>(
+pub async fn release<S: Registry + Queue>(
     storage: &S,
     agent: &AgentName,
 ) -> Result<Option<u64>, StorageError> {
@@ -115,7 +108,7 @@ pub async fn release<S: Storage>(
 }
 
 /// Acknowledges everything queued for `agent`, as its last session would have.
-async fn drop_queue<S: Storage>(storage: &S, agent: &AgentName) -> Result<u64, StorageError> {
+async fn drop_queue<S: Queue>(storage: &S, agent: &AgentName) -> Result<u64, StorageError> {
     let mut last = 0;
     loop {
         let batch = storage.pending(agent.clone(), last, DRAIN_BATCH).await?;

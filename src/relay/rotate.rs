@@ -5,24 +5,19 @@
 use std::time::Duration;
 
 use super::state::RelayState;
-use super::storage::Storage;
+use super::storage::Registry;
 use super::wire::error_frame;
 use crate::crypto::{PublicIdentity, verify_rotation};
-use crate::protocol::{AgentName, ClientFrame, ErrorCode, ServerFrame};
+use crate::protocol::{AgentName, ErrorCode, KeyRotation, ServerFrame};
 
-/// Answers a `rotate_keys` from `agent`; gives back other frames.
-pub async fn handle<S: Storage>(
+/// Answers `agent`'s `rotate_keys`.
+#[tracing::instrument(level = "debug", name = "request", skip_all, fields(kind = "rotate_keys", %agent, r#ref = %reference))]
+pub async fn rotate_keys<S: Registry>(
     state: &RelayState<S>,
     agent: &AgentName,
-    frame: ClientFrame,
-) -> Result<ServerFrame, ClientFrame> {
-    let ClientFrame::RotateKeys {
-        reference,
-        rotation,
-    } = frame
-    else {
-        return Err(frame);
-    };
+    reference: String,
+    rotation: KeyRotation,
+) -> ServerFrame {
     let refuse = |message: String| {
         error_frame(
             Some(reference.clone()),
@@ -32,29 +27,29 @@ pub async fn handle<S: Storage>(
         )
     };
     if &rotation.agent != agent {
-        return Ok(refuse(format!(
+        return refuse(format!(
             "the rotation is for {}, but this session is {agent}",
             rotation.agent
-        )));
+        ));
     }
     if let Err(e) = verify_rotation(&rotation) {
-        return Ok(refuse(e.to_string()));
+        return refuse(e.to_string());
     }
     let (old, new) = (rotation.old.clone(), rotation.new.clone());
     match state.storage.rotate(rotation).await {
         Ok(true) => {}
         Ok(false) => {
-            return Ok(refuse(format!(
+            return refuse(format!(
                 "{agent}'s registered keys are not the rotation's old keys (already rotated, or retired)"
-            )));
+            ));
         }
         Err(e) => {
-            return Ok(error_frame(
+            return error_frame(
                 Some(reference),
                 ErrorCode::Internal,
                 format!("not rotated: {e}"),
                 Some(Duration::from_secs(1)),
-            ));
+            );
         }
     }
     let fingerprint = |k| PublicIdentity::try_from(k).map(|p| p.fingerprint().to_string());
@@ -63,8 +58,8 @@ pub async fn handle<S: Storage>(
         fingerprint(new).unwrap_or_default(),
     );
     tracing::info!(%agent, %old, %new, "keys rotated");
-    Ok(ServerFrame::Done {
+    ServerFrame::Done {
         reference,
         detail: format!("{agent} now has the keys {new} (were {old})"),
-    })
+    }
 }

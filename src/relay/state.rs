@@ -12,7 +12,7 @@ use super::limits::{ConnectionLimiter, RateLimiter};
 use super::link::{DeniedLookups, Links};
 use super::metrics::Metrics;
 use super::presence::Presence;
-use super::storage::{Storage, StorageError};
+use super::storage::{Registry, Storage, StorageError};
 use crate::crypto::RelayIdentity;
 use crate::protocol::{Address, AgentName, Peer, RelayKey, RelayName};
 
@@ -24,8 +24,11 @@ const FIRST_CONTACT_BURST: f64 = 10.0;
 
 /// Shared relay state.
 pub struct RelayState<S> {
-    /// Durable storage.
+    /// Durable storage. Each user names the roles it needs (`S: Queue`, `S: Registry`, …);
+    /// only the wiring that reaches every request needs all of [`Storage`].
     pub storage: S,
+    /// The storage's stable id for this relay, which clients sign in their hello.
+    pub relay_id: String,
     /// Settings.
     pub config: RelayConfig,
     /// The relay's name, the host part of its agents' addresses.
@@ -97,6 +100,7 @@ impl<S: Storage> RelayState<S> {
                 config.max_receiving_bytes,
                 config.max_frame_bytes(),
             ),
+            relay_id: storage.relay_id().to_owned(),
             storage,
             config,
             name,
@@ -107,7 +111,9 @@ impl<S: Storage> RelayState<S> {
             known: Mutex::new(HashSet::new()),
         }
     }
+}
 
+impl<S: Registry> RelayState<S> {
     /// Whether `name` is registered, asking storage only for names not seen yet.
     pub async fn is_registered(&self, name: &AgentName) -> Result<bool, StorageError> {
         if self
@@ -124,7 +130,9 @@ impl<S: Storage> RelayState<S> {
         }
         Ok(found)
     }
+}
 
+impl<S> RelayState<S> {
     /// Records a name as registered.
     pub fn remember_registered(&self, name: &AgentName) {
         self.known

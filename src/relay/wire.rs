@@ -17,6 +17,7 @@ use tokio::task::JoinHandle;
 use tokio::time::{Instant, timeout, timeout_at};
 use tokio_util::sync::CancellationToken;
 
+use super::storage::StorageError;
 use crate::protocol::{ErrorCode, ServerFrame};
 
 /// WebSocket close codes (4000–4999 are for applications).
@@ -63,6 +64,17 @@ pub fn error_frame(
         message: message.into(),
         retry_after_ms: retry.map(|d| d.as_millis() as u64),
     }
+}
+
+/// The answer to a request whose storage call failed: the failure, and to ask again in a
+/// second.
+pub fn storage_failed(reference: String, e: StorageError) -> ServerFrame {
+    error_frame(
+        Some(reference),
+        ErrorCode::Internal,
+        e.to_string(),
+        Some(Duration::from_secs(1)),
+    )
 }
 
 fn text(frame: &ServerFrame) -> Message {

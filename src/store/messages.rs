@@ -1,4 +1,4 @@
-//! Messages in and out, their threads, read state and full-text search.
+//! Messages in and out, their threads, the receipts recorded against them, and full-text search.
 
 use jiff::Timestamp;
 use rusqlite::{OptionalExtension, Row, Transaction, params};
@@ -6,11 +6,10 @@ use serde::{Deserialize, Serialize};
 
 use super::attachments::{self, AttachmentInfo};
 use super::deliveries::decode_delivered;
-use super::receipts::{ReceiptRecord, decode_receipts, queue_read_receipt, read_receipts_on};
 use super::search::{FtsIndex, fts_terms, ranked};
 use super::time::{from_ms, to_ms};
 use super::{Contact, Store, StoreError};
-use crate::protocol::{Address, Importance, Message, MessageId, ThreadId, now_millis};
+use crate::protocol::{Address, Importance, Message, MessageId, ReceiptKind, ThreadId, now_millis};
 
 /// Whether this agent received or sent a message.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
@@ -222,29 +221,49 @@ pub(super) fn decode(raw: RawRow) -> Result<StoredMessage, StoreError> {
     })
 }
 
-/// A message marked read just now: id, direction, sender, thread.
-pub(super) type ReadRow = (String, String, String, String);
-
-fn read_row(r: &Row<'_>) -> rusqlite::Result<ReadRow> {
-    Ok((r.get(0)?, r.get(1)?, r.get(2)?, r.get(3)?))
+/// A receipt recorded against a message.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct ReceiptRecord {
+    /// The recipient who gave it (for received mail: this agent).
+    pub recipient: Address,
+    /// Read or acknowledged.
+    pub kind: ReceiptKind,
+    /// When the recipient gave it (its clock).
+    pub at: Timestamp,
+    /// The acknowledgement's answer: the recipient's words, untrusted.
+    pub answer: Option<String>,
 }
 
-/// Queues the read receipts of `newly` (when `receipts` is on) and commits; how many were
-/// marked read.
-fn commit_read(
-    tx: Transaction<'_>,
-    me: &Address,
-    receipts: bool,
-    newly: Vec<ReadRow>,
-) -> Result<usize, StoreError> {
-    let changed = newly.len();
-    if receipts {
-        for row in newly {
-            queue_read_receipt(&tx, me, row)?;
-        }
-    }
-    tx.commit()?;
-    Ok(changed)
+#[derive(Deserialize)]
+struct ReceiptRow {
+    recipient: String,
+    kind: String,
+    at: i64,
+    answer: Option<String>,
+}
+
+/// Reads the receipts column of a message row (a JSON array), oldest first.
+pub(super) fn decode_receipts(json: Option<&str>) -> Result<Vec<ReceiptRecord>, StoreError> {
+    let corrupt = |detail: String| StoreError::Corrupt {
+        what: "receipt",
+        detail,
+    };
+    let rows: Vec<ReceiptRow> =
+        serde_json::from_str(json.unwrap_or("[]")).map_err(|e| corrupt(e.to_string()))?;
+    let mut out = rows
+        .into_iter()
+        .map(|r| {
+            Ok(ReceiptRecord {
+                recipient: Address::parse(&r.recipient).map_err(|e| corrupt(e.to_string()))?,
+                kind: ReceiptKind::parse(&r.kind)
+                    .ok_or_else(|| corrupt(format!("unknown kind {:?}", r.kind)))?,
+                at: from_ms(r.at)?,
+                answer: r.answer,
+            })
+        })
+        .collect::<Result<Vec<_>, StoreError>>()?;
+    out.sort_by_key(|r| (r.at, r.kind));
+    Ok(out)
 }
 
 /// Inserts messages inside the caller's transaction; per message, whether it was new.
@@ -372,47 +391,6 @@ impl Store {
         ))?;
         let rows = stmt.query_map([id.to_string()], from_row)?;
         rows.map(|r| decode(r?)).collect()
-    }
-
-    /// Marks messages read as `me`; returns how many were unread before. When the owner
-    /// turned read receipts on, each received message read now queues a read receipt to its
-    /// sender, in the same transaction.
-    pub fn mark_read(&mut self, me: &Address, ids: &[MessageId]) -> Result<usize, StoreError> {
-        let tx = self.write_tx()?;
-        let receipts = read_receipts_on(&tx)?;
-        let now = to_ms(now_millis());
-        let mut newly = Vec::new();
-        {
-            let mut stmt = tx.prepare_cached(
-                "UPDATE messages SET read_at = ?2 WHERE id = ?1 AND read_at IS NULL
-                 RETURNING id, direction, sender, thread_id",
-            )?;
-            for id in ids {
-                if let Some(row) = stmt
-                    .query_row(params![id.to_string(), now], read_row)
-                    .optional()?
-                {
-                    newly.push(row);
-                }
-            }
-        }
-        commit_read(tx, me, receipts, newly)
-    }
-
-    /// Marks every received message read as `me` (read receipts as in [`Store::mark_read`]);
-    /// returns how many were unread.
-    pub fn mark_all_read(&mut self, me: &Address) -> Result<usize, StoreError> {
-        let tx = self.write_tx()?;
-        let receipts = read_receipts_on(&tx)?;
-        let newly = {
-            let mut stmt = tx.prepare_cached(
-                "UPDATE messages SET read_at = ?1 WHERE direction = 'in' AND read_at IS NULL
-                 RETURNING id, direction, sender, thread_id",
-            )?;
-            stmt.query_map([to_ms(now_millis())], read_row)?
-                .collect::<Result<Vec<_>, _>>()?
-        };
-        commit_read(tx, me, receipts, newly)
     }
 
     /// How many messages were received: all of them, or only the unread ones.

@@ -4,30 +4,16 @@
 //! are queued in the outbox like mail (marked `is_receipt`, never listed as mail).
 
 use jiff::Timestamp;
-use rusqlite::{Connection, OptionalExtension, Transaction, params};
-use serde::{Deserialize, Serialize};
+use rusqlite::{Connection, OptionalExtension, Row, Transaction, params};
 
-use super::messages::ReadRow;
+use super::messages::ReceiptRecord;
 use super::outbox::queue_in;
 use super::time::{from_ms, to_ms};
 use super::{Store, StoreError};
-use crate::protocol::{Address, Message, MessageId, Receipt, ReceiptKind, ThreadId};
+use crate::protocol::{Address, Message, MessageId, Receipt, ReceiptKind, ThreadId, now_millis};
 
 /// The meta key of the owner's read-receipt setting (absent: off).
 const READ_RECEIPTS: &str = "read_receipts";
-
-/// A receipt recorded against a message.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
-pub struct ReceiptRecord {
-    /// The recipient who gave it (for received mail: this agent).
-    pub recipient: Address,
-    /// Read or acknowledged.
-    pub kind: ReceiptKind,
-    /// When the recipient gave it (its clock).
-    pub at: Timestamp,
-    /// The acknowledgement's answer: the recipient's words, untrusted.
-    pub answer: Option<String>,
-}
 
 /// What became of a receipt that arrived.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -40,38 +26,6 @@ pub enum ReceiptOutcome {
     NotSent,
     /// The receipt's sender is not a recipient of that message.
     NotRecipient,
-}
-
-#[derive(Deserialize)]
-struct Row {
-    recipient: String,
-    kind: String,
-    at: i64,
-    answer: Option<String>,
-}
-
-/// Reads the receipts column of a message row (a JSON array), oldest first.
-pub(super) fn decode_receipts(json: Option<&str>) -> Result<Vec<ReceiptRecord>, StoreError> {
-    let corrupt = |detail: String| StoreError::Corrupt {
-        what: "receipt",
-        detail,
-    };
-    let rows: Vec<Row> =
-        serde_json::from_str(json.unwrap_or("[]")).map_err(|e| corrupt(e.to_string()))?;
-    let mut out = rows
-        .into_iter()
-        .map(|r| {
-            Ok(ReceiptRecord {
-                recipient: Address::parse(&r.recipient).map_err(|e| corrupt(e.to_string()))?,
-                kind: ReceiptKind::parse(&r.kind)
-                    .ok_or_else(|| corrupt(format!("unknown kind {:?}", r.kind)))?,
-                at: from_ms(r.at)?,
-                answer: r.answer,
-            })
-        })
-        .collect::<Result<Vec<_>, StoreError>>()?;
-    out.sort_by_key(|r| (r.at, r.kind));
-    Ok(out)
 }
 
 /// Whether the owner turned read receipts on.
@@ -158,7 +112,73 @@ pub(super) fn queue_read_receipt(
     Ok(())
 }
 
+/// A message marked read just now: id, direction, sender, thread.
+pub(super) type ReadRow = (String, String, String, String);
+
+fn read_row(r: &Row<'_>) -> rusqlite::Result<ReadRow> {
+    Ok((r.get(0)?, r.get(1)?, r.get(2)?, r.get(3)?))
+}
+
+/// Queues the read receipts of `newly` (when `receipts` is on) and commits; how many were
+/// marked read.
+fn commit_read(
+    tx: Transaction<'_>,
+    me: &Address,
+    receipts: bool,
+    newly: Vec<ReadRow>,
+) -> Result<usize, StoreError> {
+    let changed = newly.len();
+    if receipts {
+        for row in newly {
+            queue_read_receipt(&tx, me, row)?;
+        }
+    }
+    tx.commit()?;
+    Ok(changed)
+}
+
 impl Store {
+    /// Marks messages read as `me`; returns how many were unread before. When the owner
+    /// turned read receipts on, each received message read now queues a read receipt to its
+    /// sender, in the same transaction.
+    pub fn mark_read(&mut self, me: &Address, ids: &[MessageId]) -> Result<usize, StoreError> {
+        let tx = self.write_tx()?;
+        let receipts = read_receipts_on(&tx)?;
+        let now = to_ms(now_millis());
+        let mut newly = Vec::new();
+        {
+            let mut stmt = tx.prepare_cached(
+                "UPDATE messages SET read_at = ?2 WHERE id = ?1 AND read_at IS NULL
+                 RETURNING id, direction, sender, thread_id",
+            )?;
+            for id in ids {
+                if let Some(row) = stmt
+                    .query_row(params![id.to_string(), now], read_row)
+                    .optional()?
+                {
+                    newly.push(row);
+                }
+            }
+        }
+        commit_read(tx, me, receipts, newly)
+    }
+
+    /// Marks every received message read as `me` (read receipts as in [`Store::mark_read`]);
+    /// returns how many were unread.
+    pub fn mark_all_read(&mut self, me: &Address) -> Result<usize, StoreError> {
+        let tx = self.write_tx()?;
+        let receipts = read_receipts_on(&tx)?;
+        let newly = {
+            let mut stmt = tx.prepare_cached(
+                "UPDATE messages SET read_at = ?1 WHERE direction = 'in' AND read_at IS NULL
+                 RETURNING id, direction, sender, thread_id",
+            )?;
+            stmt.query_map([to_ms(now_millis())], read_row)?
+                .collect::<Result<Vec<_>, _>>()?
+        };
+        commit_read(tx, me, receipts, newly)
+    }
+
     /// Whether read receipts are on (the owner's setting; off unless turned on).
     pub fn read_receipts(&self) -> Result<bool, StoreError> {
         read_receipts_on(&self.conn)

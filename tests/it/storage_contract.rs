@@ -15,9 +15,9 @@ use mailslot::protocol::{
     RelayKey, RelayName, RequestCode, Seq,
 };
 use mailslot::relay::storage::{
-    Accepted, AckOutcome, ConsentChange, ConsentLedger, ConsentOutcome, Copy, CopyStatus, Epoch,
-    PostgresStorage, Queue, Quota, Registration, Registry, RelayPin, RelayPins, SqliteStorage,
-    Storage,
+    Accepted, AckOutcome, ConsentChange, ConsentLedger, ConsentOutcome, CopyStatus, Epoch,
+    PostgresStorage, Queue, QueuedCopy, Quota, Registration, Registry, RelayPin, RelayPins,
+    SqliteStorage, Storage,
 };
 
 /// A backend under test: a fresh, empty store, and the same data opened again.
@@ -104,9 +104,9 @@ fn far_future() -> i64 {
     jiff::Timestamp::now().as_millisecond() + 3_600_000
 }
 
-fn copies(to: &[&AgentName], body: &str) -> Vec<Copy> {
+fn copies(to: &[&AgentName], body: &str) -> Vec<QueuedCopy> {
     to.iter()
-        .map(|r| Copy {
+        .map(|r| QueuedCopy {
             id: None,
             recipient: (*r).clone(),
             envelope: Arc::from(format!("{{\"to\":\"{r}\",\"body\":\"{body}\"}}").into_bytes()),

@@ -17,11 +17,12 @@ use axum::extract::ws::{Message, WebSocket};
 use futures_util::stream::FuturesOrdered;
 use futures_util::{FutureExt, SinkExt, StreamExt};
 use prometheus_client::metrics::counter::Counter;
+use tracing::Instrument;
 
 use super::super::inbound::FrameDone;
 use super::super::metrics::RelayLabel;
 use super::super::state::RelayState;
-use super::super::storage::{Accepted, Copy, Quota, Storage};
+use super::super::storage::{Accepted, Queue, QueuedCopy, Quota, Registry, RelayPins, Storage};
 use super::peer;
 use crate::crypto::sign::Domain;
 use crate::crypto::verify_link;
@@ -159,7 +160,7 @@ async fn serve<S: Storage>(
 
 /// Challenges the dialer, checks its hello against its relay's pinned key (fetched and pinned
 /// on first contact), refuses a relay denied by name or by key, and welcomes it.
-async fn handshake<S: Storage>(
+async fn handshake<S: RelayPins>(
     state: &RelayState<S>,
     socket: &mut WebSocket,
     ip: IpAddr,
@@ -252,7 +253,8 @@ fn refused(relay: &RelayName, e: &peer::PeerError) -> (ErrorCode, String) {
 type Answer = std::pin::Pin<Box<dyn std::future::Future<Output = LinkAnswer> + Send>>;
 
 /// Checks one delivery and queues its write; the answer resolves once it is durable.
-fn take<S: Storage>(
+#[tracing::instrument(level = "debug", name = "link_delivery", skip_all, fields(%relay, seq = deliver.seq, id = %deliver.envelope.id, refused = tracing::field::Empty))]
+fn take<S: Registry + Queue>(
     state: &Arc<RelayState<S>>,
     (relay, key): (&RelayName, &RelayKey),
     received: &Counter,
@@ -307,7 +309,7 @@ fn take<S: Storage>(
         return refused_all(seq, refuse_every(ErrorCode::InvalidEnvelope), String::new());
     };
     let limits = &state.config.limits;
-    let mut copies: Vec<Copy> = Vec::with_capacity(head.keys.len());
+    let mut copies: Vec<QueuedCopy> = Vec::with_capacity(head.keys.len());
     let mut names = Vec::with_capacity(head.keys.len());
     for key in &head.keys {
         let here = (key.to.host() == Some(&state.name)).then(|| key.to.name());
@@ -327,7 +329,7 @@ fn take<S: Storage>(
             continue;
         }
         names.push(name.clone());
-        copies.push(Copy {
+        copies.push(QueuedCopy {
             id: None,
             recipient: name.clone(),
             envelope: copy.into(),
@@ -335,80 +337,84 @@ fn take<S: Storage>(
     }
     let (state, id, received) = (state.clone(), head.id, received.clone());
     let addresses: Vec<_> = head.keys.iter().map(|k| k.to.clone()).collect();
-    Box::pin(async move {
-        let quota = Quota {
-            count: state.config.quota_messages,
-            bytes: state.config.quota_bytes,
-        };
-        let expires =
-            jiff::Timestamp::now().as_millisecond() + (state.config.ttl_secs as i64) * 1000;
-        let address_of = |name: &AgentName| {
-            addresses
-                .iter()
-                .find(|a| a.name() == name)
-                .cloned()
-                .expect("every copy is for an address in the envelope")
-        };
-        // Registered names only; then the write, which applies consent and quotas to each
-        // recipient (all or none, so a refused one is taken out and the rest written again).
-        let mut kept = Vec::with_capacity(copies.len());
-        for copy in copies {
-            match state.is_registered(&copy.recipient).await {
-                Ok(true) => kept.push(copy),
-                Ok(false) => refused.push(Refusal {
-                    to: address_of(&copy.recipient),
-                    code: ErrorCode::UnknownRecipient,
-                }),
-                Err(e) => {
-                    return LinkAnswer::Later {
-                        seq,
-                        code: ErrorCode::Internal,
-                        message: e.to_string(),
-                        retry_after_ms: 1000,
-                    };
+    Box::pin(
+        async move {
+            let quota = Quota {
+                count: state.config.quota_messages,
+                bytes: state.config.quota_bytes,
+            };
+            let expires =
+                jiff::Timestamp::now().as_millisecond() + (state.config.ttl_secs as i64) * 1000;
+            let address_of = |name: &AgentName| {
+                addresses
+                    .iter()
+                    .find(|a| a.name() == name)
+                    .cloned()
+                    .expect("every copy is for an address in the envelope")
+            };
+            // Registered names only; then the write, which applies consent and quotas to each
+            // recipient (all or none, so a refused one is taken out and the rest written again).
+            let mut kept = Vec::with_capacity(copies.len());
+            for copy in copies {
+                match state.is_registered(&copy.recipient).await {
+                    Ok(true) => kept.push(copy),
+                    Ok(false) => refused.push(Refusal {
+                        to: address_of(&copy.recipient),
+                        code: ErrorCode::UnknownRecipient,
+                    }),
+                    Err(e) => {
+                        return LinkAnswer::Later {
+                            seq,
+                            code: ErrorCode::Internal,
+                            message: e.to_string(),
+                            retry_after_ms: 1000,
+                        };
+                    }
                 }
             }
+            while !kept.is_empty() {
+                let outcome = state
+                    .storage
+                    .accept(
+                        sender.clone(),
+                        id,
+                        kept.clone(),
+                        quota,
+                        expires,
+                        state.config.effective_default_policy(),
+                    )
+                    .await;
+                let (out, code) = match outcome {
+                    Ok(Accepted::Stored(recipients)) => {
+                        let n = recipients.len() as u64;
+                        state.metrics.accepted.inc_by(n);
+                        state.metrics.queued.inc_by(n as i64);
+                        received.inc_by(n);
+                        break;
+                    }
+                    Ok(Accepted::Duplicate) => break,
+                    Ok(Accepted::NotAllowed(r)) => (r, ErrorCode::NotAllowed),
+                    Ok(Accepted::QuotaFull(r)) => (r, ErrorCode::QuotaFull),
+                    Err(e) => {
+                        return LinkAnswer::Later {
+                            seq,
+                            code: ErrorCode::Internal,
+                            message: format!("not stored: {e}"),
+                            retry_after_ms: 1000,
+                        };
+                    }
+                };
+                kept.retain(|c| c.recipient != out);
+                refused.push(Refusal {
+                    to: address_of(&out),
+                    code,
+                });
+            }
+            tracing::Span::current().record("refused", refused.len());
+            LinkAnswer::Taken { seq, refused }
         }
-        while !kept.is_empty() {
-            let outcome = state
-                .storage
-                .accept(
-                    sender.clone(),
-                    id,
-                    kept.clone(),
-                    quota,
-                    expires,
-                    state.config.effective_default_policy(),
-                )
-                .await;
-            let (out, code) = match outcome {
-                Ok(Accepted::Stored(recipients)) => {
-                    let n = recipients.len() as u64;
-                    state.metrics.accepted.inc_by(n);
-                    state.metrics.queued.inc_by(n as i64);
-                    received.inc_by(n);
-                    break;
-                }
-                Ok(Accepted::Duplicate) => break,
-                Ok(Accepted::NotAllowed(r)) => (r, ErrorCode::NotAllowed),
-                Ok(Accepted::QuotaFull(r)) => (r, ErrorCode::QuotaFull),
-                Err(e) => {
-                    return LinkAnswer::Later {
-                        seq,
-                        code: ErrorCode::Internal,
-                        message: format!("not stored: {e}"),
-                        retry_after_ms: 1000,
-                    };
-                }
-            };
-            kept.retain(|c| c.recipient != out);
-            refused.push(Refusal {
-                to: address_of(&out),
-                code,
-            });
-        }
-        LinkAnswer::Taken { seq, refused }
-    })
+        .instrument(tracing::Span::current()),
+    )
 }
 
 /// An answer refusing every recipient (an envelope that cannot be read refuses none, and is

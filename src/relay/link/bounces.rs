@@ -10,7 +10,7 @@ use std::time::Duration;
 
 use super::super::bounce;
 use super::super::state::RelayState;
-use super::super::storage::Storage;
+use super::super::storage::{Queue, RelayPins, StorageError};
 use crate::protocol::{
     Address, AgentName, Bounce, CopyKey, LinkAnswer, LinkRequest, MAX_LINK_BOUNCES, RelayName,
     RemoteBounce,
@@ -20,7 +20,7 @@ use crate::protocol::{
 const SENDERS: usize = 100;
 
 /// Offers the bounces waiting for other relays' agents to their relays, every expiry round.
-pub async fn carry<S: Storage>(state: Arc<RelayState<S>>) {
+pub async fn carry<S: Queue + RelayPins>(state: Arc<RelayState<S>>) {
     let mut tick = tokio::time::interval(Duration::from_secs(
         state.config.expiry_interval_secs.max(1),
     ));
@@ -32,9 +32,7 @@ pub async fn carry<S: Storage>(state: Arc<RelayState<S>>) {
     }
 }
 
-async fn carry_once<S: Storage>(
-    state: &RelayState<S>,
-) -> Result<(), super::super::storage::StorageError> {
+async fn carry_once<S: Queue + RelayPins>(state: &RelayState<S>) -> Result<(), StorageError> {
     let mut by_relay: BTreeMap<RelayName, Vec<(AgentName, Bounce)>> = BTreeMap::new();
     for sender in state.storage.remote_bounce_senders(SENDERS).await? {
         let Some(relay) = sender.stored_address().host().cloned() else {
@@ -77,7 +75,7 @@ async fn carry_once<S: Storage>(
 }
 
 /// Records bounces `relay` reports for this relay's agents, as its own relay's bounces are.
-pub async fn take<S: Storage>(
+pub async fn take<S: Queue>(
     state: &RelayState<S>,
     relay: &RelayName,
     bounces: Vec<RemoteBounce>,

@@ -3,14 +3,14 @@
 //! relay speaks only for its own agents, and only about agents here.
 
 use super::super::state::RelayState;
-use super::super::storage::{ConsentChange, ConsentOutcome, Storage};
+use super::super::storage::{ConsentChange, ConsentLedger, ConsentOutcome, Registry};
 use crate::protocol::{
     Address, AgentName, ConsentEvent, ErrorCode, LinkAnswer, LinkRequest, RelayName, RequestCode,
     validate_note,
 };
 
 /// Applies a `connect` or `approved` from `relay`.
-pub async fn apply<S: Storage>(
+pub async fn apply<S: Registry + ConsentLedger>(
     state: &RelayState<S>,
     relay: &RelayName,
     request: LinkRequest,
@@ -120,7 +120,7 @@ pub async fn apply<S: Storage>(
 /// `target`'s answer to `requester`'s request here, from `target`'s relay: an approval with
 /// the request's `code`, or (`None`) a denial. It applies only to a request open here, so a
 /// relay can neither make contacts nobody asked for nor speak for another relay's agents.
-async fn settle<S: Storage>(
+async fn settle<S: ConsentLedger>(
     state: &RelayState<S>,
     relay: &RelayName,
     requester: Address,
@@ -179,6 +179,6 @@ fn theirs(relay: &RelayName, address: &Address) -> Option<AgentName> {
 }
 
 /// The agent here that `address` names.
-fn ours<S: Storage>(state: &RelayState<S>, address: &Address) -> Option<AgentName> {
+fn ours<S>(state: &RelayState<S>, address: &Address) -> Option<AgentName> {
     (address.host() == Some(&state.name)).then(|| address.name().clone())
 }

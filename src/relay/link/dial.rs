@@ -20,7 +20,7 @@ use super::super::bounce;
 use super::super::metrics::RelayLabel;
 use super::super::pushes::{self, Pushed, Pushes, Step};
 use super::super::state::RelayState;
-use super::super::storage::{AckOutcome, Epoch, Queued, Storage, StorageError};
+use super::super::storage::{AckOutcome, Epoch, Queue, Queued, RelayPins, StorageError};
 use super::peer::{self, PeerError};
 use crate::crypto::sign::Domain;
 use crate::crypto::verify_link;
@@ -46,7 +46,7 @@ type Socket = WebSocketStream<MaybeTlsStream<TcpStream>>;
 
 /// Starts a link for every relay that has mail waiting and for every one that gets some.
 /// Returns at shutdown once every link has stopped (none outlives the relay's storage).
-pub async fn supervise<S: Storage>(state: Arc<RelayState<S>>) {
+pub async fn supervise<S: Queue + RelayPins>(state: Arc<RelayState<S>>) {
     let mut starts = state.links.serve();
     let mut shutdown = state.shutdown.clone();
     let mut rescan = tokio::time::interval(RESCAN);
@@ -86,7 +86,11 @@ enum LinkError {
 }
 
 /// One link: delivers until the mailbox is empty, then ends (the next copy starts another).
-async fn run<S: Storage>(state: Arc<RelayState<S>>, relay: RelayName, mut pushes: Pushes) {
+async fn run<S: Queue + RelayPins>(
+    state: Arc<RelayState<S>>,
+    relay: RelayName,
+    mut pushes: Pushes,
+) {
     let Some(mailbox) = AgentName::relay_mailbox(&relay) else {
         return;
     };
@@ -97,7 +101,7 @@ async fn run<S: Storage>(state: Arc<RelayState<S>>, relay: RelayName, mut pushes
             return;
         }
         let outcome = match state.storage.claim(mailbox.clone()).await {
-            Ok(epoch) => deliver(&state, &relay, &mailbox, epoch, &mut pushes).await,
+            Ok(epoch) => send_mailbox(&state, &relay, &mailbox, epoch, &mut pushes).await,
             Err(e) => Err(LinkError::Storage(e)),
         };
         let wait = match outcome {
@@ -150,7 +154,8 @@ async fn run<S: Storage>(state: Arc<RelayState<S>>, relay: RelayName, mut pushes
 
 /// Expires what is past its TTL, then connects and delivers the rest. `Ok(true)`: the
 /// connection ended cleanly with mail perhaps left; `Ok(false)`: nothing waits.
-async fn deliver<S: Storage>(
+#[tracing::instrument(level = "debug", name = "link", skip_all, fields(%relay, %epoch))]
+async fn send_mailbox<S: Queue + RelayPins>(
     state: &RelayState<S>,
     relay: &RelayName,
     mailbox: &AgentName,
@@ -171,7 +176,7 @@ async fn deliver<S: Storage>(
 
 /// Connects to `relay`'s link endpoint and shakes hands: it proves its key, this relay its
 /// name.
-async fn connect<S: Storage>(
+async fn connect<S>(
     state: &RelayState<S>,
     relay: &RelayName,
     key: &crate::protocol::RelayKey,
@@ -194,7 +199,7 @@ async fn connect<S: Storage>(
         .max_message_size(Some(max))
         .max_frame_size(Some(max));
     // To the addresses checked for this relay only (see `reach`), never the name again.
-    let addrs = peer::addresses(state, relay, &endpoint).await?;
+    let addrs = peer::addresses(&state.config, relay, &endpoint).await?;
     let (mut ws, _) = tokio::time::timeout(within, async {
         let tcp = TcpStream::connect(&addrs[..]).await?;
         tcp.set_nodelay(true)?;
@@ -243,7 +248,8 @@ async fn connect<S: Storage>(
 /// and returns the answer: the request is not mail, and its sender waits for it. The error is
 /// what the agent that asked may be told: the same whether nothing listens at `relay`,
 /// something else does, or it is not a mailslot relay (the details are logged here).
-pub async fn ask<S: Storage>(
+#[tracing::instrument(level = "debug", name = "link_request", skip_all, fields(%relay))]
+pub async fn ask<S: RelayPins>(
     state: &RelayState<S>,
     relay: &RelayName,
     request: LinkRequest,
@@ -325,7 +331,7 @@ impl Window {
 /// one. Copies come from the mailbox until a read comes back short, then as they are
 /// committed (pushed), until a push is dropped or a copy before one was not seen here:
 /// then from the mailbox again. Returns when nothing was sent or answered for [`IDLE`].
-async fn stream<S: Storage>(
+async fn stream<S: Queue>(
     state: &RelayState<S>,
     relay: &RelayName,
     mailbox: &AgentName,
@@ -463,7 +469,7 @@ async fn stream<S: Storage>(
 }
 
 /// How many copies wait for `relay`, shown in `/metrics`.
-async fn count_queued<S: Storage>(
+async fn count_queued<S: Queue>(
     state: &RelayState<S>,
     relay: &RelayName,
     mailbox: &AgentName,
@@ -481,7 +487,7 @@ async fn count_queued<S: Storage>(
 /// to the sender, before the copy is acknowledged: a crash between the two sends it again,
 /// and the same bounce is recorded once. The copy is read back from the mailbox (it is
 /// acknowledged only after this), since a link keeps only the numbers of what it sent.
-async fn bounce_refused<S: Storage>(
+async fn bounce_refused<S: Queue>(
     state: &RelayState<S>,
     relay: &RelayName,
     mailbox: &AgentName,
@@ -550,7 +556,7 @@ fn read_head(queued: &Queued) -> Result<(MessageId, AgentName, Vec<Address>), Li
 
 /// Bounces the copies at the head of the mailbox that are past their TTL, each recipient by
 /// name, then acknowledges them.
-async fn expire<S: Storage>(
+async fn expire<S: Queue>(
     state: &RelayState<S>,
     relay: &RelayName,
     mailbox: &AgentName,

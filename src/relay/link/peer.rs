@@ -7,8 +7,9 @@
 use std::net::{IpAddr, SocketAddr};
 use std::time::{Duration, Instant};
 
+use super::super::RelayConfig;
 use super::super::state::RelayState;
-use super::super::storage::{RelayPin, Storage};
+use super::super::storage::{RelayPin, RelayPins};
 use super::reach::{self, ReachError};
 use crate::crypto::relay_fingerprint;
 use crate::fetch::BodyError;
@@ -95,7 +96,7 @@ fn bounded(text: &str) -> String {
 
 /// `relay`'s key, from its discovery document, pinned here (on first contact) or matching the
 /// pin, and not denied.
-pub async fn pinned_key<S: Storage>(
+pub async fn pinned_key<S: RelayPins>(
     state: &RelayState<S>,
     relay: &RelayName,
 ) -> Result<RelayKey, PeerError> {
@@ -108,7 +109,7 @@ pub async fn pinned_key<S: Storage>(
 /// anyone; else, for a relay met for the first time, the one its discovery document gives
 /// (pinned then), within the per-IP allowance of such look-ups, since whoever connects names
 /// the relay before it has proved anything.
-pub async fn hello_key<S: Storage>(
+pub async fn hello_key<S: RelayPins>(
     state: &RelayState<S>,
     relay: &RelayName,
     ip: IpAddr,
@@ -133,7 +134,7 @@ pub async fn hello_key<S: Storage>(
 
 /// Refuses `key` (presented by `relay`) when the operator denied it: by fingerprint, or under
 /// a denied name it is pinned for here, or that a denied name's discovery document gives.
-pub async fn refuse_denied<S: Storage>(
+pub async fn refuse_denied<S: RelayPins>(
     state: &RelayState<S>,
     relay: &RelayName,
     key: &RelayKey,
@@ -182,11 +183,11 @@ pub async fn refuse_denied<S: Storage>(
 }
 
 /// Fetches `relay`'s discovery document and pins its key, or checks it against the pin.
-async fn fetch_and_pin<S: Storage>(
+async fn fetch_and_pin<S: RelayPins>(
     state: &RelayState<S>,
     relay: &RelayName,
 ) -> Result<RelayKey, PeerError> {
-    let info = discover(state, relay).await?;
+    let info = discover(&state.config, relay).await?;
     match state
         .storage
         .pin_relay(relay.clone(), info.key)
@@ -207,11 +208,8 @@ async fn fetch_and_pin<S: Storage>(
 }
 
 /// `relay`'s discovery document, checked: it names `relay`, and its fingerprint is its key's.
-async fn discover<S: Storage>(
-    state: &RelayState<S>,
-    relay: &RelayName,
-) -> Result<RelayInfo, PeerError> {
-    let endpoint = RelayEndpoint::of(relay, &state.config.trusted_hosts);
+async fn discover(config: &RelayConfig, relay: &RelayName) -> Result<RelayInfo, PeerError> {
+    let endpoint = RelayEndpoint::of(relay, &config.trusted_hosts);
     let url = endpoint.well_known_url();
     let unreachable = |reason: String| PeerError::Unreachable {
         url: url.clone(),
@@ -221,14 +219,9 @@ async fn discover<S: Storage>(
         url: url.clone(),
         problem,
     };
-    let addrs = addresses(state, relay, &endpoint).await?;
-    let http = client(
-        relay,
-        &addrs,
-        endpoint.is_tls(),
-        state.config.link_timeout(),
-    )
-    .map_err(unreachable)?;
+    let addrs = addresses(config, relay, &endpoint).await?;
+    let http =
+        client(relay, &addrs, endpoint.is_tls(), config.link_timeout()).map_err(unreachable)?;
     let response = http
         .get(&url)
         .send()
@@ -258,13 +251,13 @@ async fn discover<S: Storage>(
 }
 
 /// The addresses `relay` may be reached at (see [`reach`]).
-pub async fn addresses<S: Storage>(
-    state: &RelayState<S>,
+pub async fn addresses(
+    config: &RelayConfig,
     relay: &RelayName,
     endpoint: &RelayEndpoint,
 ) -> Result<Vec<SocketAddr>, PeerError> {
     let port = if endpoint.is_tls() { 443 } else { 80 };
-    reach::addresses(relay, port, state.config.may_reach_private(relay))
+    reach::addresses(relay, port, config.may_reach_private(relay))
         .await
         .map_err(|e| match e {
             ReachError::Private { .. } => PeerError::Private(e),

@@ -23,8 +23,8 @@ pub use error::StorageError;
 pub use metrics::StorageMetrics;
 pub use postgres::{PostgresStorage, is_postgres_url, redact_url};
 pub use queue::{
-    Accepted, AckOutcome, CommitListener, Committed, Copy, CopyStatus, Epoch, Pending, Queue,
-    Queued, Quota, queue_of,
+    Accepted, AckOutcome, CommitListener, Committed, CopyStatus, Epoch, Pending, Queue, Queued,
+    QueuedCopy, Quota, queue_of,
 };
 pub use registry::{InviteDigest, Registration, Registry};
 pub use relays::{RelayPin, RelayPins};

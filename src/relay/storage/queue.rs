@@ -9,7 +9,7 @@ use crate::protocol::{Address, AgentName, Bounce, CopyKey, MessageId, Policy, Re
 
 /// One recipient's copy of an envelope, serialized.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Copy {
+pub struct QueuedCopy {
     /// Who gets it.
     pub recipient: AgentName,
     /// The id it is stored and deduplicated under when not the message's: each recipient's
@@ -156,7 +156,7 @@ pub trait Queue: Send + Sync + 'static {
         &self,
         sender: AgentName,
         id: MessageId,
-        copies: Vec<Copy>,
+        copies: Vec<QueuedCopy>,
         quota: Quota,
         expires_at_ms: i64,
         default: Policy,

@@ -20,7 +20,7 @@ use super::{describe, now_ms, retryable, seq_to_db, unsigned};
 use crate::protocol::{AgentName, MessageId, Policy, Seq};
 use crate::relay::storage::queue::is_relay_mailbox;
 use crate::relay::storage::{
-    Accepted, CommitListener, Committed, Copy, Quota, StorageError, StorageMetrics,
+    Accepted, CommitListener, Committed, QueuedCopy, Quota, StorageError, StorageMetrics,
 };
 
 /// Sends taken into one transaction at most (as in the SQLite writer). Flat out, batches are
@@ -35,7 +35,7 @@ const RETRIES: usize = 3;
 pub(super) struct AcceptOp {
     pub(super) sender: AgentName,
     pub(super) id: MessageId,
-    pub(super) copies: Vec<Copy>,
+    pub(super) copies: Vec<QueuedCopy>,
     pub(super) quota: Quota,
     pub(super) expires_at_ms: i64,
     pub(super) default: Policy,
@@ -64,8 +64,8 @@ pub(super) async fn run(writer: Writer, mut queue: mpsc::UnboundedReceiver<Accep
     }
 }
 
-/// One recipient's mailbox as the batch changes it.
-struct Mailbox {
+/// One recipient's `mailboxes` row as the batch changes it.
+struct MailboxRow {
     next_seq: i64,
     waiting: i64,
     bytes: i64,
@@ -193,7 +193,7 @@ impl Writer {
         let mut fresh_keys: HashSet<Key> = HashSet::new();
         for op in batch {
             let id = op.id.to_string();
-            let mut fresh: Vec<(&Copy, Key)> = Vec::with_capacity(op.copies.len());
+            let mut fresh: Vec<(&QueuedCopy, Key)> = Vec::with_capacity(op.copies.len());
             let mut refused = None;
             for copy in &op.copies {
                 let key = (
@@ -338,13 +338,13 @@ fn missing(name: &str) -> StorageError {
 }
 
 fn mailbox<'a>(
-    boxes: &'a HashMap<String, Mailbox>,
+    boxes: &'a HashMap<String, MailboxRow>,
     name: &str,
-) -> Result<&'a Mailbox, StorageError> {
+) -> Result<&'a MailboxRow, StorageError> {
     boxes.get(name).ok_or_else(|| missing(name))
 }
 
-fn size_of(copy: &Copy) -> i64 {
+fn size_of(copy: &QueuedCopy) -> i64 {
     i64::try_from(copy.envelope.len()).unwrap_or(i64::MAX)
 }
 
@@ -425,12 +425,12 @@ impl Statements {
 }
 
 /// The locked mailbox rows, by recipient.
-fn mailboxes(rows: Vec<Row>) -> Result<HashMap<String, Mailbox>, Failure> {
+fn mailboxes(rows: Vec<Row>) -> Result<HashMap<String, MailboxRow>, Failure> {
     let mut boxes = HashMap::with_capacity(rows.len());
     for row in rows {
         boxes.insert(
             row.try_get(0)?,
-            Mailbox {
+            MailboxRow {
                 next_seq: row.try_get(1)?,
                 waiting: row.try_get(2)?,
                 bytes: row.try_get(3)?,
@@ -530,7 +530,7 @@ struct Changed<'a> {
 }
 
 impl<'a> Changed<'a> {
-    fn of(boxes: &'a HashMap<String, Mailbox>) -> Self {
+    fn of(boxes: &'a HashMap<String, MailboxRow>) -> Self {
         let mut changed = Self {
             names: Vec::new(),
             next: Vec::new(),

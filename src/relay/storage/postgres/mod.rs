@@ -30,8 +30,8 @@ pub use connect::{Notifier, Target, is_postgres_url, redact_url};
 
 use super::{
     Accepted, AckOutcome, CommitListener, ConsentChange, ConsentLedger, ConsentOutcome,
-    ConsentState, Copy, CopyStatus, Epoch, InviteDigest, MigrateError, Moved, Pending, Queue,
-    Queued, Quota, Registration, Registry, Snapshot, Storage, StorageError, StorageMetrics,
+    ConsentState, CopyStatus, Epoch, InviteDigest, MigrateError, Moved, Pending, Queue, Queued,
+    QueuedCopy, Quota, Registration, Registry, Snapshot, Storage, StorageError, StorageMetrics,
 };
 use crate::protocol::{
     AgentName, Bounce, CopyKey, KeyRotation, MessageId, OwnerKey, Policy, PublicKeys, RequestCode,
@@ -278,7 +278,7 @@ impl Queue for PostgresStorage {
         &self,
         sender: AgentName,
         id: MessageId,
-        copies: Vec<Copy>,
+        copies: Vec<QueuedCopy>,
         quota: Quota,
         expires_at_ms: i64,
         default: Policy,

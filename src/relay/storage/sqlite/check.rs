@@ -6,9 +6,11 @@ use std::path::Path;
 
 use rusqlite::{Connection, OpenFlags};
 
-use super::queue::QueueIndex;
+use super::clock::now_ms;
+use super::index::QueueIndex;
 use super::scan::{self, Scan};
-use super::{now_ms, schema, spool_dir};
+use super::schema;
+use super::spool;
 use crate::relay::storage::{CheckReport, DatabaseReport, SpoolReport, StorageError};
 
 /// The report of `scan`, with what each damaged record costs now that `index` holds the intact
@@ -85,7 +87,7 @@ pub(super) fn check(path: &Path) -> Result<CheckReport, StorageError> {
         .query_map([], |r| r.get::<_, String>(0))?
         .filter(|line| !matches!(line.as_deref(), Ok("ok")))
         .collect::<Result<Vec<_>, _>>()?;
-    let scan = scan::scan(&spool_dir(path))?;
+    let scan = scan::scan(&spool::dir_of(path))?;
     let now = now_ms();
     let index = QueueIndex::load(&scan.segments, now);
     Ok(CheckReport {

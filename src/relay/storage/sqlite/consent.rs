@@ -1,210 +1,75 @@
-//! Registrations and consent: who an agent is, and whom it accepts mail from. Every write
-//! here runs in the writer's batch, so a consent change and a send never race.
+//! The consent ledger on SQLite: contact requests, approvals, blocks and each agent's policy.
+//! Every change runs in the writer's batch, so a consent change and a send never race, and
+//! clears the consent rules the queue's index remembers for sends.
 
 use rusqlite::{Connection, OptionalExtension, params};
 
-use super::now_ms;
-use crate::protocol::{
-    AgentName, KeyRotation, OwnerKey, Policy, PublicKeys, RequestCode, RequestView,
-};
-use crate::relay::storage::registry::{rotations_column_with, rotations_from_column};
+use super::SqliteStorage;
+use super::clock::now_ms;
+use crate::protocol::{AgentName, RequestCode, RequestView};
 use crate::relay::storage::{
-    ConsentChange, ConsentOutcome, InviteDigest, Registration, StorageError,
+    ConsentChange, ConsentLedger, ConsentOutcome, ConsentState, StorageError,
 };
 
-pub(super) fn register(
-    tx: &rusqlite::Transaction<'_>,
-    name: &AgentName,
-    keys: &PublicKeys,
-    invite: Option<&InviteDigest>,
-) -> Result<Registration, StorageError> {
-    let existing: Option<(Vec<u8>, Vec<u8>, Option<i64>)> = tx
-        .query_row(
-            "SELECT signing, sealing, retired_until FROM agents WHERE name = ?1",
-            [name.as_str()],
-            |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?)),
-        )
-        .optional()?;
-    let existing = match existing {
-        Some((_, _, Some(until))) if until > now_ms() => return Ok(Registration::Retired(until)),
-        // Retired and past its grace: the name is free, and nothing of its past comes along.
-        Some((_, _, Some(_))) => {
-            tx.execute("DELETE FROM agents WHERE name = ?1", [name.as_str()])?;
-            None
-        }
-        Some((s, x, None)) => Some((s, x)),
-        None => None,
-    };
-    Ok(match existing {
-        None => {
-            if let Some(digest) = invite {
-                let used = tx.execute(
-                    "UPDATE invites SET used_by = ?2, used_at = ?3 WHERE digest = ?1 AND used_by IS NULL",
-                    params![digest.as_slice(), name.as_str(), now_ms()],
-                )?;
-                if used == 0 {
-                    return Ok(Registration::BadInvite);
-                }
-            }
-            tx.execute(
-                "INSERT INTO agents (name, signing, sealing, registered_at) VALUES (?1, ?2, ?3, ?4)",
-                params![name.as_str(), keys.signing.as_slice(), keys.sealing.as_slice(), now_ms()],
-            )?;
-            Registration::Created
-        }
-        Some((s, x)) if s == keys.signing && x == keys.sealing => Registration::Unchanged,
-        Some(_) => Registration::NameTaken,
-    })
-}
-
-/// Moves `rotation.agent` to its new keys if it holds the old ones now (see
-/// [`crate::relay::storage::Registry::rotate`]).
-pub(super) fn rotate(
-    tx: &rusqlite::Transaction<'_>,
-    rotation: KeyRotation,
-) -> Result<bool, StorageError> {
-    let name = rotation.agent.clone();
-    let kept: Option<Option<String>> = tx
-        .query_row(
-            "SELECT rotations FROM agents
-             WHERE name = ?1 AND signing = ?2 AND sealing = ?3 AND retired_until IS NULL",
-            params![
-                name.as_str(),
-                rotation.old.signing.as_slice(),
-                rotation.old.sealing.as_slice()
-            ],
-            |r| r.get(0),
-        )
-        .optional()?;
-    let Some(kept) = kept else {
-        return Ok(false);
-    };
-    let new = rotation.new.clone();
-    let column = rotations_column_with(
-        rotations_from_column(name.as_str(), kept.as_deref())?,
-        rotation,
-    );
-    tx.execute(
-        "UPDATE agents SET signing = ?2, sealing = ?3, rotations = ?4 WHERE name = ?1",
-        params![
-            name.as_str(),
-            new.signing.as_slice(),
-            new.sealing.as_slice(),
-            column
-        ],
-    )?;
-    Ok(true)
-}
-
-/// The rotations kept for `name` (none when it is unknown or retired).
-pub(super) fn rotations(
-    conn: &Connection,
-    name: &AgentName,
-) -> Result<Vec<KeyRotation>, StorageError> {
-    let column: Option<Option<String>> = conn
-        .prepare_cached("SELECT rotations FROM agents WHERE name = ?1 AND retired_until IS NULL")?
-        .query_row([name.as_str()], |r| r.get(0))
-        .optional()?;
-    rotations_from_column(name.as_str(), column.flatten().as_deref())
-}
-
-/// Retires `name` until `until_ms`: its keys stop answering lookups and hellos, and its
-/// contacts, blocks, requests, listing and owner key go; the row stays to hold the name.
-/// Returns whether there was such an agent.
-pub(super) fn retire(
-    tx: &rusqlite::Transaction<'_>,
-    name: &AgentName,
-    until_ms: i64,
-) -> Result<bool, StorageError> {
-    let changed = tx.execute(
-        "UPDATE agents SET retired_until = ?2, listing = NULL, owner = NULL, policy = NULL, rotations = NULL WHERE name = ?1 AND retired_until IS NULL",
-        params![name.as_str(), until_ms],
-    )?;
-    if changed == 0 {
-        return Ok(false);
-    }
-    tx.execute(
-        "DELETE FROM relations WHERE owner = ?1 OR peer = ?1",
-        [name.as_str()],
-    )?;
-    tx.execute(
-        "DELETE FROM contact_requests WHERE requester = ?1 OR target = ?1",
-        [name.as_str()],
-    )?;
-    // Nobody will ask for its bounces any more.
-    tx.execute("DELETE FROM bounces WHERE sender = ?1", [name.as_str()])?;
-    Ok(true)
-}
-
-/// The owner key registered for `name`, if any.
-pub(super) fn owner(conn: &Connection, name: &AgentName) -> Result<Option<OwnerKey>, StorageError> {
-    let raw: Option<Vec<u8>> = conn
-        .prepare_cached("SELECT owner FROM agents WHERE name = ?1")?
-        .query_row([name.as_str()], |r| r.get(0))
-        .optional()?
-        .flatten();
-    raw.map(|bytes| {
-        <[u8; 32]>::try_from(bytes)
-            .map(OwnerKey::from_bytes)
-            .map_err(|_| StorageError::Database(format!("the owner key of {name} is not 32 bytes")))
-    })
-    .transpose()
-}
-
-/// What decides whether `recipient` takes mail from `sender`: the recipient's own policy
-/// (if it set one) and how it relates to the sender.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(super) struct Rule {
-    policy: Option<Policy>,
-    relation: Relation,
-}
-
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-enum Relation {
-    None,
-    Contact,
-    Blocked,
-}
-
-impl Rule {
-    /// Reads the rule for mail from `sender` to `recipient`.
-    pub(super) fn read(
-        tx: &rusqlite::Transaction<'_>,
-        sender: &AgentName,
-        recipient: &AgentName,
-    ) -> Result<Self, StorageError> {
-        let (policy, kind): (Option<String>, Option<String>) = tx
-            // The sender's own row first, else a block of its whole relay (`*@host`).
-            .prepare_cached(
-                "SELECT a.policy, (SELECT kind FROM relations WHERE owner = a.name
-                                       AND peer IN (?2, '*@' || substr(?2, instr(?2, '@') + 1))
-                                   ORDER BY peer = ?2 DESC LIMIT 1)
-                 FROM agents a WHERE a.name = ?1",
-            )?
-            .query_row([recipient.as_str(), sender.as_str()], |r| {
-                Ok((r.get(0)?, r.get(1)?))
+impl ConsentLedger for SqliteStorage {
+    async fn consent(&self, change: ConsentChange) -> Result<ConsentOutcome, StorageError> {
+        self.writes
+            .enqueue(move |b| {
+                b.index.forget_rules();
+                consent(b.tx, &change)
             })
-            .optional()?
-            .unwrap_or((None, None));
-        Ok(Self {
-            policy: policy.and_then(|p| p.parse().ok()),
-            relation: match kind.as_deref() {
-                Some("blocked") => Relation::Blocked,
-                Some("contact") => Relation::Contact,
-                _ => Relation::None,
-            },
-        })
+            .await
     }
 
-    /// Blocks always refuse; contacts pass unless the recipient is closed; anyone else passes
-    /// only an open policy (the recipient's, else `default`).
-    pub(super) fn allows(self, default: Policy) -> bool {
-        let policy = self.policy.unwrap_or(default);
-        match self.relation {
-            Relation::Blocked => false,
-            Relation::Contact => policy != Policy::Closed,
-            Relation::None => policy == Policy::Open,
-        }
+    async fn has_request(
+        &self,
+        target: AgentName,
+        requester: AgentName,
+        code: RequestCode,
+        now_ms: i64,
+    ) -> Result<bool, StorageError> {
+        self.readers.read(move |conn| {
+            Ok(conn
+                .prepare_cached(
+                    "SELECT 1 FROM contact_requests WHERE target = ?1 AND requester = ?2 AND code = ?3 AND expires_at >= ?4",
+                )?
+                .exists(params![target.as_str(), requester.as_str(), code.as_str(), now_ms])?)
+        })
+        .await
+    }
+
+    async fn consent_state(
+        &self,
+        agent: AgentName,
+        now_ms: i64,
+    ) -> Result<ConsentState, StorageError> {
+        self.readers.read(move |conn| {
+            let policy: Option<String> = conn
+                .prepare_cached("SELECT policy FROM agents WHERE name = ?1")?
+                .query_row([agent.as_str()], |r| r.get(0))
+                .optional()?
+                .flatten();
+            Ok(ConsentState {
+                policy: policy.and_then(|p| p.parse().ok()),
+                incoming: requests(
+                    conn,
+                    "SELECT requester, note, code, expires_at FROM contact_requests WHERE target = ?1 AND expires_at >= ?2 ORDER BY expires_at",
+                    &agent,
+                    now_ms,
+                    false,
+                )?,
+                outgoing: requests(
+                    conn,
+                    "SELECT target, note, code, expires_at FROM contact_requests WHERE requester = ?1 AND expires_at >= ?2 ORDER BY expires_at",
+                    &agent,
+                    now_ms,
+                    true,
+                )?,
+                contacts: names(conn, "SELECT peer FROM relations WHERE owner = ?1 AND kind = 'contact' ORDER BY peer", &agent)?,
+                blocked: names(conn, "SELECT peer FROM relations WHERE owner = ?1 AND kind = 'blocked' ORDER BY peer", &agent)?,
+            })
+        })
+        .await
     }
 }
 
@@ -226,7 +91,7 @@ fn relation(
         .optional()?)
 }
 
-pub(super) fn consent(
+fn consent(
     tx: &rusqlite::Transaction<'_>,
     change: &ConsentChange,
 ) -> Result<ConsentOutcome, StorageError> {
@@ -389,18 +254,14 @@ fn changed(rows: usize, requester: Option<AgentName>) -> ConsentOutcome {
     }
 }
 
-pub(super) fn names(
-    conn: &Connection,
-    sql: &str,
-    agent: &AgentName,
-) -> Result<Vec<AgentName>, StorageError> {
+fn names(conn: &Connection, sql: &str, agent: &AgentName) -> Result<Vec<AgentName>, StorageError> {
     let mut stmt = conn.prepare_cached(sql)?;
     let rows = stmt.query_map([agent.as_str()], |r| r.get::<_, String>(0))?;
     rows.map(|r| AgentName::from_stored(&r?).map_err(|e| StorageError::Database(e.to_string())))
         .collect()
 }
 
-pub(super) fn requests(
+fn requests(
     conn: &Connection,
     sql: &str,
     agent: &AgentName,

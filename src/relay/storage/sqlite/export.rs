@@ -12,8 +12,9 @@ use std::path::{Path, PathBuf};
 use jiff::Timestamp;
 use rusqlite::{Connection, OpenFlags, OptionalExtension};
 
-use super::queue::{QueueIndex, WaitingRow};
-use super::{now_ms, scan, schema, spool, spool_dir};
+use super::clock::now_ms;
+use super::index::{QueueIndex, WaitingRow};
+use super::{scan, schema, spool};
 use crate::protocol::{
     Address, AgentName, Bounce, MessageId, OwnerKey, Policy, PublicKeys, RelayKey, RelayName,
     RequestCode,
@@ -68,7 +69,7 @@ pub(super) fn export(path: &Path) -> Result<Snapshot, StorageError> {
         .transpose()?;
     let now = now_ms();
     let mut bounces = bounces(&conn)?;
-    let scanned = scan::scan(&spool_dir(path))?;
+    let scanned = scan::scan(&spool::dir_of(path))?;
     let (index, expired) = QueueIndex::load_expiring(&scanned.segments, now);
     // Copies that expired while the relay was stopped bounce, as its next start would have
     // bounced them; one that already bounced is not recorded twice.
@@ -94,7 +95,7 @@ pub(super) fn export(path: &Path) -> Result<Snapshot, StorageError> {
         relay_pins: relay_pins(&conn)?,
         damaged_records: scanned.damaged.len(),
         copies: Box::new(Chunks {
-            dir: spool_dir(path),
+            dir: spool::dir_of(path),
             rows: index.waiting_rows().into_iter().peekable(),
             files: HashMap::new(),
         }),
@@ -319,7 +320,7 @@ mod tests {
 
     use super::super::SqliteStorage;
     use super::*;
-    use crate::relay::storage::{Accepted, Copy, Queue, Quota};
+    use crate::relay::storage::{Accepted, Queue, QueuedCopy, Quota};
 
     fn name(n: &str) -> AgentName {
         AgentName::new(n).unwrap()
@@ -346,7 +347,7 @@ mod tests {
         ] {
             let id = MessageId::new();
             let envelope: Arc<[u8]> = vec![fill; 3 << 20].into();
-            let copies = vec![Copy {
+            let copies = vec![QueuedCopy {
                 id: None,
                 recipient: name(to),
                 envelope,

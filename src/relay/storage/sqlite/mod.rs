@@ -1,141 +1,75 @@
-//! The SQLite backend, the embedded default. One writer thread commits every write in
-//! batches (`writer`); reads run on a small pool of read connections. The queue's copies and
-//! acknowledgements are appended to the spool beside the database (`spool`), and its order,
-//! totals and duplicate keys are kept in memory (`queue`), so a send appends one record per
-//! copy and touches no table.
+//! The SQLite backend, the embedded default: one node, one database file and the spool beside
+//! it. This file opens the backend and joins its roles into [`Storage`]; each role's trait is
+//! implemented in the file named for it.
+//!
+//! - Roles: `registry` (names, keys, owners, listings, invites), `consent` (the consent
+//!   ledger), `queue` (sends, reads, acks, leases, expiry, bounces), `relays` (relay pins).
+//! - The queue: copies and acks are records appended to the spool (`spool`, read back by
+//!   `scan`); `index` holds the queue in memory (order, totals, duplicate keys, segments' use);
+//!   `accept` stores a send and records an ack, `housekeeping` sweeps and expires, `read`
+//!   reads copies back, `bounces` keeps the bounces table, `rule` is the consent rule a send
+//!   is checked by. A send appends one record per copy and touches no table.
+//! - Writing: every write runs on one writer thread in batches (`writer`; what a write sees of
+//!   its batch is `batch`), made durable and answered by the syncer thread (`sync`). Reads run
+//!   on a small pool of read connections (`connect`).
+//! - Around them: `schema` (migrations), `check` (what a scan found; `mailslot relay check`),
+//!   `export` (a stopped relay read for `mailslot relay migrate`), `metrics` (the series only
+//!   this backend records), `clock` (the time rows and records are stamped with).
 
+mod accept;
+mod batch;
+mod bounces;
 mod check;
+mod clock;
+mod connect;
 mod consent;
 mod export;
+mod housekeeping;
+mod index;
+mod metrics;
 mod queue;
+mod read;
+mod registry;
+mod relays;
+mod rule;
 mod scan;
 mod schema;
 mod spool;
 mod sync;
 mod writer;
 
-use super::relays::{OWN_KEY, compare_own, parse_own_key};
-use super::{RelayPin, RelayPins};
-use crate::protocol::{RelayKey, RelayName};
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::sync::atomic::AtomicU64;
-use std::sync::{Arc, Mutex, OnceLock, mpsc};
-use std::time::{Duration, Instant};
+use std::sync::{Arc, Mutex, OnceLock};
 
-use rusqlite::{Connection, OptionalExtension, TransactionBehavior, params};
-use tokio::sync::oneshot;
+use rusqlite::TransactionBehavior;
 
-use self::queue::{AcceptOp, QueueIndex};
+use self::clock::now_ms;
+use self::connect::Readers;
+use self::index::QueueIndex;
+use self::metrics::SqliteMetrics;
 use self::sync::Syncing;
-use self::writer::{Batch, Op, WriteQueue};
-use super::{
-    Accepted, AckOutcome, CheckReport, CommitListener, ConsentChange, ConsentLedger,
-    ConsentOutcome, ConsentState, Copy, CopyStatus, Epoch, InviteDigest, Pending, Queue, Queued,
-    Quota, Registration, Registry, Snapshot, Storage, StorageError, StorageMetrics, queue_of,
-};
-
-/// SQLite's busy and locked answers pass if tried again; every other failure is kept as is.
-impl From<rusqlite::Error> for StorageError {
-    fn from(e: rusqlite::Error) -> Self {
-        match e.sqlite_error_code() {
-            Some(rusqlite::ErrorCode::DatabaseBusy | rusqlite::ErrorCode::DatabaseLocked) => {
-                StorageError::Unavailable(e.to_string())
-            }
-            _ => StorageError::Database(e.to_string()),
-        }
-    }
-}
-use crate::protocol::{
-    AgentName, Bounce, CopyKey, KeyRotation, MessageId, OwnerKey, Policy, PublicKeys, RequestCode,
-    Seq,
-};
-
-const READERS: usize = 4;
-/// Database page size for new relay databases. A batch writes every page it touched to the
-/// WAL, one frame at a time; at 4 KiB a busy batch spent a third of the writer's time on
-/// frame writes, and 16 KiB pages cut flat-out CPU per message by a fifth.
-const PAGE_SIZE: i64 = 16 * 1024;
-/// The writer's page cache, in KiB. SQLite's default 2 MiB is smaller than one busy batch:
-/// it spilled dirty pages to the WAL mid-transaction and read them back.
-const WRITER_CACHE_KIB: i64 = 64 * 1024;
-/// WAL bytes kept on disk after the WAL restarts.
-const WAL_KEEP_BYTES: i64 = 64 * 1024 * 1024;
+use self::writer::Writes;
+use super::{CheckReport, CommitListener, Snapshot, Storage, StorageError, StorageMetrics};
 
 /// SQLite-backed relay storage.
 pub struct SqliteStorage {
+    /// Dropped first: the writer finishes its batch and closes the spool before the rest goes.
+    writes: Writes,
     relay_id: String,
-    writes: WriteQueue,
-    /// Joined on drop, so that a storage opened next on the same files finds the spool closed.
-    writer: Option<std::thread::JoinHandle<()>>,
-    readers: Arc<Mutex<Vec<Connection>>>,
-    /// One permit per read connection: a reader waits here, never finds the pool empty.
-    free_readers: Arc<tokio::sync::Semaphore>,
+    readers: Readers,
     /// The queue's order, totals and duplicate keys; changed only by the writer.
     index: Arc<Mutex<QueueIndex>>,
     /// The spool's segments, to read envelopes from.
     files: spool::Files,
     /// The highest sequence number on disk: readers deliver nothing above it.
     durable: Arc<AtomicU64>,
-    /// Dropped with the storage, which tells the checkpoint thread to stop.
-    _alive: Arc<()>,
     /// Told about every commit's new copies once they are on disk, by the syncer thread.
     listener: Arc<OnceLock<CommitListener>>,
     metrics: StorageMetrics,
 }
 
-fn open(path: &Path) -> Result<Connection, StorageError> {
-    let conn = Connection::open(path)?;
-    conn.busy_timeout(Duration::from_secs(10))?;
-    // Only takes effect on a new database (before its first table).
-    conn.pragma_update(None, "page_size", PAGE_SIZE)?;
-    let _: String = conn.query_row("PRAGMA journal_mode = WAL", [], |r| r.get(0))?;
-    // FULL, so checkpoints flush the WAL before copying it and the database after; the writer
-    // alone commits with NORMAL and leaves the flush to the syncer (see `sync`).
-    conn.pragma_update(None, "synchronous", "FULL")?;
-    Ok(conn)
-}
-
-/// The spool of the database at `path`: the directory beside it, `<name>-spool`.
-fn spool_dir(path: &Path) -> PathBuf {
-    let mut dir = path.as_os_str().to_owned();
-    dir.push("-spool");
-    dir.into()
-}
-
-fn now_ms() -> i64 {
-    jiff::Timestamp::now().as_millisecond()
-}
-
 impl SqliteStorage {
-    /// Adds invites (their digests) to the database at `path`, beside a running relay or
-    /// without one; the database must exist with the current schema.
-    pub fn add_invites(path: &Path, digests: &[InviteDigest]) -> Result<(), StorageError> {
-        if !path.exists() {
-            return Err(StorageError::Database(format!(
-                "{} does not exist; start the relay with it once, then make invites",
-                path.display()
-            )));
-        }
-        let mut conn = open(path)?;
-        let version = conn.query_row("PRAGMA user_version", [], |r| r.get::<_, i64>(0))? as usize;
-        if version != schema::MIGRATIONS.len() {
-            return Err(StorageError::Database(format!(
-                "{} has schema {version}, this build {}: start the relay with it once (it brings the schema up to date), then make invites",
-                path.display(),
-                schema::MIGRATIONS.len()
-            )));
-        }
-        let tx = conn.transaction_with_behavior(TransactionBehavior::Immediate)?;
-        for digest in digests {
-            tx.execute(
-                "INSERT INTO invites (digest, created_at) VALUES (?1, ?2)",
-                params![digest.as_slice(), now_ms()],
-            )?;
-        }
-        tx.commit()?;
-        Ok(())
-    }
-
     /// Checks the database at `path` and its spool without changing either (the relay must
     /// not be running on them): what is damaged, and what is lost with it.
     pub fn check(path: &Path) -> Result<CheckReport, StorageError> {
@@ -156,13 +90,13 @@ impl SqliteStorage {
     /// starts the writer, syncer and checkpoint threads. Damage found in the spool is logged
     /// and counted, and every intact copy is kept.
     pub fn open(path: &Path) -> Result<Self, StorageError> {
-        let mut writer = open(path)?;
-        let spool_dir = spool_dir(path);
+        let mut writer = connect::open(path)?;
+        let spool_dir = spool::dir_of(path);
         let tx = writer.transaction_with_behavior(TransactionBehavior::Immediate)?;
         let moves_queue = schema::migrate(&tx, schema::QUEUE_TABLE)? <= schema::QUEUE_TABLE;
         tx.commit()?;
         if moves_queue {
-            queue::move_table_to_spool(&writer, &spool_dir)?;
+            schema::move_table_to_spool(&writer, &spool_dir)?;
         }
         let tx = writer.transaction_with_behavior(TransactionBehavior::Immediate)?;
         schema::migrate(&tx, schema::MIGRATIONS.len())?;
@@ -176,7 +110,7 @@ impl SqliteStorage {
         // Copies that expired while the relay was down bounce like the others.
         if !expired.is_empty() {
             let tx = writer.transaction_with_behavior(TransactionBehavior::Immediate)?;
-            queue::record_bounces(&tx, expired, now_ms())?;
+            bounces::record_expired(&tx, expired, now_ms())?;
             tx.commit()?;
         }
         let report = check::spool_report(scanned, &index, now_ms());
@@ -189,13 +123,14 @@ impl SqliteStorage {
             )?;
         }
         check::log(&report, path);
-        let metrics = StorageMetrics::new();
-        metrics
+        let sqlite_metrics = SqliteMetrics::new();
+        sqlite_metrics
             .spool_corrupt_records
             .inc_by(report.damaged.len() as u64);
-        metrics
+        sqlite_metrics
             .spool_lost_copies
             .inc_by(report.lost_copies() as u64);
+        let metrics = StorageMetrics::with_backend(Arc::new(sqlite_metrics.clone()));
         let mut spool = spool::Spool::open(&spool_dir, index.last_seq(), spool::SEGMENT_BYTES)?;
         // Segments the last run left dead go now, not at the first write's sweep: a relay
         // started often and rarely written to would keep one per start. The flush makes the
@@ -212,494 +147,33 @@ impl SqliteStorage {
         let flushed = spool.flushed();
         let durable = Arc::new(AtomicU64::new(index.last_seq()));
         let index = Arc::new(Mutex::new(index));
-        let readers = (0..READERS)
-            .map(|_| open(path))
-            .collect::<Result<Vec<_>, _>>()?;
-        // Checkpoints move the WAL into the database file with an fsync of their own; done by
-        // the committing writer they would stall every send behind them, so a separate thread
-        // does them without blocking writers.
-        writer.pragma_update(None, "wal_autocheckpoint", 0)?;
-        writer.pragma_update(None, "cache_size", -WRITER_CACHE_KIB)?;
-        // A restarted WAL is truncated to this, so one burst does not hold its disk space.
-        writer.pragma_update(None, "journal_size_limit", WAL_KEEP_BYTES)?;
+        let readers = Readers::open(path)?;
+        connect::tune_writer(&writer)?;
         let listener: Arc<OnceLock<CommitListener>> = Arc::new(OnceLock::new());
-        let alive = Arc::new(());
-        let (writes, writer) = writer::spawn(
+        let writes = writer::spawn(
             writer,
-            open(path)?,
+            connect::open(path)?,
             spool,
             index.clone(),
             Arc::new(Syncing::new(
                 listener.clone(),
                 durable.clone(),
                 flushed,
-                metrics.flush_seconds.clone(),
+                sqlite_metrics.flush_seconds.clone(),
             )),
             metrics.clone(),
-            Arc::downgrade(&alive),
+            sqlite_metrics.log_restart_seconds.clone(),
         )?;
         Ok(Self {
             relay_id,
             writes,
-            writer: Some(writer),
-            readers: Arc::new(Mutex::new(readers)),
-            free_readers: Arc::new(tokio::sync::Semaphore::new(READERS)),
+            readers,
             index,
             files,
             durable,
-            _alive: alive,
             listener,
             metrics,
         })
-    }
-
-    /// Queues a write for the writer thread now; the result arrives after its batch commits.
-    fn enqueue<T: Send + 'static>(
-        &self,
-        run: impl FnOnce(&mut Batch<'_, '_>) -> Result<T, StorageError> + Send + 'static,
-    ) -> Pending<T> {
-        let (reply, answer) = oneshot::channel();
-        let arrived = Instant::now();
-        let queued = self.writes.send(Box::new(Op::new(run, reply)));
-        let latency = self.metrics.write_seconds.clone();
-        Box::pin(async move {
-            queued.map_err(|_| StorageError::Closed)?;
-            let answer = answer.await.map_err(|_| StorageError::Closed)?;
-            latency.observe(arrived.elapsed().as_secs_f64());
-            answer
-        })
-    }
-
-    /// A write that touches tables only, not the queue.
-    async fn write<T: Send + 'static>(
-        &self,
-        run: impl FnOnce(&rusqlite::Transaction<'_>) -> Result<T, StorageError> + Send + 'static,
-    ) -> Result<T, StorageError> {
-        self.enqueue(move |b| run(b.tx)).await
-    }
-
-    async fn read<R: Send + 'static>(
-        &self,
-        f: impl FnOnce(&Connection) -> Result<R, StorageError> + Send + 'static,
-    ) -> Result<R, StorageError> {
-        let permit = self
-            .free_readers
-            .clone()
-            .acquire_owned()
-            .await
-            .map_err(|_| StorageError::Closed)?;
-        let readers = self.readers.clone();
-        tokio::task::spawn_blocking(move || {
-            let conn = readers.lock().map_err(|_| StorageError::Closed)?.pop();
-            let Some(conn) = conn else {
-                return Err(StorageError::Database(
-                    "read pool out of step with its permits".into(),
-                ));
-            };
-            let result = f(&conn);
-            if let Ok(mut pool) = readers.lock() {
-                pool.push(conn);
-            }
-            drop(permit);
-            result
-        })
-        .await
-        .map_err(|_| StorageError::Closed)?
-    }
-}
-
-impl Drop for SqliteStorage {
-    fn drop(&mut self) {
-        // The writer stops once its queue is closed; it finishes the batch it holds first.
-        drop(std::mem::replace(&mut self.writes, mpsc::channel().0));
-        if let Some(writer) = self.writer.take() {
-            let _ = writer.join();
-        }
-    }
-}
-
-impl Registry for SqliteStorage {
-    async fn register(
-        &self,
-        name: AgentName,
-        keys: PublicKeys,
-        invite: Option<InviteDigest>,
-    ) -> Result<Registration, StorageError> {
-        self.write(move |tx| consent::register(tx, &name, &keys, invite.as_ref()))
-            .await
-    }
-
-    async fn keys(&self, name: AgentName) -> Result<Option<PublicKeys>, StorageError> {
-        self.read(move |conn| {
-            let row: Option<(Vec<u8>, Vec<u8>)> = conn
-                .prepare_cached(
-                    "SELECT signing, sealing FROM agents WHERE name = ?1 AND retired_until IS NULL",
-                )?
-                .query_row([name.as_str()], |r| Ok((r.get(0)?, r.get(1)?)))
-                .optional()?;
-            row.map(|(s, x)| {
-                let bad =
-                    |_| StorageError::Database(format!("stored keys of {name} are not 32 bytes"));
-                Ok(PublicKeys {
-                    signing: s.try_into().map_err(bad)?,
-                    sealing: x.try_into().map_err(bad)?,
-                })
-            })
-            .transpose()
-        })
-        .await
-    }
-
-    async fn rotate(&self, rotation: KeyRotation) -> Result<bool, StorageError> {
-        self.write(move |tx| consent::rotate(tx, rotation)).await
-    }
-
-    async fn rotations(&self, name: AgentName) -> Result<Vec<KeyRotation>, StorageError> {
-        self.read(move |conn| consent::rotations(conn, &name)).await
-    }
-
-    async fn retire(&self, name: AgentName, until_ms: i64) -> Result<bool, StorageError> {
-        self.enqueue(move |b| {
-            b.index.forget_rules();
-            consent::retire(b.tx, &name, until_ms)
-        })
-        .await
-    }
-
-    async fn owner(&self, name: AgentName) -> Result<Option<OwnerKey>, StorageError> {
-        self.read(move |conn| consent::owner(conn, &name)).await
-    }
-
-    async fn set_owner(
-        &self,
-        name: AgentName,
-        key: OwnerKey,
-        current: Option<OwnerKey>,
-    ) -> Result<bool, StorageError> {
-        self.write(move |tx| {
-            if consent::owner(tx, &name)? != current {
-                return Ok(false);
-            }
-            let changed = tx.execute(
-                "UPDATE agents SET owner = ?2 WHERE name = ?1",
-                params![name.as_str(), key.as_bytes().as_slice()],
-            )?;
-            Ok(changed == 1)
-        })
-        .await
-    }
-
-    async fn set_listing(
-        &self,
-        agent: AgentName,
-        description: Option<String>,
-    ) -> Result<(), StorageError> {
-        self.write(move |tx| {
-            tx.execute(
-                "UPDATE agents SET listing = ?2 WHERE name = ?1",
-                params![agent.as_str(), description],
-            )?;
-            Ok(())
-        })
-        .await
-    }
-
-    async fn directory(
-        &self,
-        limit: usize,
-    ) -> Result<Vec<(AgentName, PublicKeys, String)>, StorageError> {
-        self.read(move |conn| {
-            let mut stmt = conn.prepare_cached("SELECT name, signing, sealing, listing FROM agents WHERE listing IS NOT NULL ORDER BY name LIMIT ?1")?;
-            let rows = stmt.query_map([limit as i64], |r| {
-                Ok((r.get::<_, String>(0)?, r.get::<_, Vec<u8>>(1)?, r.get::<_, Vec<u8>>(2)?, r.get::<_, String>(3)?))
-            })?;
-            rows.map(|row| {
-                let (name, signing, sealing, listing) = row?;
-                let bad = |what: &str| StorageError::Database(format!("stored {what} of {name} is invalid"));
-                let keys = PublicKeys {
-                    signing: signing.try_into().map_err(|_| bad("signing key"))?,
-                    sealing: sealing.try_into().map_err(|_| bad("sealing key"))?,
-                };
-                Ok((AgentName::new(&name).map_err(|_| bad("name"))?, keys, listing))
-            })
-            .collect()
-        })
-        .await
-    }
-}
-
-impl ConsentLedger for SqliteStorage {
-    async fn consent(&self, change: ConsentChange) -> Result<ConsentOutcome, StorageError> {
-        self.enqueue(move |b| {
-            b.index.forget_rules();
-            consent::consent(b.tx, &change)
-        })
-        .await
-    }
-
-    async fn has_request(
-        &self,
-        target: AgentName,
-        requester: AgentName,
-        code: RequestCode,
-        now_ms: i64,
-    ) -> Result<bool, StorageError> {
-        self.read(move |conn| {
-            Ok(conn
-                .prepare_cached(
-                    "SELECT 1 FROM contact_requests WHERE target = ?1 AND requester = ?2 AND code = ?3 AND expires_at >= ?4",
-                )?
-                .exists(params![target.as_str(), requester.as_str(), code.as_str(), now_ms])?)
-        })
-        .await
-    }
-
-    async fn consent_state(
-        &self,
-        agent: AgentName,
-        now_ms: i64,
-    ) -> Result<ConsentState, StorageError> {
-        self.read(move |conn| {
-            let policy: Option<String> = conn
-                .prepare_cached("SELECT policy FROM agents WHERE name = ?1")?
-                .query_row([agent.as_str()], |r| r.get(0))
-                .optional()?
-                .flatten();
-            Ok(ConsentState {
-                policy: policy.and_then(|p| p.parse().ok()),
-                incoming: consent::requests(
-                    conn,
-                    "SELECT requester, note, code, expires_at FROM contact_requests WHERE target = ?1 AND expires_at >= ?2 ORDER BY expires_at",
-                    &agent,
-                    now_ms,
-                    false,
-                )?,
-                outgoing: consent::requests(
-                    conn,
-                    "SELECT target, note, code, expires_at FROM contact_requests WHERE requester = ?1 AND expires_at >= ?2 ORDER BY expires_at",
-                    &agent,
-                    now_ms,
-                    true,
-                )?,
-                contacts: consent::names(conn, "SELECT peer FROM relations WHERE owner = ?1 AND kind = 'contact' ORDER BY peer", &agent)?,
-                blocked: consent::names(conn, "SELECT peer FROM relations WHERE owner = ?1 AND kind = 'blocked' ORDER BY peer", &agent)?,
-            })
-        })
-        .await
-    }
-}
-
-impl Queue for SqliteStorage {
-    fn on_commit(&self, listener: CommitListener) {
-        let _ = self.listener.set(listener);
-    }
-
-    fn accept(
-        &self,
-        sender: AgentName,
-        id: MessageId,
-        copies: Vec<Copy>,
-        quota: Quota,
-        expires_at_ms: i64,
-        default: Policy,
-    ) -> Pending<Accepted> {
-        let op = AcceptOp {
-            sender,
-            id,
-            copies,
-            quota,
-            expires_at_ms,
-            default,
-        };
-        self.enqueue(move |b| queue::accept(b, &op))
-    }
-
-    async fn pending(
-        &self,
-        agent: AgentName,
-        after: Seq,
-        limit: usize,
-    ) -> Result<Vec<Queued>, StorageError> {
-        let (index, files, durable) =
-            (self.index.clone(), self.files.clone(), self.durable.clone());
-        tokio::task::spawn_blocking(move || {
-            queue::pending(&index, &files, &durable, &agent, after, limit)
-        })
-        .await
-        .map_err(|_| StorageError::Closed)?
-    }
-
-    async fn claim(&self, agent: AgentName) -> Result<Epoch, StorageError> {
-        Ok(queue::lock(&self.index).claim(&agent))
-    }
-
-    /// Sessions on one node already follow each other (the hub's turn): nothing to record.
-    async fn release(&self, _agent: AgentName, _epoch: Epoch) -> Result<(), StorageError> {
-        Ok(())
-    }
-
-    async fn ack(
-        &self,
-        agent: AgentName,
-        upto: Seq,
-        epoch: Epoch,
-    ) -> Result<AckOutcome, StorageError> {
-        self.enqueue(move |b| queue::ack(b, &agent, upto, epoch))
-            .await
-    }
-
-    async fn waiting(&self, agent: AgentName) -> Result<u64, StorageError> {
-        Ok(queue::lock(&self.index).waiting(&agent))
-    }
-
-    async fn expire(&self, now_ms: i64) -> Result<Vec<(AgentName, Bounce)>, StorageError> {
-        self.enqueue(move |b| queue::expire(b, now_ms)).await
-    }
-
-    async fn bounces(&self, sender: AgentName, limit: usize) -> Result<Vec<Bounce>, StorageError> {
-        self.read(move |conn| queue::bounces(conn, &sender, limit))
-            .await
-    }
-
-    async fn remote_bounce_senders(&self, limit: usize) -> Result<Vec<AgentName>, StorageError> {
-        self.read(move |conn| queue::remote_bounce_senders(conn, limit))
-            .await
-    }
-
-    async fn copy_statuses(
-        &self,
-        sender: AgentName,
-        keys: Vec<CopyKey>,
-    ) -> Result<Vec<CopyStatus>, StorageError> {
-        // The index first: the writer holds its lock through the commit, so a copy it no
-        // longer shows was acknowledged, or expired with its bounce committed already.
-        let queued: Vec<bool> = {
-            let index = queue::lock(&self.index);
-            keys.iter()
-                .map(|k| {
-                    queue_of(k.id, &k.to).is_some_and(|(q, id)| index.is_queued(&sender, id, &q))
-                })
-                .collect()
-        };
-        if queued.iter().all(|&q| q) {
-            return Ok(vec![CopyStatus::Queued; keys.len()]);
-        }
-        let bounced = self
-            .read(move |conn| queue::bounced(conn, &sender, &keys))
-            .await?;
-        Ok(queued
-            .into_iter()
-            .zip(bounced)
-            .map(|(queued, bounced)| match (queued, bounced) {
-                (true, _) => CopyStatus::Queued,
-                (false, true) => CopyStatus::Bounced,
-                (false, false) => CopyStatus::Gone,
-            })
-            .collect())
-    }
-
-    async fn record_bounces(
-        &self,
-        sender: AgentName,
-        bounces: Vec<Bounce>,
-    ) -> Result<(), StorageError> {
-        self.write(move |tx| queue::insert_bounces(tx, &sender, &bounces))
-            .await
-    }
-
-    async fn ack_bounces(
-        &self,
-        sender: AgentName,
-        keys: Vec<CopyKey>,
-    ) -> Result<u64, StorageError> {
-        self.write(move |tx| queue::ack_bounces(tx, &sender, &keys))
-            .await
-    }
-
-    async fn total_waiting(&self) -> Result<u64, StorageError> {
-        Ok(queue::lock(&self.index).total_waiting())
-    }
-
-    async fn relay_mailboxes(&self) -> Result<Vec<RelayName>, StorageError> {
-        Ok(queue::lock(&self.index).relay_mailboxes())
-    }
-}
-
-impl RelayPins for SqliteStorage {
-    /// Through the writer, so the first of two racing pins wins and the second compares.
-    async fn pin_relay(&self, relay: RelayName, key: RelayKey) -> Result<RelayPin, StorageError> {
-        self.write(move |tx| {
-            let pinned: Option<Vec<u8>> = tx
-                .prepare_cached("SELECT key FROM relay_pins WHERE relay = ?1")?
-                .query_row([relay.as_str()], |r| r.get(0))
-                .optional()?;
-            let Some(pinned) = pinned else {
-                tx.execute(
-                    "INSERT INTO relay_pins (relay, key, pinned_at) VALUES (?1, ?2, ?3)",
-                    params![relay.as_str(), key.as_bytes().as_slice(), now_ms()],
-                )?;
-                return Ok(RelayPin::Pinned);
-            };
-            let pinned = RelayKey::from_bytes(pinned.try_into().map_err(|_| {
-                StorageError::Database(format!("the key pinned for relay {relay} is not 32 bytes"))
-            })?);
-            Ok(if pinned == key {
-                RelayPin::Matches
-            } else {
-                RelayPin::Changed { pinned }
-            })
-        })
-        .await
-    }
-
-    async fn pin_own_key(&self, key: RelayKey) -> Result<RelayPin, StorageError> {
-        self.write(move |tx| {
-            let held: Option<String> = tx
-                .prepare_cached("SELECT value FROM meta WHERE key = ?1")?
-                .query_row([OWN_KEY], |r| r.get(0))
-                .optional()?;
-            let held = held.map(parse_own_key).transpose()?;
-            if held.is_none() {
-                tx.execute(
-                    "INSERT INTO meta (key, value) VALUES (?1, ?2)",
-                    params![OWN_KEY, key.to_base64()],
-                )?;
-            }
-            Ok(compare_own(held, key))
-        })
-        .await
-    }
-
-    async fn pinned_relay(&self, relay: RelayName) -> Result<Option<RelayKey>, StorageError> {
-        self.read(move |conn| {
-            let pinned: Option<Vec<u8>> = conn
-                .prepare_cached("SELECT key FROM relay_pins WHERE relay = ?1")?
-                .query_row([relay.as_str()], |r| r.get(0))
-                .optional()?;
-            pinned
-                .map(|bytes| {
-                    bytes.try_into().map(RelayKey::from_bytes).map_err(|_| {
-                        StorageError::Database(format!(
-                            "the key pinned for relay {relay} is not 32 bytes"
-                        ))
-                    })
-                })
-                .transpose()
-        })
-        .await
-    }
-
-    async fn relays_pinned_with(&self, key: RelayKey) -> Result<Vec<RelayName>, StorageError> {
-        self.read(move |conn| {
-            let mut names = conn.prepare_cached("SELECT relay FROM relay_pins WHERE key = ?1")?;
-            let rows = names.query_map([key.as_bytes().as_slice()], |r| r.get::<_, String>(0))?;
-            rows.map(|name| {
-                RelayName::new(&name?)
-                    .map_err(|e| StorageError::Database(format!("a pinned relay's name: {e}")))
-            })
-            .collect()
-        })
-        .await
     }
 }
 
@@ -715,18 +189,18 @@ impl Storage for SqliteStorage {
     /// An empty write through the writer: it answers once a batch has passed the writer and
     /// the syncer, and fails once they stopped or a flush failed (every write is refused then).
     async fn check_health(&self) -> Result<(), StorageError> {
-        let (reply, answer) = oneshot::channel();
-        let probe = |_: &mut Batch<'_, '_>| Ok(());
-        self.writes
-            .send(Box::new(Op::new(probe, reply)))
-            .map_err(|_| StorageError::Closed)?;
-        answer.await.map_err(|_| StorageError::Closed)?
+        self.writes.probe().await
     }
 }
 
 #[cfg(test)]
 mod tests {
+    use rusqlite::Connection;
+
+    use super::connect::PAGE_SIZE;
     use super::*;
+    use crate::protocol::{AgentName, MessageId, Policy, Seq};
+    use crate::relay::storage::{Accepted, Queue, QueuedCopy, Quota};
 
     #[test]
     fn a_new_database_gets_the_large_page_size() {
@@ -748,7 +222,7 @@ mod tests {
         for _ in 0..3 {
             drop(SqliteStorage::open(&path).unwrap());
         }
-        let used: Vec<u32> = scan::scan(&spool_dir(&path))
+        let used: Vec<u32> = scan::scan(&spool::dir_of(&path))
             .unwrap()
             .segments
             .iter()
@@ -789,7 +263,7 @@ mod tests {
         }
         let storage = SqliteStorage::open(&path).unwrap();
         let copy = || {
-            vec![Copy {
+            vec![QueuedCopy {
                 id: None,
                 recipient: name("bob"),
                 envelope: Arc::from(&b"{}"[..]),

@@ -316,7 +316,7 @@ mod tests {
     use std::os::unix::fs::FileExt;
 
     use super::super::check::spool_report;
-    use super::super::queue::QueueIndex;
+    use super::super::index::QueueIndex;
     use super::super::spool::{MARK_BYTES, Spool, StoredCopy, checksum, segment_path, stored_len};
     use super::*;
     use crate::protocol::{AgentName, Seq};

@@ -1,8 +1,14 @@
 //! The relay database's schema: versioned migrations, applied in order and tracked in
-//! `user_version`, and the relay's id, made on first use.
+//! `user_version`; the move of the queue out of its table into the spool, which came with
+//! schema 5; and the relay's id, made on first use.
 
-use rusqlite::{OptionalExtension, Transaction};
+use std::collections::HashMap;
+use std::path::Path;
 
+use rusqlite::{Connection, OptionalExtension, Transaction};
+
+use super::spool::{self, Spool, StoredCopy};
+use crate::protocol::{AgentName, MessageId, Seq};
 use crate::relay::storage::StorageError;
 
 /// Schema versions, applied in order; never edit a shipped one.
@@ -214,4 +220,61 @@ pub(super) fn relay_id(tx: &Transaction<'_>) -> Result<String, StorageError> {
         [&id],
     )?;
     Ok(id)
+}
+
+/// Moves the queue of a database from before the spool (schema 4) into the spool at `dir`:
+/// its unacknowledged rows, and the highest sequence number assigned. The rows stay in the
+/// table until the caller's migration drops it after this returns, so a crash in between
+/// moves them again, and the scan keeps one record per sequence number.
+pub(super) fn move_table_to_spool(conn: &Connection, dir: &Path) -> Result<(), StorageError> {
+    let high: Option<String> = conn
+        .query_row("SELECT value FROM meta WHERE key = 'seq_high'", [], |r| {
+            r.get(0)
+        })
+        .optional()?;
+    let high: Seq = match high {
+        Some(h) => h
+            .parse()
+            .map_err(|_| StorageError::Database(format!("meta seq_high {h:?} is not a number")))?,
+        None => 0,
+    };
+    let acked: HashMap<String, i64> = conn
+        .prepare("SELECT recipient, seq FROM acked")?
+        .query_map([], |r| Ok((r.get(0)?, r.get(1)?)))?
+        .collect::<Result<_, _>>()?;
+    let max: Option<i64> = conn.query_row("SELECT max(seq) FROM queue", [], |r| r.get(0))?;
+    if max.is_none() && high == 0 {
+        return Ok(());
+    }
+    let mut spool = Spool::open(
+        dir,
+        high.max(max.unwrap_or(0).max(0) as Seq),
+        spool::SEGMENT_BYTES,
+    )?;
+    let mut stmt = conn.prepare(
+        "SELECT seq, recipient, sender, message_id, envelope, accepted_at, expires_at FROM queue ORDER BY seq",
+    )?;
+    let mut rows = stmt.query([])?;
+    while let Some(r) = rows.next()? {
+        let seq: i64 = r.get(0)?;
+        let recipient: String = r.get(1)?;
+        if seq <= acked.get(&recipient).copied().unwrap_or(0) {
+            continue;
+        }
+        let corrupt =
+            |what: String| StorageError::Database(format!("queue row {seq} is invalid: {what}"));
+        let name = |s: &str| AgentName::from_stored(s).map_err(|e| corrupt(e.to_string()));
+        let envelope: Vec<u8> = r.get(4)?;
+        spool.stored(&StoredCopy {
+            seq: Seq::try_from(seq).map_err(|e| corrupt(e.to_string()))?,
+            accepted_at_ms: r.get(5)?,
+            expires_at_ms: r.get(6)?,
+            id: MessageId::parse(&r.get::<_, String>(3)?).map_err(|e| corrupt(e.to_string()))?,
+            recipient: &name(&recipient)?,
+            sender: &name(&r.get::<_, String>(2)?)?,
+            envelope: &envelope,
+        })?;
+        spool.write()?;
+    }
+    spool.close()
 }

@@ -3,7 +3,7 @@
 //!
 //! A send appends its copies and nothing else, so a flush writes a few KiB where a SQLite
 //! commit rewrote several 16 KiB pages, and no WAL checkpoint ever stalls the writer for it
-//! (docs/decisions.md, "The queue lives in a spool"). The queue's index (`queue.rs`) is
+//! (docs/decisions.md, "The queue lives in a spool"). The queue's index (`index.rs`) is
 //! rebuilt from these records at open (`scan.rs`).
 //!
 //! Records are `[body length: u32][crc32 of segment number and body: u32][body]`, little
@@ -121,6 +121,13 @@ pub(super) fn file(files: &Files, seg: u32) -> Option<Arc<File>> {
 fn lock(files: &Files) -> MutexGuard<'_, HashMap<u32, Arc<File>>> {
     // Poisoned only by a panic between an insert and a remove; the map is still whole.
     files.lock().unwrap_or_else(|e| e.into_inner())
+}
+
+/// The spool of the database at `db`: the directory beside it, `<name>-spool`.
+pub(super) fn dir_of(db: &Path) -> PathBuf {
+    let mut dir = db.as_os_str().to_owned();
+    dir.push("-spool");
+    dir.into()
 }
 
 pub(super) fn segment_path(dir: &Path, seg: u32) -> PathBuf {

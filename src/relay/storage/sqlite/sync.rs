@@ -19,8 +19,8 @@ use std::time::Instant;
 
 use prometheus_client::metrics::histogram::Histogram;
 
+use super::batch::WriteOp;
 use super::spool::Unflushed;
-use super::writer::WriteOp;
 use crate::protocol::Seq;
 use crate::relay::storage::{CommitListener, Committed, StorageError};
 
@@ -217,7 +217,7 @@ impl Wal {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::relay::storage::sqlite::writer::Batch;
+    use crate::relay::storage::sqlite::batch::Batch;
     use tokio::sync::oneshot;
 
     #[test]

@@ -13,82 +13,88 @@ use std::sync::{Arc, Mutex, Weak, mpsc};
 use std::thread;
 use std::time::{Duration, Instant};
 
+use prometheus_client::metrics::histogram::Histogram;
 use rusqlite::{Connection, Transaction, TransactionBehavior};
 use tokio::sync::oneshot;
 
-use super::queue::{self, QueueIndex};
+use super::batch::{Batch, Op, WriteOp};
+use super::clock::now_ms;
+use super::housekeeping;
+use super::index::{self, QueueIndex};
 use super::scan;
 use super::spool::Spool;
 use super::sync::{Ended, Syncing, Wal};
-use crate::relay::storage::{Committed, StorageError, StorageMetrics};
+use crate::relay::storage::{Pending, StorageError, StorageMetrics};
 
 /// Writes taken into one transaction at most.
 const MAX_BATCH: usize = 1024;
 /// How often the WAL is checkpointed.
 const CHECKPOINT_EVERY: Duration = Duration::from_millis(500);
 
-/// What a write sees of its batch: the open transaction, the queue index and the spool
-/// (changed in step with the transaction), and the log of copies the commit will announce.
-pub(super) struct Batch<'a, 'c> {
-    pub(super) tx: &'a Transaction<'c>,
-    pub(super) index: &'a mut QueueIndex,
-    pub(super) spool: &'a mut Spool,
-    pub(super) log: &'a mut Vec<Committed>,
+/// The storage's end of the writer: writes go in here, in call order, and are answered once
+/// their batch is durable. Dropping it stops the writer and waits for it.
+pub(super) struct Writes {
+    queue: mpsc::Sender<Box<dyn WriteOp>>,
+    /// Joined on drop, so that a storage opened next on the same files finds the spool closed.
+    thread: Option<thread::JoinHandle<()>>,
+    /// Seconds from a write's arrival to its answer.
+    write_seconds: Histogram,
 }
 
-/// One write for the writer thread: applied inside the batch's transaction, answered after
-/// the commit (or with the commit's error).
-pub(super) trait WriteOp: Send {
-    fn apply(&mut self, batch: &mut Batch<'_, '_>) -> Result<(), StorageError>;
-    fn finish(self: Box<Self>, committed: Result<(), &StorageError>);
-}
+impl Writes {
+    /// Queues a write for the writer thread now; the result arrives after its batch is
+    /// durable.
+    pub(super) fn enqueue<T: Send + 'static>(
+        &self,
+        run: impl FnOnce(&mut Batch<'_, '_>) -> Result<T, StorageError> + Send + 'static,
+    ) -> Pending<T> {
+        let (reply, answer) = oneshot::channel();
+        let arrived = Instant::now();
+        let queued = self.queue.send(Box::new(Op::new(run, reply)));
+        let latency = self.write_seconds.clone();
+        Box::pin(async move {
+            queued.map_err(|_| StorageError::Closed)?;
+            let answer = answer.await.map_err(|_| StorageError::Closed)?;
+            latency.observe(arrived.elapsed().as_secs_f64());
+            answer
+        })
+    }
 
-/// Where writes go to the writer thread.
-pub(super) type WriteQueue = mpsc::Sender<Box<dyn WriteOp>>;
+    /// A write that touches tables only, not the queue.
+    pub(super) async fn tables<T: Send + 'static>(
+        &self,
+        run: impl FnOnce(&Transaction<'_>) -> Result<T, StorageError> + Send + 'static,
+    ) -> Result<T, StorageError> {
+        self.enqueue(move |b| run(b.tx)).await
+    }
 
-/// A write and where its answer goes.
-pub(super) struct Op<T, F> {
-    run: Option<F>,
-    value: Option<T>,
-    reply: oneshot::Sender<Result<T, StorageError>>,
-}
-
-impl<T, F> Op<T, F> {
-    pub(super) fn new(run: F, reply: oneshot::Sender<Result<T, StorageError>>) -> Self {
-        Self {
-            run: Some(run),
-            value: None,
-            reply,
-        }
+    /// An empty write: it answers once a batch has passed the writer and the syncer, and
+    /// fails once they stopped or a flush failed (every write is refused then).
+    pub(super) async fn probe(&self) -> Result<(), StorageError> {
+        let (reply, answer) = oneshot::channel();
+        let probe = |_: &mut Batch<'_, '_>| Ok(());
+        self.queue
+            .send(Box::new(Op::new(probe, reply)))
+            .map_err(|_| StorageError::Closed)?;
+        answer.await.map_err(|_| StorageError::Closed)?
     }
 }
 
-impl<T, F> WriteOp for Op<T, F>
-where
-    T: Send,
-    F: FnOnce(&mut Batch<'_, '_>) -> Result<T, StorageError> + Send,
-{
-    fn apply(&mut self, batch: &mut Batch<'_, '_>) -> Result<(), StorageError> {
-        if let Some(run) = self.run.take() {
-            self.value = Some(run(batch)?);
+impl Drop for Writes {
+    fn drop(&mut self) {
+        // The writer stops once its queue is closed; it finishes the batch it holds first.
+        drop(std::mem::replace(&mut self.queue, mpsc::channel().0));
+        if let Some(thread) = self.thread.take() {
+            let _ = thread.join();
         }
-        Ok(())
-    }
-
-    fn finish(self: Box<Self>, committed: Result<(), &StorageError>) {
-        let answer = match (committed, self.value) {
-            (Ok(()), Some(v)) => Ok(v),
-            (Err(e), _) => Err(StorageError::Database(e.to_string())),
-            (Ok(()), None) => Err(StorageError::Database("the write was not applied".into())),
-        };
-        let _ = self.reply.send(answer);
     }
 }
 
 /// Starts the writer on `conn` and `spool`, the syncer (sharing `syncing`) on their WAL and
-/// segments, and the checkpointer on `checkpointer`. The checkpointer stops once `alive` is
-/// gone, the writer and the syncer once every sender of the write queue is. Returns the write
-/// queue and the writer thread, which has closed the spool when it ends.
+/// segments, and the checkpointer on `checkpointer`. The writer and the syncer stop once every
+/// sender of the write queue is gone, the checkpointer once the writer has stopped. The writer
+/// records its batches in `metrics` and its WAL restarts in `log_restart_seconds`. The writer
+/// has closed the spool when it ends.
 pub(super) fn spawn(
     conn: Connection,
     checkpointer: Connection,
@@ -96,11 +102,12 @@ pub(super) fn spawn(
     index: Arc<Mutex<QueueIndex>>,
     syncing: Arc<Syncing>,
     metrics: StorageMetrics,
-    alive: Weak<()>,
-) -> Result<(WriteQueue, thread::JoinHandle<()>), StorageError> {
+    log_restart_seconds: Histogram,
+) -> Result<Writes, StorageError> {
     // The syncer makes commits durable; the writer's own commits only write the WAL.
     conn.pragma_update(None, "synchronous", "NORMAL")?;
     let wal = PathBuf::from(format!("{}-wal", conn.path().unwrap_or_default()));
+    let write_seconds = metrics.write_seconds.clone();
     let (writes, queue) = mpsc::channel();
     let finish = Arc::new(AtomicBool::new(false));
     let spawn_error = |e: std::io::Error| StorageError::Database(e.to_string());
@@ -111,28 +118,33 @@ pub(super) fn spawn(
             move || syncing.run(Wal::new(wal))
         })
         .map_err(spawn_error)?;
-    let writer = thread::Builder::new()
-        .name("relay-writer".into())
-        .spawn({
-            let finish = finish.clone();
-            move || {
-                Writer {
-                    conn,
-                    spool,
-                    index,
-                    syncing,
-                    metrics,
-                    stale: false,
-                }
-                .run(queue, finish)
-            }
-        })
-        .map_err(spawn_error)?;
     thread::Builder::new()
         .name("relay-checkpoint".into())
-        .spawn(move || checkpoint_loop(checkpointer, alive, finish))
+        .spawn({
+            let finish = Arc::downgrade(&finish);
+            move || checkpoint_loop(checkpointer, finish)
+        })
         .map_err(spawn_error)?;
-    Ok((writes, writer))
+    let writer = thread::Builder::new()
+        .name("relay-writer".into())
+        .spawn(move || {
+            Writer {
+                conn,
+                spool,
+                index,
+                syncing,
+                metrics,
+                log_restart_seconds,
+                stale: false,
+            }
+            .run(queue, finish)
+        })
+        .map_err(spawn_error)?;
+    Ok(Writes {
+        queue: writes,
+        thread: Some(writer),
+        write_seconds,
+    })
 }
 
 struct Writer {
@@ -141,6 +153,7 @@ struct Writer {
     index: Arc<Mutex<QueueIndex>>,
     syncing: Arc<Syncing>,
     metrics: StorageMetrics,
+    log_restart_seconds: Histogram,
     /// A failed batch left the index unlike the spool and reloading it failed too.
     stale: bool,
 }
@@ -168,8 +181,7 @@ impl Writer {
                 {
                     tracing::warn!(error = %e, "WAL checkpoint failed; will retry");
                 }
-                self.metrics
-                    .log_restart_seconds
+                self.log_restart_seconds
                     .observe(started.elapsed().as_secs_f64());
             }
         }
@@ -200,7 +212,7 @@ impl Writer {
         let changes = self.conn.total_changes();
         // Held through the commit and the spool write: readers never see the index ahead of
         // what is written.
-        let mut index = queue::lock(&self.index);
+        let mut index = index::lock(&self.index);
         let result = (|| -> Result<(), StorageError> {
             if self.stale {
                 let mut fresh = reload(&self.spool)?;
@@ -217,7 +229,7 @@ impl Writer {
                 spool: &mut self.spool,
                 log: &mut log,
             };
-            queue::sweep(&mut b, Instant::now())?;
+            housekeeping::sweep(&mut b, Instant::now())?;
             for op in &mut batch {
                 op.apply(&mut b)?;
             }
@@ -259,15 +271,19 @@ impl Writer {
 fn reload(spool: &Spool) -> Result<QueueIndex, StorageError> {
     Ok(QueueIndex::load(
         &scan::scan(spool.dir())?.segments,
-        super::now_ms(),
+        now_ms(),
     ))
 }
 
 /// Checkpoints the WAL every so often (PASSIVE: never waits for writers or readers) until the
-/// storage is dropped. When it copied every frame it saw, it asks the writer to finish.
-fn checkpoint_loop(conn: Connection, alive: Weak<()>, finish: Arc<AtomicBool>) {
-    while alive.upgrade().is_some() {
+/// writer has stopped (it holds `finish`). When it copied every frame it saw, it asks the
+/// writer to finish.
+fn checkpoint_loop(conn: Connection, finish: Weak<AtomicBool>) {
+    loop {
         thread::sleep(CHECKPOINT_EVERY);
+        let Some(finish) = finish.upgrade() else {
+            return;
+        };
         match conn.query_row("PRAGMA wal_checkpoint(PASSIVE)", [], |r| {
             Ok((r.get::<_, i64>(1)?, r.get::<_, i64>(2)?))
         }) {

@@ -1,29 +1,79 @@
-//! Authentication: the client answers the challenge by signing the relay id and a fresh nonce
-//! with its Ed25519 key, optionally registering the name with its keys in the same hello.
+//! The handshake: the relay challenges, the client answers by signing the relay id and a
+//! fresh nonce with its Ed25519 key (optionally registering the name with its keys in the same
+//! hello), and the relay welcomes it once the session may deliver.
 
 use std::net::IpAddr;
 
 use axum::extract::ws::{Message, WebSocket};
 use tokio::time::timeout;
 
-use super::state::RelayState;
-use super::storage::{Registration, Storage};
-use super::wire::{Ending, close};
+use super::super::state::RelayState;
+use super::super::storage::{Queue, Registration, Registry, StorageError};
+use super::super::wire::{Ending, close, refuse};
 use crate::crypto::sign::{self, Domain};
 use crate::crypto::{self, PublicIdentity};
-use crate::protocol::{AgentName, ClientFrame, ErrorCode, ServerFrame, hello_payload};
+use crate::protocol::{
+    AgentName, ClientFrame, ErrorCode, PROTOCOL_VERSION, ServerFrame, hello_payload,
+};
+
+/// An authenticated client.
+pub(super) struct Hello {
+    /// Who it is.
+    pub agent: AgentName,
+    /// A control connection: requests only.
+    pub control: bool,
+    /// The nonce it signed, which owner-signed requests on this connection sign too.
+    pub nonce: Vec<u8>,
+}
 
 async fn send(socket: &mut WebSocket, frame: &ServerFrame) -> bool {
     let text = serde_json::to_string(frame).expect("frames always serialize");
     socket.send(Message::Text(text.into())).await.is_ok()
 }
 
-/// Reads the hello within the deadline and verifies it (registering a new name); the caller
-/// sends the [`welcome`].
-pub async fn authenticate<S: Storage>(
+/// Challenges the client and checks its hello; a refusal is sent here (`None`).
+pub(super) async fn greet<S: Registry>(
     state: &RelayState<S>,
     socket: &mut WebSocket,
-    relay: &str,
+    ip: IpAddr,
+) -> Option<Hello> {
+    let mut nonce = vec![0u8; 32];
+    if getrandom::fill(&mut nonce).is_err() {
+        let ending = Ending {
+            code: ErrorCode::Internal,
+            message: "no randomness".into(),
+            close: close::GOING_AWAY,
+        };
+        refuse(socket, ending).await;
+        return None;
+    }
+    let challenge = ServerFrame::Challenge {
+        v: PROTOCOL_VERSION,
+        relay: state.relay_id.clone(),
+        nonce: nonce.clone(),
+    };
+    if !send(socket, &challenge).await {
+        return None;
+    }
+    match authenticate(state, socket, &nonce, ip).await {
+        Ok((agent, control)) => Some(Hello {
+            agent,
+            control,
+            nonce,
+        }),
+        Err(ending) => {
+            state.metrics.reject(ending.code);
+            tracing::info!(%ip, code = %ending.code, "authentication refused");
+            refuse(socket, ending).await;
+            None
+        }
+    }
+}
+
+/// Reads the hello within the deadline and verifies it (registering a new name).
+async fn authenticate<S: Registry>(
+    state: &RelayState<S>,
+    socket: &mut WebSocket,
     nonce: &[u8],
     ip: IpAddr,
 ) -> Result<(AgentName, bool), Ending> {
@@ -62,7 +112,7 @@ pub async fn authenticate<S: Storage>(
             "the first frame must be a valid hello".into(),
         ));
     };
-    let internal = |e: super::storage::StorageError| Ending {
+    let internal = |e: StorageError| Ending {
         code: ErrorCode::Internal,
         message: e.to_string(),
         close: close::GOING_AWAY,
@@ -96,7 +146,7 @@ pub async fn authenticate<S: Storage>(
     if sign::verify_detached(
         &identity,
         Domain::Hello,
-        &hello_payload(relay, nonce),
+        &hello_payload(&state.relay_id, nonce),
         &signature,
     )
     .is_err()
@@ -107,7 +157,7 @@ pub async fn authenticate<S: Storage>(
         ));
     }
     if new {
-        let invite = super::registration::admit(state, ip, &agent, invite.as_ref())
+        let invite = super::super::registration::admit(state, ip, &agent, invite.as_ref())
             .map_err(|r| auth(r.code, r.message))?;
         match state
             .storage
@@ -120,7 +170,7 @@ pub async fn authenticate<S: Storage>(
             Registration::Retired(until) => return Err(retired(&agent, until)),
             Registration::BadInvite => {
                 state.metrics.refuse_registration("invite");
-                let message = super::registration::BAD_INVITE.into();
+                let message = super::super::registration::BAD_INVITE.into();
                 return Err(auth(ErrorCode::BadInvite, message));
             }
             Registration::Created => tracing::info!(%agent, "registered"),
@@ -151,19 +201,19 @@ pub async fn authenticate<S: Storage>(
 fn retired(agent: &AgentName, until_ms: i64) -> Ending {
     Ending {
         code: ErrorCode::NameRetired,
-        message: super::retire::held_until(agent, until_ms),
+        message: super::super::retire::held_until(agent, until_ms),
         close: close::AUTH,
     }
 }
 
 /// Sends the welcome with the number of messages waiting and the agent's owner key. Called once the session has its
 /// turn, so the count already reflects every ack of the agent's previous session.
-pub async fn welcome<S: Storage>(
+pub(super) async fn welcome<S: Registry + Queue>(
     state: &RelayState<S>,
     socket: &mut WebSocket,
     agent: &AgentName,
 ) -> Result<(), Ending> {
-    let internal = |e: super::storage::StorageError| Ending {
+    let internal = |e: StorageError| Ending {
         code: ErrorCode::Internal,
         message: e.to_string(),
         close: close::GOING_AWAY,

@@ -1,7 +1,7 @@
 //! Printing: JSON for scripts, short text for people. Everything the owner's commands print
 //! to stdout goes through [`line`] (or [`outln!`]), never `println!`, which panics when the
 //! reader is gone (`mailslot inbox | head -1`): a closed pipe becomes [`StdoutClosed`], which
-//! [`super::run`] turns into a quiet exit 0, as ripgrep does.
+//! [`crate::cli::run`] turns into a quiet exit 0, as ripgrep does.
 
 use std::fmt;
 use std::io::Write;
@@ -15,7 +15,7 @@ use crate::protocol::AgentName;
 /// `println!` that returns an error instead of panicking; see [`line`].
 macro_rules! outln {
     ($($arg:tt)*) => {
-        $crate::cli::output::line(format_args!($($arg)*))
+        $crate::output::line(format_args!($($arg)*))
     };
 }
 pub(crate) use outln;

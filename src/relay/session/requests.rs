@@ -1,0 +1,163 @@
+//! What an authenticated client asks: one `match` over its frames, each arm calling the
+//! handler of that request, which is bounded by the storage roles it uses. Acks go to the
+//! delivery; sends are answered when their write completes.
+
+use futures_util::stream::FuturesUnordered;
+
+use super::super::accept::{self, QueuedSend, SendFrame};
+use super::super::inbound::Share;
+use super::super::state::RelayState;
+use super::super::storage::{Queue, Registry, Storage};
+use super::super::wire::error_frame;
+use super::super::{bounce, consent, copies, directory, lookup, online, retire, rotate};
+use super::delivery::Delivery;
+use crate::protocol::{AgentName, ClientFrame, ErrorCode, ServerFrame};
+
+/// Sends whose writes are pending, answered as each completes.
+pub(super) type Sends = FuturesUnordered<QueuedSend>;
+
+/// Answers one frame from `agent` on the connection challenged with `nonce` (`None`: a binary
+/// frame); `None` when nothing is to be answered now.
+pub(super) async fn answer<S: Storage>(
+    state: &RelayState<S>,
+    (agent, nonce): (&AgentName, &[u8]),
+    delivery: &mut Delivery,
+    (sends, share): (&mut Sends, Option<Share>),
+    text: Option<&str>,
+) -> Option<ServerFrame> {
+    let Some(text) = text else {
+        let message = "send JSON text frames, not binary";
+        return Some(error_frame(None, ErrorCode::BadFrame, message, None));
+    };
+    // Sends are most frames: read them without parsing the envelope's bulk.
+    if let Some(send) = SendFrame::read(text) {
+        let envelope = send.envelope.get();
+        return queue_send(state, agent, sends, (send.reference, share), envelope).await;
+    }
+    let frame = match serde_json::from_str::<ClientFrame>(text) {
+        Ok(frame) => frame,
+        Err(e) => {
+            let message = format!("not a valid frame: {e}");
+            return Some(error_frame(None, ErrorCode::BadFrame, message, None));
+        }
+    };
+    // The frames only the agent's owner may send are checked against its owner key first.
+    let owner = match consent::signed_by_owner(state, (agent, nonce), &frame).await {
+        Ok(owner) => owner,
+        Err(refusal) => return Some(refusal),
+    };
+    Some(match frame {
+        ClientFrame::Ping {} => ServerFrame::Pong {},
+        ClientFrame::Hello { .. } => error_frame(
+            None,
+            ErrorCode::UnexpectedFrame,
+            "already authenticated",
+            None,
+        ),
+        ClientFrame::Ack { seq } => return delivery.ack(state, agent, seq).await,
+        // `SendFrame::read` takes every valid send frame first; this is its general twin.
+        ClientFrame::Send {
+            reference,
+            envelope,
+        } => {
+            let text = String::from_utf8(envelope.to_bytes()).expect("JSON is UTF-8");
+            return queue_send(state, agent, sends, (reference, share), &text).await;
+        }
+        ClientFrame::Lookup {
+            reference,
+            agent: wanted,
+        } => lookup::keys(state, agent, reference, wanted).await,
+        ClientFrame::RotateKeys {
+            reference,
+            rotation,
+        } => rotate::rotate_keys(state, agent, reference, rotation).await,
+        ClientFrame::Connect {
+            reference,
+            to,
+            note,
+        } => consent::connect(state, agent, reference, to, note).await,
+        ClientFrame::Approve {
+            reference,
+            from,
+            code,
+            dry_run: true,
+            ..
+        } => consent::check_code(state, agent, reference, from, code).await,
+        ClientFrame::Approve {
+            reference,
+            from,
+            code,
+            ..
+        } => consent::approve(state, agent, reference, from, code).await,
+        ClientFrame::Deny {
+            reference,
+            agent: requester,
+            ..
+        } => consent::deny(state, agent, reference, requester).await,
+        ClientFrame::Block {
+            reference,
+            agent: peer,
+            ..
+        } => consent::block(state, agent, reference, peer).await,
+        ClientFrame::Unblock {
+            reference,
+            agent: peer,
+            ..
+        } => consent::unblock(state, agent, reference, peer).await,
+        ClientFrame::Remove {
+            reference,
+            agent: peer,
+            ..
+        } => consent::remove(state, agent, reference, peer).await,
+        ClientFrame::SetPolicy {
+            reference, policy, ..
+        } => consent::set_policy(state, agent, reference, policy).await,
+        ClientFrame::SetOwner {
+            reference,
+            owner: new,
+            ..
+        } => consent::set_owner(state, agent, reference, (owner, new)).await,
+        ClientFrame::Consent { reference } => consent::state_of(state, agent, reference).await,
+        ClientFrame::SetListing {
+            reference,
+            description,
+        } => directory::set_listing(state, agent, reference, description).await,
+        ClientFrame::Directory { reference } => directory::list(state, agent, reference).await,
+        ClientFrame::Presence { reference, agents } => {
+            online::presence(state, agent, reference, agents).await
+        }
+        ClientFrame::Retire {
+            reference,
+            signature,
+        } => retire::retire(state, (agent, nonce), reference, signature).await,
+        ClientFrame::Bounces { reference } => bounce::list(state, agent, reference).await,
+        ClientFrame::AckBounces { reference, bounces } => {
+            bounce::forget(state, agent, reference, bounces).await
+        }
+        ClientFrame::Copies { reference, copies } => {
+            copies::states(state, agent, reference, copies).await
+        }
+    })
+}
+
+/// Checks a send and queues its write; `Some` is the refusal.
+async fn queue_send<S: Registry + Queue>(
+    state: &RelayState<S>,
+    agent: &AgentName,
+    sends: &mut Sends,
+    (reference, share): (String, Option<Share>),
+    envelope: &str,
+) -> Option<ServerFrame> {
+    match accept::check(state, agent, reference, envelope).await {
+        // The frame's share of the receive budget is held until its write is done.
+        Ok(queued) => {
+            sends.push(Box::pin(async move {
+                let written = queued.await;
+                drop(share);
+                written
+            }));
+            None
+        }
+        Err(refusal) => Some(*refusal),
+    }
+}
