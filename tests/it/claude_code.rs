@@ -34,7 +34,7 @@ fn tools() -> Option<(PathBuf, PathBuf)> {
         &["MAILSLOT_CLAUDE_CODE", "MAILSLOT_TMUX"],
         "MAILSLOT_REQUIRE_CLAUDE_CODE",
         "claude-code-setup",
-        "What reaches the model",
+        "Tests with the real Claude Code and Codex",
     )?;
     Some((found[0].clone(), found[1].clone()))
 }

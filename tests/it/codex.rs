@@ -24,7 +24,7 @@ fn codex() -> Option<PathBuf> {
         &["MAILSLOT_CODEX"],
         "MAILSLOT_REQUIRE_CLAUDE_CODE",
         "claude-code-setup",
-        "What reaches the model",
+        "Tests with the real Claude Code and Codex",
     )
     .map(|mut found| found.remove(0))
 }
@@ -210,7 +210,7 @@ fn codex_and_tmux() -> Option<(PathBuf, PathBuf)> {
         &["MAILSLOT_CODEX", "MAILSLOT_TMUX"],
         "MAILSLOT_REQUIRE_CLAUDE_CODE",
         "claude-code-setup",
-        "What reaches the model",
+        "Tests with the real Claude Code and Codex",
     )?;
     Some((found[0].clone(), found[1].clone()))
 }

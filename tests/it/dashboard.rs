@@ -580,7 +580,7 @@ async fn the_dashboard_in_a_real_browser() {
         &["MAILSLOT_NODE", "MAILSLOT_PLAYWRIGHT", "MAILSLOT_CHROMIUM"],
         "MAILSLOT_REQUIRE_BROWSER",
         "browser-setup",
-        "The dashboard",
+        "The dashboard in a browser",
     ) else {
         return;
     };

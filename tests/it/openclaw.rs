@@ -50,7 +50,7 @@ fn setup() -> Option<Setup> {
         &["MAILSLOT_OPENCLAW_NODE", "MAILSLOT_OPENCLAW_BIN"],
         "MAILSLOT_REQUIRE_OPENCLAW",
         "openclaw-setup",
-        "OpenClaw",
+        "The OpenClaw test",
     )?;
     let mut found = found.into_iter();
     Some(Setup {

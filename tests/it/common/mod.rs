@@ -440,7 +440,7 @@ pub fn external_tools(
     vars: &[&str],
     require: &str,
     setup: &str,
-    readme_section: &str,
+    contributing_section: &str,
 ) -> Option<Vec<std::path::PathBuf>> {
     use std::io::Write;
     let found: Vec<Option<std::path::PathBuf>> = vars
@@ -467,7 +467,7 @@ pub fn external_tools(
         // Straight to stderr, past the test harness's capture, so that it is seen.
         let _ = writeln!(
             std::io::stderr(),
-            "skipped: run .ci/{setup} (see README, \"{readme_section}\"); {} not set",
+            "skipped: run .ci/{setup} (see CONTRIBUTING.md, \"{contributing_section}\"); {} not set",
             missing.join(", ")
         );
         return None;
