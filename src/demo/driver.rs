@@ -193,21 +193,22 @@ impl Driver {
             .ok_or_else(|| anyhow!("{tool} returned no structured content"))
     }
 
-    /// Waits (up to 10 s) until the server says its relay is connected.
-    pub async fn wait_connected(&self) -> anyhow::Result<()> {
+    /// Waits (up to 10 s) until the server says its relay is connected; returns its identity
+    /// document (`mailslot://identity`).
+    pub async fn wait_connected(&self) -> anyhow::Result<serde_json::Value> {
         let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
-        while std::time::Instant::now() < deadline {
+        loop {
             let identity: serde_json::Value =
                 serde_json::from_str(&self.read(crate::mcp::IDENTITY).await?)?;
-            if identity["relay"]
-                .as_str()
-                .is_some_and(|r| r.starts_with("connected"))
-            {
-                return Ok(());
+            let relay = identity["relay"].as_str().unwrap_or_default();
+            if relay.starts_with("connected") {
+                return Ok(identity);
+            }
+            if std::time::Instant::now() > deadline {
+                anyhow::bail!("the agent did not connect to the relay: {relay}");
             }
             tokio::time::sleep(std::time::Duration::from_millis(20)).await;
         }
-        anyhow::bail!("an agent did not connect to the relay")
     }
 
     /// Reads a text resource.

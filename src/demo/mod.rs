@@ -9,16 +9,13 @@ pub mod driver;
 use std::path::Path;
 use std::time::{Duration, Instant};
 
-use anyhow::{Context, bail};
+use anyhow::Context;
 use serde_json::{Value, json};
 
 use crate::client::RelayUrl;
 use crate::output::outln;
 use crate::relay::{Relay, RelayConfig};
 use driver::{Driver, Era, Pushed};
-
-/// How long to wait for an agent's first connection to the relay.
-const CONNECT_WAIT: Duration = Duration::from_secs(10);
 
 /// Runs the demo, printing as it goes.
 pub async fn run() -> anyhow::Result<()> {
@@ -56,7 +53,8 @@ async fn conversation(exe: &Path, home: &Path, url: &RelayUrl) -> anyhow::Result
     let alice = Driver::spawn(exe, home, "alice", url, Era::Legacy).await?;
     let mut bob = Driver::spawn(exe, home, "bob", url, Era::Legacy).await?;
     for (name, agent) in [("alice", &alice), ("bob", &bob)] {
-        let fingerprint = connected(agent).await?;
+        let identity = agent.wait_connected().await?;
+        let fingerprint = identity["fingerprint"].as_str().unwrap_or("?").to_owned();
         outln!("{name:<7} mailslot mcp --agent {name}  (fingerprint {fingerprint})")?;
     }
     #[allow(deprecated)]
@@ -143,22 +141,6 @@ async fn conversation(exe: &Path, home: &Path, url: &RelayUrl) -> anyhow::Result
     alice.close().await?;
     bob.close().await?;
     Ok(())
-}
-
-/// Waits until `agent` reports a relay connection; returns its fingerprint.
-async fn connected(agent: &Driver) -> anyhow::Result<String> {
-    let deadline = Instant::now() + CONNECT_WAIT;
-    loop {
-        let identity: Value = serde_json::from_str(&agent.read(crate::mcp::IDENTITY).await?)?;
-        let relay = identity["relay"].as_str().unwrap_or_default();
-        if relay.starts_with("connected") {
-            return Ok(identity["fingerprint"].as_str().unwrap_or("?").to_owned());
-        }
-        if Instant::now() > deadline {
-            bail!("the agent did not connect to the relay: {relay}");
-        }
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    }
 }
 
 fn show_event(event: &Value) -> anyhow::Result<()> {
