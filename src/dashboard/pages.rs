@@ -5,11 +5,12 @@
 
 use jiff::Timestamp;
 use maud::{DOCTYPE, Markup, html};
+use serde::Serialize;
 
 use super::consent::Consent;
 use super::relay_status::RelayReport;
 use crate::doorbell::frame;
-use crate::protocol::{AgentName, Fingerprint, MAX_ANSWER_CHARS};
+use crate::protocol::{AgentName, Fingerprint, Importance, MAX_ANSWER_CHARS, Message, MessageId};
 use crate::store::{Contact, Direction, Recalled, SentItem, SentState, StoredMessage, Trust};
 
 /// The longest subject shown in a list (characters).
@@ -48,8 +49,54 @@ pub enum Tab {
     Memories,
 }
 
-fn when(t: Timestamp) -> String {
+/// A time as every page shows it, server-rendered or live.
+pub fn when(t: Timestamp) -> String {
     t.strftime("%Y-%m-%d %H:%M:%S UTC").to_string()
+}
+
+/// A mark on a message in a list, in words (never colour alone): what mailslot verified or
+/// the sender asked for.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+pub struct Mark {
+    /// The style it takes (`danger`, `warn`, `flag`).
+    pub class: &'static str,
+    /// What it says.
+    pub text: &'static str,
+}
+
+/// The marks of a message in a list: a changed key, its importance, a request to acknowledge.
+pub fn marks(message: &Message, trust: Trust) -> Vec<Mark> {
+    let mut marks = Vec::new();
+    if trust == Trust::KeyChanged {
+        marks.push(Mark {
+            class: "danger",
+            text: "KEY CHANGED",
+        });
+    }
+    match message.importance {
+        Importance::Urgent => marks.push(Mark {
+            class: "flag urgent",
+            text: "urgent",
+        }),
+        Importance::High => marks.push(Mark {
+            class: "flag high",
+            text: "high importance",
+        }),
+        Importance::Normal => {}
+    }
+    if message.ack_required {
+        marks.push(Mark {
+            class: "flag ack",
+            text: "acknowledgement requested",
+        });
+    }
+    marks
+}
+
+fn mark_list(message: &Message, trust: Trust) -> Markup {
+    html! {
+        @for mark in marks(message, trust) { " " span class=(mark.class) { (mark.text) } }
+    }
 }
 
 fn subject_line(subject: &str) -> String {
@@ -70,6 +117,7 @@ pub fn layout(title: &str, body: Markup) -> Markup {
                 meta charset="utf-8";
                 meta name="viewport" content="width=device-width, initial-scale=1";
                 title { (title) " — mailslot" }
+                link rel="icon" href="/favicon.ico";
                 link rel="stylesheet" href="/static/app.css";
                 script src="/static/app.js" defer {}
             }
@@ -134,28 +182,96 @@ pub fn agents(relay: &str, rows: &[AgentRow]) -> Markup {
     )
 }
 
-fn inbox_row(agent: &AgentName, stored: &StoredMessage) -> Markup {
+fn mail_row(agent: &AgentName, stored: &StoredMessage) -> Markup {
     let m = &stored.message;
+    let list = |v: &[crate::protocol::Address]| {
+        v.iter()
+            .map(ToString::to_string)
+            .collect::<Vec<_>>()
+            .join(", ")
+    };
     html! {
-        li.unread[stored.read_at.is_none()] data-id=(m.id) {
+        li.unread[stored.direction == Direction::In && stored.read_at.is_none()] data-id=(m.id) {
             a href={ "/agents/" (agent) "/messages/" (m.id) } { (subject_line(&m.subject)) }
-            " " span.from { "from " (m.from) } " " span.muted { (when(m.sent_at)) }
-            @if stored.trust == Trust::KeyChanged { " " span.danger { "KEY CHANGED" } }
+            @if stored.direction == Direction::In {
+                " " span.from { "from " (m.from) }
+            } @else {
+                " " span.from { "to " (list(&m.to)) }
+            }
+            " " span.muted { (when(m.sent_at)) }
+            (mark_list(m, stored.trust))
         }
     }
 }
 
-/// `/agents/NAME`: received mail, unread first; new mail is added by the page's script.
-pub fn inbox(agent: &AgentName, items: &[StoredMessage]) -> Markup {
+/// What the inbox page lists.
+pub struct InboxPage<'a> {
+    /// Received mail, all of it and unread.
+    pub total: u64,
+    /// Unread received mail.
+    pub unread: u64,
+    /// This page's messages, newest first.
+    pub items: &'a [StoredMessage],
+    /// The message this page lists mail older than (none: the newest).
+    pub before: Option<MessageId>,
+    /// The cursor of the next, older page, if there is one.
+    pub older: Option<MessageId>,
+}
+
+fn search_form(agent: &AgentName, query: &str) -> Markup {
+    html! {
+        form.search method="get" action={ "/agents/" (agent) "/search" } role="search" {
+            input type="search" name="q" value=(query) placeholder="Search this agent's mail" maxlength="500" aria-label="Search this agent's mail";
+            button type="submit" { "Search" }
+        }
+    }
+}
+
+/// `/agents/NAME?before=ID`: received mail newest first, a page at a time; new mail is added
+/// to the first page by the page's script.
+pub fn inbox(agent: &AgentName, page: &InboxPage<'_>) -> Markup {
+    let first = page.before.is_none();
     layout(
         &format!("{agent}: inbox"),
         html! {
             (agent_tabs(agent, Tab::Inbox))
-            p.muted { "Unread mail is bold. Reading it here does not mark it read: that is the agent's own state." }
-            ul.mail #inbox data-inbox=(agent) {
-                @for stored in items { (inbox_row(agent, stored)) }
+            (search_form(agent, ""))
+            p #counts {
+                strong data-total=(agent) { (page.total) } " received, "
+                strong data-unread=(agent) { (page.unread) } " unread"
+                @if !first { " — older mail" }
             }
-            @if items.is_empty() { p.empty #inbox-empty { "No mail yet." } }
+            p.muted { "Newest first; unread mail is bold. Reading it here does not mark it read: that is the agent's own state." }
+            // Only the first page takes live mail: an older page stays as it was listed.
+            ul.mail #inbox data-inbox=[first.then_some(agent)] {
+                @for stored in page.items { (mail_row(agent, stored)) }
+            }
+            @if page.items.is_empty() {
+                p.empty #inbox-empty { (if first { "No mail yet." } else { "No older mail." }) }
+            }
+            nav.pages aria-label="Pages" {
+                @if !first { a href={ "/agents/" (agent) } { "Newest" } }
+                @if let Some(older) = page.older { a rel="next" href={ "/agents/" (agent) "?before=" (older) } { "Older" } }
+            }
+        },
+    )
+}
+
+/// `/agents/NAME/search?q=…`: received and sent mail matching the words, best first.
+pub fn search(agent: &AgentName, query: &str, found: &[StoredMessage], limit: usize) -> Markup {
+    layout(
+        &format!("{agent}: search"),
+        html! {
+            (agent_tabs(agent, Tab::Inbox))
+            (search_form(agent, query))
+            @if query.is_empty() {
+                p.empty { "Type words to find in subjects, bodies and senders." }
+            } @else if found.is_empty() {
+                p.empty #search-empty { "No mail matches." }
+            } @else {
+                p #search-count { (found.len()) " found, best first" @if found.len() == limit { " (the best " (limit) " only: add words to narrow it)" } }
+            }
+            ul.mail #found { @for stored in found { (mail_row(agent, stored)) } }
         },
     )
 }

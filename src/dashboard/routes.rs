@@ -28,10 +28,12 @@ use super::relay_status;
 use crate::client::RelayUrl;
 use crate::mailbox::{AgentStatus, Mailbox, RelayStatus};
 use crate::protocol::{AgentName, MessageId, ThreadId};
-use crate::store::{InboxQuery, MAX_QUERY_CHARS};
+use crate::store::MAX_QUERY_CHARS;
 
 /// Received messages listed on an inbox page.
-const INBOX_LIMIT: usize = 200;
+const INBOX_PAGE: usize = 50;
+/// Messages a search lists, best first.
+const SEARCH_LIMIT: usize = 50;
 /// Sent messages listed.
 const SENT_LIMIT: usize = 200;
 /// Memories listed.
@@ -40,6 +42,7 @@ const MEMORY_LIMIT: usize = 100;
 const CSP: &str = "default-src 'none'; script-src 'self'; style-src 'self'; img-src 'self'; connect-src 'self'; form-action 'self'; frame-ancestors 'none'; base-uri 'none'";
 const APP_JS: &str = include_str!("assets/app.js");
 const APP_CSS: &str = include_str!("assets/app.css");
+const FAVICON: &[u8] = include_bytes!("assets/favicon.ico");
 
 /// Everything the handlers share.
 pub struct App {
@@ -73,7 +76,9 @@ pub fn router(app: AppState) -> Router {
         .route("/events", get(events))
         .route("/static/app.js", get(app_js))
         .route("/static/app.css", get(app_css))
+        .route("/favicon.ico", get(favicon))
         .route("/agents/{agent}", get(inbox))
+        .route("/agents/{agent}/search", get(search))
         .route("/agents/{agent}/sent", get(sent))
         .route("/agents/{agent}/contacts", get(contacts))
         .route("/agents/{agent}/consent", post(change_consent))
@@ -194,15 +199,67 @@ async fn app_css() -> impl IntoResponse {
     ([(header::CONTENT_TYPE, "text/css; charset=utf-8")], APP_CSS)
 }
 
-async fn inbox(State(app): State<AppState>, Path(name): Path<String>) -> Page {
+async fn favicon() -> impl IntoResponse {
+    ([(header::CONTENT_TYPE, "image/x-icon")], FAVICON)
+}
+
+#[derive(Deserialize)]
+struct Cursor {
+    #[serde(default)]
+    before: Option<String>,
+}
+
+async fn inbox(
+    State(app): State<AppState>,
+    Path(name): Path<String>,
+    Query(cursor): Query<Cursor>,
+) -> Page {
     let (name, mailbox) = agent(&app, &name)?;
-    let query = InboxQuery {
-        unread_only: false,
-        limit: INBOX_LIMIT,
-        ..InboxQuery::default()
+    let before = cursor
+        .before
+        .as_deref()
+        .filter(|b| !b.is_empty())
+        .map(message_id)
+        .transpose()?;
+    // One more than a page: whether an older page exists, without counting.
+    let mut items = mailbox
+        .received_page(before, INBOX_PAGE + 1)
+        .await
+        .map_err(internal)?;
+    let more = items.len() > INBOX_PAGE;
+    items.truncate(INBOX_PAGE);
+    let older = more
+        .then(|| items.last().map(|m| m.message.id))
+        .flatten();
+    let (total, unread) = mailbox.received_counts().await.map_err(internal)?;
+    Ok(pages::inbox(
+        &name,
+        &pages::InboxPage {
+            total,
+            unread,
+            items: &items,
+            before,
+            older,
+        },
+    ))
+}
+
+async fn search(
+    State(app): State<AppState>,
+    Path(name): Path<String>,
+    Query(search): Query<Search>,
+) -> Page {
+    let (name, mailbox) = agent(&app, &name)?;
+    let query: String = search.q.trim().chars().take(MAX_QUERY_CHARS).collect();
+    let found = if query.is_empty() {
+        Vec::new()
+    } else {
+        mailbox
+            .search(query.clone(), SEARCH_LIMIT)
+            .await
+            .map_err(internal)?
     };
-    let items = mailbox.inbox(query).await.map_err(internal)?;
-    Ok(pages::inbox(&name, &items))
+    Ok(pages::search(&name, &query, &found, SEARCH_LIMIT))
 }
 
 async fn message(State(app): State<AppState>, Path((name, id)): Path<(String, String)>) -> Page {
