@@ -121,7 +121,7 @@ impl Dashboard {
         for name in names {
             let (agent, _) = Agent::open_or_create(&config.paths, &name)?;
             let mailbox =
-                Mailbox::open_trusting(agent, config.relay.clone(), config.trusted_hosts.clone())
+                Mailbox::open_window(agent, config.relay.clone(), config.trusted_hosts.clone())
                     .await?;
             agents.insert(name, mailbox);
         }
