@@ -3,7 +3,6 @@
 //! [`LiveMail`] summary of it as a Server-Sent Event (`event: mail`, JSON data). The page's
 //! script puts the sender's words into the page with `textContent`, never as HTML.
 
-use std::collections::BTreeMap;
 use std::convert::Infallible;
 use std::time::Duration;
 
@@ -73,7 +72,7 @@ fn agent_events(agent: AgentName, feed: Feed<MailboxEvent>) -> impl Stream<Item 
 
 /// The live stream of `agents`' new mail, until `stop` fires.
 pub fn events(
-    agents: &BTreeMap<AgentName, Mailbox>,
+    agents: &[(AgentName, Mailbox)],
     stop: CancellationToken,
 ) -> Sse<impl Stream<Item = Result<Event, Infallible>> + use<>> {
     let every_agent = futures_util::stream::select_all(agents.iter().map(|(name, mailbox)| {

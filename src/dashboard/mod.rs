@@ -9,8 +9,10 @@
 //! the owner's passphrase), `form.rs` (the consent form read into wiped buffers), `relay_status.rs` (the relay's health and metrics), `launch.rs`
 //! (the page that hands the secret to the browser through a private file).
 
+mod agents;
 mod auth;
 mod consent;
+mod flash;
 mod form;
 mod launch;
 mod live;
@@ -18,7 +20,6 @@ mod pages;
 mod relay_status;
 mod routes;
 
-use std::collections::BTreeMap;
 use std::net::SocketAddr;
 use std::sync::Arc;
 
@@ -26,10 +27,10 @@ use tokio_util::sync::CancellationToken;
 
 pub use form::{ConsentForm, read_form};
 
-use crate::agent::{Agent, AgentError};
+use crate::agent::AgentError;
 use crate::client::RelayUrl;
 use crate::config::Paths;
-use crate::mailbox::{Mailbox, MailboxError};
+use crate::mailbox::MailboxError;
 use crate::protocol::RelayName;
 
 /// Why the dashboard could not start.
@@ -92,19 +93,12 @@ pub struct Dashboard {
     launch: Option<tokio::task::JoinHandle<()>>,
     stop: CancellationToken,
     server: tokio::task::JoinHandle<Result<(), DashboardError>>,
-    mailboxes: Vec<Mailbox>,
+    agents: Arc<agents::Agents>,
 }
 
 impl Dashboard {
     /// Opens every agent of the home and starts serving.
     pub async fn start(config: DashboardConfig) -> Result<Self, DashboardError> {
-        let names = config
-            .paths
-            .agent_names()
-            .map_err(|source| DashboardError::Agents {
-                home: config.paths.home().to_owned(),
-                source,
-            })?;
         let listener = tokio::net::TcpListener::bind(config.listen)
             .await
             .map_err(|source| DashboardError::Listen {
@@ -117,23 +111,22 @@ impl Dashboard {
                 addr: config.listen,
                 source,
             })?;
-        let mut agents = BTreeMap::new();
-        for name in names {
-            let (agent, _) = Agent::open_or_create(&config.paths, &name)?;
-            let mailbox =
-                Mailbox::open_window(agent, config.relay.clone(), config.trusted_hosts.clone())
-                    .await?;
-            agents.insert(name, mailbox);
-        }
-        let mailboxes = agents.values().cloned().collect();
+        let agents = Arc::new(agents::Agents::new(
+            config.paths.clone(),
+            config.relay.clone(),
+            config.trusted_hosts,
+        ));
+        // The agents there now start receiving at once; later ones when a page asks.
+        agents.all().await?;
         let stop = CancellationToken::new();
         let app = Arc::new(routes::App {
             auth: Arc::new(auth::Auth::new(addr.port())),
             http: relay_status::client(&config.relay).map_err(DashboardError::Http)?,
-            agents,
+            agents: agents.clone(),
             relay: config.relay,
             owner_key: config.paths.owner_key(),
             stop: stop.clone(),
+            flashes: flash::Flashes::default(),
         });
         let secret = app.auth.secret().to_owned();
         let used = app.auth.used();
@@ -155,7 +148,7 @@ impl Dashboard {
             launch: None,
             stop,
             server,
-            mailboxes,
+            agents,
         })
     }
 
@@ -206,7 +199,7 @@ impl Dashboard {
         let Self {
             stop: token,
             mut server,
-            mailboxes,
+            agents,
             launch,
             ..
         } = self;
@@ -221,9 +214,7 @@ impl Dashboard {
         if let Some(launch) = launch {
             let _ = launch.await;
         }
-        for mailbox in mailboxes {
-            mailbox.close().await;
-        }
+        agents.close().await;
         result.unwrap_or_else(|e| Err(DashboardError::Serve(std::io::Error::other(e))))
     }
 }

@@ -8,9 +8,12 @@ use maud::{DOCTYPE, Markup, html};
 use serde::Serialize;
 
 use super::consent::Consent;
+use super::form::code_field;
 use super::relay_status::RelayReport;
 use crate::doorbell::frame;
-use crate::protocol::{AgentName, Fingerprint, Importance, MAX_ANSWER_CHARS, Message, MessageId};
+use crate::protocol::{
+    Address, AgentName, Fingerprint, Importance, MAX_ANSWER_CHARS, Message, MessageId, Policy,
+};
 use crate::store::{Contact, Direction, Recalled, SentItem, SentState, StoredMessage, Trust};
 
 /// The longest subject shown in a list (characters).
@@ -439,59 +442,71 @@ pub enum Notice {
     Failed(String),
 }
 
-fn passphrase_field() -> Markup {
+/// A button of the consent form: `ACTION AGENT`, which the form's one passphrase signs.
+fn act(action: &str, other: &impl std::fmt::Display, label: &str) -> Markup {
     html! {
-        label {
-            "Owner passphrase "
-            input type="password" name="passphrase" required autocomplete="off" minlength="10" maxlength="1024";
-        }
+        button type="submit" name="action" value={ (action) " " (other) } data-action=(action) data-agent=(other) { (label) }
     }
 }
 
-fn consent_form(
-    agent: &AgentName,
-    csrf: &str,
-    action: &str,
-    other: &impl std::fmt::Display,
-    label: &str,
-    code: bool,
-) -> Markup {
-    html! {
-        form.consent method="post" action={ "/agents/" (agent) "/consent" } data-action=(action) data-agent=(other) {
-            input type="hidden" name="csrf" value=(csrf);
-            input type="hidden" name="action" value=(action);
-            input type="hidden" name="agent" value=(other);
-            @if code {
-                label { "Code from " (other) "'s owner " input type="text" name="code" required autocomplete="off" placeholder="XXXX-XXXX" maxlength="20"; }
-            }
-            (passphrase_field())
-            button type="submit" { (label) }
-        }
-    }
+/// What the contacts page shows besides the relay's state.
+pub struct ContactsPage<'a> {
+    /// The form's CSRF token.
+    pub csrf: &'a str,
+    /// The outcome of the change just made, once.
+    pub notice: Option<&'a Notice>,
+    /// The code typed for a request whose approval failed, kept for another try.
+    pub kept_code: Option<&'a (Address, String)>,
 }
 
-/// `/agents/NAME/contacts`: the relay's consent state, requests to answer, pinned keys.
+/// `/agents/NAME/contacts`: the relay's consent state, requests to answer, pinned keys. Every
+/// change is one form with one passphrase field at the top, which each button signs.
 pub fn contacts(
     agent: &AgentName,
-    csrf: &str,
     consent: &Result<Consent, String>,
     pinned: &[Contact],
-    notice: Option<&Notice>,
+    page: &ContactsPage<'_>,
 ) -> Markup {
+    let kept = |requester: &Address| {
+        page.kept_code
+            .filter(|(a, _)| a == requester)
+            .map(|(_, code)| code.as_str())
+    };
     layout(
         &format!("{agent}: contacts"),
         html! {
             (agent_tabs(agent, Tab::Contacts))
-            @match notice {
+            @match page.notice {
                 Some(Notice::Done(detail)) => p.notice.ok #notice role="status" { (detail) },
                 Some(Notice::Failed(why)) => p.notice.danger #notice role="alert" { (why) },
                 None => {},
             }
-            p.muted { "Every change is signed with your owner key: type its passphrase with the change. It unlocks the key for that change only and is never stored." }
             @match consent {
                 Err(why) => p.danger { "The relay's consent state is unavailable: " (why) },
-                Ok(c) => {
-                    p { "Policy: " strong { (c.state.policy) } }
+                Ok(c) => form.consent #consent method="post" action={ "/agents/" (agent) "/consent" } {
+                    input type="hidden" name="csrf" value=(page.csrf);
+                    // Enter in a field submits the default button, the first: a disabled one
+                    // makes Enter do nothing, so only a pressed button changes anything.
+                    button.default type="submit" disabled hidden aria-hidden="true" {}
+                    p.owner {
+                        label {
+                            "Owner passphrase "
+                            input type="password" name="passphrase" required autocomplete="off" minlength="10" maxlength="1024";
+                        }
+                        br;
+                        span.muted { "Every change below is signed with your owner key: type its passphrase, then press the change's button. It unlocks the key for that change only and is never stored." }
+                    }
+                    h2 { "Policy" }
+                    p {
+                        "Accepts mail from: " strong #policy { (c.state.policy) } " "
+                        select name="policy" aria-label="Policy" {
+                            @for (policy, meaning) in [(Policy::Open, "anyone not blocked"), (Policy::Contacts, "approved contacts only"), (Policy::Closed, "no one")] {
+                                option value=(policy) selected[policy == c.state.policy] { (policy) " — " (meaning) }
+                            }
+                        }
+                        " "
+                        button type="submit" name="action" value="policy" data-action="policy" { "Set policy" }
+                    }
                     h2 { "Requests to " (agent) }
                     @if c.incoming.is_empty() { p.empty { "No open requests." } }
                     @for q in &c.incoming {
@@ -502,9 +517,12 @@ pub fn contacts(
                                 div.untrusted { p.fence { "Note from " (q.agent) ", as text:" } pre.body { (frame::fenced(&q.note, "")) } }
                             }
                             p.muted { "Expires " (when(q.expires_at)) }
-                            (consent_form(agent, csrf, "approve", &q.agent, "Approve", true))
-                            (consent_form(agent, csrf, "deny", &q.agent, "Deny", false))
-                            (consent_form(agent, csrf, "block", &q.agent, "Block", false))
+                            p.actions {
+                                label { "Code from " (q.agent) "'s owner " input type="text" name=(code_field(&q.agent)) value=[kept(&q.agent)] autocomplete="off" placeholder="XXXX-XXXX" maxlength="20"; }
+                                " " (act("approve", &q.agent, "Approve"))
+                                " " (act("deny", &q.agent, "Deny"))
+                                " " (act("block", &q.agent, "Block"))
+                            }
                         }
                     }
                     h2 { "Requests from " (agent) }
@@ -517,14 +535,14 @@ pub fn contacts(
                     h2 { "Contacts" }
                     @if c.state.contacts.is_empty() { p.empty { "None yet." } }
                     @for other in &c.state.contacts {
-                        section.contact { strong { (other) } (consent_form(agent, csrf, "remove", other, "End contact", false)) (consent_form(agent, csrf, "block", other, "Block", false)) }
+                        section.contact { strong { (other) } " " (act("remove", other, "End contact")) " " (act("block", other, "Block")) }
                     }
                     h2 { "Blocked" }
                     @if c.state.blocked.is_empty() { p.empty { "Nobody." } }
                     @for other in &c.state.blocked {
-                        section.contact { strong { (other) } (consent_form(agent, csrf, "unblock", other, "Unblock", false)) }
+                        section.contact { strong { (other) } " " (act("unblock", other, "Unblock")) }
                     }
-                }
+                },
             }
             h2 { "Pinned keys" }
             table.pinned {
