@@ -158,7 +158,7 @@ impl Dashboard {
     }
 
     /// `http://HOST:PORT`, the dashboard's origin.
-    fn origin(&self) -> String {
+    pub fn origin(&self) -> String {
         let host = if self.addr.ip().is_unspecified() {
             "127.0.0.1".to_owned()
         } else {
