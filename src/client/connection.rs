@@ -14,9 +14,9 @@ use super::{ClientError, RelayUrl, refusal};
 use crate::crypto::sign::{self, Domain};
 use crate::crypto::{Identity, Owner};
 use crate::protocol::{
-    Address, AgentName, ClientFrame, ErrorCode, FRAME_OVERHEAD, InviteToken, KeyRotation, Limits,
-    HIDDEN_QUERY, MessageId, OwnerAct, OwnerKey, PROTOCOL_VERSION, PublicKeys, RelayName, SealedEnvelope, Seq,
-    ServerFrame, Shown, hello_payload, retire_payload,
+    Address, AgentName, ClientFrame, ErrorCode, FRAME_OVERHEAD, HIDDEN_QUERY, InviteToken,
+    KeyRotation, Limits, MessageId, OwnerAct, OwnerKey, PROTOCOL_VERSION, PublicKeys, RelayName,
+    SealedEnvelope, Seq, ServerFrame, Shown, hello_payload, retire_payload,
 };
 
 /// How long to wait for the relay to answer the connection or a request.
@@ -62,7 +62,15 @@ impl Connection {
         identity: &Identity,
         owner: Option<OwnerKey>,
     ) -> Result<Self, ClientError> {
-        Self::open(url, agent, identity, owner, None, Kind::Delivery(Shown::Online)).await
+        Self::open(
+            url,
+            agent,
+            identity,
+            owner,
+            None,
+            Kind::Delivery(Shown::Online),
+        )
+        .await
     }
 
     /// Like [`Connection::connect`], shown in presence as `shown` says: an owner's window

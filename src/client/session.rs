@@ -345,15 +345,14 @@ async fn serve(
     failures: &mut u32,
 ) -> Result<std::convert::Infallible, ClientError> {
     let config = &me.config;
-    let mut conn =
-        Connection::connect_shown(
-            &config.url,
-            &config.agent,
-            &config.identity,
-            config.owner,
-            config.shown,
-        )
-        .await?;
+    let mut conn = Connection::connect_shown(
+        &config.url,
+        &config.agent,
+        &config.identity,
+        config.owner,
+        config.shown,
+    )
+    .await?;
     *failures = 0;
     me.emit(ClientEvent::Connected {
         waiting: conn.waiting(),

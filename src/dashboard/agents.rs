@@ -81,8 +81,7 @@ impl Agents {
             return Ok(mailbox.clone());
         }
         let (agent, _) = Agent::open_or_create(&self.paths, name)?;
-        let mailbox =
-            Mailbox::open_window(agent, self.relay.clone(), self.trusted.clone()).await?;
+        let mailbox = Mailbox::open_window(agent, self.relay.clone(), self.trusted.clone()).await?;
         open.insert(name.clone(), mailbox.clone());
         Ok(mailbox)
     }

@@ -36,7 +36,10 @@ impl Flashes {
         let mut all = self.0.lock().expect("not poisoned");
         all.retain(|_, (at, _)| at.elapsed() < FLASH_TTL);
         if all.len() >= MAX_FLASHES
-            && let Some(oldest) = all.iter().min_by_key(|(_, (at, _))| *at).map(|(k, _)| k.clone())
+            && let Some(oldest) = all
+                .iter()
+                .min_by_key(|(_, (at, _))| *at)
+                .map(|(k, _)| k.clone())
         {
             all.remove(&oldest);
         }
@@ -62,7 +65,9 @@ mod tests {
             notice: Notice::Done("approved".into()),
             kept_code: None,
         });
-        assert!(matches!(flashes.take(&key), Some(Flash { notice: Notice::Done(d), .. }) if d == "approved"));
+        assert!(
+            matches!(flashes.take(&key), Some(Flash { notice: Notice::Done(d), .. }) if d == "approved")
+        );
         assert!(flashes.take(&key).is_none(), "once");
         assert!(flashes.take("made-up").is_none());
     }

@@ -72,9 +72,11 @@ impl Action {
     /// The other agent, if the action has one.
     pub fn agent(&self) -> Option<&Address> {
         match self {
-            Self::Approve(a) | Self::Deny(a) | Self::Block(a) | Self::Unblock(a) | Self::Remove(a) => {
-                Some(a)
-            }
+            Self::Approve(a)
+            | Self::Deny(a)
+            | Self::Block(a)
+            | Self::Unblock(a)
+            | Self::Remove(a) => Some(a),
             Self::Policy => None,
         }
     }
@@ -155,7 +157,10 @@ impl ConsentForm {
                 "policy" => &mut policy,
                 "passphrase" => &mut passphrase,
                 name if name.starts_with("code.") => {
-                    if codes.iter().any(|(k, _): &(Zeroizing<String>, _)| **k == *name) {
+                    if codes
+                        .iter()
+                        .any(|(k, _): &(Zeroizing<String>, _)| **k == *name)
+                    {
                         return Err(FormError::Bad(format!("the field {name:?} is there twice")));
                     }
                     codes.push((key, decode(value)?));
@@ -237,14 +242,18 @@ mod tests {
             b"csrf=x&action=approve+alice&code.carol=WXYZ-WXYZ&code.alice=ABCD-EFGH&policy=open&passphrase=a+b%26c%C3%BC%2&x=1",
         )
         .unwrap();
-        assert_eq!(form.action, Action::Approve(Address::parse("alice").unwrap()));
+        assert_eq!(
+            form.action,
+            Action::Approve(Address::parse("alice").unwrap())
+        );
         assert_eq!(form.code, "ABCD-EFGH", "the approved request's own code");
         assert_eq!(form.policy.as_deref(), Some("open"));
         assert_eq!(
             &*form.passphrase.0, "a b&cü%2",
             "a broken escape stays as it is"
         );
-        let policy = ConsentForm::parse(b"csrf=x&action=policy&policy=closed&passphrase=p").unwrap();
+        let policy =
+            ConsentForm::parse(b"csrf=x&action=policy&policy=closed&passphrase=p").unwrap();
         assert_eq!(policy.action, Action::Policy);
         let launch = ConsentForm::parse(b"csrf=x&action=launch+bob&passphrase=p")
             .err()
@@ -254,9 +263,7 @@ mod tests {
             .err()
             .unwrap();
         assert!(twice.to_string().contains("twice"), "{twice}");
-        let missing = ConsentForm::parse(b"csrf=x&action=deny+bob")
-            .err()
-            .unwrap();
+        let missing = ConsentForm::parse(b"csrf=x&action=deny+bob").err().unwrap();
         assert!(missing.to_string().contains("passphrase"), "{missing}");
         let no_code = ConsentForm::parse(b"csrf=x&action=approve+bob&code.carol=X&passphrase=p")
             .err()

@@ -21,9 +21,9 @@ use tokio_util::sync::CancellationToken;
 use super::agents::Agents;
 use super::auth::{self, Auth};
 use super::consent;
+use super::flash::{Flash, Flashes};
 use super::form;
 use super::live;
-use super::flash::{Flash, Flashes};
 use super::pages::{self, AgentRow, Notice};
 use super::relay_status;
 use crate::client::RelayUrl;
@@ -229,9 +229,7 @@ async fn inbox(
         .map_err(internal)?;
     let more = items.len() > INBOX_PAGE;
     items.truncate(INBOX_PAGE);
-    let older = more
-        .then(|| items.last().map(|m| m.message.id))
-        .flatten();
+    let older = more.then(|| items.last().map(|m| m.message.id)).flatten();
     let (total, unread) = mailbox.received_counts().await.map_err(internal)?;
     Ok(pages::inbox(
         &name,

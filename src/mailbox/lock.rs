@@ -117,7 +117,10 @@ mod tests {
         let second = lock.mark_session().unwrap();
         assert!(ConnectionLock::session_running(&sessions).unwrap());
         drop(first);
-        assert!(ConnectionLock::session_running(&sessions).unwrap(), "one still runs");
+        assert!(
+            ConnectionLock::session_running(&sessions).unwrap(),
+            "one still runs"
+        );
         drop(second);
         assert!(!ConnectionLock::session_running(&sessions).unwrap());
     }

@@ -36,7 +36,10 @@ mod tests {
     fn only_the_exact_pair_hides() {
         assert_eq!(Shown::from_query(None), Shown::Online);
         assert_eq!(Shown::from_query(Some("presence=hidden")), Shown::Hidden);
-        assert_eq!(Shown::from_query(Some("x=1&presence=hidden")), Shown::Hidden);
+        assert_eq!(
+            Shown::from_query(Some("x=1&presence=hidden")),
+            Shown::Hidden
+        );
         assert_eq!(Shown::from_query(Some("presence=hiddenx")), Shown::Online);
         assert_eq!(Shown::from_query(Some("presence=online")), Shown::Online);
     }

@@ -22,8 +22,7 @@ use super::{discovery, session};
 use crate::crypto::PublicIdentity;
 use crate::crypto::sign::{self, Domain};
 use crate::protocol::{
-    Shown,
-    AgentName, ErrorCode, Fingerprint, InviteToken, KeyRotation, LINK_PATH, PublicKeys,
+    AgentName, ErrorCode, Fingerprint, InviteToken, KeyRotation, LINK_PATH, PublicKeys, Shown,
     WELL_KNOWN_PATH, b64, register_payload,
 };
 
