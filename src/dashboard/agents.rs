@@ -6,12 +6,30 @@ use std::collections::BTreeMap;
 
 use tokio::sync::Mutex;
 
-use super::DashboardError;
-use crate::agent::Agent;
+use crate::agent::{Agent, AgentError};
 use crate::client::RelayUrl;
 use crate::config::Paths;
-use crate::mailbox::Mailbox;
+use crate::mailbox::{Mailbox, MailboxError};
 use crate::protocol::{AgentName, RelayName};
+
+/// Why the agents could not be listed or opened.
+#[derive(Debug, thiserror::Error)]
+pub enum AgentsError {
+    /// The home's agents could not be listed.
+    #[error("cannot list the agents in {home}: {source}")]
+    List {
+        /// The home folder.
+        home: std::path::PathBuf,
+        /// What the OS said.
+        source: std::io::Error,
+    },
+    /// An agent could not be opened.
+    #[error(transparent)]
+    Agent(#[from] AgentError),
+    /// An agent's mailbox could not start.
+    #[error(transparent)]
+    Mailbox(#[from] MailboxError),
+}
 
 /// The agents, opened as they are needed.
 pub struct Agents {
@@ -33,7 +51,7 @@ impl Agents {
     }
 
     /// Every agent of the home now, by name, each opened if it was not yet.
-    pub async fn all(&self) -> Result<Vec<(AgentName, Mailbox)>, DashboardError> {
+    pub async fn all(&self) -> Result<Vec<(AgentName, Mailbox)>, AgentsError> {
         let names = self.names()?;
         let mut open = self.open.lock().await;
         let mut all = Vec::with_capacity(names.len());
@@ -45,7 +63,7 @@ impl Agents {
     }
 
     /// The agent named `name`, opened if it was not yet; `None` when the home has none.
-    pub async fn get(&self, name: &AgentName) -> Result<Option<Mailbox>, DashboardError> {
+    pub async fn get(&self, name: &AgentName) -> Result<Option<Mailbox>, AgentsError> {
         let mut open = self.open.lock().await;
         if let Some(mailbox) = open.get(name) {
             return Ok(Some(mailbox.clone()));
@@ -63,10 +81,10 @@ impl Agents {
         }
     }
 
-    fn names(&self) -> Result<Vec<AgentName>, DashboardError> {
+    fn names(&self) -> Result<Vec<AgentName>, AgentsError> {
         self.paths
             .agent_names()
-            .map_err(|source| DashboardError::Agents {
+            .map_err(|source| AgentsError::List {
                 home: self.paths.home().to_owned(),
                 source,
             })
@@ -76,7 +94,7 @@ impl Agents {
         &self,
         open: &mut BTreeMap<AgentName, Mailbox>,
         name: &AgentName,
-    ) -> Result<Mailbox, DashboardError> {
+    ) -> Result<Mailbox, AgentsError> {
         if let Some(mailbox) = open.get(name) {
             return Ok(mailbox.clone());
         }

@@ -27,10 +27,8 @@ use tokio_util::sync::CancellationToken;
 
 pub use form::{ConsentForm, read_form};
 
-use crate::agent::AgentError;
 use crate::client::RelayUrl;
 use crate::config::Paths;
-use crate::mailbox::MailboxError;
 use crate::protocol::RelayName;
 
 /// Why the dashboard could not start.
@@ -44,20 +42,9 @@ pub enum DashboardError {
         /// What the OS said.
         source: std::io::Error,
     },
-    /// The home's agents could not be listed.
-    #[error("cannot list the agents in {home}: {source}")]
-    Agents {
-        /// The home folder.
-        home: std::path::PathBuf,
-        /// What the OS said.
-        source: std::io::Error,
-    },
-    /// An agent could not be opened.
+    /// The home's agents could not be listed or opened.
     #[error(transparent)]
-    Agent(#[from] AgentError),
-    /// An agent's mailbox could not start.
-    #[error(transparent)]
-    Mailbox(#[from] MailboxError),
+    Agents(#[from] agents::AgentsError),
     /// The HTTP client for the relay's status could not be made.
     #[error("{0}")]
     Http(String),
