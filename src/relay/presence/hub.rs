@@ -291,6 +291,28 @@ mod tests {
     }
 
     #[test]
+    fn a_hidden_session_is_served_but_not_online() {
+        let hub = Hub::default();
+        let (alice, bob) = (
+            AgentName::new("alice").unwrap(),
+            AgentName::new("bob").unwrap(),
+        );
+        let a = hub.attach(&alice);
+        let b = hub.attach(&bob);
+        hub.claimed(&alice, a.conn, (Epoch::new(1), Shown::Online));
+        hub.claimed(&bob, b.conn, (Epoch::new(1), Shown::Hidden));
+        let online =
+            futures_util::FutureExt::now_or_never(hub.online(&[alice.clone(), bob.clone()]))
+                .unwrap()
+                .unwrap();
+        assert_eq!(
+            online.iter().map(|o| &o.agent).collect::<Vec<_>>(),
+            [&alice]
+        );
+        assert!(hub.serves(&bob) && hub.hides(&bob) && !hub.hides(&alice));
+    }
+
+    #[test]
     fn a_replaced_session_cannot_detach_its_successor() {
         let hub = Hub::default();
         let alice = AgentName::new("alice").unwrap();
