@@ -1,13 +1,16 @@
 //! `mailslot dashboard`: a local web UI for the owner. It runs every agent of this home as a
-//! mailbox (taking its relay connection when no other process holds it, as `mailslot mcp`
-//! does), and serves pages about them on loopback, to whoever holds the secret printed in the
-//! terminal.
+//! mailbox (holding its relay connection, hidden from presence, only while no session of the
+//! agent runs), and serves pages about them on loopback, to whoever holds the secret printed
+//! in the terminal.
 //!
 //! One job per file: `routes.rs` (the router and the handlers, reading through the mailbox and
-//! the store), `auth.rs` (secret, cookie, CSRF, Host and Origin), `pages.rs` (HTML, escaped by
-//! `maud`), `live.rs` (new mail as Server-Sent Events), `consent.rs` (approve, deny, block with
-//! the owner's passphrase), `form.rs` (the consent form read into wiped buffers), `relay_status.rs` (the relay's health and metrics), `launch.rs`
-//! (the page that hands the secret to the browser through a private file).
+//! the store), `agents.rs` (the home's agents, scanned on each page and opened when needed),
+//! `auth.rs` (secret, cookie, CSRF, Host and Origin), `pages.rs` (HTML, escaped by `maud`),
+//! `live.rs` (new mail as Server-Sent Events), `consent.rs` (approve, deny, block, policy with
+//! the owner's passphrase), `form.rs` (the consent form read into wiped buffers), `flash.rs`
+//! (what a change said, for the page it redirects to), `relay_status.rs` (the relay's health
+//! and metrics), `launch.rs` (the page that hands the secret to the browser through a private
+//! file).
 
 mod agents;
 mod auth;
