@@ -264,7 +264,7 @@ impl Drop for Node {
 type Socket = crate::client::RelaySocket;
 
 async fn login(url: &RelayUrl, name: &AgentName, identity: &Identity) -> anyhow::Result<Socket> {
-    let mut ws = crate::client::open_socket(url, None).await?;
+    let mut ws = crate::client::open_socket(url, None, None).await?;
     let Some(Ok(WsMessage::Text(text))) = ws.next().await else {
         bail!("no challenge")
     };

@@ -37,11 +37,15 @@ pub(super) fn run(ctx: &Ctx, listen: SocketAddr, open: bool) -> anyhow::Result<(
         );
         outln!("{url}")?;
         if open {
+            let yourself = format!(
+                "open the URL above ({}/?token=…) in your browser",
+                dashboard.origin()
+            );
             // The browser gets a private file that carries the secret, never the secret
             // itself: other users can read its command line.
             match dashboard.launch_page() {
-                Ok(page) => open_browser(&page),
-                Err(e) => eprintln!("mailslot: {e}; open the URL yourself"),
+                Ok(page) => open_browser(&page, yourself),
+                Err(e) => eprintln!("mailslot: {e}; {yourself}"),
             }
         }
         dashboard
@@ -57,28 +61,52 @@ pub(super) fn run(ctx: &Ctx, listen: SocketAddr, open: bool) -> anyhow::Result<(
     Ok(())
 }
 
-/// Hands the launch page's `file://` URL to the desktop's browser (or `MAILSLOT_BROWSER`);
-/// without one, the printed URL is the way in.
-fn open_browser(page: &str) {
-    let opener = std::env::var_os(crate::config::ENV_BROWSER)
-        .filter(|o| !o.is_empty())
-        .unwrap_or_else(|| {
-            if cfg!(target_os = "macos") {
-                "open".into()
-            } else {
-                "xdg-open".into()
-            }
-        });
-    let started = std::process::Command::new(&opener)
+/// Hands the launch page's `file://` URL to the desktop's browser (or `MAILSLOT_BROWSER`),
+/// and reaps the opener when it exits. Where no browser can be shown (no display, on Linux
+/// and the like) or the opener fails, it says so, and `yourself` (how to open it by hand).
+fn open_browser(page: &str, yourself: String) {
+    let chosen = std::env::var_os(crate::config::ENV_BROWSER).filter(|o| !o.is_empty());
+    let opener = match chosen {
+        Some(opener) => opener,
+        None if cfg!(target_os = "macos") => "open".into(),
+        None if !has_display() => {
+            eprintln!(
+                "mailslot: no display here (DISPLAY and WAYLAND_DISPLAY are unset), so no browser was started; {yourself}"
+            );
+            return;
+        }
+        None => "xdg-open".into(),
+    };
+    let name = opener.to_string_lossy().into_owned();
+    let started = tokio::process::Command::new(&opener)
         .arg(page)
         .stdin(std::process::Stdio::null())
         .stdout(std::process::Stdio::null())
         .stderr(std::process::Stdio::null())
         .spawn();
-    if started.is_err() {
-        eprintln!(
-            "mailslot: no browser could be started ({}); open the URL yourself",
-            opener.to_string_lossy()
-        );
-    }
+    let mut child = match started {
+        Ok(child) => child,
+        Err(e) => {
+            eprintln!("mailslot: no browser could be started ({name}: {e}); {yourself}");
+            return;
+        }
+    };
+    // Waited on, so it never lingers as a zombie; `xdg-open` exits once the browser has the
+    // page, or fails when it finds none.
+    tokio::spawn(async move {
+        match child.wait().await {
+            Ok(status) if status.success() => {}
+            Ok(status) => {
+                eprintln!("mailslot: {name} could not open a browser ({status}); {yourself}")
+            }
+            Err(e) => eprintln!("mailslot: {name} could not open a browser ({e}); {yourself}"),
+        }
+    });
+}
+
+/// Whether a graphical session is there to show a browser in.
+fn has_display() -> bool {
+    ["DISPLAY", "WAYLAND_DISPLAY"]
+        .iter()
+        .any(|name| std::env::var_os(name).is_some_and(|v| !v.is_empty()))
 }

@@ -14,9 +14,9 @@ use super::{ClientError, RelayUrl, refusal};
 use crate::crypto::sign::{self, Domain};
 use crate::crypto::{Identity, Owner};
 use crate::protocol::{
-    Address, AgentName, ClientFrame, ErrorCode, FRAME_OVERHEAD, InviteToken, KeyRotation, Limits,
-    MessageId, OwnerAct, OwnerKey, PROTOCOL_VERSION, PublicKeys, RelayName, SealedEnvelope, Seq,
-    ServerFrame, hello_payload, retire_payload,
+    Address, AgentName, ClientFrame, ErrorCode, FRAME_OVERHEAD, HIDDEN_QUERY, InviteToken,
+    KeyRotation, Limits, MessageId, OwnerAct, OwnerKey, PROTOCOL_VERSION, PublicKeys, RelayName,
+    SealedEnvelope, Seq, ServerFrame, Shown, hello_payload, retire_payload,
 };
 
 /// How long to wait for the relay to answer the connection or a request.
@@ -42,6 +42,13 @@ pub struct Connection {
     published: Option<RelayName>,
 }
 
+/// A delivery connection (shown in presence or not), or a control one.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Kind {
+    Delivery(Shown),
+    Control,
+}
+
 /// Acknowledge at least this often while a backlog drains.
 const ACK_EVERY: usize = 256;
 
@@ -55,7 +62,27 @@ impl Connection {
         identity: &Identity,
         owner: Option<OwnerKey>,
     ) -> Result<Self, ClientError> {
-        Self::open(url, agent, identity, owner, None, false).await
+        Self::open(
+            url,
+            agent,
+            identity,
+            owner,
+            None,
+            Kind::Delivery(Shown::Online),
+        )
+        .await
+    }
+
+    /// Like [`Connection::connect`], shown in presence as `shown` says: an owner's window
+    /// that receives the agent's mail but is no session of it connects [`Shown::Hidden`].
+    pub async fn connect_shown(
+        url: &RelayUrl,
+        agent: &AgentName,
+        identity: &Identity,
+        owner: Option<OwnerKey>,
+        shown: Shown,
+    ) -> Result<Self, ClientError> {
+        Self::open(url, agent, identity, owner, None, Kind::Delivery(shown)).await
     }
 
     /// Like [`Connection::connect`], but a control connection: requests only (sends, lookups,
@@ -67,7 +94,7 @@ impl Connection {
         identity: &Identity,
         owner: Option<OwnerKey>,
     ) -> Result<Self, ClientError> {
-        Self::open(url, agent, identity, owner, None, true).await
+        Self::open(url, agent, identity, owner, None, Kind::Control).await
     }
 
     /// Like [`Connection::connect_control`], offering `invite` in case the agent's name is new
@@ -79,7 +106,7 @@ impl Connection {
         owner: Option<OwnerKey>,
         invite: Option<InviteToken>,
     ) -> Result<Self, ClientError> {
-        Self::open(url, agent, identity, owner, invite, true).await
+        Self::open(url, agent, identity, owner, invite, Kind::Control).await
     }
 
     async fn open(
@@ -88,7 +115,7 @@ impl Connection {
         identity: &Identity,
         owner: Option<OwnerKey>,
         invite: Option<InviteToken>,
-        control: bool,
+        kind: Kind,
     ) -> Result<Self, ClientError> {
         let unreachable = |reason: String| ClientError::Unreachable {
             url: url.to_string(),
@@ -99,7 +126,8 @@ impl Connection {
             .max_message_size(Some(max))
             .max_frame_size(Some(max))
             .read_buffer_size(16 * 1024);
-        let ws = tokio::time::timeout(ANSWER_TIMEOUT, open_socket(url, Some(config)))
+        let query = (kind == Kind::Delivery(Shown::Hidden)).then_some(HIDDEN_QUERY);
+        let ws = tokio::time::timeout(ANSWER_TIMEOUT, open_socket(url, query, Some(config)))
             .await
             .map_err(|_| {
                 unreachable(format!("no answer within {} s", ANSWER_TIMEOUT.as_secs()))
@@ -138,7 +166,7 @@ impl Connection {
             agent: agent.clone(),
             signature,
             register: Some(register),
-            control,
+            control: kind == Kind::Control,
             owner,
             invite,
         })

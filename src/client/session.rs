@@ -19,6 +19,7 @@ use super::{ClientError, Connection, RelayUrl, refusal};
 use crate::crypto::Identity;
 use crate::protocol::{
     AgentName, Bounce, ClientFrame, ConsentEvent, MessageId, OwnerKey, RelayName, ServerFrame,
+    Shown,
 };
 use crate::store::{Delivery, OpenCopy, ReceiptRecord, StoreHandle, Trust};
 
@@ -208,6 +209,11 @@ impl SessionHandle {
         answered.await.map_err(|_| gone())?
     }
 
+    /// Asks the session to end, without waiting for it (when others still share the handle).
+    pub fn halt(&self) {
+        let _ = self.stop.send(true);
+    }
+
     /// Stops the session after the current step and waits for it.
     pub async fn stop(self) {
         let _ = self.stop.send(true);
@@ -229,6 +235,8 @@ pub struct SessionConfig {
     pub store: StoreHandle,
     /// Other relays reached over plain HTTP besides loopback (the config's `trusted_hosts`).
     pub trusted: Vec<RelayName>,
+    /// Whether its connection shows the agent online (not when an owner's window holds it).
+    pub shown: Shown,
 }
 
 /// Starts the session in the background; `listener` hears every event from the first
@@ -337,8 +345,14 @@ async fn serve(
     failures: &mut u32,
 ) -> Result<std::convert::Infallible, ClientError> {
     let config = &me.config;
-    let mut conn =
-        Connection::connect(&config.url, &config.agent, &config.identity, config.owner).await?;
+    let mut conn = Connection::connect_shown(
+        &config.url,
+        &config.agent,
+        &config.identity,
+        config.owner,
+        config.shown,
+    )
+    .await?;
     *failures = 0;
     me.emit(ClientEvent::Connected {
         waiting: conn.waiting(),

@@ -15,10 +15,12 @@ pub type RelaySocket = WebSocketStream<MaybeTlsStream<TcpStream>>;
 
 use crate::tls::{TRUST_HINT, client_config};
 
-/// Connects to `url` and performs the WebSocket handshake (TLS first for `wss://`). Any
-/// failure is [`ClientError::Unreachable`] with a reason that says what to do.
+/// Connects to `url` (with `query` after a `?`, if any) and performs the WebSocket handshake
+/// (TLS first for `wss://`). Any failure is [`ClientError::Unreachable`] with a reason that
+/// says what to do.
 pub async fn open_socket(
     url: &RelayUrl,
+    query: Option<&str>,
     config: Option<WebSocketConfig>,
 ) -> Result<RelaySocket, ClientError> {
     let unreachable = |reason: String| ClientError::Unreachable {
@@ -30,7 +32,11 @@ pub async fn open_socket(
     } else {
         None
     };
-    tokio_tungstenite::connect_async_tls_with_config(url.as_str(), config, true, connector)
+    let target = match query {
+        Some(query) => format!("{}?{query}", url.as_str()),
+        None => url.as_str().to_owned(),
+    };
+    tokio_tungstenite::connect_async_tls_with_config(target, config, true, connector)
         .await
         .map(|(ws, _)| ws)
         .map_err(|e| unreachable(describe(&e, url)))

@@ -110,7 +110,7 @@ impl Auth {
     }
 }
 
-fn random_token() -> String {
+pub(super) fn random_token() -> String {
     let mut bytes = [0u8; SECRET_BYTES];
     getrandom::fill(&mut bytes).expect("the OS random source works");
     base64::engine::general_purpose::URL_SAFE_NO_PAD.encode(bytes)

@@ -149,21 +149,22 @@ pub async fn apply(
 ) -> Result<String, ActionError> {
     let ConsentForm {
         action,
-        agent,
         code,
+        policy,
         passphrase,
         ..
     } = form;
     let passphrase = passphrase.into_passphrase()?;
     let change = match action {
-        Action::Approve => Change::Approve {
-            from: agent,
+        Action::Approve(from) => Change::Approve {
+            from,
             code: RequestCode::parse(code.trim())?,
         },
-        Action::Deny => Change::Deny(agent),
-        Action::Block => Change::Block(agent.into()),
-        Action::Unblock => Change::Unblock(agent.into()),
-        Action::Remove => Change::Remove(agent),
+        Action::Deny(agent) => Change::Deny(agent),
+        Action::Block(agent) => Change::Block(agent.into()),
+        Action::Unblock(agent) => Change::Unblock(agent.into()),
+        Action::Remove(agent) => Change::Remove(agent),
+        Action::Policy => Change::Policy(policy.as_deref().unwrap_or_default().parse()?),
     };
     let local = read_owner_public(owner_key)?;
     let mut conn = connect(mailbox, relay, owner_key).await?;

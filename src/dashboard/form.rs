@@ -27,36 +27,64 @@ pub enum FormError {
 /// The largest form accepted (bytes).
 pub const MAX_FORM_BYTES: usize = 8 * 1024;
 
-/// What the owner asked for.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+/// What the owner asked for: the button pressed, `ACTION AGENT` (or `policy`).
+#[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Action {
     /// Approve a request with its code.
-    Approve,
+    Approve(Address),
     /// Deny a request.
-    Deny,
+    Deny(Address),
     /// Block an agent.
-    Block,
+    Block(Address),
     /// Lift a block.
-    Unblock,
+    Unblock(Address),
     /// End a contact.
-    Remove,
+    Remove(Address),
+    /// Set the policy chosen in the form's `policy` field.
+    Policy,
 }
 
 impl Action {
     fn parse(value: &str) -> Result<Self, FormError> {
-        Ok(match value {
-            "approve" => Self::Approve,
-            "deny" => Self::Deny,
-            "block" => Self::Block,
-            "unblock" => Self::Unblock,
-            "remove" => Self::Remove,
+        if value == "policy" {
+            return Ok(Self::Policy);
+        }
+        let (verb, agent) = value.split_once(' ').ok_or_else(|| {
+            FormError::Bad(format!(
+                "action {value:?} is not `ACTION AGENT` (approve, deny, block, unblock or remove) or `policy`"
+            ))
+        })?;
+        let agent = Address::parse(agent)?;
+        Ok(match verb {
+            "approve" => Self::Approve(agent),
+            "deny" => Self::Deny(agent),
+            "block" => Self::Block(agent),
+            "unblock" => Self::Unblock(agent),
+            "remove" => Self::Remove(agent),
             other => {
                 return Err(FormError::Bad(format!(
-                    "action {other:?} is none of approve, deny, block, unblock, remove"
+                    "action {other:?} is none of approve, deny, block, unblock, remove, policy"
                 )));
             }
         })
     }
+
+    /// The other agent, if the action has one.
+    pub fn agent(&self) -> Option<&Address> {
+        match self {
+            Self::Approve(a)
+            | Self::Deny(a)
+            | Self::Block(a)
+            | Self::Unblock(a)
+            | Self::Remove(a) => Some(a),
+            Self::Policy => None,
+        }
+    }
+}
+
+/// The name of the field that holds the code of `requester`'s request.
+pub fn code_field(requester: &Address) -> String {
+    format!("code.{requester}")
 }
 
 /// The passphrase field, in a buffer wiped when dropped.
@@ -75,10 +103,10 @@ pub struct ConsentForm {
     pub csrf: String,
     /// What to do.
     pub action: Action,
-    /// The other agent.
-    pub agent: Address,
-    /// The requester's code (approve only).
+    /// The code typed for the request approved (empty for other actions).
     pub code: String,
+    /// The policy chosen (its field is always posted; used by [`Action::Policy`] only).
+    pub policy: Option<String>,
     /// The owner's passphrase.
     pub passphrase: Secret,
 }
@@ -115,8 +143,8 @@ impl ConsentForm {
     /// Parses an `application/x-www-form-urlencoded` body. Every field once; unknown ones are
     /// ignored.
     pub fn parse(body: &[u8]) -> Result<Self, FormError> {
-        let (mut csrf, mut action, mut agent, mut code, mut passphrase) =
-            (None, None, None, None, None);
+        let (mut csrf, mut action, mut policy, mut passphrase) = (None, None, None, None);
+        let mut codes = Vec::new();
         for pair in body.split(|b| *b == b'&').filter(|p| !p.is_empty()) {
             let (key, value) = match pair.iter().position(|b| *b == b'=') {
                 Some(i) => (&pair[..i], &pair[i + 1..]),
@@ -126,9 +154,18 @@ impl ConsentForm {
             let slot = match key.as_str() {
                 "csrf" => &mut csrf,
                 "action" => &mut action,
-                "agent" => &mut agent,
-                "code" => &mut code,
+                "policy" => &mut policy,
                 "passphrase" => &mut passphrase,
+                name if name.starts_with("code.") => {
+                    if codes
+                        .iter()
+                        .any(|(k, _): &(Zeroizing<String>, _)| **k == *name)
+                    {
+                        return Err(FormError::Bad(format!("the field {name:?} is there twice")));
+                    }
+                    codes.push((key, decode(value)?));
+                    continue;
+                }
                 _ => continue,
             };
             if slot.replace(decode(value)?).is_some() {
@@ -139,11 +176,23 @@ impl ConsentForm {
             }
         }
         let missing = |name: &str| FormError::Bad(format!("the field {name:?} is missing"));
+        let action = Action::parse(&action.ok_or_else(|| missing("action"))?)?;
+        let code = match &action {
+            Action::Approve(requester) => {
+                let field = code_field(requester);
+                codes
+                    .iter()
+                    .find(|(k, _)| **k == field)
+                    .map(|(_, v)| v.to_string())
+                    .ok_or_else(|| missing(&field))?
+            }
+            _ => String::new(),
+        };
         Ok(Self {
             csrf: csrf.ok_or_else(|| missing("csrf"))?.to_string(),
-            action: Action::parse(&action.ok_or_else(|| missing("action"))?)?,
-            agent: Address::parse(&agent.ok_or_else(|| missing("agent"))?)?,
-            code: code.map(|c| c.to_string()).unwrap_or_default(),
+            action,
+            code,
+            policy: policy.map(|p| p.to_string()),
             passphrase: Secret(passphrase.ok_or_else(|| missing("passphrase"))?),
         })
     }
@@ -190,29 +239,37 @@ mod tests {
     #[test]
     fn fields_are_decoded_and_checked() {
         let form = ConsentForm::parse(
-            b"csrf=x&action=approve&agent=alice&code=ABCD-EFGH&passphrase=a+b%26c%C3%BC%2&x=1",
+            b"csrf=x&action=approve+alice&code.carol=WXYZ-WXYZ&code.alice=ABCD-EFGH&policy=open&passphrase=a+b%26c%C3%BC%2&x=1",
         )
         .unwrap();
-        assert_eq!(form.action, Action::Approve);
-        assert_eq!(form.agent.to_string(), "alice");
-        assert_eq!(form.code, "ABCD-EFGH");
+        assert_eq!(
+            form.action,
+            Action::Approve(Address::parse("alice").unwrap())
+        );
+        assert_eq!(form.code, "ABCD-EFGH", "the approved request's own code");
+        assert_eq!(form.policy.as_deref(), Some("open"));
         assert_eq!(
             &*form.passphrase.0, "a b&cü%2",
             "a broken escape stays as it is"
         );
-        let launch = ConsentForm::parse(b"csrf=x&action=launch&agent=bob&passphrase=p")
+        let policy =
+            ConsentForm::parse(b"csrf=x&action=policy&policy=closed&passphrase=p").unwrap();
+        assert_eq!(policy.action, Action::Policy);
+        let launch = ConsentForm::parse(b"csrf=x&action=launch+bob&passphrase=p")
             .err()
             .unwrap();
         assert!(launch.to_string().contains("launch"), "{launch}");
-        let twice = ConsentForm::parse(b"csrf=x&action=deny&agent=bob&passphrase=p&passphrase=q")
+        let twice = ConsentForm::parse(b"csrf=x&action=deny+bob&passphrase=p&passphrase=q")
             .err()
             .unwrap();
         assert!(twice.to_string().contains("twice"), "{twice}");
-        let missing = ConsentForm::parse(b"csrf=x&action=deny&agent=bob")
+        let missing = ConsentForm::parse(b"csrf=x&action=deny+bob").err().unwrap();
+        assert!(missing.to_string().contains("passphrase"), "{missing}");
+        let no_code = ConsentForm::parse(b"csrf=x&action=approve+bob&code.carol=X&passphrase=p")
             .err()
             .unwrap();
-        assert!(missing.to_string().contains("passphrase"), "{missing}");
-        assert!(ConsentForm::parse(b"csrf=x&action=deny&agent=bob&passphrase=%FF").is_err());
+        assert!(no_code.to_string().contains("code.bob"), "{no_code}");
+        assert!(ConsentForm::parse(b"csrf=x&action=deny+bob&passphrase=%FF").is_err());
     }
 
     #[tokio::test]

@@ -3,21 +3,19 @@
 //! [`LiveMail`] summary of it as a Server-Sent Event (`event: mail`, JSON data). The page's
 //! script puts the sender's words into the page with `textContent`, never as HTML.
 
-use std::collections::BTreeMap;
 use std::convert::Infallible;
 use std::time::Duration;
 
 use axum::response::sse::{Event, KeepAlive, Sse};
 use futures_util::{Stream, StreamExt};
-use jiff::Timestamp;
 use serde::Serialize;
 
 use tokio_util::sync::CancellationToken;
 
+use super::pages::{Mark, marks, when};
 use crate::doorbell::frame;
 use crate::mailbox::{Arrived, Feed, Heard, Mailbox, MailboxEvent};
 use crate::protocol::{Address, AgentName, MessageId};
-use crate::store::Trust;
 
 /// The longest subject sent to a page (characters).
 const SUBJECT_CHARS: usize = 200;
@@ -33,10 +31,11 @@ pub struct LiveMail {
     pub from: Address,
     /// The sender's subject, on one line (text: the page never parses it as HTML).
     pub subject: String,
-    /// When the sender says it was sent.
-    pub sent_at: Timestamp,
-    /// How far the sender is vouched for.
-    pub trust: Trust,
+    /// When the sender says it was sent, as the server-rendered rows show it.
+    pub sent_at: String,
+    /// Its marks in words (a changed key, urgency, an acknowledgement request), as the
+    /// server-rendered rows show them.
+    pub marks: Vec<Mark>,
 }
 
 impl LiveMail {
@@ -47,8 +46,8 @@ impl LiveMail {
             id: m.id,
             from: m.from.clone(),
             subject: frame::one_line(&m.subject, SUBJECT_CHARS),
-            sent_at: m.sent_at,
-            trust: arrived.stored.trust,
+            sent_at: when(m.sent_at),
+            marks: marks(m, arrived.stored.trust),
         }
     }
 }
@@ -73,7 +72,7 @@ fn agent_events(agent: AgentName, feed: Feed<MailboxEvent>) -> impl Stream<Item 
 
 /// The live stream of `agents`' new mail, until `stop` fires.
 pub fn events(
-    agents: &BTreeMap<AgentName, Mailbox>,
+    agents: &[(AgentName, Mailbox)],
     stop: CancellationToken,
 ) -> Sse<impl Stream<Item = Result<Event, Infallible>> + use<>> {
     let every_agent = futures_util::stream::select_all(agents.iter().map(|(name, mailbox)| {

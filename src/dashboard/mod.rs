@@ -1,16 +1,21 @@
 //! `mailslot dashboard`: a local web UI for the owner. It runs every agent of this home as a
-//! mailbox (taking its relay connection when no other process holds it, as `mailslot mcp`
-//! does), and serves pages about them on loopback, to whoever holds the secret printed in the
-//! terminal.
+//! mailbox (holding its relay connection, hidden from presence, only while no session of the
+//! agent runs), and serves pages about them on loopback, to whoever holds the secret printed
+//! in the terminal.
 //!
 //! One job per file: `routes.rs` (the router and the handlers, reading through the mailbox and
-//! the store), `auth.rs` (secret, cookie, CSRF, Host and Origin), `pages.rs` (HTML, escaped by
-//! `maud`), `live.rs` (new mail as Server-Sent Events), `consent.rs` (approve, deny, block with
-//! the owner's passphrase), `form.rs` (the consent form read into wiped buffers), `relay_status.rs` (the relay's health and metrics), `launch.rs`
-//! (the page that hands the secret to the browser through a private file).
+//! the store), `agents.rs` (the home's agents, scanned on each page and opened when needed),
+//! `auth.rs` (secret, cookie, CSRF, Host and Origin), `pages.rs` (HTML, escaped by `maud`),
+//! `live.rs` (new mail as Server-Sent Events), `consent.rs` (approve, deny, block, policy with
+//! the owner's passphrase), `form.rs` (the consent form read into wiped buffers), `flash.rs`
+//! (what a change said, for the page it redirects to), `relay_status.rs` (the relay's health
+//! and metrics), `launch.rs` (the page that hands the secret to the browser through a private
+//! file).
 
+mod agents;
 mod auth;
 mod consent;
+mod flash;
 mod form;
 mod launch;
 mod live;
@@ -18,7 +23,6 @@ mod pages;
 mod relay_status;
 mod routes;
 
-use std::collections::BTreeMap;
 use std::net::SocketAddr;
 use std::sync::Arc;
 
@@ -26,10 +30,8 @@ use tokio_util::sync::CancellationToken;
 
 pub use form::{ConsentForm, read_form};
 
-use crate::agent::{Agent, AgentError};
 use crate::client::RelayUrl;
 use crate::config::Paths;
-use crate::mailbox::{Mailbox, MailboxError};
 use crate::protocol::RelayName;
 
 /// Why the dashboard could not start.
@@ -43,20 +45,9 @@ pub enum DashboardError {
         /// What the OS said.
         source: std::io::Error,
     },
-    /// The home's agents could not be listed.
-    #[error("cannot list the agents in {home}: {source}")]
-    Agents {
-        /// The home folder.
-        home: std::path::PathBuf,
-        /// What the OS said.
-        source: std::io::Error,
-    },
-    /// An agent could not be opened.
+    /// The home's agents could not be listed or opened.
     #[error(transparent)]
-    Agent(#[from] AgentError),
-    /// An agent's mailbox could not start.
-    #[error(transparent)]
-    Mailbox(#[from] MailboxError),
+    Agents(#[from] agents::AgentsError),
     /// The HTTP client for the relay's status could not be made.
     #[error("{0}")]
     Http(String),
@@ -92,19 +83,12 @@ pub struct Dashboard {
     launch: Option<tokio::task::JoinHandle<()>>,
     stop: CancellationToken,
     server: tokio::task::JoinHandle<Result<(), DashboardError>>,
-    mailboxes: Vec<Mailbox>,
+    agents: Arc<agents::Agents>,
 }
 
 impl Dashboard {
     /// Opens every agent of the home and starts serving.
     pub async fn start(config: DashboardConfig) -> Result<Self, DashboardError> {
-        let names = config
-            .paths
-            .agent_names()
-            .map_err(|source| DashboardError::Agents {
-                home: config.paths.home().to_owned(),
-                source,
-            })?;
         let listener = tokio::net::TcpListener::bind(config.listen)
             .await
             .map_err(|source| DashboardError::Listen {
@@ -117,23 +101,22 @@ impl Dashboard {
                 addr: config.listen,
                 source,
             })?;
-        let mut agents = BTreeMap::new();
-        for name in names {
-            let (agent, _) = Agent::open_or_create(&config.paths, &name)?;
-            let mailbox =
-                Mailbox::open_trusting(agent, config.relay.clone(), config.trusted_hosts.clone())
-                    .await?;
-            agents.insert(name, mailbox);
-        }
-        let mailboxes = agents.values().cloned().collect();
+        let agents = Arc::new(agents::Agents::new(
+            config.paths.clone(),
+            config.relay.clone(),
+            config.trusted_hosts,
+        ));
+        // The agents there now start receiving at once; later ones when a page asks.
+        agents.all().await?;
         let stop = CancellationToken::new();
         let app = Arc::new(routes::App {
             auth: Arc::new(auth::Auth::new(addr.port())),
             http: relay_status::client(&config.relay).map_err(DashboardError::Http)?,
-            agents,
+            agents: agents.clone(),
             relay: config.relay,
             owner_key: config.paths.owner_key(),
             stop: stop.clone(),
+            flashes: flash::Flashes::default(),
         });
         let secret = app.auth.secret().to_owned();
         let used = app.auth.used();
@@ -155,7 +138,7 @@ impl Dashboard {
             launch: None,
             stop,
             server,
-            mailboxes,
+            agents,
         })
     }
 
@@ -165,7 +148,7 @@ impl Dashboard {
     }
 
     /// `http://HOST:PORT`, the dashboard's origin.
-    fn origin(&self) -> String {
+    pub fn origin(&self) -> String {
         let host = if self.addr.ip().is_unspecified() {
             "127.0.0.1".to_owned()
         } else {
@@ -206,7 +189,7 @@ impl Dashboard {
         let Self {
             stop: token,
             mut server,
-            mailboxes,
+            agents,
             launch,
             ..
         } = self;
@@ -221,9 +204,7 @@ impl Dashboard {
         if let Some(launch) = launch {
             let _ = launch.await;
         }
-        for mailbox in mailboxes {
-            mailbox.close().await;
-        }
+        agents.close().await;
         result.unwrap_or_else(|e| Err(DashboardError::Serve(std::io::Error::other(e))))
     }
 }

@@ -5,11 +5,15 @@
 
 use jiff::Timestamp;
 use maud::{DOCTYPE, Markup, html};
+use serde::Serialize;
 
 use super::consent::Consent;
+use super::form::code_field;
 use super::relay_status::RelayReport;
 use crate::doorbell::frame;
-use crate::protocol::{AgentName, Fingerprint, MAX_ANSWER_CHARS};
+use crate::protocol::{
+    Address, AgentName, Fingerprint, Importance, MAX_ANSWER_CHARS, Message, MessageId, Policy,
+};
 use crate::store::{Contact, Direction, Recalled, SentItem, SentState, StoredMessage, Trust};
 
 /// The longest subject shown in a list (characters).
@@ -48,8 +52,54 @@ pub enum Tab {
     Memories,
 }
 
-fn when(t: Timestamp) -> String {
+/// A time as every page shows it, server-rendered or live.
+pub fn when(t: Timestamp) -> String {
     t.strftime("%Y-%m-%d %H:%M:%S UTC").to_string()
+}
+
+/// A mark on a message in a list, in words (never colour alone): what mailslot verified or
+/// the sender asked for.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+pub struct Mark {
+    /// The style it takes (`danger`, `warn`, `flag`).
+    pub class: &'static str,
+    /// What it says.
+    pub text: &'static str,
+}
+
+/// The marks of a message in a list: a changed key, its importance, a request to acknowledge.
+pub fn marks(message: &Message, trust: Trust) -> Vec<Mark> {
+    let mut marks = Vec::new();
+    if trust == Trust::KeyChanged {
+        marks.push(Mark {
+            class: "danger",
+            text: "KEY CHANGED",
+        });
+    }
+    match message.importance {
+        Importance::Urgent => marks.push(Mark {
+            class: "flag urgent",
+            text: "urgent",
+        }),
+        Importance::High => marks.push(Mark {
+            class: "flag high",
+            text: "high importance",
+        }),
+        Importance::Normal => {}
+    }
+    if message.ack_required {
+        marks.push(Mark {
+            class: "flag ack",
+            text: "acknowledgement requested",
+        });
+    }
+    marks
+}
+
+fn mark_list(message: &Message, trust: Trust) -> Markup {
+    html! {
+        @for mark in marks(message, trust) { " " span class=(mark.class) { (mark.text) } }
+    }
 }
 
 fn subject_line(subject: &str) -> String {
@@ -70,6 +120,7 @@ pub fn layout(title: &str, body: Markup) -> Markup {
                 meta charset="utf-8";
                 meta name="viewport" content="width=device-width, initial-scale=1";
                 title { (title) " — mailslot" }
+                link rel="icon" href="/favicon.ico";
                 link rel="stylesheet" href="/static/app.css";
                 script src="/static/app.js" defer {}
             }
@@ -134,28 +185,96 @@ pub fn agents(relay: &str, rows: &[AgentRow]) -> Markup {
     )
 }
 
-fn inbox_row(agent: &AgentName, stored: &StoredMessage) -> Markup {
+fn mail_row(agent: &AgentName, stored: &StoredMessage) -> Markup {
     let m = &stored.message;
+    let list = |v: &[crate::protocol::Address]| {
+        v.iter()
+            .map(ToString::to_string)
+            .collect::<Vec<_>>()
+            .join(", ")
+    };
     html! {
-        li.unread[stored.read_at.is_none()] data-id=(m.id) {
+        li.unread[stored.direction == Direction::In && stored.read_at.is_none()] data-id=(m.id) {
             a href={ "/agents/" (agent) "/messages/" (m.id) } { (subject_line(&m.subject)) }
-            " " span.from { "from " (m.from) } " " span.muted { (when(m.sent_at)) }
-            @if stored.trust == Trust::KeyChanged { " " span.danger { "KEY CHANGED" } }
+            @if stored.direction == Direction::In {
+                " " span.from { "from " (m.from) }
+            } @else {
+                " " span.from { "to " (list(&m.to)) }
+            }
+            " " span.muted { (when(m.sent_at)) }
+            (mark_list(m, stored.trust))
         }
     }
 }
 
-/// `/agents/NAME`: received mail, unread first; new mail is added by the page's script.
-pub fn inbox(agent: &AgentName, items: &[StoredMessage]) -> Markup {
+/// What the inbox page lists.
+pub struct InboxPage<'a> {
+    /// Received mail, all of it and unread.
+    pub total: u64,
+    /// Unread received mail.
+    pub unread: u64,
+    /// This page's messages, newest first.
+    pub items: &'a [StoredMessage],
+    /// The message this page lists mail older than (none: the newest).
+    pub before: Option<MessageId>,
+    /// The cursor of the next, older page, if there is one.
+    pub older: Option<MessageId>,
+}
+
+fn search_form(agent: &AgentName, query: &str) -> Markup {
+    html! {
+        form.search method="get" action={ "/agents/" (agent) "/search" } role="search" {
+            input type="search" name="q" value=(query) placeholder="Search this agent's mail" maxlength="500" aria-label="Search this agent's mail";
+            button type="submit" { "Search" }
+        }
+    }
+}
+
+/// `/agents/NAME?before=ID`: received mail newest first, a page at a time; new mail is added
+/// to the first page by the page's script.
+pub fn inbox(agent: &AgentName, page: &InboxPage<'_>) -> Markup {
+    let first = page.before.is_none();
     layout(
         &format!("{agent}: inbox"),
         html! {
             (agent_tabs(agent, Tab::Inbox))
-            p.muted { "Unread mail is bold. Reading it here does not mark it read: that is the agent's own state." }
-            ul.mail #inbox data-inbox=(agent) {
-                @for stored in items { (inbox_row(agent, stored)) }
+            (search_form(agent, ""))
+            p #counts {
+                strong data-total=(agent) { (page.total) } " received, "
+                strong data-unread=(agent) { (page.unread) } " unread"
+                @if !first { " — older mail" }
             }
-            @if items.is_empty() { p.empty #inbox-empty { "No mail yet." } }
+            p.muted { "Newest first; unread mail is bold. Reading it here does not mark it read: that is the agent's own state." }
+            // Only the first page takes live mail: an older page stays as it was listed.
+            ul.mail #inbox data-inbox=[first.then_some(agent)] {
+                @for stored in page.items { (mail_row(agent, stored)) }
+            }
+            @if page.items.is_empty() {
+                p.empty #inbox-empty { (if first { "No mail yet." } else { "No older mail." }) }
+            }
+            nav.pages aria-label="Pages" {
+                @if !first { a href={ "/agents/" (agent) } { "Newest" } }
+                @if let Some(older) = page.older { a rel="next" href={ "/agents/" (agent) "?before=" (older) } { "Older" } }
+            }
+        },
+    )
+}
+
+/// `/agents/NAME/search?q=…`: received and sent mail matching the words, best first.
+pub fn search(agent: &AgentName, query: &str, found: &[StoredMessage], limit: usize) -> Markup {
+    layout(
+        &format!("{agent}: search"),
+        html! {
+            (agent_tabs(agent, Tab::Inbox))
+            (search_form(agent, query))
+            @if query.is_empty() {
+                p.empty { "Type words to find in subjects, bodies and senders." }
+            } @else if found.is_empty() {
+                p.empty #search-empty { "No mail matches." }
+            } @else {
+                p #search-count { (found.len()) " found, best first" @if found.len() == limit { " (the best " (limit) " only: add words to narrow it)" } }
+            }
+            ul.mail #found { @for stored in found { (mail_row(agent, stored)) } }
         },
     )
 }
@@ -323,59 +442,71 @@ pub enum Notice {
     Failed(String),
 }
 
-fn passphrase_field() -> Markup {
+/// A button of the consent form: `ACTION AGENT`, which the form's one passphrase signs.
+fn act(action: &str, other: &impl std::fmt::Display, label: &str) -> Markup {
     html! {
-        label {
-            "Owner passphrase "
-            input type="password" name="passphrase" required autocomplete="off" minlength="10" maxlength="1024";
-        }
+        button type="submit" name="action" value={ (action) " " (other) } data-action=(action) data-agent=(other) { (label) }
     }
 }
 
-fn consent_form(
-    agent: &AgentName,
-    csrf: &str,
-    action: &str,
-    other: &impl std::fmt::Display,
-    label: &str,
-    code: bool,
-) -> Markup {
-    html! {
-        form.consent method="post" action={ "/agents/" (agent) "/consent" } data-action=(action) data-agent=(other) {
-            input type="hidden" name="csrf" value=(csrf);
-            input type="hidden" name="action" value=(action);
-            input type="hidden" name="agent" value=(other);
-            @if code {
-                label { "Code from " (other) "'s owner " input type="text" name="code" required autocomplete="off" placeholder="XXXX-XXXX" maxlength="20"; }
-            }
-            (passphrase_field())
-            button type="submit" { (label) }
-        }
-    }
+/// What the contacts page shows besides the relay's state.
+pub struct ContactsPage<'a> {
+    /// The form's CSRF token.
+    pub csrf: &'a str,
+    /// The outcome of the change just made, once.
+    pub notice: Option<&'a Notice>,
+    /// The code typed for a request whose approval failed, kept for another try.
+    pub kept_code: Option<&'a (Address, String)>,
 }
 
-/// `/agents/NAME/contacts`: the relay's consent state, requests to answer, pinned keys.
+/// `/agents/NAME/contacts`: the relay's consent state, requests to answer, pinned keys. Every
+/// change is one form with one passphrase field at the top, which each button signs.
 pub fn contacts(
     agent: &AgentName,
-    csrf: &str,
     consent: &Result<Consent, String>,
     pinned: &[Contact],
-    notice: Option<&Notice>,
+    page: &ContactsPage<'_>,
 ) -> Markup {
+    let kept = |requester: &Address| {
+        page.kept_code
+            .filter(|(a, _)| a == requester)
+            .map(|(_, code)| code.as_str())
+    };
     layout(
         &format!("{agent}: contacts"),
         html! {
             (agent_tabs(agent, Tab::Contacts))
-            @match notice {
+            @match page.notice {
                 Some(Notice::Done(detail)) => p.notice.ok #notice role="status" { (detail) },
                 Some(Notice::Failed(why)) => p.notice.danger #notice role="alert" { (why) },
                 None => {},
             }
-            p.muted { "Every change is signed with your owner key: type its passphrase with the change. It unlocks the key for that change only and is never stored." }
             @match consent {
                 Err(why) => p.danger { "The relay's consent state is unavailable: " (why) },
-                Ok(c) => {
-                    p { "Policy: " strong { (c.state.policy) } }
+                Ok(c) => form.consent #consent method="post" action={ "/agents/" (agent) "/consent" } {
+                    input type="hidden" name="csrf" value=(page.csrf);
+                    // Enter in a field submits the default button, the first: a disabled one
+                    // makes Enter do nothing, so only a pressed button changes anything.
+                    button.default type="submit" disabled hidden aria-hidden="true" {}
+                    p.owner {
+                        label {
+                            "Owner passphrase "
+                            input type="password" name="passphrase" required autocomplete="off" minlength="10" maxlength="1024";
+                        }
+                        br;
+                        span.muted { "Every change below is signed with your owner key: type its passphrase, then press the change's button. It unlocks the key for that change only and is never stored." }
+                    }
+                    h2 { "Policy" }
+                    p {
+                        "Accepts mail from: " strong #policy { (c.state.policy) } " "
+                        select name="policy" aria-label="Policy" {
+                            @for (policy, meaning) in [(Policy::Open, "anyone not blocked"), (Policy::Contacts, "approved contacts only"), (Policy::Closed, "no one")] {
+                                option value=(policy) selected[policy == c.state.policy] { (policy) " — " (meaning) }
+                            }
+                        }
+                        " "
+                        button type="submit" name="action" value="policy" data-action="policy" { "Set policy" }
+                    }
                     h2 { "Requests to " (agent) }
                     @if c.incoming.is_empty() { p.empty { "No open requests." } }
                     @for q in &c.incoming {
@@ -386,9 +517,12 @@ pub fn contacts(
                                 div.untrusted { p.fence { "Note from " (q.agent) ", as text:" } pre.body { (frame::fenced(&q.note, "")) } }
                             }
                             p.muted { "Expires " (when(q.expires_at)) }
-                            (consent_form(agent, csrf, "approve", &q.agent, "Approve", true))
-                            (consent_form(agent, csrf, "deny", &q.agent, "Deny", false))
-                            (consent_form(agent, csrf, "block", &q.agent, "Block", false))
+                            p.actions {
+                                label { "Code from " (q.agent) "'s owner " input type="text" name=(code_field(&q.agent)) value=[kept(&q.agent)] autocomplete="off" placeholder="XXXX-XXXX" maxlength="20"; }
+                                " " (act("approve", &q.agent, "Approve"))
+                                " " (act("deny", &q.agent, "Deny"))
+                                " " (act("block", &q.agent, "Block"))
+                            }
                         }
                     }
                     h2 { "Requests from " (agent) }
@@ -401,14 +535,14 @@ pub fn contacts(
                     h2 { "Contacts" }
                     @if c.state.contacts.is_empty() { p.empty { "None yet." } }
                     @for other in &c.state.contacts {
-                        section.contact { strong { (other) } (consent_form(agent, csrf, "remove", other, "End contact", false)) (consent_form(agent, csrf, "block", other, "Block", false)) }
+                        section.contact { strong { (other) } " " (act("remove", other, "End contact")) " " (act("block", other, "Block")) }
                     }
                     h2 { "Blocked" }
                     @if c.state.blocked.is_empty() { p.empty { "Nobody." } }
                     @for other in &c.state.blocked {
-                        section.contact { strong { (other) } (consent_form(agent, csrf, "unblock", other, "Unblock", false)) }
+                        section.contact { strong { (other) } " " (act("unblock", other, "Unblock")) }
                     }
-                }
+                },
             }
             h2 { "Pinned keys" }
             table.pinned {

@@ -4,7 +4,6 @@
 //! Content-Security-Policy allowing only the dashboard's own script and style, no framing, no
 //! referrer to other sites, no caching.
 
-use std::collections::BTreeMap;
 use std::path::PathBuf;
 use std::sync::Arc;
 
@@ -13,14 +12,16 @@ use axum::body::Body;
 use axum::extract::{Path, Query, Request, State};
 use axum::http::{HeaderValue, StatusCode, header};
 use axum::middleware::{self, Next};
-use axum::response::{IntoResponse, Response};
+use axum::response::{IntoResponse, Redirect, Response};
 use axum::routing::{get, post};
 use maud::Markup;
 use serde::Deserialize;
 use tokio_util::sync::CancellationToken;
 
+use super::agents::Agents;
 use super::auth::{self, Auth};
 use super::consent;
+use super::flash::{Flash, Flashes};
 use super::form;
 use super::live;
 use super::pages::{self, AgentRow, Notice};
@@ -28,10 +29,12 @@ use super::relay_status;
 use crate::client::RelayUrl;
 use crate::mailbox::{AgentStatus, Mailbox, RelayStatus};
 use crate::protocol::{AgentName, MessageId, ThreadId};
-use crate::store::{InboxQuery, MAX_QUERY_CHARS};
+use crate::store::MAX_QUERY_CHARS;
 
 /// Received messages listed on an inbox page.
-const INBOX_LIMIT: usize = 200;
+const INBOX_PAGE: usize = 50;
+/// Messages a search lists, best first.
+const SEARCH_LIMIT: usize = 50;
 /// Sent messages listed.
 const SENT_LIMIT: usize = 200;
 /// Memories listed.
@@ -40,13 +43,14 @@ const MEMORY_LIMIT: usize = 100;
 const CSP: &str = "default-src 'none'; script-src 'self'; style-src 'self'; img-src 'self'; connect-src 'self'; form-action 'self'; frame-ancestors 'none'; base-uri 'none'";
 const APP_JS: &str = include_str!("assets/app.js");
 const APP_CSS: &str = include_str!("assets/app.css");
+const FAVICON: &[u8] = include_bytes!("assets/favicon.ico");
 
 /// Everything the handlers share.
 pub struct App {
     /// This launch's secrets.
     pub auth: Arc<Auth>,
     /// The agents of this home, running.
-    pub agents: BTreeMap<AgentName, Mailbox>,
+    pub agents: Arc<Agents>,
     /// Their relay.
     pub relay: RelayUrl,
     /// The owner key file of this home.
@@ -55,14 +59,17 @@ pub struct App {
     pub http: reqwest::Client,
     /// Fires when the dashboard stops (ends the live streams).
     pub stop: CancellationToken,
+    /// What the last consent changes said, for the pages they redirect to.
+    pub flashes: Flashes,
 }
 
 /// The handlers' state.
 pub type AppState = Arc<App>;
 
 /// `GET /events`: new mail, live.
-async fn events(State(app): State<AppState>) -> impl IntoResponse {
-    live::events(&app.agents, app.stop.clone())
+async fn events(State(app): State<AppState>) -> Result<Response, PageError> {
+    let agents = app.agents.all().await.map_err(internal)?;
+    Ok(live::events(&agents, app.stop.clone()).into_response())
 }
 
 /// Every route, behind the auth check and the security headers.
@@ -73,7 +80,9 @@ pub fn router(app: AppState) -> Router {
         .route("/events", get(events))
         .route("/static/app.js", get(app_js))
         .route("/static/app.css", get(app_css))
+        .route("/favicon.ico", get(favicon))
         .route("/agents/{agent}", get(inbox))
+        .route("/agents/{agent}/search", get(search))
         .route("/agents/{agent}/sent", get(sent))
         .route("/agents/{agent}/contacts", get(contacts))
         .route("/agents/{agent}/consent", post(change_consent))
@@ -131,16 +140,13 @@ fn not_found(what: String) -> PageError {
 
 type Page = Result<Markup, PageError>;
 
-fn agent<'a>(app: &'a App, name: &str) -> Result<(AgentName, &'a Mailbox), PageError> {
-    AgentName::new(name)
-        .ok()
-        .and_then(|n| app.agents.get_key_value(&n))
-        .map(|(n, m)| (n.clone(), m))
-        .ok_or_else(|| {
-            not_found(format!(
-                "no agent named {name:?} on this machine (agents made after the dashboard started appear when it restarts)"
-            ))
-        })
+async fn agent(app: &App, name: &str) -> Result<(AgentName, Mailbox), PageError> {
+    let unknown = || not_found(format!("no agent named {name:?} on this machine"));
+    let name = AgentName::new(name).map_err(|_| unknown())?;
+    match app.agents.get(&name).await.map_err(internal)? {
+        Some(mailbox) => Ok((name, mailbox)),
+        None => Err(unknown()),
+    }
 }
 
 fn message_id(raw: &str) -> Result<MessageId, PageError> {
@@ -150,7 +156,7 @@ fn message_id(raw: &str) -> Result<MessageId, PageError> {
 
 async fn rows(app: &App) -> Result<Vec<AgentRow>, PageError> {
     let mut rows = Vec::new();
-    for (name, mailbox) in &app.agents {
+    for (name, mailbox) in app.agents.all().await.map_err(internal)? {
         let AgentStatus {
             identity,
             current_task: task,
@@ -194,19 +200,69 @@ async fn app_css() -> impl IntoResponse {
     ([(header::CONTENT_TYPE, "text/css; charset=utf-8")], APP_CSS)
 }
 
-async fn inbox(State(app): State<AppState>, Path(name): Path<String>) -> Page {
-    let (name, mailbox) = agent(&app, &name)?;
-    let query = InboxQuery {
-        unread_only: false,
-        limit: INBOX_LIMIT,
-        ..InboxQuery::default()
+async fn favicon() -> impl IntoResponse {
+    ([(header::CONTENT_TYPE, "image/x-icon")], FAVICON)
+}
+
+#[derive(Deserialize)]
+struct Cursor {
+    #[serde(default)]
+    before: Option<String>,
+}
+
+async fn inbox(
+    State(app): State<AppState>,
+    Path(name): Path<String>,
+    Query(cursor): Query<Cursor>,
+) -> Page {
+    let (name, mailbox) = agent(&app, &name).await?;
+    let before = cursor
+        .before
+        .as_deref()
+        .filter(|b| !b.is_empty())
+        .map(message_id)
+        .transpose()?;
+    // One more than a page: whether an older page exists, without counting.
+    let mut items = mailbox
+        .received_page(before, INBOX_PAGE + 1)
+        .await
+        .map_err(internal)?;
+    let more = items.len() > INBOX_PAGE;
+    items.truncate(INBOX_PAGE);
+    let older = more.then(|| items.last().map(|m| m.message.id)).flatten();
+    let (total, unread) = mailbox.received_counts().await.map_err(internal)?;
+    Ok(pages::inbox(
+        &name,
+        &pages::InboxPage {
+            total,
+            unread,
+            items: &items,
+            before,
+            older,
+        },
+    ))
+}
+
+async fn search(
+    State(app): State<AppState>,
+    Path(name): Path<String>,
+    Query(search): Query<Search>,
+) -> Page {
+    let (name, mailbox) = agent(&app, &name).await?;
+    let query: String = search.q.trim().chars().take(MAX_QUERY_CHARS).collect();
+    let found = if query.is_empty() {
+        Vec::new()
+    } else {
+        mailbox
+            .search(query.clone(), SEARCH_LIMIT)
+            .await
+            .map_err(internal)?
     };
-    let items = mailbox.inbox(query).await.map_err(internal)?;
-    Ok(pages::inbox(&name, &items))
+    Ok(pages::search(&name, &query, &found, SEARCH_LIMIT))
 }
 
 async fn message(State(app): State<AppState>, Path((name, id)): Path<(String, String)>) -> Page {
-    let (name, mailbox) = agent(&app, &name)?;
+    let (name, mailbox) = agent(&app, &name).await?;
     let id = message_id(&id)?;
     // Reading here does not mark the message read: unread is the agent's state, and a GET
     // changes nothing.
@@ -220,7 +276,7 @@ async fn attachment(
     State(app): State<AppState>,
     Path((name, id, index)): Path<(String, String, usize)>,
 ) -> Result<Response, PageError> {
-    let (name, mailbox) = agent(&app, &name)?;
+    let (name, mailbox) = agent(&app, &name).await?;
     let id = message_id(&id)?;
     let Some(file) = mailbox.attachment(id, index).await.map_err(internal)? else {
         return Err(not_found(format!(
@@ -243,7 +299,7 @@ async fn attachment(
 }
 
 async fn thread(State(app): State<AppState>, Path((name, id)): Path<(String, String)>) -> Page {
-    let (name, mailbox) = agent(&app, &name)?;
+    let (name, mailbox) = agent(&app, &name).await?;
     let id: ThreadId = id
         .parse()
         .map_err(|_| not_found(format!("{id:?} is not a thread id")))?;
@@ -261,59 +317,77 @@ async fn thread(State(app): State<AppState>, Path((name, id)): Path<(String, Str
 }
 
 async fn sent(State(app): State<AppState>, Path(name): Path<String>) -> Page {
-    let (name, mailbox) = agent(&app, &name)?;
+    let (name, mailbox) = agent(&app, &name).await?;
     let items = mailbox.sent(None, SENT_LIMIT).await.map_err(internal)?;
     Ok(pages::sent(&name, &items))
 }
 
-async fn contacts_page(
-    app: &App,
-    name: &AgentName,
-    mailbox: &Mailbox,
-    notice: Option<&Notice>,
+#[derive(Deserialize)]
+struct FlashKey {
+    #[serde(default)]
+    flash: Option<String>,
+}
+
+async fn contacts(
+    State(app): State<AppState>,
+    Path(name): Path<String>,
+    Query(key): Query<FlashKey>,
 ) -> Page {
-    let consent = consent::read(mailbox, &app.relay, &app.owner_key)
+    let (name, mailbox) = agent(&app, &name).await?;
+    let flash = key.flash.and_then(|k| app.flashes.take(&k));
+    let consent = consent::read(&mailbox, &app.relay, &app.owner_key)
         .await
         .map_err(|e| e.to_string());
     let pinned = mailbox.pinned_contacts().await.map_err(internal)?;
     Ok(pages::contacts(
-        name,
-        app.auth.csrf(),
+        &name,
         &consent,
         &pinned,
-        notice,
+        &pages::ContactsPage {
+            csrf: app.auth.csrf(),
+            notice: flash.as_ref().map(|f| &f.notice),
+            kept_code: flash.as_ref().and_then(|f| f.kept_code.as_ref()),
+        },
     ))
 }
 
-async fn contacts(State(app): State<AppState>, Path(name): Path<String>) -> Page {
-    let (name, mailbox) = agent(&app, &name)?;
-    contacts_page(&app, &name, mailbox, None).await
-}
-
+/// `POST /agents/NAME/consent`: the change, then `303 See Other` to the contacts page, which
+/// shows what happened (Post/Redirect/Get: a reload never posts again).
 async fn change_consent(
     State(app): State<AppState>,
     Path(name): Path<String>,
     body: Body,
 ) -> Result<Response, PageError> {
-    let (name, mailbox) = agent(&app, &name)?;
+    let (name, mailbox) = agent(&app, &name).await?;
     // The body holds the passphrase: read into wiped buffers only (`form.rs`).
-    let outcome = match form::read_form(body).await {
-        Ok(form) if !app.auth.csrf_matches(&form.csrf) => Err(consent::ActionError::Csrf),
-        Ok(form) => consent::apply(mailbox, &app.relay, &app.owner_key, form).await,
-        Err(e) => Err(e.into()),
-    };
-    let (status, notice) = match outcome {
-        Ok(detail) => (StatusCode::OK, Notice::Done(detail)),
-        Err(consent::ActionError::Csrf) => {
-            return Err(PageError(
-                StatusCode::FORBIDDEN,
-                consent::ActionError::Csrf.to_string(),
-            ));
+    let form = form::read_form(body).await;
+    if let Ok(form) = &form
+        && !app.auth.csrf_matches(&form.csrf)
+    {
+        return Err(PageError(
+            StatusCode::FORBIDDEN,
+            consent::ActionError::Csrf.to_string(),
+        ));
+    }
+    let (outcome, kept_code) = match form {
+        Ok(form) => {
+            let typed = match &form.action {
+                form::Action::Approve(requester) => Some((requester.clone(), form.code.clone())),
+                _ => None,
+            };
+            let outcome = consent::apply(&mailbox, &app.relay, &app.owner_key, form).await;
+            // The code is offered again only when the approval failed.
+            let kept = typed.filter(|_| outcome.is_err());
+            (outcome, kept)
         }
-        Err(e) => (StatusCode::BAD_REQUEST, Notice::Failed(e.to_string())),
+        Err(e) => (Err(e.into()), None),
     };
-    let page = contacts_page(&app, &name, mailbox, Some(&notice)).await?;
-    Ok((status, page).into_response())
+    let notice = match outcome {
+        Ok(detail) => Notice::Done(detail),
+        Err(e) => Notice::Failed(e.to_string()),
+    };
+    let key = app.flashes.put(Flash { notice, kept_code });
+    Ok(Redirect::to(&format!("/agents/{name}/contacts?flash={key}")).into_response())
 }
 
 #[derive(Deserialize)]
@@ -327,7 +401,7 @@ async fn memories(
     Path(name): Path<String>,
     Query(search): Query<Search>,
 ) -> Page {
-    let (name, mailbox) = agent(&app, &name)?;
+    let (name, mailbox) = agent(&app, &name).await?;
     let query: String = search.q.trim().chars().take(MAX_QUERY_CHARS).collect();
     let found = mailbox
         .recall((!query.is_empty()).then(|| query.clone()), MEMORY_LIMIT)

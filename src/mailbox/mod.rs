@@ -46,7 +46,7 @@ pub use wait::Delivered;
 use crate::agent::Agent;
 use crate::client::{ClientError, RelayUrl, SessionConfig, SessionHandle, spawn_session};
 use crate::crypto::Identity;
-use crate::protocol::{Address, AgentName, OwnerKey, RelayName, ValidationError};
+use crate::protocol::{Address, AgentName, OwnerKey, RelayName, Shown, ValidationError};
 use crate::store::{StoreError, StoreHandle};
 use events::Signals;
 
@@ -137,6 +137,29 @@ struct Holder {
     _lock: File,
 }
 
+impl Holder {
+    /// Ends the session, then lets the lock go.
+    async fn release(self) {
+        self.session.halt();
+        if let Ok(session) = Arc::try_unwrap(self.session) {
+            session.stop().await;
+        }
+    }
+}
+
+/// Who runs a mailbox, with the file of the agent's sessions lock it holds or looks through.
+enum Role {
+    /// A session of the agent (`mailslot mcp`, `wait`, `send`): shown online while it holds
+    /// the connection.
+    Session {
+        /// Its mark, held while it runs (see [`ConnectionLock::mark_session`]).
+        _mark: File,
+    },
+    /// The owner's dashboard: it holds the connection, hidden from presence, only while no
+    /// session of the agent runs, and gives it up as soon as one does.
+    Window(File),
+}
+
 struct Inner {
     name: AgentName,
     address: Address,
@@ -147,6 +170,7 @@ struct Inner {
     dir: PathBuf,
     lock: ConnectionLock,
     holder: Mutex<Option<Holder>>,
+    role: Role,
     /// Relays reached over plain HTTP besides loopback (`trusted_hosts`): for `whois`, and the
     /// session's remote recipients and senders.
     trusted: Vec<RelayName>,
@@ -175,6 +199,27 @@ impl Mailbox {
         relay: RelayUrl,
         trusted: Vec<RelayName>,
     ) -> Result<Self, MailboxError> {
+        let session = ConnectionLock::for_agent(&agent.dir).mark_session()?;
+        Self::open_as(agent, (relay, trusted), Role::Session { _mark: session }).await
+    }
+
+    /// [`Mailbox::open_trusting`] for the owner's dashboard: its connection does not show the
+    /// agent online, and it holds it only while no session of the agent runs (taking it
+    /// back when the last one ends).
+    pub async fn open_window(
+        agent: Agent,
+        relay: RelayUrl,
+        trusted: Vec<RelayName>,
+    ) -> Result<Self, MailboxError> {
+        let sessions = ConnectionLock::for_agent(&agent.dir).sessions_file()?;
+        Self::open_as(agent, (relay, trusted), Role::Window(sessions)).await
+    }
+
+    async fn open_as(
+        agent: Agent,
+        (relay, trusted): (RelayUrl, Vec<RelayName>),
+        role: Role,
+    ) -> Result<Self, MailboxError> {
         let Agent {
             name,
             identity,
@@ -194,6 +239,7 @@ impl Mailbox {
             lock: ConnectionLock::for_agent(&dir),
             dir,
             holder: Mutex::new(None),
+            role,
             trusted,
             signals: Arc::new(Signals::new()),
             rounds,
@@ -249,10 +295,8 @@ impl Mailbox {
     /// Stops the relay connection and the watcher.
     pub async fn close(&self) {
         self.0.stop.cancel();
-        if let Some(holder) = self.0.holder.lock().await.take()
-            && let Ok(session) = Arc::try_unwrap(holder.session)
-        {
-            session.stop().await;
+        if let Some(holder) = self.0.holder.lock().await.take() {
+            holder.release().await;
         }
     }
 
@@ -270,15 +314,31 @@ impl Mailbox {
     /// holder exits.
     async fn try_hold(&self) -> Result<(), MailboxError> {
         let mut holder = self.0.holder.lock().await;
-        if holder.is_some() || self.0.stop.is_cancelled() {
+        if self.0.stop.is_cancelled() {
             return Ok(());
         }
-        let Some(lock) = self.0.lock.try_take()? else {
+        let elsewhere = || {
             let pid = self.0.lock.holder();
             self.0
                 .signals
                 .status
                 .send_if_modified(|s| replace_if_changed(s, RelayStatus::Elsewhere { pid }));
+        };
+        // The owner's window makes way for a session of the agent, at once.
+        if let Role::Window(sessions) = &self.0.role
+            && ConnectionLock::session_running(sessions)?
+        {
+            if let Some(held) = holder.take() {
+                held.release().await;
+            }
+            elsewhere();
+            return Ok(());
+        }
+        if holder.is_some() {
+            return Ok(());
+        }
+        let Some(lock) = self.0.lock.try_take()? else {
+            elsewhere();
             return Ok(());
         };
         self.0.signals.status.send_replace(RelayStatus::Connecting);
@@ -290,6 +350,10 @@ impl Mailbox {
                 owner: self.0.owner,
                 store: self.0.store.clone(),
                 trusted: self.0.trusted.clone(),
+                shown: match self.0.role {
+                    Role::Session { .. } => Shown::Online,
+                    Role::Window(_) => Shown::Hidden,
+                },
             },
             self.0.signals.clone(),
         );

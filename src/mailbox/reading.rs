@@ -13,6 +13,29 @@ impl Mailbox {
         Ok(self.0.store.call(move |s| s.inbox(&query)).await?)
     }
 
+    /// Received messages newest first, older than the received message `before` if given;
+    /// at most `limit` (the dashboard's pages).
+    pub async fn received_page(
+        &self,
+        before: Option<MessageId>,
+        limit: usize,
+    ) -> Result<Vec<StoredMessage>, MailboxError> {
+        Ok(self
+            .0
+            .store
+            .call(move |s| s.received_page(before.as_ref(), limit))
+            .await?)
+    }
+
+    /// How many messages were received, and how many of them are unread.
+    pub async fn received_counts(&self) -> Result<(u64, u64), MailboxError> {
+        Ok(self
+            .0
+            .store
+            .call(|s| Ok((s.received_count(false)?, s.received_count(true)?)))
+            .await?)
+    }
+
     /// How much received mail is unread, and from whom the newest is.
     pub async fn unread_summary(&self) -> Result<UnreadSummary, MailboxError> {
         Ok(self.0.store.call(|s| s.unread_summary()).await?)

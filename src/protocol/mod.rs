@@ -19,6 +19,7 @@ mod message;
 mod owner;
 mod receipt;
 mod rotation;
+mod shown;
 
 pub use address::{Address, AgentName, MAX_NAME_LEN, MAX_STORED_NAME_BYTES, Peer, RelayName};
 pub use consent::{ConsentEvent, MAX_NOTE_CHARS, Policy, RequestCode, RequestView, validate_note};
@@ -47,3 +48,4 @@ pub use message::{Attachment, Message, now_millis};
 pub use owner::{OwnerAct, OwnerKey, owner_payload};
 pub use receipt::{MAX_ANSWER_CHARS, Receipt, ReceiptKind, validate_answer};
 pub use rotation::{KeyRotation, MAX_ROTATIONS, rotation_payload};
+pub use shown::{HIDDEN_QUERY, Shown};

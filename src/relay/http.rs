@@ -8,7 +8,7 @@ use std::time::Duration;
 use axum::Json;
 use axum::Router;
 use axum::extract::ws::WebSocketUpgrade;
-use axum::extract::{ConnectInfo, Extension, Path, State};
+use axum::extract::{ConnectInfo, Extension, Path, RawQuery, State};
 use axum::http::StatusCode;
 use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post};
@@ -22,7 +22,7 @@ use super::{discovery, session};
 use crate::crypto::PublicIdentity;
 use crate::crypto::sign::{self, Domain};
 use crate::protocol::{
-    AgentName, ErrorCode, Fingerprint, InviteToken, KeyRotation, LINK_PATH, PublicKeys,
+    AgentName, ErrorCode, Fingerprint, InviteToken, KeyRotation, LINK_PATH, PublicKeys, Shown,
     WELL_KNOWN_PATH, b64, register_payload,
 };
 
@@ -100,12 +100,14 @@ async fn websocket<S: Storage>(
     State(state): State<Arc<RelayState<S>>>,
     ConnectInfo(peer): ConnectInfo<SocketAddr>,
     done: Option<Extension<FrameDone>>,
+    RawQuery(query): RawQuery,
     upgrade: WebSocketUpgrade,
 ) -> Response {
     let done = done.map(|Extension(done)| done).unwrap_or_default();
+    let shown = Shown::from_query(query.as_deref());
     // The socket's connection slot was taken when it was accepted (`listener`).
     sized(upgrade, &state.config)
-        .on_upgrade(move |socket| session::run(state, socket, peer.ip(), done))
+        .on_upgrade(move |socket| session::run(state, socket, (peer.ip(), shown), done))
 }
 
 /// A link from another relay (`/v1/relay`).

@@ -71,8 +71,12 @@ struct World {
     dashboard: DashboardChild,
 }
 
-/// With `opener`, the dashboard opens its launch page with it (see [`fake_opener`]).
-async fn world(opener: Option<&Path>) -> World {
+/// bob's mail before the dashboard starts: this many messages (see [`fill_bob`]).
+const FILLED: usize = 3_000;
+
+/// With `opener`, the dashboard opens its launch page with it (see [`fake_opener`]); with
+/// `filled`, bob has [`FILLED`] messages first.
+async fn world(opener: Opener<'_>, filled: bool) -> World {
     let relay = TestRelay::start(|c| c.default_policy = Some(Policy::Contacts)).await;
     let bob_home = tempfile::tempdir().unwrap();
     let alice_home = tempfile::tempdir().unwrap();
@@ -109,6 +113,9 @@ async fn world(opener: Option<&Path>) -> World {
     ))
     .unwrap();
     let code = asked["code"].as_str().unwrap().to_owned();
+    if filled {
+        fill_bob(bob_home.path());
+    }
     let dashboard = start_dashboard(bob_home.path(), &relay, opener);
     World {
         relay,
@@ -119,9 +126,106 @@ async fn world(opener: Option<&Path>) -> World {
     }
 }
 
-/// `mailslot dashboard` for `home`; with `opener`, it opens its launch page with that program
-/// (`MAILSLOT_BROWSER`), else it only prints the URL (`--no-open`).
-fn start_dashboard(home: &Path, relay: &TestRelay, opener: Option<&Path>) -> DashboardChild {
+/// How the dashboard is to open a browser.
+#[derive(Clone, Copy)]
+enum Opener<'a> {
+    /// It does not (`--no-open`): it only prints the URL.
+    Not,
+    /// With this program (`MAILSLOT_BROWSER`).
+    With(&'a Path),
+    /// As on a desktop, with no `MAILSLOT_BROWSER` (and here no display).
+    Desktop,
+}
+
+/// The word only one of bob's [`FILLED`] messages has, in its subject.
+const SEARCH_WORD: &str = "kubernetes";
+const SEARCH_SUBJECT: &str = "kubernetes is down";
+
+/// Gives bob [`FILLED`] received messages from alice, all sent at the same millisecond (so
+/// paging cannot lean on timestamps): the one at [`SEARCH_SUBJECT`] somewhere in the middle;
+/// the newest urgent, the one before it asking to be acknowledged.
+fn fill_bob(home: &Path) {
+    use mailslot::protocol::{Address, Importance, Message};
+    use mailslot::store::{Direction, Store, Trust};
+    let dir = home.join("agents").join("bob");
+    let mut store = Store::open(&mailslot::agent::store_path(&dir)).unwrap();
+    let (alice, bob) = (
+        Address::parse("alice").unwrap(),
+        Address::parse("bob").unwrap(),
+    );
+    let at = jiff::Timestamp::now();
+    let mail: Vec<Message> = (0..FILLED)
+        .map(|i| {
+            let subject = if i == FILLED / 3 {
+                SEARCH_SUBJECT.to_owned()
+            } else {
+                format!("filler {i}")
+            };
+            let mut m = Message::new(
+                alice.clone(),
+                vec![bob.clone()],
+                subject,
+                format!("body {i}"),
+            );
+            m.sent_at = at;
+            m.importance = if i == FILLED - 1 {
+                Importance::Urgent
+            } else {
+                Importance::Normal
+            };
+            m.ack_required = i == FILLED - 2;
+            m
+        })
+        .collect();
+    let rows: Vec<_> = mail
+        .iter()
+        .map(|m| (m, Direction::In, Trust::Verified))
+        .collect();
+    store.insert_messages(&rows).unwrap();
+}
+
+/// The dashboard's session cookie, for the secret in its URL.
+fn enter(d: &DashboardChild) -> String {
+    let secret = d.url.split("token=").nth(1).unwrap();
+    let entry = get(
+        d.addr,
+        &format!("/?token={secret}"),
+        &d.addr.to_string(),
+        None,
+    );
+    entry
+        .header("set-cookie")
+        .unwrap()
+        .split(';')
+        .next()
+        .unwrap()
+        .to_owned()
+}
+
+/// The processes whose parent is `pid` (any of its threads), with their state letter.
+fn children(pid: u32) -> Vec<(u32, char)> {
+    let tasks = std::fs::read_dir(format!("/proc/{pid}/task")).unwrap();
+    tasks
+        .filter_map(Result::ok)
+        .filter_map(|t| std::fs::read_to_string(t.path().join("children")).ok())
+        .flat_map(|c| {
+            c.split_whitespace()
+                .filter_map(|p| p.parse().ok())
+                .collect::<Vec<u32>>()
+        })
+        .map(|child| {
+            let stat = std::fs::read_to_string(format!("/proc/{child}/stat")).unwrap_or_default();
+            let state = stat
+                .rsplit_once(") ")
+                .and_then(|(_, rest)| rest.chars().next())
+                .unwrap_or('?');
+            (child, state)
+        })
+        .collect()
+}
+
+/// `mailslot dashboard` for `home`, opening its launch page as `opener` says.
+fn start_dashboard(home: &Path, relay: &TestRelay, opener: Opener<'_>) -> DashboardChild {
     let stderr = tempfile::NamedTempFile::new().unwrap();
     let mut command = Command::new(env!("CARGO_BIN_EXE_mailslot"));
     command
@@ -131,8 +235,9 @@ fn start_dashboard(home: &Path, relay: &TestRelay, opener: Option<&Path>) -> Das
         .env("MAILSLOT_RELAY", relay.url.as_str())
         .env("MAILSLOT_LOG", "debug");
     match opener {
-        Some(opener) => command.env("MAILSLOT_BROWSER", opener),
-        None => command.arg("--no-open"),
+        Opener::With(opener) => command.env("MAILSLOT_BROWSER", opener),
+        Opener::Not => command.arg("--no-open"),
+        Opener::Desktop => &mut command,
     };
     let mut child = command
         .stdin(Stdio::null())
@@ -252,7 +357,7 @@ fn bob_requests(world: &World) -> serde_json::Value {
 // Multi-threaded: the test blocks on child processes while the in-process relay serves them.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_dashboard_refuses_requests_without_its_secret() {
-    let world = world(None).await;
+    let world = world(Opener::Not, false).await;
     let d = &world.dashboard;
     let addr = d.addr;
     let host = addr.to_string();
@@ -322,9 +427,10 @@ async fn the_dashboard_refuses_requests_without_its_secret() {
         .unwrap()
         .to_owned();
     let origin = format!("http://{host}");
+    // The page's one form: the button pressed names the change, the requester's row its code.
     let form = |csrf: &str, passphrase: &str| {
         format!(
-            "csrf={csrf}&action=approve&agent=alice&code={}&passphrase={}",
+            "csrf={csrf}&action=approve+alice&code.alice={}&policy=contacts&passphrase={}",
             world.code,
             passphrase.replace(' ', "+")
         )
@@ -374,25 +480,46 @@ async fn the_dashboard_refuses_requests_without_its_secret() {
             401,
             "no secret",
         ),
-        (
-            post(
-                addr,
-                path,
-                Some(&cookie),
-                Some(&origin),
-                &form(&csrf, "not the owner's passphrase"),
-            ),
-            400,
-            "a wrong passphrase",
-        ),
     ];
     for (answer, status, what) in &refused {
         assert_eq!(answer.status, *status, "{what}: {}", answer.body);
     }
+    // A wrong passphrase: sent on to the contacts page (Post/Redirect/Get), which says why
+    // once and offers the typed code again, never the passphrase.
+    let wrong = post(
+        addr,
+        path,
+        Some(&cookie),
+        Some(&origin),
+        &form(&csrf, "not the owner's passphrase"),
+    );
+    assert_eq!(wrong.status, 303, "{}", wrong.body);
+    let then = wrong.header("location").unwrap().to_owned();
+    assert!(then.starts_with("/agents/bob/contacts?flash="), "{then}");
+    let shown = get(addr, &then, &host, Some(&cookie));
     assert!(
-        refused[5].0.body.contains("passphrase does not unlock"),
+        shown.body.contains("passphrase does not unlock"),
         "{}",
-        refused[5].0.body
+        shown.body
+    );
+    assert!(
+        shown
+            .body
+            .contains(&format!(r#"name="code.alice" value="{}""#, world.code)),
+        "the code is kept: {}",
+        shown.body
+    );
+    assert!(!shown.body.contains("not the owner"), "{}", shown.body);
+    assert_eq!(
+        shown.body.matches(r#"name="passphrase""#).count(),
+        1,
+        "one passphrase field on the page"
+    );
+    let again = get(addr, &then, &host, Some(&cookie));
+    assert!(
+        !again.body.contains(r#"id="notice""#),
+        "a flash shows once: {}",
+        again.body
     );
     let open = bob_requests(&world);
     assert_eq!(
@@ -419,20 +546,36 @@ async fn the_dashboard_refuses_requests_without_its_secret() {
         Some(&origin),
         &form(&csrf, PASSPHRASE),
     );
-    assert_eq!(approved.status, 200, "{}", approved.body);
+    assert_eq!(approved.status, 303, "{}", approved.body);
+    let done = get(
+        addr,
+        approved.header("location").unwrap(),
+        &host,
+        Some(&cookie),
+    );
     assert!(
-        approved.body.contains(r#"id="notice""#),
+        done.body.contains(r#"id="notice""#) && done.body.contains("notice ok"),
         "{}",
-        approved.body
+        done.body
     );
     assert_eq!(bob_requests(&world)["incoming"], serde_json::json!([]));
-    // Block goes the same way (the same signing as the CLI's).
-    let block = format!(
-        "csrf={csrf}&action=block&agent=alice&passphrase={}",
-        PASSPHRASE.replace(' ', "+")
+    // Block goes the same way (the same signing as the CLI's), and the policy too.
+    let change = |action: &str| {
+        format!(
+            "csrf={csrf}&action={action}&policy=open&passphrase={}",
+            PASSPHRASE.replace(' ', "+")
+        )
+    };
+    let blocked = post(
+        addr,
+        path,
+        Some(&cookie),
+        Some(&origin),
+        &change("block+alice"),
     );
-    let blocked = post(addr, path, Some(&cookie), Some(&origin), &block);
-    assert_eq!(blocked.status, 200, "{}", blocked.body);
+    assert_eq!(blocked.status, 303, "{}", blocked.body);
+    let opened = post(addr, path, Some(&cookie), Some(&origin), &change("policy"));
+    assert_eq!(opened.status, 303, "{}", opened.body);
     let consent: serde_json::Value = serde_json::from_str(&mailslot(
         world.bob_home.path(),
         &world.relay,
@@ -444,6 +587,7 @@ async fn the_dashboard_refuses_requests_without_its_secret() {
         serde_json::json!(["alice"]),
         "{consent}"
     );
+    assert_eq!(consent["policy"], "open", "{consent}");
     let logs = d.logs();
     assert!(
         !logs.contains(PASSPHRASE) && !logs.contains("not the owner") && !logs.contains(secret),
@@ -482,7 +626,7 @@ async fn the_browser_gets_a_private_launch_page_never_the_secret() {
     let home = tempfile::tempdir().unwrap();
     let out = tempfile::tempdir().unwrap();
     mailslot(home.path(), &relay, &["--agent", "bob", "register"]);
-    let d = start_dashboard(home.path(), &relay, Some(&fake_opener(out.path())));
+    let d = start_dashboard(home.path(), &relay, Opener::With(&fake_opener(out.path())));
     let secret = d.url.split("token=").nth(1).unwrap().to_owned();
     let host = d.addr.to_string();
     common::wait_until(EVENT_TIMEOUT, "the opener ran", async || {
@@ -490,6 +634,12 @@ async fn the_browser_gets_a_private_launch_page_never_the_secret() {
     })
     .await;
     let read = |name: &str| std::fs::read_to_string(out.path().join(name)).unwrap();
+    // The opener exited, and was reaped: no zombie is left behind.
+    let pid = d.child.id();
+    common::wait_until(EVENT_TIMEOUT, "the opener was reaped", async || {
+        children(pid).is_empty().then_some(())
+    })
+    .await;
 
     // The opener's command line names a file in the home, and carries no secret.
     let argv = read("argv");
@@ -586,7 +736,7 @@ async fn the_dashboard_in_a_real_browser() {
     };
     // The browser opens the launch page, as a desktop's would.
     let out = tempfile::tempdir().unwrap();
-    let world = world(Some(&fake_opener(out.path()))).await;
+    let world = world(Opener::With(&fake_opener(out.path())), true).await;
     common::wait_until(EVENT_TIMEOUT, "the opener ran", async || {
         out.path().join("done").exists().then_some(())
     })
@@ -608,6 +758,9 @@ async fn the_dashboard_in_a_real_browser() {
         .env("PASSPHRASE", PASSPHRASE)
         .env("HOSTILE_SUBJECT", HOSTILE_SUBJECT)
         .env("HOSTILE_BODY", HOSTILE_BODY)
+        .env("TOTAL", FILLED.to_string())
+        .env("SEARCH_WORD", SEARCH_WORD)
+        .env("SEARCH_SUBJECT", SEARCH_SUBJECT)
         .stdin(Stdio::piped())
         .stdout(Stdio::piped())
         .stderr(Stdio::piped())
@@ -619,16 +772,43 @@ async fn the_dashboard_in_a_real_browser() {
     let mut input = child.stdin.take().unwrap();
     let mut lines = tokio::io::BufReader::new(child.stdout.take().unwrap()).lines();
     let mut stderr = child.stderr.take().unwrap();
-    let mut next_line = async || {
-        tokio::time::timeout(EVENT_TIMEOUT * 2, lines.next_line())
+    // The first answer comes after Chromium starts and reads every page of bob's mail.
+    let mut next_line = async |within: Duration| {
+        tokio::time::timeout(within, lines.next_line())
             .await
             .ok()
             .and_then(Result::ok)
             .flatten()
     };
 
-    // The page is open, live, after the approval: alice's mail is accepted only now.
-    match next_line().await.as_deref() {
+    // Approved, paged, searched: and with only the dashboard holding bob's connection, alice
+    // (a contact now) does not see bob online.
+    match next_line(EVENT_TIMEOUT * 6).await.as_deref() {
+        Some("alone") => {}
+        other => panic!("expected alone, got {other:?}: {}", said(&mut stderr).await),
+    }
+    assert!(
+        !alice_sees_bob(&world.relay, world.alice_home.path()),
+        "the dashboard made bob look online"
+    );
+    // A real session of bob's: online, and the dashboard makes way.
+    let session = common::mcp::spawn_mcp(
+        world.bob_home.path(),
+        "bob",
+        &world.relay.url,
+        common::mcp::Era::Legacy,
+    )
+    .await;
+    common::wait_until(EVENT_TIMEOUT, "alice sees bob online", async || {
+        alice_sees_bob(&world.relay, world.alice_home.path()).then_some(())
+    })
+    .await;
+    input.write_all(b"session\n").await.unwrap();
+    input.flush().await.unwrap();
+
+    // The page is open, live: alice's mail (accepted since the approval) goes to bob's
+    // session, which stores it; the dashboard reads it from the store.
+    match next_line(EVENT_TIMEOUT * 2).await.as_deref() {
         Some("ready") => {}
         other => panic!("expected ready, got {other:?}: {}", said(&mut stderr).await),
     }
@@ -645,12 +825,15 @@ async fn the_dashboard_in_a_real_browser() {
             HOSTILE_SUBJECT,
             "--body",
             HOSTILE_BODY,
+            "--importance",
+            "urgent",
+            "--ack-required",
         ],
     );
     assert!(sent.contains("accepted"), "approved, so accepted: {sent}");
     input.write_all(b"sent\n").await.unwrap();
     input.flush().await.unwrap();
-    match next_line().await.as_deref() {
+    match next_line(EVENT_TIMEOUT * 2).await.as_deref() {
         Some("done") => {}
         other => panic!("expected done, got {other:?}: {}", said(&mut stderr).await),
     }
@@ -667,6 +850,14 @@ async fn the_dashboard_in_a_real_browser() {
         &["--agent", "bob", "inbox"],
     );
     assert!(unread.contains("alice"), "{unread}");
+    let consent: serde_json::Value = serde_json::from_str(&mailslot(
+        world.bob_home.path(),
+        &world.relay,
+        &["--agent", "bob", "--json", "contacts"],
+    ))
+    .unwrap();
+    assert_eq!(consent["policy"], "open", "set in the page: {consent}");
+    drop(session);
 }
 
 // Multi-threaded: the test blocks on child processes while the in-process relay serves them.
@@ -676,7 +867,7 @@ async fn the_contacts_page_looks_up_requesters_keys_together_within_a_deadline()
     use mailslot::protocol::{Address, LinkAnswer, LinkRequest, RequestCode};
     use tokio_tungstenite::tungstenite::Message as Ws;
 
-    let world = world(None).await;
+    let world = world(Opener::Not, false).await;
     // Six agents of relay C ask bob, over C's link to bob's relay.
     let c = TestRelay::start(|_| {}).await;
     let mut ws = link_as(&c, &world.relay).await;
@@ -737,4 +928,121 @@ async fn the_contacts_page_looks_up_requesters_keys_together_within_a_deadline()
     );
     assert!(page.body.contains(&format!("u5@{c_addr}")), "{}", page.body);
     assert!(page.body.contains("not known yet"), "{}", page.body);
+}
+
+// Multi-threaded: the test blocks on child processes while the in-process relay serves them.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn without_a_display_or_a_working_opener_it_says_to_open_the_url_yourself() {
+    let relay = TestRelay::start(|_| {}).await;
+    let home = tempfile::tempdir().unwrap();
+    mailslot(home.path(), &relay, &["--agent", "bob", "register"]);
+    let said = async |d: &DashboardChild, what: &str| {
+        let yourself = format!(
+            "open the URL above (http://{}/?token=…) in your browser",
+            d.addr
+        );
+        common::wait_until(EVENT_TIMEOUT, what, async || {
+            let logs = d.logs();
+            logs.contains(&yourself).then_some(logs)
+        })
+        .await
+    };
+
+    // No DISPLAY, no WAYLAND_DISPLAY (the environment is cleared), no MAILSLOT_BROWSER: no
+    // opener is started at all.
+    let bare = start_dashboard(home.path(), &relay, Opener::Desktop);
+    let logs = said(&bare, "the dashboard said there is no display").await;
+    assert!(logs.contains("no display here"), "{logs}");
+    assert!(children(bare.child.id()).is_empty(), "nothing was started");
+    let secret = bare.url.split("token=").nth(1).unwrap();
+    assert!(!logs.contains(secret), "the secret stays on stdout: {logs}");
+    drop(bare);
+
+    // An opener that fails: said, and reaped.
+    let failing = start_dashboard(home.path(), &relay, Opener::With(Path::new("/bin/false")));
+    let logs = said(&failing, "the dashboard said the opener failed").await;
+    assert!(
+        logs.contains("/bin/false could not open a browser"),
+        "{logs}"
+    );
+    assert!(
+        children(failing.child.id()).is_empty(),
+        "the opener was reaped"
+    );
+}
+
+/// What alice sees of bob's presence: whether he is online.
+fn alice_sees_bob(relay: &TestRelay, alice_home: &Path) -> bool {
+    let online: serde_json::Value = serde_json::from_str(&mailslot(
+        alice_home,
+        relay,
+        &["--agent", "alice", "--json", "presence", "bob"],
+    ))
+    .unwrap();
+    online
+        .as_array()
+        .unwrap()
+        .iter()
+        .any(|o| o["agent"] == "bob")
+}
+
+// Multi-threaded: the test blocks on child processes while the in-process relay serves them.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_dashboard_is_no_session_of_its_agents_and_makes_way_for_one() {
+    let relay = TestRelay::start(|_| {}).await;
+    let (bob_home, alice_home) = (tempfile::tempdir().unwrap(), tempfile::tempdir().unwrap());
+    mailslot(bob_home.path(), &relay, &["--agent", "bob", "register"]);
+    // Listed, so alice may see whether bob is online.
+    mailslot(
+        bob_home.path(),
+        &relay,
+        &["--agent", "bob", "directory", "--join", "bob's desk"],
+    );
+    mailslot(alice_home.path(), &relay, &["--agent", "alice", "register"]);
+    let d = start_dashboard(bob_home.path(), &relay, Opener::Not);
+    let cookie = enter(&d);
+    let (addr, host) = (d.addr, d.addr.to_string());
+    let bob_row = move || {
+        let page = get(addr, "/", &host, Some(&cookie)).body;
+        let row = page
+            .split(r#"href="/agents/bob""#)
+            .nth(1)
+            .unwrap_or_default();
+        row[..row.find("</tr>").unwrap_or(row.len())].to_owned()
+    };
+
+    // The dashboard holds bob's delivery connection, and alice does not see bob online.
+    common::wait_until(
+        EVENT_TIMEOUT,
+        "the dashboard holds bob's connection",
+        async || bob_row().contains("connected to the relay").then_some(()),
+    )
+    .await;
+    assert!(
+        !alice_sees_bob(&relay, alice_home.path()),
+        "the dashboard made bob look online"
+    );
+
+    // A real session of bob: the dashboard makes way, and bob is online.
+    let mcp =
+        common::mcp::spawn_mcp(bob_home.path(), "bob", &relay.url, common::mcp::Era::Legacy).await;
+    common::wait_until(EVENT_TIMEOUT, "alice sees bob online", async || {
+        alice_sees_bob(&relay, alice_home.path()).then_some(())
+    })
+    .await;
+    let row = bob_row();
+    assert!(row.contains("another mailslot process"), "{row}");
+
+    // The session ends: the dashboard takes the connection back, hidden again.
+    drop(mcp);
+    common::wait_until(
+        EVENT_TIMEOUT,
+        "the dashboard holds bob's connection again",
+        async || bob_row().contains("connected to the relay").then_some(()),
+    )
+    .await;
+    common::wait_until(EVENT_TIMEOUT, "alice no longer sees bob", async || {
+        (!alice_sees_bob(&relay, alice_home.path())).then_some(())
+    })
+    .await;
 }

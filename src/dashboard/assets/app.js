@@ -48,12 +48,16 @@
         "/agents/" + encodeURIComponent(mail.agent) + "/messages/" + encodeURIComponent(mail.id);
       link.textContent = mail.subject || "(no subject)";
       item.append(link, " ", span("from", "from " + mail.from), " ", span("muted", mail.sent_at));
-      if (mail.trust === "key_changed") item.append(" ", span("danger", "KEY CHANGED"));
+      for (const mark of mail.marks || []) item.append(" ", span(mark.class, mark.text));
       list.prepend(item);
       const empty = document.getElementById("inbox-empty");
       if (empty) empty.remove();
     }
-    const count = byData("[data-unread]", "unread", mail.agent);
-    if (count) count.textContent = String((parseInt(count.textContent, 10) || 0) + 1);
+    for (const key of ["unread", "total"]) {
+      for (const count of document.querySelectorAll("[data-" + key + "]")) {
+        if (count.dataset[key] !== mail.agent) continue;
+        count.textContent = String((parseInt(count.textContent, 10) || 0) + 1);
+      }
+    }
   });
 })();

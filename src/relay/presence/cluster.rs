@@ -37,7 +37,7 @@ use serde::{Deserialize, Serialize};
 use tokio::sync::{Notify, mpsc, watch};
 
 use super::{Attached, Hub, Presence, Quiet};
-use crate::protocol::{AgentName, ConsentEvent, Online, Seq};
+use crate::protocol::{AgentName, ConsentEvent, Online, Seq, Shown};
 use crate::relay::storage::postgres::{Notifier, Target};
 use crate::relay::storage::{Committed, Epoch, StorageError};
 
@@ -256,8 +256,8 @@ impl Presence for Cluster {
         Box::pin(self.hand_over_to_me(agent))
     }
 
-    fn claimed(&self, agent: &AgentName, conn: u64, epoch: Epoch) {
-        self.hub.claimed(agent, conn, epoch)
+    fn claimed(&self, agent: &AgentName, conn: u64, claim: (Epoch, Shown)) {
+        self.hub.claimed(agent, conn, claim)
     }
 
     fn detach(&self, agent: &AgentName, conn: u64) {
@@ -286,12 +286,17 @@ impl Presence for Cluster {
     }
 
     /// From the lease table, which every node's sessions claim: a session on another node
-    /// is known only there.
+    /// is known only there. A hidden session is left out here only on its own node (the
+    /// lease table does not record it; see docs/decisions.md).
     fn online<'a>(
         &'a self,
         agents: &'a [AgentName],
     ) -> Pin<Box<dyn Future<Output = Result<Vec<Online>, StorageError>> + Send + 'a>> {
-        Box::pin(self.notifier.online(agents))
+        Box::pin(async move {
+            let mut online = self.notifier.online(agents).await?;
+            online.retain(|o| !self.hub.hides(&o.agent));
+            Ok(online)
+        })
     }
 
     fn retire(&self, agent: &AgentName) {

@@ -21,7 +21,7 @@ use tokio::sync::{Mutex as AsyncMutex, OwnedMutexGuard, mpsc, oneshot};
 use jiff::Timestamp;
 
 use super::Presence;
-use crate::protocol::{AgentName, ConsentEvent, Online};
+use crate::protocol::{AgentName, ConsentEvent, Online, Shown};
 use crate::relay::pushes::{self, PushSender, Pushes};
 use crate::relay::storage::{Committed, Epoch, StorageError};
 
@@ -36,8 +36,10 @@ const PUSH_BYTES: usize = 4 * 1024 * 1024;
 
 struct Entry {
     conn: u64,
-    /// The lease its session claimed, once it has, and when: from then on it is online.
+    /// The lease its session claimed, once it has, and when: from then on it is online,
+    /// unless it asked to be hidden.
     epoch: Option<(Epoch, Timestamp)>,
+    shown: Shown,
     turn: Turn,
     kick: oneshot::Sender<Kick>,
     events: mpsc::Sender<ConsentEvent>,
@@ -132,6 +134,7 @@ impl Presence for Hub {
         let entry = Entry {
             conn,
             epoch: None,
+            shown: Shown::Online,
             turn: turn.clone(),
             kick,
             events: events_tx,
@@ -190,11 +193,12 @@ impl Presence for Hub {
         Box::pin(std::future::ready(()))
     }
 
-    fn claimed(&self, agent: &AgentName, conn: u64, epoch: Epoch) {
+    fn claimed(&self, agent: &AgentName, conn: u64, (epoch, shown): (Epoch, Shown)) {
         if let Some(e) = self.lock().get_mut(agent)
             && e.conn == conn
         {
             e.epoch = Some((epoch, Timestamp::now()));
+            e.shown = shown;
         }
     }
 
@@ -206,7 +210,8 @@ impl Presence for Hub {
         let mut online: Vec<Online> = agents
             .iter()
             .filter_map(|agent| {
-                let (_, since) = sessions.get(agent)?.epoch?;
+                let entry = sessions.get(agent).filter(|e| e.shown == Shown::Online)?;
+                let (_, since) = entry.epoch?;
                 Some(Online {
                     agent: agent.clone(),
                     since,
@@ -231,6 +236,13 @@ impl Hub {
     /// Whether the agent has a session here.
     pub fn serves(&self, agent: &AgentName) -> bool {
         self.lock().contains_key(agent)
+    }
+
+    /// Whether the agent's session here asked to be hidden from presence.
+    pub fn hides(&self, agent: &AgentName) -> bool {
+        self.lock()
+            .get(agent)
+            .is_some_and(|e| e.shown == Shown::Hidden)
     }
 
     /// Has every session read the queue: news from other nodes may have been missed.
@@ -276,6 +288,28 @@ mod tests {
 
     fn copy(to: &AgentName, seq: u64) -> Committed {
         crate::relay::pushes::test_copy(to, seq, 2)
+    }
+
+    #[test]
+    fn a_hidden_session_is_served_but_not_online() {
+        let hub = Hub::default();
+        let (alice, bob) = (
+            AgentName::new("alice").unwrap(),
+            AgentName::new("bob").unwrap(),
+        );
+        let a = hub.attach(&alice);
+        let b = hub.attach(&bob);
+        hub.claimed(&alice, a.conn, (Epoch::new(1), Shown::Online));
+        hub.claimed(&bob, b.conn, (Epoch::new(1), Shown::Hidden));
+        let online =
+            futures_util::FutureExt::now_or_never(hub.online(&[alice.clone(), bob.clone()]))
+                .unwrap()
+                .unwrap();
+        assert_eq!(
+            online.iter().map(|o| &o.agent).collect::<Vec<_>>(),
+            [&alice]
+        );
+        assert!(hub.serves(&bob) && hub.hides(&bob) && !hub.hides(&alice));
     }
 
     #[test]

@@ -16,7 +16,7 @@ use std::future::Future;
 use std::pin::Pin;
 
 use super::storage::{Committed, Epoch, StorageError};
-use crate::protocol::{AgentName, ConsentEvent, Online};
+use crate::protocol::{AgentName, ConsentEvent, Online, Shown};
 
 /// Where delivery sessions are, and how mail and events reach them.
 pub trait Presence: Send + Sync + 'static {
@@ -34,8 +34,8 @@ pub trait Presence: Send + Sync + 'static {
     ) -> Pin<Box<dyn Future<Output = ()> + Send + 'a>>;
 
     /// Records the lease the session `conn` claimed, so news of a later claim elsewhere ends
-    /// it and news of an earlier one does not.
-    fn claimed(&self, agent: &AgentName, conn: u64, epoch: Epoch);
+    /// it and news of an earlier one does not; and whether it shows the agent online.
+    fn claimed(&self, agent: &AgentName, conn: u64, claim: (Epoch, Shown));
 
     /// Removes the agent's session if it is still `conn`.
     fn detach(&self, agent: &AgentName, conn: u64);
@@ -54,8 +54,8 @@ pub trait Presence: Send + Sync + 'static {
     /// Ends the agent's delivery session, wherever it is, because it retired its name.
     fn retire(&self, agent: &AgentName);
 
-    /// Which of `agents` have a live delivery session (one that claimed its lease), on any
-    /// node, and since when; by name. Who may ask about whom is the caller's business.
+    /// Which of `agents` have a live delivery session (one that claimed its lease and is not
+    /// [`Shown::Hidden`]), on any node, and since when; by name. Who may ask about whom is the caller's business.
     fn online<'a>(
         &'a self,
         agents: &'a [AgentName],

@@ -11,7 +11,7 @@ use super::super::storage::{Epoch, Queue, Registry};
 use super::super::wire::{Ending, refuse};
 use super::endings::{internal, kicked, shutting_down};
 use super::handshake::welcome;
-use crate::protocol::AgentName;
+use crate::protocol::{AgentName, Shown};
 
 /// What a delivery session holds until it ends.
 pub(super) struct Lease {
@@ -27,7 +27,7 @@ pub(super) struct Lease {
 pub(super) async fn claim<S: Registry + Queue>(
     state: &RelayState<S>,
     socket: &mut WebSocket,
-    agent: &AgentName,
+    (agent, shown): (&AgentName, Shown),
 ) -> Option<Lease> {
     let mut attached = state.presence.attach(agent);
     let refused = async |socket: &mut WebSocket, attached: Attached, ending: Ending| {
@@ -57,8 +57,9 @@ pub(super) async fn claim<S: Registry + Queue>(
             return None;
         }
     };
-    // Online from the claim, before the welcome: an agent told it is connected is shown so.
-    state.presence.claimed(agent, attached.conn, epoch);
+    // Online from the claim, before the welcome: an agent told it is connected is shown so
+    // (unless the connection asked to be hidden).
+    state.presence.claimed(agent, attached.conn, (epoch, shown));
     if let Err(ending) = welcome(state, socket, agent).await {
         // Released, or the agent would stay online on PostgreSQL until its next claim.
         if let Err(e) = state.storage.release(agent.clone(), epoch).await {

@@ -31,7 +31,7 @@ use super::inbound::FrameDone;
 use super::state::RelayState;
 use super::storage::Storage;
 use super::wire::{Bounds, Outgoing, refuse};
-use crate::protocol::ErrorCode;
+use crate::protocol::{ErrorCode, Shown};
 use handshake::Hello;
 
 /// Frames that may wait for the socket: a full window plus answers to pipelined requests.
@@ -50,7 +50,7 @@ fn bounds(config: &RelayConfig) -> Bounds {
 pub async fn run<S: Storage>(
     state: Arc<RelayState<S>>,
     mut socket: WebSocket,
-    ip: IpAddr,
+    (ip, shown): (IpAddr, Shown),
     done: FrameDone,
 ) {
     let Some(hello) = handshake::greet(&state, &mut socket, ip).await else {
@@ -61,7 +61,7 @@ pub async fn run<S: Storage>(
         return run_control(state, socket, hello, done).await;
     }
     let agent = &hello.agent;
-    let Some(mut lease) = lease::claim(&state, &mut socket, agent).await else {
+    let Some(mut lease) = lease::claim(&state, &mut socket, (agent, shown)).await else {
         return;
     };
     let (sink, mut stream) = socket.split();

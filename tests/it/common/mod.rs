@@ -683,6 +683,7 @@ pub fn session(
             owner: Some(agent.owner.public()),
             store: agent.store.clone(),
             trusted: Vec::new(),
+            shown: mailslot::protocol::Shown::Online,
         },
         std::sync::Arc::new(ToTest(events)),
     );
