@@ -11,6 +11,7 @@ mod hook;
 mod identity;
 mod keys;
 mod local_relay;
+mod logging;
 mod mail;
 mod mcp;
 mod memory;
@@ -65,6 +66,10 @@ pub struct Cli {
     /// Print JSON instead of text
     #[arg(long, global = true, help_heading = "Global options")]
     pub json: bool,
+    /// Log more on stderr, one level per -v (a command logs only errors, `mcp` and `dashboard`
+    /// warnings, `relay` what it does); MAILSLOT_LOG or RUST_LOG set the filter instead
+    #[arg(short, long, global = true, help_heading = "Global options", action = clap::ArgAction::Count)]
+    pub verbose: u8,
     /// What to do
     #[command(subcommand)]
     pub command: Command,
@@ -660,14 +665,17 @@ impl Ctx {
 
 /// Runs a parsed command line; exit code 0 on success, 1 on failure (clap exits 2 on usage).
 pub fn run(cli: Cli) -> ExitCode {
-    match &cli.command {
+    let (kind, json) = match &cli.command {
         // A relay is a service: its operator wants to see what it does. Its one-off
         // subcommands (migrate, invite, check) say only what went wrong.
-        Command::Relay(args) if args.action.is_none() => {
-            init_logging("info", args.log_format == relay::LogFormat::Json)
-        }
-        _ => init_logging("warn", false),
-    }
+        Command::Relay(args) if args.action.is_none() => (
+            logging::Kind::Relay,
+            args.log_format == relay::LogFormat::Json,
+        ),
+        Command::Mcp { .. } | Command::Dashboard { .. } => (logging::Kind::Service, false),
+        _ => (logging::Kind::Command, false),
+    };
+    logging::init(kind, cli.verbose, json);
     match dispatch(cli) {
         Ok(code) => code,
         Err(e) if e.chain().any(|c| c.is::<output::StdoutClosed>()) => ExitCode::SUCCESS,
@@ -875,24 +883,6 @@ fn edit_distance(a: &str, b: &str) -> usize {
         }
     }
     row[b.len()]
-}
-
-/// Logs go to stderr (stdout is for output, and for the MCP protocol later).
-fn init_logging(default: &str, json: bool) {
-    let filter = tracing_subscriber::EnvFilter::try_from_env(config::ENV_LOG)
-        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new(default));
-    // A span's close is logged with its fields and time: a filter that enables spans (the
-    // relay's are at debug) shows each request, delivery and ack once, as it ends.
-    let builder = tracing_subscriber::fmt()
-        .with_env_filter(filter)
-        .with_writer(std::io::stderr)
-        .with_span_events(tracing_subscriber::fmt::format::FmtSpan::CLOSE)
-        .with_ansi(false);
-    let _ = if json {
-        builder.json().try_init()
-    } else {
-        builder.try_init()
-    };
 }
 
 #[cfg(test)]

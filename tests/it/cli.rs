@@ -131,6 +131,98 @@ fn first_use_creates_the_agent_once_with_private_keys() {
 }
 
 #[test]
+fn a_send_with_the_relay_down_says_queued_without_log_lines_unless_asked() {
+    let home = Home::new();
+    home.ok(&["--agent", "alice", "init", "--offline"]);
+    let send = ["--agent", "alice", "send", "--to", "bob", "--subject", "s", "--body", "b"];
+    let out = home.run(&send);
+    assert!(out.status.success(), "{}", stderr(&out));
+    let said = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        said.starts_with("queued ")
+            && said.contains("the relay at 127.0.0.1:9 is unreachable")
+            && said.contains("`mailslot --agent alice sync`"),
+        "{said}"
+    );
+    let err = stderr(&out);
+    assert!(
+        !err.contains("WARN") && !err.contains("mailslot::"),
+        "no log lines: {err}"
+    );
+    // -v, MAILSLOT_LOG and RUST_LOG still show them.
+    let verbose = [&["-v"][..], &send].concat();
+    let logged = |out: Output| {
+        let err = stderr(&out);
+        assert!(
+            err.contains("WARN mailslot::mailbox") && err.contains("relay unreachable"),
+            "{err}"
+        );
+    };
+    logged(home.run(&verbose));
+    for var in ["MAILSLOT_LOG", "RUST_LOG"] {
+        logged(
+            home.command(&send)
+                .env(var, "warn")
+                .stdin(Stdio::null())
+                .output()
+                .unwrap(),
+        );
+    }
+}
+
+/// A web server on loopback that answers the next `requests` requests 404 with a page, and the
+/// thread that does (joined once they came).
+fn web_server(requests: usize) -> (String, std::thread::JoinHandle<()>) {
+    use std::io::{Read, Write};
+    let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let url = format!("ws://{}", listener.local_addr().unwrap());
+    let serving = std::thread::spawn(move || {
+        for _ in 0..requests {
+            let (mut socket, _) = listener.accept().unwrap();
+            let mut head = [0u8; 4096];
+            let _ = socket.read(&mut head);
+            let page = "<html><body>Not Found</body></html>";
+            let _ = write!(
+                socket,
+                "HTTP/1.1 404 Not Found\r\ncontent-type: text/html\r\ncontent-length: {}\r\n\r\n{page}",
+                page.len()
+            );
+        }
+    });
+    (url, serving)
+}
+
+#[test]
+fn init_against_a_web_server_says_it_is_not_a_mailslot_relay_as_doctor_does() {
+    let home = Home::new();
+    let (url, serving) = web_server(2);
+    let said = format!(
+        "the server at {url}/v1/ws answered HTTP 404 Not Found: it is not a mailslot relay (check the relay URL"
+    );
+    let init = home.ok(&["--agent", "alice", "--relay", &url, "init"]);
+    assert!(
+        init.contains(&said) && init.contains("then run `mailslot --agent alice register`"),
+        "{init}"
+    );
+    assert!(!init.contains("WebSocket protocol error"), "{init}");
+    let out = home.run(&["--agent", "alice", "--relay", &url, "--json", "doctor"]);
+    serving.join().unwrap();
+    assert_eq!(out.status.code(), Some(1));
+    let report: Value = serde_json::from_slice(&out.stdout).unwrap();
+    let relay = report["checks"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|c| c["name"] == "relay")
+        .unwrap();
+    assert_eq!(relay["outcome"], "fail", "{report}");
+    assert!(
+        relay["detail"].as_str().unwrap().contains(&said),
+        "{report}"
+    );
+}
+
+#[test]
 fn only_init_register_and_mcp_make_an_agent_and_a_typo_is_an_error() {
     let home = Home::new();
     let none = home.run(&["--agent", "alice", "inbox"]);
