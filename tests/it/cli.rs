@@ -815,6 +815,82 @@ fn doctor_says_which_path_wakes_an_idle_claude_code_session() {
     );
 }
 
+/// Reads `output` until it holds `needle`, from the chunks a reader thread sends.
+fn read_until(
+    chunks: &std::sync::mpsc::Receiver<Vec<u8>>,
+    output: &mut String,
+    needle: &str,
+) -> bool {
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(30);
+    while !output.contains(needle) {
+        let left = deadline.saturating_duration_since(std::time::Instant::now());
+        match chunks.recv_timeout(left) {
+            Ok(chunk) => output.push_str(&String::from_utf8_lossy(&chunk)),
+            Err(_) => return false,
+        }
+    }
+    true
+}
+
+#[test]
+fn mcp_at_a_terminal_says_what_it_is_and_serves_anyway() {
+    use std::io::Read;
+    let home = Home::new();
+    home.ok(&["--agent", "alice", "init", "--offline"]);
+    // A client's stdin is a pipe: nothing but the protocol (and logs) there.
+    let piped = home.run(&["--agent", "alice", "mcp"]);
+    assert!(piped.status.success(), "{}", stderr(&piped));
+    assert!(!stderr(&piped).contains("over stdio"), "{}", stderr(&piped));
+
+    // A person's stdin is a terminal: `script` runs it on a pseudo-terminal.
+    let line = format!("'{}' --agent alice mcp", env!("CARGO_BIN_EXE_mailslot"));
+    let mut script = Command::new("script")
+        .args(["-qefc", &line, "/dev/null"])
+        .env_clear()
+        .env("PATH", std::env::var_os("PATH").unwrap_or_default())
+        .env("MAILSLOT_HOME", home.path())
+        .env("MAILSLOT_RELAY", "ws://127.0.0.1:9")
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::null())
+        .spawn()
+        .expect("script (util-linux) runs a command on a pseudo-terminal");
+    let mut stdout = script.stdout.take().unwrap();
+    let (send, chunks) = std::sync::mpsc::channel();
+    let reader = std::thread::spawn(move || {
+        let mut buf = [0u8; 4096];
+        while let Ok(n @ 1..) = stdout.read(&mut buf) {
+            if send.send(buf[..n].to_vec()).is_err() {
+                break;
+            }
+        }
+    });
+    let mut output = String::new();
+    assert!(
+        read_until(&chunks, &mut output, "Ctrl-D or Ctrl-C ends this server."),
+        "{output}"
+    );
+    assert!(
+        output.contains("MCP server over stdio")
+            && output.contains("`claude mcp add mailslot -- mailslot --agent alice mcp`")
+            && output.contains("`mailslot help mcp`"),
+        "{output}"
+    );
+    // It still serves: a client that runs it on a terminal gets its answer.
+    let mut stdin = script.stdin.take().unwrap();
+    writeln!(
+        stdin,
+        r#"{{"jsonrpc":"2.0","id":1,"method":"initialize","params":{{"protocolVersion":"2025-06-18","capabilities":{{}},"clientInfo":{{"name":"t","version":"1"}}}}}}"#
+    )
+    .unwrap();
+    assert!(read_until(&chunks, &mut output, "\"serverInfo\""), "{output}");
+    // End of input (script passes it on as Ctrl-D) ends the server, and script with it.
+    drop(stdin);
+    drop(chunks);
+    reader.join().unwrap();
+    assert!(script.wait().unwrap().success());
+}
+
 #[test]
 fn help_is_grouped_and_completions_and_man_pages_are_printed() {
     let home = Home::new();
