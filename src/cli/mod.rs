@@ -216,7 +216,9 @@ pub enum Command {
     },
     /// Show the agent's identity, store and counts
     Status,
-    /// Check the configuration and the OpenClaw gateway end to end; says how to fix what fails
+    /// Check what the agent needs and say how to fix what fails: the config, the owner key, its
+    /// keys and store, its relay and the other relays it met, and how Claude Code and OpenClaw
+    /// reach it
     Doctor,
     /// Send a message (queued first, so nothing is lost when the relay is down)
     #[command(
@@ -452,9 +454,11 @@ pub enum Command {
     },
     /// See it work: a relay and two MCP servers in a temp folder, a message, its doorbell and a reply
     Demo,
-    /// Run a relay in the foreground
+    /// Run a relay in the foreground, or manage one: this home's background relay, invites, a
+    /// stopped relay's database (`mailslot help relay` lists them)
     Relay(relay::RelayArgs),
-    /// Measure the store and the crypto on this machine
+    /// Measure the store, the crypto, a relay and the MCP server on this machine (percentiles,
+    /// never pass or fail)
     #[command(subcommand)]
     Bench(BenchCommand),
     /// Write the agent (its keys and mail) to one file sealed under a passphrase
@@ -583,11 +587,12 @@ impl Ctx {
             .map(|e| (edit_distance(e.as_str(), name.as_str()), e))
             .min()
             .filter(|(d, _)| *d <= (name.as_str().len() / 3).max(2));
+        // A question ends its own sentence; a statement takes the full stop.
         let known = match (closest, existing.as_slice()) {
-            (Some((_, e)), _) => format!("; did you mean {e}?"),
-            (None, []) => String::new(),
+            (Some((_, e)), _) => format!("; did you mean {e}? To make {name}"),
+            (None, []) => ". To make it".to_owned(),
             (None, all) => format!(
-                "; this home has {}",
+                "; this home has {}. To make it",
                 all.iter()
                     .map(ToString::to_string)
                     .collect::<Vec<_>>()
@@ -595,7 +600,7 @@ impl Ctx {
             ),
         };
         Ok(format!(
-            "no agent named {name}{chosen_by} in {}{known}. To make it, run `{}`",
+            "no agent named {name}{chosen_by} in {}{known}, run `{}`",
             self.paths.home().display(),
             output::command(name, "init")
         ))

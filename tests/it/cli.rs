@@ -239,8 +239,7 @@ fn only_init_register_and_mcp_make_an_agent_and_a_typo_is_an_error() {
     let typo = home.run(&["--agent", "alcie", "whoami"]);
     assert_eq!(typo.status.code(), Some(1));
     assert!(
-        stderr(&typo).contains("did you mean alice?")
-            && stderr(&typo).contains("`mailslot --agent alcie init`"),
+        stderr(&typo).contains("; did you mean alice? To make alcie, run `mailslot --agent alcie init`"),
         "{}",
         stderr(&typo)
     );
@@ -257,7 +256,7 @@ fn only_init_register_and_mcp_make_an_agent_and_a_typo_is_an_error() {
     assert_eq!(out.status.code(), Some(1));
     assert!(
         stderr(&out).contains("no agent named proj (this folder's name;")
-            && stderr(&out).contains("this home has alice"),
+            && stderr(&out).contains("; this home has alice. To make it, run `"),
         "{}",
         stderr(&out)
     );
@@ -895,6 +894,20 @@ fn mcp_at_a_terminal_says_what_it_is_and_serves_anyway() {
 fn help_is_grouped_and_completions_and_man_pages_are_printed() {
     let home = Home::new();
     let help = home.ok(&["--help"]);
+    // No command: the same grouped help (on stdout, exit 2: nothing ran), not clap's flat list.
+    let bare = home.run(&[]);
+    assert_eq!(bare.status.code(), Some(2));
+    assert_eq!(String::from_utf8_lossy(&bare.stdout), help);
+    assert_eq!(home.ok(&["help"]), help);
+    assert!(!help.contains("[subcommands:"), "{help}");
+    // The lines that had fallen behind what the commands do.
+    for line in [
+        "doctor         Check what the agent needs",
+        "relay          Run a relay in the foreground, or manage one",
+        "bench          Measure the store, the crypto, a relay and the MCP server",
+    ] {
+        assert!(help.contains(line), "{line}: {help}");
+    }
     for family in [
         "The agent:",
         "Mail:",
