@@ -692,11 +692,19 @@ pub fn run(cli: Cli) -> ExitCode {
 }
 
 fn dispatch(cli: Cli) -> anyhow::Result<ExitCode> {
-    if let Some(file) = &cli.config {
-        missing_config(file, cli.home.clone())?;
-    }
+    let named = match &cli.config {
+        Some(file) => missing_config(file, cli.home.clone()),
+        None => Ok(()),
+    };
     let paths = Paths::new(cli.home, cli.config)?;
-    let config = Config::load(paths.config_file())?;
+    let loaded = named.and_then(|()| Ok(Config::load(paths.config_file())?));
+    // Doctor reports a broken config as its first check and runs the others on the defaults;
+    // every other command stops at it.
+    let (config, config_problem) = match loaded {
+        Ok(config) => (config, None),
+        Err(e) if matches!(cli.command, Command::Doctor) => (Config::default(), Some(e)),
+        Err(e) => return Err(e),
+    };
     let ctx = Ctx {
         paths,
         config,
@@ -712,7 +720,7 @@ fn dispatch(cli: Cli) -> anyhow::Result<ExitCode> {
         Command::Whoami { set } => identity::whoami(&ctx, set),
         Command::Doing { set } => identity::doing(&ctx, set),
         Command::Status => identity::status(&ctx),
-        Command::Doctor => doctor::run(&ctx),
+        Command::Doctor => doctor::run(&ctx, config_problem),
         Command::Remember { title, tags, text } => memory::remember(&ctx, title, tags, text),
         Command::Recall { query, limit } => memory::recall(&ctx, query, limit),
         Command::Forget { id } => memory::forget(&ctx, id),

@@ -748,6 +748,40 @@ fn doctor_warns_until_the_owner_key_exists_and_owner_init_needs_a_terminal() {
 }
 
 #[test]
+fn doctor_reports_a_broken_config_as_a_fail_line_and_checks_the_rest() {
+    let home = Home::new();
+    home.ok(&["--agent", "alice", "init", "--offline"]);
+    std::fs::write(home.path().join("config.toml"), "relay = [\n").unwrap();
+    // Every other command stops at it.
+    let status = home.run(&["--agent", "alice", "status"]);
+    assert_eq!(status.status.code(), Some(1));
+    assert!(stderr(&status).contains("is invalid"), "{}", stderr(&status));
+
+    let out = home.run(&["--agent", "alice", "--json", "doctor"]);
+    assert_eq!(out.status.code(), Some(1), "{}", stderr(&out));
+    let report: Value = serde_json::from_slice(&out.stdout).unwrap();
+    let checks = report["checks"].as_array().unwrap();
+    let config = &checks[0];
+    assert_eq!(config["name"], "config file", "{report}");
+    assert_eq!(config["outcome"], "fail", "{report}");
+    assert!(
+        config["detail"].as_str().unwrap().contains("config.toml is invalid"),
+        "{report}"
+    );
+    assert!(
+        config["fix"].as_str().unwrap().contains("move it aside"),
+        "{report}"
+    );
+    // The checks that need no config still ran.
+    for name in ["owner key", "keys", "store"] {
+        assert!(checks.iter().any(|c| c["name"] == name), "{name}: {report}");
+    }
+    let text = home.run(&["--agent", "alice", "doctor"]);
+    let said = String::from_utf8_lossy(&text.stdout);
+    assert!(said.contains("FAIL  config file: "), "{said}");
+}
+
+#[test]
 fn doctor_says_which_path_wakes_an_idle_claude_code_session() {
     let home = Home::new();
     home.ok(&["--agent", "alice", "init"]);
