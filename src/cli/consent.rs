@@ -14,7 +14,7 @@ use crate::client::consent::{self as relay_consent, Change, ConsentState, Contac
 use crate::client::{ClientError, Connection};
 use crate::crypto::PublicIdentity;
 use crate::protocol::{
-    Address, AgentName, Fingerprint, Peer, Policy, RequestCode, RequestView,
+    Address, AgentName, ErrorCode, Fingerprint, Peer, Policy, RequestCode, RequestView,
 };
 use crate::store::Contact;
 
@@ -219,10 +219,23 @@ fn differs(me: &AgentName, requester: &Address, pinned: &Contact, now: &Fingerpr
 }
 
 pub(super) fn change(ctx: &Ctx, change: Change) -> anyhow::Result<()> {
+    let denying = matches!(change, Change::Deny(_));
     let detail = with_relay(ctx, async |conn, agent| {
         owner::check_registered(ctx, conn, agent)?;
         let owner = owner::unlock(ctx)?;
-        Ok(relay_consent::apply(conn, &owner, change).await?)
+        match relay_consent::apply(conn, &owner, change).await {
+            // A request already denied (or approved, or lapsed) is no mistake of the owner's:
+            // the relay's sentence, without the code.
+            Err(ClientError::Refused {
+                code: ErrorCode::BadCode,
+                message,
+                ..
+            }) if denying => bail!(
+                "{message}. `{}` lists the open ones",
+                output::command(&agent.name, "requests")
+            ),
+            done => Ok(done?),
+        }
     })?;
     outln!("{detail}")?;
     Ok(())

@@ -55,7 +55,9 @@ pub(super) fn init(ctx: &Ctx, offline: bool) -> anyhow::Result<()> {
         let relay = match (&i.registered_on, &i.not_registered) {
             (Some(url), _) => format!("registered on {url}"),
             (None, _) if offline => {
-                format!("not registered yet (--offline): run `{register}` when the relay is reachable")
+                format!(
+                    "not registered yet (--offline): run `{register}` when the relay is reachable"
+                )
             }
             (None, why) => format!(
                 "not registered yet: {}\nthen run `{register}`",

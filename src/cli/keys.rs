@@ -90,7 +90,10 @@ pub(super) fn keys(ctx: &Ctx, address: Address) -> anyhow::Result<()> {
                 v.fingerprint,
                 output::command(
                     &name,
-                    format_args!("contacts trust {} --fingerprint {}", v.address, v.fingerprint)
+                    format_args!(
+                        "contacts trust {} --fingerprint {}",
+                        v.address, v.fingerprint
+                    )
                 )
             ),
         }];
@@ -157,16 +160,26 @@ pub(super) fn trust_contact(
     fingerprint: Fingerprint,
 ) -> anyhow::Result<()> {
     let mut agent = ctx.open_agent()?;
-    if !agent.store.presented_changes(&address)?.contains(&fingerprint) {
+    if !agent
+        .store
+        .presented_changes(&address)?
+        .contains(&fingerprint)
+    {
         // Keys its relay presents (as `whois` shows them) that no mail brought yet: looking
         // them up records the change; it moves no pin.
         drop(agent);
         look_up(ctx, &address).with_context(|| {
-            format!("{address} never presented {fingerprint} in mail, and its relay could not be asked")
+            format!(
+                "{address} never presented {fingerprint} in mail, and its relay could not be asked"
+            )
         })?;
         agent = ctx.open_agent()?;
     }
-    if !agent.store.presented_changes(&address)?.contains(&fingerprint) {
+    if !agent
+        .store
+        .presented_changes(&address)?
+        .contains(&fingerprint)
+    {
         // The domain's refusal names what was seen; nothing changes.
         crate::mailbox::trust_presented_key(&mut agent, &address, &fingerprint)?;
     }

@@ -7,9 +7,9 @@ use anyhow::Context;
 
 use super::Ctx;
 use super::output::{self, outln};
-use crate::protocol::AgentName;
 use crate::doorbell::claude_code::{self, Route};
 use crate::mailbox::{Mailbox, RelayStatus};
+use crate::protocol::AgentName;
 use crate::store::SessionKey;
 
 /// `mailslot mcp --print-token`: the agent's bearer token for MCP over HTTP, on stdout.

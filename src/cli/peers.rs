@@ -106,7 +106,11 @@ fn describe(me: &AgentName, w: &Whois) -> String {
 /// fingerprints, and how the owner accepts the new keys once the peer's owner confirmed them.
 fn key_change(me: &AgentName, w: &Whois) -> Vec<String> {
     let mut offered: Vec<&Fingerprint> = w.presented.iter().collect();
-    offered.extend(w.changed_to.iter().filter(|f| Some(*f) != w.presented.as_ref()));
+    offered.extend(
+        w.changed_to
+            .iter()
+            .filter(|f| Some(*f) != w.presented.as_ref()),
+    );
     let (Some(pinned), false) = (&w.fingerprint, offered.is_empty()) else {
         return Vec::new();
     };

@@ -201,7 +201,10 @@ async fn remote(
 }
 
 /// The fingerprints `address` presented that differ from its pinned keys, unsettled.
-async fn changed_to(store: &StoreHandle, address: Address) -> Result<Vec<Fingerprint>, ClientError> {
+async fn changed_to(
+    store: &StoreHandle,
+    address: Address,
+) -> Result<Vec<Fingerprint>, ClientError> {
     Ok(store.call(move |s| s.presented_changes(&address)).await?)
 }
 

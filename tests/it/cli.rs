@@ -134,7 +134,17 @@ fn first_use_creates_the_agent_once_with_private_keys() {
 fn a_send_with_the_relay_down_says_queued_without_log_lines_unless_asked() {
     let home = Home::new();
     home.ok(&["--agent", "alice", "init", "--offline"]);
-    let send = ["--agent", "alice", "send", "--to", "bob", "--subject", "s", "--body", "b"];
+    let send = [
+        "--agent",
+        "alice",
+        "send",
+        "--to",
+        "bob",
+        "--subject",
+        "s",
+        "--body",
+        "b",
+    ];
     let out = home.run(&send);
     assert!(out.status.success(), "{}", stderr(&out));
     let said = String::from_utf8_lossy(&out.stdout);
@@ -239,7 +249,8 @@ fn only_init_register_and_mcp_make_an_agent_and_a_typo_is_an_error() {
     let typo = home.run(&["--agent", "alcie", "whoami"]);
     assert_eq!(typo.status.code(), Some(1));
     assert!(
-        stderr(&typo).contains("; did you mean alice? To make alcie, run `mailslot --agent alcie init`"),
+        stderr(&typo)
+            .contains("; did you mean alice? To make alcie, run `mailslot --agent alcie init`"),
         "{}",
         stderr(&typo)
     );
@@ -755,7 +766,11 @@ fn doctor_reports_a_broken_config_as_a_fail_line_and_checks_the_rest() {
     // Every other command stops at it.
     let status = home.run(&["--agent", "alice", "status"]);
     assert_eq!(status.status.code(), Some(1));
-    assert!(stderr(&status).contains("is invalid"), "{}", stderr(&status));
+    assert!(
+        stderr(&status).contains("is invalid"),
+        "{}",
+        stderr(&status)
+    );
 
     let out = home.run(&["--agent", "alice", "--json", "doctor"]);
     assert_eq!(out.status.code(), Some(1), "{}", stderr(&out));
@@ -765,7 +780,10 @@ fn doctor_reports_a_broken_config_as_a_fail_line_and_checks_the_rest() {
     assert_eq!(config["name"], "config file", "{report}");
     assert_eq!(config["outcome"], "fail", "{report}");
     assert!(
-        config["detail"].as_str().unwrap().contains("config.toml is invalid"),
+        config["detail"]
+            .as_str()
+            .unwrap()
+            .contains("config.toml is invalid"),
         "{report}"
     );
     assert!(
@@ -916,7 +934,10 @@ fn mcp_at_a_terminal_says_what_it_is_and_serves_anyway() {
         r#"{{"jsonrpc":"2.0","id":1,"method":"initialize","params":{{"protocolVersion":"2025-06-18","capabilities":{{}},"clientInfo":{{"name":"t","version":"1"}}}}}}"#
     )
     .unwrap();
-    assert!(read_until(&chunks, &mut output, "\"serverInfo\""), "{output}");
+    assert!(
+        read_until(&chunks, &mut output, "\"serverInfo\""),
+        "{output}"
+    );
     // End of input (script passes it on as Ctrl-D) ends the server, and script with it.
     drop(stdin);
     drop(chunks);

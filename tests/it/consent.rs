@@ -482,9 +482,10 @@ async fn approving_a_requester_with_other_keys_than_pinned_shows_both_and_whois_
         mailslot_cli(home.path(), relay.url.as_str(), args).await
     };
     let fingerprint = async |home: &tempfile::TempDir, relay: &TestRelay| {
-        let who: serde_json::Value =
-            serde_json::from_str(&cli(home, relay, &["--agent", "alice", "--json", "whoami"]).await)
-                .unwrap();
+        let who: serde_json::Value = serde_json::from_str(
+            &cli(home, relay, &["--agent", "alice", "--json", "whoami"]).await,
+        )
+        .unwrap();
         who["fingerprint"].as_str().unwrap().to_owned()
     };
     cli(&bobs, &relay, &["--agent", "bob", "register"]).await;
@@ -505,7 +506,12 @@ async fn approving_a_requester_with_other_keys_than_pinned_shows_both_and_whois_
     cli(&new_alices, &relay, &["--agent", "alice", "init"]).await;
     let new = fingerprint(&new_alices, &relay).await;
     let asked: serde_json::Value = serde_json::from_str(
-        &cli(&new_alices, &relay, &["--agent", "alice", "--json", "connect", "bob"]).await,
+        &cli(
+            &new_alices,
+            &relay,
+            &["--agent", "alice", "--json", "connect", "bob"],
+        )
+        .await,
     )
     .unwrap();
     let code = asked["code"].as_str().unwrap();
@@ -526,7 +532,9 @@ async fn approving_a_requester_with_other_keys_than_pinned_shows_both_and_whois_
         "{shown}"
     );
     assert!(
-        shown.contains(&format!("`mailslot --agent bob contacts trust alice --fingerprint {new}`")),
+        shown.contains(&format!(
+            "`mailslot --agent bob contacts trust alice --fingerprint {new}`"
+        )),
         "{shown}"
     );
     assert!(!shown.contains("passphrase"), "nothing more asked: {shown}");
@@ -550,6 +558,44 @@ async fn approving_a_requester_with_other_keys_than_pinned_shows_both_and_whois_
         whois.contains(&format!("fingerprint  {new} (pinned)")) && !whois.contains("KEY CHANGED"),
         "{whois}"
     );
+}
+
+// Multi-threaded: the test blocks on child processes while the in-process relay serves them.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_second_deny_says_the_request_is_no_longer_open() {
+    let relay = contacts_relay().await;
+    let (bobs, alices) = (tempfile::tempdir().unwrap(), tempfile::tempdir().unwrap());
+    mailslot_cli(
+        bobs.path(),
+        relay.url.as_str(),
+        &["--agent", "bob", "register"],
+    )
+    .await;
+    let input = format!("{PASSPHRASE}\n{PASSPHRASE}\n");
+    let (status, shown) = at_terminal(bobs.path(), &relay, "owner init", &input);
+    assert_eq!(status, 0, "{shown}");
+    let alice = ["--agent", "alice"];
+    mailslot_cli(
+        alices.path(),
+        relay.url.as_str(),
+        &[&alice[..], &["init"]].concat(),
+    )
+    .await;
+    let connect = [&alice[..], &["connect", "bob"]].concat();
+    mailslot_cli(alices.path(), relay.url.as_str(), &connect).await;
+
+    let deny = "--agent bob deny alice";
+    let (status, shown) = at_terminal(bobs.path(), &relay, deny, &format!("{PASSPHRASE}\n"));
+    assert_eq!(status, 0, "{shown}");
+    assert!(shown.contains("denied alice's request"), "{shown}");
+    let (status, shown) = at_terminal(bobs.path(), &relay, deny, &format!("{PASSPHRASE}\n"));
+    assert_eq!(status, 1, "{shown}");
+    assert!(
+        shown.contains("alice has no open request to bob: it was already denied or approved")
+            && shown.contains("`mailslot --agent bob requests` lists the open ones"),
+        "{shown}"
+    );
+    assert!(!shown.contains("bad_code"), "{shown}");
 }
 
 fn owner_fingerprint(path: &std::path::Path) -> String {
