@@ -345,13 +345,20 @@ fn claude_code_check(ctx: &Ctx, agent: &AgentName) -> Check {
 fn config_check(config_file: &std::path::Path, problem: Option<anyhow::Error>) -> Check {
     let name = "config file";
     if let Some(e) = problem {
+        let what = if config_file.exists() {
+            format!(
+                "correct {} (docs/configuration.md lists its keys; an unknown key is an error), or move it aside",
+                config_file.display()
+            )
+        } else {
+            "create it or name the right file".to_owned()
+        };
         return Check {
             name,
             outcome: Outcome::Fail,
             detail: format!("{e:#}"),
             fix: Some(format!(
-                "correct {} (docs/configuration.md lists its keys; an unknown key is an error), or move it aside; every other command stops at it, and the checks below ran on the defaults",
-                config_file.display()
+                "{what}; every other command stops at it, and the checks below ran on the defaults"
             )),
         };
     }

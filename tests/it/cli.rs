@@ -797,6 +797,27 @@ fn doctor_reports_a_broken_config_as_a_fail_line_and_checks_the_rest() {
     let text = home.run(&["--agent", "alice", "doctor"]);
     let said = String::from_utf8_lossy(&text.stdout);
     assert!(said.contains("FAIL  config file: "), "{said}");
+    // A config file named on purpose that does not exist: the same line.
+    let out = home.run(&[
+        "--agent",
+        "alice",
+        "--config",
+        "gone.toml",
+        "--json",
+        "doctor",
+    ]);
+    assert_eq!(out.status.code(), Some(1), "{}", stderr(&out));
+    let report: Value = serde_json::from_slice(&out.stdout).unwrap();
+    let config = &report["checks"][0];
+    assert_eq!(config["outcome"], "fail", "{report}");
+    assert!(
+        config["detail"]
+            .as_str()
+            .unwrap()
+            .contains("does not exist")
+            && config["fix"].as_str().unwrap().starts_with("create it"),
+        "{report}"
+    );
 }
 
 #[test]
