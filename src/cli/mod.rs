@@ -640,12 +640,13 @@ impl Ctx {
         self.local_relay_port().map(Some)
     }
 
-    /// [`Ctx::relay_url`], or when the embedded relay cannot be started, its URL anyway (with
-    /// a warning): a long-running client retries until it is up.
+    /// [`Ctx::relay_url`], or when the embedded relay cannot be started, its URL anyway (saying
+    /// why, in a sentence: a one-off command logs no warnings): a long-running client retries
+    /// until it is up.
     pub(super) fn relay_url_or_default(&self) -> RelayUrl {
         self.relay_url().unwrap_or_else(|e| {
             let port = self.local_relay_port().unwrap_or(local_relay::DEFAULT_PORT);
-            tracing::warn!(error = %format!("{e:#}"), "cannot start the local relay; retrying in the background");
+            eprintln!("mailslot: cannot start this home's relay ({e:#}); mail waits in the outbox");
             format!("ws://127.0.0.1:{port}")
                 .parse()
                 .expect("a loopback URL is valid")
