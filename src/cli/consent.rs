@@ -13,7 +13,10 @@ use crate::agent::Agent;
 use crate::client::consent::{self as relay_consent, Change, ConsentState, ContactRequest};
 use crate::client::{ClientError, Connection};
 use crate::crypto::PublicIdentity;
-use crate::protocol::{Address, Fingerprint, Peer, Policy, RequestCode, RequestView};
+use crate::protocol::{
+    Address, AgentName, ErrorCode, Fingerprint, Peer, Policy, RequestCode, RequestView,
+};
+use crate::store::Contact;
 
 /// Opens the agent, connects, runs `work`, closes.
 pub(super) fn with_relay<T>(
@@ -166,10 +169,18 @@ pub(super) fn approve(ctx: &Ctx, code: RequestCode, from: Option<Address>) -> an
         // The code first: a typo should not cost the person a confirmation and a passphrase.
         relay_consent::check_code(conn, &request.agent, &code).await?;
         let fp = fingerprint(ctx, conn, &request.agent).await?;
+        let pinned = agent.store.contact(&request.agent)?;
         let mut out = std::io::stderr();
         writeln!(out, "Request from {} (fingerprint {fp})", request.agent)?;
         if !request.note.is_empty() {
             writeln!(out, "Note: {:?}", request.note)?;
+        }
+        if let Some(pinned) = pinned.filter(|p| p.fingerprint != fp) {
+            writeln!(
+                out,
+                "{}",
+                differs(&agent.name, &request.agent, &pinned, &fp)
+            )?;
         }
         write!(
             out,
@@ -193,11 +204,38 @@ pub(super) fn approve(ctx: &Ctx, code: RequestCode, from: Option<Address>) -> an
     Ok(())
 }
 
+/// What `approve` says before asking when the requester's keys are not the ones `me` pinned
+/// for it: both fingerprints, what that can mean, and that approving moves no pin.
+fn differs(me: &AgentName, requester: &Address, pinned: &Contact, now: &Fingerprint) -> String {
+    format!(
+        "THE FINGERPRINT DIFFERS: {me} pinned {requester}'s keys as {} on {}; the request comes from keys {now}, which the pinned ones did not sign. {requester} may have lost its key and registered again, or someone else now holds the name: ask {requester}'s owner, yourself, which fingerprint is theirs.\nApproving makes {requester} a contact; its mail stays marked key_changed until you also run `{}`.",
+        pinned.fingerprint,
+        pinned.first_seen.strftime("%Y-%m-%d"),
+        output::command(
+            me,
+            format_args!("contacts trust {requester} --fingerprint {now}")
+        )
+    )
+}
+
 pub(super) fn change(ctx: &Ctx, change: Change) -> anyhow::Result<()> {
+    let denying = matches!(change, Change::Deny(_));
     let detail = with_relay(ctx, async |conn, agent| {
         owner::check_registered(ctx, conn, agent)?;
         let owner = owner::unlock(ctx)?;
-        Ok(relay_consent::apply(conn, &owner, change).await?)
+        match relay_consent::apply(conn, &owner, change).await {
+            // A request already denied (or approved, or lapsed) is no mistake of the owner's:
+            // the relay's sentence, without the code.
+            Err(ClientError::Refused {
+                code: ErrorCode::BadCode,
+                message,
+                ..
+            }) if denying => bail!(
+                "{message}. `{}` lists the open ones",
+                output::command(&agent.name, "requests")
+            ),
+            done => Ok(done?),
+        }
     })?;
     outln!("{detail}")?;
     Ok(())

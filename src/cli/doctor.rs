@@ -340,22 +340,46 @@ fn claude_code_check(ctx: &Ctx, agent: &AgentName) -> Check {
     }
 }
 
-pub(super) fn run(ctx: &Ctx) -> anyhow::Result<()> {
-    let cwd = std::env::current_dir()?;
-    let agent = config::resolve_agent(ctx.agent.clone(), &ctx.config, &cwd)?;
-    let config_file = ctx.paths.config_file();
-    // The file was read before any command ran: an invalid one never gets this far.
+/// The config file: read, absent (defaults), or `problem`, which fails here while the other
+/// checks run on the defaults.
+fn config_check(config_file: &std::path::Path, problem: Option<anyhow::Error>) -> Check {
+    let name = "config file";
+    if let Some(e) = problem {
+        let what = if config_file.exists() {
+            format!(
+                "correct {} (docs/configuration.md lists its keys; an unknown key is an error), or move it aside",
+                config_file.display()
+            )
+        } else {
+            "create it or name the right file".to_owned()
+        };
+        return Check {
+            name,
+            outcome: Outcome::Fail,
+            detail: format!("{e:#}"),
+            fix: Some(format!(
+                "{what}; every other command stops at it, and the checks below ran on the defaults"
+            )),
+        };
+    }
     let found = if config_file.exists() {
         "read"
     } else {
         "not found (defaults apply)"
     };
-    let mut checks = vec![Check {
-        name: "config file",
+    Check {
+        name,
         outcome: Outcome::Ok,
         detail: format!("{} {found}", config_file.display()),
         fix: None,
-    }];
+    }
+}
+
+pub(super) fn run(ctx: &Ctx, config_problem: Option<anyhow::Error>) -> anyhow::Result<()> {
+    let cwd = std::env::current_dir()?;
+    let agent = config::resolve_agent(ctx.agent.clone(), &ctx.config, &cwd)?;
+    let config_file = ctx.paths.config_file();
+    let mut checks = vec![config_check(config_file, config_problem)];
     checks.push(owner_check(ctx));
     checks.extend(agent_checks(ctx, &agent)?);
     checks.push(claude_code_check(ctx, &agent));

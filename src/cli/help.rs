@@ -87,9 +87,28 @@ pub fn command() -> clap::Command {
 }
 
 /// Parses the process's arguments; exits with clap's message and code 2 on a usage error.
+/// With no command, the grouped help goes to stdout (clap would list every subcommand in one
+/// line) and the exit code is still 2: nothing ran.
 pub fn parse() -> Cli {
-    let matches = command().get_matches();
+    let matches = command().try_get_matches().unwrap_or_else(|e| {
+        if no_command(&e) {
+            let _ = command().print_help();
+            std::process::exit(2);
+        }
+        e.exit()
+    });
     Cli::from_arg_matches(&matches).unwrap_or_else(|e| e.format(&mut command()).exit())
+}
+
+/// Whether `e` is `mailslot` given no command at all (a subcommand's missing one, like
+/// `mailslot owner`, keeps clap's message naming that subcommand's commands).
+fn no_command(e: &clap::Error) -> bool {
+    use clap::error::{ContextKind, ContextValue, ErrorKind};
+    e.kind() == ErrorKind::MissingSubcommand
+        && matches!(
+            e.get(ContextKind::InvalidSubcommand),
+            Some(ContextValue::String(parent)) if parent == "mailslot"
+        )
 }
 
 /// The families' lines: each subcommand's name and the first sentence of its about.

@@ -51,12 +51,17 @@ pub(super) fn init(ctx: &Ctx, offline: bool) -> anyhow::Result<()> {
         not_registered,
     };
     output::emit(ctx.json, &done, |i| {
+        let register = output::command(&i.who.agent, "register");
         let relay = match (&i.registered_on, &i.not_registered) {
             (Some(url), _) => format!("registered on {url}"),
+            (None, _) if offline => {
+                format!(
+                    "not registered yet (--offline): run `{register}` when the relay is reachable"
+                )
+            }
             (None, why) => format!(
-                "not registered yet ({}): run `{}` when the relay is reachable",
-                why.as_deref().unwrap_or("unknown"),
-                output::command(&i.who.agent, "register")
+                "not registered yet: {}\nthen run `{register}`",
+                why.as_deref().unwrap_or("unknown")
             ),
         };
         format!(

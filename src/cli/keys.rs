@@ -3,13 +3,13 @@
 //! key pinned for the relay); `trust-relay HOST --fingerprint FP`: accept a relay's new key
 //! once its operator confirmed it.
 
-use anyhow::bail;
+use anyhow::{Context, bail};
 use serde::Serialize;
 
 use super::Ctx;
 use super::output;
 use crate::agent::Agent;
-use crate::client::{Connection, discover, resolve_keys};
+use crate::client::{Connection, Resolved, discover, resolve_keys};
 use crate::protocol::{Address, Fingerprint, RelayName};
 use crate::store::{KeyCheck, StoreHandle};
 
@@ -37,7 +37,9 @@ fn runtime() -> anyhow::Result<tokio::runtime::Runtime> {
         .build()?)
 }
 
-pub(super) fn keys(ctx: &Ctx, address: Address) -> anyhow::Result<()> {
+/// Looks `address`'s keys up and pins them on first contact (a changed key is recorded as a
+/// change, never pinned).
+fn look_up(ctx: &Ctx, address: &Address) -> anyhow::Result<Resolved> {
     let Agent {
         name,
         identity,
@@ -48,13 +50,18 @@ pub(super) fn keys(ctx: &Ctx, address: Address) -> anyhow::Result<()> {
     let url = ctx.relay_url()?;
     let store = StoreHandle::spawn(store)?;
     let trusted = ctx.config.trusted_hosts.clone();
-    let resolved = runtime()?.block_on(async {
+    Ok(runtime()?.block_on(async {
         // A control connection: a running `mailslot mcp` for this agent keeps its own.
         let mut conn = Connection::connect_control(&url, &name, &identity, owner).await?;
-        let resolved = resolve_keys(&mut conn, &store, &trusted, &address).await;
+        let resolved = resolve_keys(&mut conn, &store, &trusted, address).await;
         conn.close().await;
         resolved
-    })?;
+    })?)
+}
+
+pub(super) fn keys(ctx: &Ctx, address: Address) -> anyhow::Result<()> {
+    let name = ctx.agent_name()?;
+    let resolved = look_up(ctx, &address)?;
     let (status, pinned) = match resolved.check {
         KeyCheck::Pinned => ("pinned", None),
         KeyCheck::Matches => ("matches", None),
@@ -77,8 +84,17 @@ pub(super) fn keys(ctx: &Ctx, address: Address) -> anyhow::Result<()> {
             ),
             None => format!("{}: {} (as pinned)", v.address, v.fingerprint),
             Some(pinned) => format!(
-                "KEY CHANGED: {} now presents {}, but {pinned} is pinned; mail to it stays sealed to the pinned keys. Ask its owner which is right.",
-                v.address, v.fingerprint
+                "KEY CHANGED: {} now presents {}, but {pinned} is pinned; mail to it stays sealed to the pinned keys. Ask its owner which is right; only if it is {}, run `{}`",
+                v.address,
+                v.fingerprint,
+                v.fingerprint,
+                output::command(
+                    &name,
+                    format_args!(
+                        "contacts trust {} --fingerprint {}",
+                        v.address, v.fingerprint
+                    )
+                )
             ),
         }];
         if let Some(relay) = &v.relay {
@@ -144,8 +160,26 @@ pub(super) fn trust_contact(
     fingerprint: Fingerprint,
 ) -> anyhow::Result<()> {
     let mut agent = ctx.open_agent()?;
-    let seen = agent.store.presented_changes(&address)?;
-    if !seen.contains(&fingerprint) {
+    if !agent
+        .store
+        .presented_changes(&address)?
+        .contains(&fingerprint)
+    {
+        // Keys its relay presents (as `whois` shows them) that no mail brought yet: looking
+        // them up records the change; it moves no pin.
+        drop(agent);
+        look_up(ctx, &address).with_context(|| {
+            format!(
+                "{address} never presented {fingerprint} in mail, and its relay could not be asked"
+            )
+        })?;
+        agent = ctx.open_agent()?;
+    }
+    if !agent
+        .store
+        .presented_changes(&address)?
+        .contains(&fingerprint)
+    {
         // The domain's refusal names what was seen; nothing changes.
         crate::mailbox::trust_presented_key(&mut agent, &address, &fingerprint)?;
     }

@@ -1,12 +1,15 @@
 //! `mailslot mcp`: serve the agent's mailbox to an LLM client over stdio (stdout carries the
 //! protocol and nothing else; logs go to stderr), or over Streamable HTTP on loopback.
 
+use std::io::IsTerminal;
+
 use anyhow::Context;
 
 use super::Ctx;
-use super::output::outln;
+use super::output::{self, outln};
 use crate::doorbell::claude_code::{self, Route};
 use crate::mailbox::{Mailbox, RelayStatus};
+use crate::protocol::AgentName;
 use crate::store::SessionKey;
 
 /// `mailslot mcp --print-token`: the agent's bearer token for MCP over HTTP, on stdout.
@@ -23,6 +26,11 @@ pub(super) fn run(
     limits: crate::mcp::SessionLimits,
 ) -> anyhow::Result<()> {
     let agent = ctx.open_or_create_agent()?;
+    if http.is_none()
+        && let Some(notice) = terminal_notice(&agent.name, std::io::stdin().is_terminal())
+    {
+        eprintln!("{notice}");
+    }
     let token = http
         .map(|_| crate::mcp::BearerToken::load_or_create(&agent.dir))
         .transpose()?;
@@ -74,6 +82,21 @@ pub(super) fn run(
     // Nothing may keep a finished server alive (blocking store or stdin threads).
     runtime.shutdown_timeout(std::time::Duration::from_millis(50));
     Ok(())
+}
+
+/// What a stdio server started by a person at a terminal says on stderr (a client's stdin is
+/// a pipe, and it gets nothing but the protocol): what it is and how a client starts it. It
+/// then serves anyway: a person may be typing JSON-RPC on purpose.
+fn terminal_notice(agent: &AgentName, stdin_is_terminal: bool) -> Option<String> {
+    stdin_is_terminal.then(|| {
+        format!(
+            "mailslot mcp serves {agent}'s mailbox to an LLM client (Claude Code, Codex, VS Code, OpenClaw…) as an MCP server over stdio: the client starts it and speaks JSON-RPC on its stdin and stdout, so at a terminal it only waits.\n\
+             To use it, add it to the client, e.g. `claude mcp add mailslot -- {}`; mailslot's source has every client's config in mcp-config-examples/, and `mailslot help mcp` shows the options.\n\
+             To read {agent}'s mail yourself, use `{}`. Ctrl-D or Ctrl-C ends this server.",
+            output::command(agent, "mcp"),
+            output::command(agent, "inbox"),
+        )
+    })
 }
 
 /// The Claude Code session this server serves, from the environment Claude Code gives its
@@ -129,5 +152,23 @@ async fn keep_local_relay(mailbox: Mailbox, paths: crate::config::Paths, port: u
         if let Ok(Err(e)) = started {
             tracing::warn!(error = %format!("{e:#}"), "cannot restart the local relay");
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn only_a_terminal_is_told_what_the_server_is_and_how_clients_start_it() {
+        let alice = AgentName::new("alice").unwrap();
+        assert_eq!(terminal_notice(&alice, false), None);
+        let notice = terminal_notice(&alice, true).unwrap();
+        assert!(notice.contains("MCP server over stdio"), "{notice}");
+        assert!(
+            notice.contains("`claude mcp add mailslot -- mailslot --agent alice mcp`"),
+            "{notice}"
+        );
+        assert!(notice.contains("`mailslot help mcp`"), "{notice}");
     }
 }

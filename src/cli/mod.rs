@@ -11,6 +11,7 @@ mod hook;
 mod identity;
 mod keys;
 mod local_relay;
+mod logging;
 mod mail;
 mod mcp;
 mod memory;
@@ -65,6 +66,10 @@ pub struct Cli {
     /// Print JSON instead of text
     #[arg(long, global = true, help_heading = "Global options")]
     pub json: bool,
+    /// Log more on stderr, one level per -v (a command logs only errors, `mcp` and `dashboard`
+    /// warnings, `relay` what it does); MAILSLOT_LOG or RUST_LOG set the filter instead
+    #[arg(short, long, global = true, help_heading = "Global options", action = clap::ArgAction::Count)]
+    pub verbose: u8,
     /// What to do
     #[command(subcommand)]
     pub command: Command,
@@ -211,7 +216,9 @@ pub enum Command {
     },
     /// Show the agent's identity, store and counts
     Status,
-    /// Check the configuration and the OpenClaw gateway end to end; says how to fix what fails
+    /// Check what the agent needs and say how to fix what fails: the config, the owner key, its
+    /// keys and store, its relay and the other relays it met, and how Claude Code and OpenClaw
+    /// reach it
     Doctor,
     /// Send a message (queued first, so nothing is lost when the relay is down)
     #[command(
@@ -447,9 +454,11 @@ pub enum Command {
     },
     /// See it work: a relay and two MCP servers in a temp folder, a message, its doorbell and a reply
     Demo,
-    /// Run a relay in the foreground
+    /// Run a relay in the foreground, or manage one: this home's background relay, invites, a
+    /// stopped relay's database (`mailslot help relay` lists them)
     Relay(relay::RelayArgs),
-    /// Measure the store and the crypto on this machine
+    /// Measure the store, the crypto, a relay and the MCP server on this machine (percentiles,
+    /// never pass or fail)
     #[command(subcommand)]
     Bench(BenchCommand),
     /// Write the agent (its keys and mail) to one file sealed under a passphrase
@@ -578,11 +587,12 @@ impl Ctx {
             .map(|e| (edit_distance(e.as_str(), name.as_str()), e))
             .min()
             .filter(|(d, _)| *d <= (name.as_str().len() / 3).max(2));
+        // A question ends its own sentence; a statement takes the full stop.
         let known = match (closest, existing.as_slice()) {
-            (Some((_, e)), _) => format!("; did you mean {e}?"),
-            (None, []) => String::new(),
+            (Some((_, e)), _) => format!("; did you mean {e}? To make {name}"),
+            (None, []) => ". To make it".to_owned(),
             (None, all) => format!(
-                "; this home has {}",
+                "; this home has {}. To make it",
                 all.iter()
                     .map(ToString::to_string)
                     .collect::<Vec<_>>()
@@ -590,7 +600,7 @@ impl Ctx {
             ),
         };
         Ok(format!(
-            "no agent named {name}{chosen_by} in {}{known}. To make it, run `{}`",
+            "no agent named {name}{chosen_by} in {}{known}, run `{}`",
             self.paths.home().display(),
             output::command(name, "init")
         ))
@@ -630,12 +640,13 @@ impl Ctx {
         self.local_relay_port().map(Some)
     }
 
-    /// [`Ctx::relay_url`], or when the embedded relay cannot be started, its URL anyway (with
-    /// a warning): a long-running client retries until it is up.
+    /// [`Ctx::relay_url`], or when the embedded relay cannot be started, its URL anyway (saying
+    /// why, in a sentence: a one-off command logs no warnings): a long-running client retries
+    /// until it is up.
     pub(super) fn relay_url_or_default(&self) -> RelayUrl {
         self.relay_url().unwrap_or_else(|e| {
             let port = self.local_relay_port().unwrap_or(local_relay::DEFAULT_PORT);
-            tracing::warn!(error = %format!("{e:#}"), "cannot start the local relay; retrying in the background");
+            eprintln!("mailslot: cannot start this home's relay ({e:#}); mail waits in the outbox");
             format!("ws://127.0.0.1:{port}")
                 .parse()
                 .expect("a loopback URL is valid")
@@ -660,14 +671,17 @@ impl Ctx {
 
 /// Runs a parsed command line; exit code 0 on success, 1 on failure (clap exits 2 on usage).
 pub fn run(cli: Cli) -> ExitCode {
-    match &cli.command {
+    let (kind, json) = match &cli.command {
         // A relay is a service: its operator wants to see what it does. Its one-off
         // subcommands (migrate, invite, check) say only what went wrong.
-        Command::Relay(args) if args.action.is_none() => {
-            init_logging("info", args.log_format == relay::LogFormat::Json)
-        }
-        _ => init_logging("warn", false),
-    }
+        Command::Relay(args) if args.action.is_none() => (
+            logging::Kind::Relay,
+            args.log_format == relay::LogFormat::Json,
+        ),
+        Command::Mcp { .. } | Command::Dashboard { .. } => (logging::Kind::Service, false),
+        _ => (logging::Kind::Command, false),
+    };
+    logging::init(kind, cli.verbose, json);
     match dispatch(cli) {
         Ok(code) => code,
         Err(e) if e.chain().any(|c| c.is::<output::StdoutClosed>()) => ExitCode::SUCCESS,
@@ -679,11 +693,19 @@ pub fn run(cli: Cli) -> ExitCode {
 }
 
 fn dispatch(cli: Cli) -> anyhow::Result<ExitCode> {
-    if let Some(file) = &cli.config {
-        missing_config(file, cli.home.clone())?;
-    }
+    let named = match &cli.config {
+        Some(file) => missing_config(file, cli.home.clone()),
+        None => Ok(()),
+    };
     let paths = Paths::new(cli.home, cli.config)?;
-    let config = Config::load(paths.config_file())?;
+    let loaded = named.and_then(|()| Ok(Config::load(paths.config_file())?));
+    // Doctor reports a broken config as its first check and runs the others on the defaults;
+    // every other command stops at it.
+    let (config, config_problem) = match loaded {
+        Ok(config) => (config, None),
+        Err(e) if matches!(cli.command, Command::Doctor) => (Config::default(), Some(e)),
+        Err(e) => return Err(e),
+    };
     let ctx = Ctx {
         paths,
         config,
@@ -699,7 +721,7 @@ fn dispatch(cli: Cli) -> anyhow::Result<ExitCode> {
         Command::Whoami { set } => identity::whoami(&ctx, set),
         Command::Doing { set } => identity::doing(&ctx, set),
         Command::Status => identity::status(&ctx),
-        Command::Doctor => doctor::run(&ctx),
+        Command::Doctor => doctor::run(&ctx, config_problem),
         Command::Remember { title, tags, text } => memory::remember(&ctx, title, tags, text),
         Command::Recall { query, limit } => memory::recall(&ctx, query, limit),
         Command::Forget { id } => memory::forget(&ctx, id),
@@ -875,24 +897,6 @@ fn edit_distance(a: &str, b: &str) -> usize {
         }
     }
     row[b.len()]
-}
-
-/// Logs go to stderr (stdout is for output, and for the MCP protocol later).
-fn init_logging(default: &str, json: bool) {
-    let filter = tracing_subscriber::EnvFilter::try_from_env(config::ENV_LOG)
-        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new(default));
-    // A span's close is logged with its fields and time: a filter that enables spans (the
-    // relay's are at debug) shows each request, delivery and ack once, as it ends.
-    let builder = tracing_subscriber::fmt()
-        .with_env_filter(filter)
-        .with_writer(std::io::stderr)
-        .with_span_events(tracing_subscriber::fmt::format::FmtSpan::CLOSE)
-        .with_ansi(false);
-    let _ = if json {
-        builder.json().try_init()
-    } else {
-        builder.try_init()
-    };
 }
 
 #[cfg(test)]

@@ -6,7 +6,7 @@ use super::Ctx;
 use super::output;
 use crate::client::whois::{ContactStatus, Found, KeySource, Whois, whois as look_up};
 use crate::client::{Connection, presence};
-use crate::protocol::{Address, AgentName, MAX_PRESENCE_AGENTS};
+use crate::protocol::{Address, AgentName, Fingerprint, MAX_PRESENCE_AGENTS};
 use crate::store::StoreHandle;
 
 pub(super) fn presence(ctx: &Ctx, agents: Vec<AgentName>) -> anyhow::Result<()> {
@@ -57,11 +57,11 @@ pub(super) fn whois(ctx: &Ctx, address: Address) -> anyhow::Result<()> {
         conn.close().await;
         found
     })?;
-    output::emit(ctx.json, &found, describe)
+    output::emit(ctx.json, &found, |w| describe(&agent.name, w))
 }
 
-/// `whois` for a person.
-fn describe(w: &Whois) -> String {
+/// `whois` for a person, as `me` sees it.
+fn describe(me: &AgentName, w: &Whois) -> String {
     let mut lines = vec![match &w.found {
         Found::Registered => format!("{}", w.address),
         Found::Unknown { reason } => format!("{}: unknown ({reason})", w.address),
@@ -70,14 +70,14 @@ fn describe(w: &Whois) -> String {
     if let (Some(fp), Some(source)) = (&w.fingerprint, w.key) {
         lines.push(match source {
             KeySource::Pinned => format!("  fingerprint  {fp} (pinned)"),
-            KeySource::Relay => format!("  fingerprint  {fp} (from its relay; not pinned)"),
+            KeySource::Relay => format!(
+                "  fingerprint  {fp} (from its relay; not pinned)\n  to pin it    compare it with {}'s owner, then run `{}` (mail pins it too, unchecked)",
+                w.address,
+                output::command(me, format_args!("keys {}", w.address))
+            ),
         });
     }
-    if let Some(now) = &w.presented {
-        lines.push(format!(
-            "  KEY CHANGED  its relay now presents {now}; ask its owner which is right"
-        ));
-    }
+    lines.extend(key_change(me, w));
     if let Some((relay, fp)) = &w.vouched_by {
         lines.push(format!("  vouched for  by the relay {relay}, key {fp}"));
     }
@@ -100,4 +100,40 @@ fn describe(w: &Whois) -> String {
         lines.push(format!("  online since {}", output::when(since)));
     }
     lines.join("\n")
+}
+
+/// What `whois` says when `w`'s keys changed without a signature from the pinned ones: both
+/// fingerprints, and how the owner accepts the new keys once the peer's owner confirmed them.
+fn key_change(me: &AgentName, w: &Whois) -> Vec<String> {
+    let mut offered: Vec<&Fingerprint> = w.presented.iter().collect();
+    offered.extend(
+        w.changed_to
+            .iter()
+            .filter(|f| Some(*f) != w.presented.as_ref()),
+    );
+    let (Some(pinned), false) = (&w.fingerprint, offered.is_empty()) else {
+        return Vec::new();
+    };
+    let list = offered
+        .iter()
+        .map(ToString::to_string)
+        .collect::<Vec<_>>()
+        .join(" or ");
+    let fp = match offered.as_slice() {
+        [only] => only.to_string(),
+        _ => "FINGERPRINT".to_owned(),
+    };
+    vec![
+        format!(
+            "  KEY CHANGED  it presents {list}, not the pinned {pinned}, and the pinned keys did not sign the change: someone else may hold the name, or it lost its key and registered again"
+        ),
+        format!(
+            "  to accept    ask {}'s owner for its fingerprint yourself (not through an agent); only if it is {list}, run `{}` (asks for the owner passphrase)",
+            w.address,
+            output::command(
+                me,
+                format_args!("contacts trust {} --fingerprint {fp}", w.address)
+            )
+        ),
+    ]
 }

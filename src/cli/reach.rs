@@ -145,9 +145,7 @@ fn refusal(e: ClientError) -> State {
         ClientError::Refused { .. } => State::Refused {
             reason: e.to_string(),
         },
-        ClientError::Protocol(_) | ClientError::Closed(_) => State::Unreachable {
-            reason: format!("something answers there, but not as a mailslot relay ({e})"),
-        },
+        // A server that is not a relay says so itself (`ClientError::NotARelay`).
         other => State::Unreachable {
             reason: other.to_string(),
         },

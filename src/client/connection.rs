@@ -473,7 +473,10 @@ impl ClientError {
             ClientError::Store(_)
             | ClientError::Protocol(_)
             | ClientError::RelayKeyChanged { .. } => false,
-            ClientError::Unreachable { .. } | ClientError::Closed(_) => true,
+            // A proxy answers for its relay while that is down (502, 503).
+            ClientError::Unreachable { .. }
+            | ClientError::NotARelay { .. }
+            | ClientError::Closed(_) => true,
         }
     }
 }

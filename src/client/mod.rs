@@ -47,6 +47,17 @@ pub enum ClientError {
         /// Why.
         reason: String,
     },
+    /// Something answered at the relay's URL, but not as a mailslot relay (a web server, a
+    /// proxy with no relay behind it).
+    #[error(
+        "the server at {url} answered {answered}: it is not a mailslot relay (check the relay URL: --relay, MAILSLOT_RELAY or relay in the config; behind a proxy, check that the relay runs and that the proxy passes WebSocket upgrades to it)"
+    )]
+    NotARelay {
+        /// The relay URL.
+        url: String,
+        /// What it answered, like "HTTP 404 Not Found".
+        answered: String,
+    },
     /// The relay refused a request.
     #[error("the relay refused: {message} ({code})")]
     Refused {

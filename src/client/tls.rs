@@ -1,7 +1,8 @@
 //! Opening the WebSocket to a relay: plain for `ws://`, TLS (rustls with the `ring` provider)
 //! for `wss://`. The certificate is always verified, against the platform's trusted roots; the
 //! standard `SSL_CERT_FILE` / `SSL_CERT_DIR` variables replace those roots (how an owner trusts
-//! a private CA; see `crate::tls`). TLS failures become reasons that say what to do.
+//! a private CA; see `crate::tls`). TLS failures become reasons that say what to do, and a
+//! server that answers the handshake as something else is named as not a relay.
 
 use rustls::CertificateError;
 use tokio::net::TcpStream;
@@ -16,8 +17,9 @@ pub type RelaySocket = WebSocketStream<MaybeTlsStream<TcpStream>>;
 use crate::tls::{TRUST_HINT, client_config};
 
 /// Connects to `url` (with `query` after a `?`, if any) and performs the WebSocket handshake
-/// (TLS first for `wss://`). Any failure is [`ClientError::Unreachable`] with a reason that
-/// says what to do.
+/// (TLS first for `wss://`). A server that answers but not with a WebSocket is
+/// [`ClientError::NotARelay`]; any other failure is [`ClientError::Unreachable`] with a reason
+/// that says what to do.
 pub async fn open_socket(
     url: &RelayUrl,
     query: Option<&str>,
@@ -39,7 +41,36 @@ pub async fn open_socket(
     tokio_tungstenite::connect_async_tls_with_config(target, config, true, connector)
         .await
         .map(|(ws, _)| ws)
-        .map_err(|e| unreachable(describe(&e, url)))
+        .map_err(|e| match not_a_relay(&e) {
+            Some(answered) => ClientError::NotARelay {
+                url: url.to_string(),
+                answered,
+            },
+            None => unreachable(describe(&e, url)),
+        })
+}
+
+/// What a server that answered the handshake, but not with a WebSocket, said (for "the
+/// server at URL answered …"); `None` when nothing, or a WebSocket, answered.
+fn not_a_relay(error: &tungstenite::Error) -> Option<String> {
+    use tungstenite::error::ProtocolError as P;
+    match error {
+        tungstenite::Error::Http(response) => Some(format!("HTTP {}", response.status())),
+        tungstenite::Error::Protocol(P::WrongHttpVersion) => {
+            Some("in an HTTP version before 1.1".to_owned())
+        }
+        tungstenite::Error::Protocol(
+            p @ (P::MissingConnectionUpgradeHeader
+            | P::MissingUpgradeWebSocketHeader
+            | P::SecWebSocketAcceptKeyMismatch
+            | P::SecWebSocketSubProtocolError(_)
+            | P::InvalidHeader(_)),
+        ) => Some(format!("without a WebSocket upgrade ({p})")),
+        tungstenite::Error::Protocol(P::HttparseError(_)) | tungstenite::Error::HttpFormat(_) => {
+            Some("with something that is not HTTP".to_owned())
+        }
+        _ => None,
+    }
 }
 
 /// A reason for a failed connection that names the problem and the fix.

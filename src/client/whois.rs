@@ -74,6 +74,10 @@ pub struct Whois {
     pub presented: Option<Fingerprint>,
     /// Key changes recorded for it and not resolved by the owner.
     pub key_changes: u32,
+    /// The fingerprints of those changes, newest first: what `contacts trust` accepts once
+    /// the peer's owner confirmed one.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub changed_to: Vec<Fingerprint>,
     /// The other relay that vouches for its keys, and that relay's fingerprint.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub vouched_by: Option<(RelayName, Fingerprint)>,
@@ -138,6 +142,7 @@ async fn local(
         Err(e) => return Err(e),
     };
     let mut whois = keyed(address, pinned, presented.clone(), None);
+    whois.changed_to = changed_to(store, Address::local(name.clone())).await?;
     if presented.is_none() {
         whois.found = Found::Unknown {
             reason: format!("no agent named {name} on this relay (never registered, or retired)"),
@@ -166,8 +171,10 @@ async fn remote(
 ) -> Result<Whois, ClientError> {
     let pinned_as = address.clone();
     let pinned = store.call(move |s| s.contact(&pinned_as)).await?;
-    Ok(
-        match peek_remote_keys(store, trusted, host, address).await {
+    let changed_to = changed_to(store, address.clone()).await?;
+    Ok(Whois {
+        changed_to,
+        ..match peek_remote_keys(store, trusted, host, address).await {
             Ok((keys, relay)) => keyed(
                 address,
                 pinned,
@@ -189,8 +196,16 @@ async fn remote(
                 },
                 ..keyed(address, pinned, None, None)
             },
-        },
-    )
+        }
+    })
+}
+
+/// The fingerprints `address` presented that differ from its pinned keys, unsettled.
+async fn changed_to(
+    store: &StoreHandle,
+    address: Address,
+) -> Result<Vec<Fingerprint>, ClientError> {
+    Ok(store.call(move |s| s.presented_changes(&address)).await?)
 }
 
 /// A registered agent's entry from its pinned keys and the fingerprint presented now: the
@@ -221,6 +236,7 @@ fn keyed(
         key,
         presented,
         key_changes,
+        changed_to: Vec::new(),
         vouched_by,
         contact: ContactStatus::None,
         listing: None,

@@ -134,7 +134,8 @@ impl WhoisView {
         };
         let key_warning = match (&w.presented, &w.fingerprint) {
             (Some(now), Some(pinned)) => Some(format!(
-                "its relay now presents the key {now}, not the pinned {pinned}: do not trust it until its owner confirms the new fingerprint"
+                "its relay now presents the key {now}, not the pinned {pinned}: do not trust it until its owner confirms the new fingerprint; your owner then accepts it with `mailslot contacts trust {} --fingerprint {now}`",
+                w.address
             )),
             _ if w.key_changes > 0 => Some(format!(
                 "{} key change(s) seen and not resolved: do not trust its mail until the owner checked",

@@ -134,10 +134,13 @@ pub async fn deny<S: ConsentLedger + RelayPins>(
                 done(reference, format!("denied {requester}'s request"))
             }
         },
+        // The code stays `bad_code` (what older clients know); the words say why.
         Ok(_) => error(
             reference,
             ErrorCode::BadCode,
-            format!("no open request from {requester}"),
+            format!(
+                "{requester} has no open request to {agent}: it was already denied or approved, withdrawn, or it lapsed; nothing changed"
+            ),
         ),
         Err(e) => internal(reference, e),
     }

@@ -131,6 +131,108 @@ fn first_use_creates_the_agent_once_with_private_keys() {
 }
 
 #[test]
+fn a_send_with_the_relay_down_says_queued_without_log_lines_unless_asked() {
+    let home = Home::new();
+    home.ok(&["--agent", "alice", "init", "--offline"]);
+    let send = [
+        "--agent",
+        "alice",
+        "send",
+        "--to",
+        "bob",
+        "--subject",
+        "s",
+        "--body",
+        "b",
+    ];
+    let out = home.run(&send);
+    assert!(out.status.success(), "{}", stderr(&out));
+    let said = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        said.starts_with("queued ")
+            && said.contains("the relay at 127.0.0.1:9 is unreachable")
+            && said.contains("`mailslot --agent alice sync`"),
+        "{said}"
+    );
+    let err = stderr(&out);
+    assert!(
+        !err.contains("WARN") && !err.contains("mailslot::"),
+        "no log lines: {err}"
+    );
+    // -v, MAILSLOT_LOG and RUST_LOG still show them.
+    let verbose = [&["-v"][..], &send].concat();
+    let logged = |out: Output| {
+        let err = stderr(&out);
+        assert!(
+            err.contains("WARN mailslot::mailbox") && err.contains("relay unreachable"),
+            "{err}"
+        );
+    };
+    logged(home.run(&verbose));
+    for var in ["MAILSLOT_LOG", "RUST_LOG"] {
+        logged(
+            home.command(&send)
+                .env(var, "warn")
+                .stdin(Stdio::null())
+                .output()
+                .unwrap(),
+        );
+    }
+}
+
+/// A web server on loopback that answers the next `requests` requests 404 with a page, and the
+/// thread that does (joined once they came).
+fn web_server(requests: usize) -> (String, std::thread::JoinHandle<()>) {
+    use std::io::{Read, Write};
+    let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let url = format!("ws://{}", listener.local_addr().unwrap());
+    let serving = std::thread::spawn(move || {
+        for _ in 0..requests {
+            let (mut socket, _) = listener.accept().unwrap();
+            let mut head = [0u8; 4096];
+            let _ = socket.read(&mut head);
+            let page = "<html><body>Not Found</body></html>";
+            let _ = write!(
+                socket,
+                "HTTP/1.1 404 Not Found\r\ncontent-type: text/html\r\ncontent-length: {}\r\n\r\n{page}",
+                page.len()
+            );
+        }
+    });
+    (url, serving)
+}
+
+#[test]
+fn init_against_a_web_server_says_it_is_not_a_mailslot_relay_as_doctor_does() {
+    let home = Home::new();
+    let (url, serving) = web_server(2);
+    let said = format!(
+        "the server at {url}/v1/ws answered HTTP 404 Not Found: it is not a mailslot relay (check the relay URL"
+    );
+    let init = home.ok(&["--agent", "alice", "--relay", &url, "init"]);
+    assert!(
+        init.contains(&said) && init.contains("then run `mailslot --agent alice register`"),
+        "{init}"
+    );
+    assert!(!init.contains("WebSocket protocol error"), "{init}");
+    let out = home.run(&["--agent", "alice", "--relay", &url, "--json", "doctor"]);
+    serving.join().unwrap();
+    assert_eq!(out.status.code(), Some(1));
+    let report: Value = serde_json::from_slice(&out.stdout).unwrap();
+    let relay = report["checks"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|c| c["name"] == "relay")
+        .unwrap();
+    assert_eq!(relay["outcome"], "fail", "{report}");
+    assert!(
+        relay["detail"].as_str().unwrap().contains(&said),
+        "{report}"
+    );
+}
+
+#[test]
 fn only_init_register_and_mcp_make_an_agent_and_a_typo_is_an_error() {
     let home = Home::new();
     let none = home.run(&["--agent", "alice", "inbox"]);
@@ -147,8 +249,8 @@ fn only_init_register_and_mcp_make_an_agent_and_a_typo_is_an_error() {
     let typo = home.run(&["--agent", "alcie", "whoami"]);
     assert_eq!(typo.status.code(), Some(1));
     assert!(
-        stderr(&typo).contains("did you mean alice?")
-            && stderr(&typo).contains("`mailslot --agent alcie init`"),
+        stderr(&typo)
+            .contains("; did you mean alice? To make alcie, run `mailslot --agent alcie init`"),
         "{}",
         stderr(&typo)
     );
@@ -165,7 +267,7 @@ fn only_init_register_and_mcp_make_an_agent_and_a_typo_is_an_error() {
     assert_eq!(out.status.code(), Some(1));
     assert!(
         stderr(&out).contains("no agent named proj (this folder's name;")
-            && stderr(&out).contains("this home has alice"),
+            && stderr(&out).contains("; this home has alice. To make it, run `"),
         "{}",
         stderr(&out)
     );
@@ -657,6 +759,68 @@ fn doctor_warns_until_the_owner_key_exists_and_owner_init_needs_a_terminal() {
 }
 
 #[test]
+fn doctor_reports_a_broken_config_as_a_fail_line_and_checks_the_rest() {
+    let home = Home::new();
+    home.ok(&["--agent", "alice", "init", "--offline"]);
+    std::fs::write(home.path().join("config.toml"), "relay = [\n").unwrap();
+    // Every other command stops at it.
+    let status = home.run(&["--agent", "alice", "status"]);
+    assert_eq!(status.status.code(), Some(1));
+    assert!(
+        stderr(&status).contains("is invalid"),
+        "{}",
+        stderr(&status)
+    );
+
+    let out = home.run(&["--agent", "alice", "--json", "doctor"]);
+    assert_eq!(out.status.code(), Some(1), "{}", stderr(&out));
+    let report: Value = serde_json::from_slice(&out.stdout).unwrap();
+    let checks = report["checks"].as_array().unwrap();
+    let config = &checks[0];
+    assert_eq!(config["name"], "config file", "{report}");
+    assert_eq!(config["outcome"], "fail", "{report}");
+    assert!(
+        config["detail"]
+            .as_str()
+            .unwrap()
+            .contains("config.toml is invalid"),
+        "{report}"
+    );
+    assert!(
+        config["fix"].as_str().unwrap().contains("move it aside"),
+        "{report}"
+    );
+    // The checks that need no config still ran.
+    for name in ["owner key", "keys", "store"] {
+        assert!(checks.iter().any(|c| c["name"] == name), "{name}: {report}");
+    }
+    let text = home.run(&["--agent", "alice", "doctor"]);
+    let said = String::from_utf8_lossy(&text.stdout);
+    assert!(said.contains("FAIL  config file: "), "{said}");
+    // A config file named on purpose that does not exist: the same line.
+    let out = home.run(&[
+        "--agent",
+        "alice",
+        "--config",
+        "gone.toml",
+        "--json",
+        "doctor",
+    ]);
+    assert_eq!(out.status.code(), Some(1), "{}", stderr(&out));
+    let report: Value = serde_json::from_slice(&out.stdout).unwrap();
+    let config = &report["checks"][0];
+    assert_eq!(config["outcome"], "fail", "{report}");
+    assert!(
+        config["detail"]
+            .as_str()
+            .unwrap()
+            .contains("does not exist")
+            && config["fix"].as_str().unwrap().starts_with("create it"),
+        "{report}"
+    );
+}
+
+#[test]
 fn doctor_says_which_path_wakes_an_idle_claude_code_session() {
     let home = Home::new();
     home.ok(&["--agent", "alice", "init"]);
@@ -723,10 +887,103 @@ fn doctor_says_which_path_wakes_an_idle_claude_code_session() {
     );
 }
 
+/// Reads `output` until it holds `needle`, from the chunks a reader thread sends.
+fn read_until(
+    chunks: &std::sync::mpsc::Receiver<Vec<u8>>,
+    output: &mut String,
+    needle: &str,
+) -> bool {
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(30);
+    while !output.contains(needle) {
+        let left = deadline.saturating_duration_since(std::time::Instant::now());
+        match chunks.recv_timeout(left) {
+            Ok(chunk) => output.push_str(&String::from_utf8_lossy(&chunk)),
+            Err(_) => return false,
+        }
+    }
+    true
+}
+
+#[test]
+fn mcp_at_a_terminal_says_what_it_is_and_serves_anyway() {
+    use std::io::Read;
+    let home = Home::new();
+    home.ok(&["--agent", "alice", "init", "--offline"]);
+    // A client's stdin is a pipe: nothing but the protocol (and logs) there.
+    let piped = home.run(&["--agent", "alice", "mcp"]);
+    assert!(piped.status.success(), "{}", stderr(&piped));
+    assert!(!stderr(&piped).contains("over stdio"), "{}", stderr(&piped));
+
+    // A person's stdin is a terminal: `script` runs it on a pseudo-terminal.
+    let line = format!("'{}' --agent alice mcp", env!("CARGO_BIN_EXE_mailslot"));
+    let mut script = Command::new("script")
+        .args(["-qefc", &line, "/dev/null"])
+        .env_clear()
+        .env("PATH", std::env::var_os("PATH").unwrap_or_default())
+        .env("MAILSLOT_HOME", home.path())
+        .env("MAILSLOT_RELAY", "ws://127.0.0.1:9")
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::null())
+        .spawn()
+        .expect("script (util-linux) runs a command on a pseudo-terminal");
+    let mut stdout = script.stdout.take().unwrap();
+    let (send, chunks) = std::sync::mpsc::channel();
+    let reader = std::thread::spawn(move || {
+        let mut buf = [0u8; 4096];
+        while let Ok(n @ 1..) = stdout.read(&mut buf) {
+            if send.send(buf[..n].to_vec()).is_err() {
+                break;
+            }
+        }
+    });
+    let mut output = String::new();
+    assert!(
+        read_until(&chunks, &mut output, "Ctrl-D or Ctrl-C ends this server."),
+        "{output}"
+    );
+    assert!(
+        output.contains("MCP server over stdio")
+            && output.contains("`claude mcp add mailslot -- mailslot --agent alice mcp`")
+            && output.contains("`mailslot help mcp`"),
+        "{output}"
+    );
+    // It still serves: a client that runs it on a terminal gets its answer.
+    let mut stdin = script.stdin.take().unwrap();
+    writeln!(
+        stdin,
+        r#"{{"jsonrpc":"2.0","id":1,"method":"initialize","params":{{"protocolVersion":"2025-06-18","capabilities":{{}},"clientInfo":{{"name":"t","version":"1"}}}}}}"#
+    )
+    .unwrap();
+    assert!(
+        read_until(&chunks, &mut output, "\"serverInfo\""),
+        "{output}"
+    );
+    // End of input (script passes it on as Ctrl-D) ends the server, and script with it.
+    drop(stdin);
+    drop(chunks);
+    reader.join().unwrap();
+    assert!(script.wait().unwrap().success());
+}
+
 #[test]
 fn help_is_grouped_and_completions_and_man_pages_are_printed() {
     let home = Home::new();
     let help = home.ok(&["--help"]);
+    // No command: the same grouped help (on stdout, exit 2: nothing ran), not clap's flat list.
+    let bare = home.run(&[]);
+    assert_eq!(bare.status.code(), Some(2));
+    assert_eq!(String::from_utf8_lossy(&bare.stdout), help);
+    assert_eq!(home.ok(&["help"]), help);
+    assert!(!help.contains("[subcommands:"), "{help}");
+    // The lines that had fallen behind what the commands do.
+    for line in [
+        "doctor         Check what the agent needs",
+        "relay          Run a relay in the foreground, or manage one",
+        "bench          Measure the store, the crypto, a relay and the MCP server",
+    ] {
+        assert!(help.contains(line), "{line}: {help}");
+    }
     for family in [
         "The agent:",
         "Mail:",

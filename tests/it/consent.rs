@@ -469,6 +469,135 @@ async fn approving_takes_the_owner_passphrase_at_a_terminal() {
 }
 
 /// The fingerprint of the owner key in the file at `path`.
+// Multi-threaded: the test blocks on child processes while the in-process relay serves them.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn approving_a_requester_with_other_keys_than_pinned_shows_both_and_whois_names_the_fix() {
+    let relay = contacts_relay().await;
+    let (bobs, old_alices, new_alices) = (
+        tempfile::tempdir().unwrap(),
+        tempfile::tempdir().unwrap(),
+        tempfile::tempdir().unwrap(),
+    );
+    let cli = async |home: &tempfile::TempDir, relay: &TestRelay, args: &[&str]| {
+        mailslot_cli(home.path(), relay.url.as_str(), args).await
+    };
+    let fingerprint = async |home: &tempfile::TempDir, relay: &TestRelay| {
+        let who: serde_json::Value = serde_json::from_str(
+            &cli(home, relay, &["--agent", "alice", "--json", "whoami"]).await,
+        )
+        .unwrap();
+        who["fingerprint"].as_str().unwrap().to_owned()
+    };
+    cli(&bobs, &relay, &["--agent", "bob", "register"]).await;
+    let input = format!("{PASSPHRASE}\n{PASSPHRASE}\n");
+    let (status, shown) = at_terminal(bobs.path(), &relay, "owner init", &input);
+    assert_eq!(status, 0, "{shown}");
+    cli(&old_alices, &relay, &["--agent", "alice", "init"]).await;
+    let old = fingerprint(&old_alices, &relay).await;
+    // bob pins alice's first keys.
+    cli(&bobs, &relay, &["--agent", "bob", "keys", "alice"]).await;
+
+    // alice's key is lost: the operator frees the name, and a new alice registers it.
+    let stopped = relay.stop().await;
+    let db = stopped.db();
+    let release = ["relay", "release", "alice", "--db", db.to_str().unwrap()];
+    mailslot_cli(bobs.path(), "ws://127.0.0.1:9", &release).await;
+    let relay = stopped.restart().await;
+    cli(&new_alices, &relay, &["--agent", "alice", "init"]).await;
+    let new = fingerprint(&new_alices, &relay).await;
+    let asked: serde_json::Value = serde_json::from_str(
+        &cli(
+            &new_alices,
+            &relay,
+            &["--agent", "alice", "--json", "connect", "bob"],
+        )
+        .await,
+    )
+    .unwrap();
+    let code = asked["code"].as_str().unwrap();
+
+    // The approval shows both fingerprints plainly before the question; no is no.
+    let approve = format!("--agent bob approve {code}");
+    let (status, shown) = at_terminal(bobs.path(), &relay, &approve, "n\n");
+    assert_eq!(status, 1, "{shown}");
+    let at = |s: &str| {
+        shown
+            .find(s)
+            .unwrap_or_else(|| panic!("no {s:?} in {shown}"))
+    };
+    assert!(
+        at("THE FINGERPRINT DIFFERS") < at("[y/N]")
+            && at(&format!("pinned alice's keys as {old}")) < at("[y/N]")
+            && at(&format!("the request comes from keys {new}")) < at("[y/N]"),
+        "{shown}"
+    );
+    assert!(
+        shown.contains(&format!(
+            "`mailslot --agent bob contacts trust alice --fingerprint {new}`"
+        )),
+        "{shown}"
+    );
+    assert!(!shown.contains("passphrase"), "nothing more asked: {shown}");
+
+    // whois says the same, and how to accept the new keys.
+    let whois = cli(&bobs, &relay, &["--agent", "bob", "whois", "alice"]).await;
+    assert!(
+        whois.contains(&format!("KEY CHANGED  it presents {new}, not the pinned {old}"))
+            && whois.contains(&format!(
+                "only if it is {new}, run `mailslot --agent bob contacts trust alice --fingerprint {new}`"
+            )),
+        "{whois}"
+    );
+    // That command works although no mail brought the new keys: it looks them up first.
+    let trust = format!("--agent bob contacts trust alice --fingerprint {new}");
+    let (status, shown) = at_terminal(bobs.path(), &relay, &trust, &format!("{PASSPHRASE}\n"));
+    assert_eq!(status, 0, "{shown}");
+    assert!(shown.contains(&format!("(they were {old})")), "{shown}");
+    let whois = cli(&bobs, &relay, &["--agent", "bob", "whois", "alice"]).await;
+    assert!(
+        whois.contains(&format!("fingerprint  {new} (pinned)")) && !whois.contains("KEY CHANGED"),
+        "{whois}"
+    );
+}
+
+// Multi-threaded: the test blocks on child processes while the in-process relay serves them.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_second_deny_says_the_request_is_no_longer_open() {
+    let relay = contacts_relay().await;
+    let (bobs, alices) = (tempfile::tempdir().unwrap(), tempfile::tempdir().unwrap());
+    mailslot_cli(
+        bobs.path(),
+        relay.url.as_str(),
+        &["--agent", "bob", "register"],
+    )
+    .await;
+    let input = format!("{PASSPHRASE}\n{PASSPHRASE}\n");
+    let (status, shown) = at_terminal(bobs.path(), &relay, "owner init", &input);
+    assert_eq!(status, 0, "{shown}");
+    let alice = ["--agent", "alice"];
+    mailslot_cli(
+        alices.path(),
+        relay.url.as_str(),
+        &[&alice[..], &["init"]].concat(),
+    )
+    .await;
+    let connect = [&alice[..], &["connect", "bob"]].concat();
+    mailslot_cli(alices.path(), relay.url.as_str(), &connect).await;
+
+    let deny = "--agent bob deny alice";
+    let (status, shown) = at_terminal(bobs.path(), &relay, deny, &format!("{PASSPHRASE}\n"));
+    assert_eq!(status, 0, "{shown}");
+    assert!(shown.contains("denied alice's request"), "{shown}");
+    let (status, shown) = at_terminal(bobs.path(), &relay, deny, &format!("{PASSPHRASE}\n"));
+    assert_eq!(status, 1, "{shown}");
+    assert!(
+        shown.contains("alice has no open request to bob: it was already denied or approved")
+            && shown.contains("`mailslot --agent bob requests` lists the open ones"),
+        "{shown}"
+    );
+    assert!(!shown.contains("bad_code"), "{shown}");
+}
+
 fn owner_fingerprint(path: &std::path::Path) -> String {
     use mailslot::crypto::owner;
     let key = owner::public_in_key_file(&std::fs::read(path).unwrap(), path).unwrap();
