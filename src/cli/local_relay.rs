@@ -172,20 +172,10 @@ pub fn status(db: &Path) -> Option<(i32, String)> {
 /// The command that stops the relay on `db`, to paste: it names the database, so it stops
 /// that relay wherever it is pasted (without `--db` it would stop the home's relay).
 pub fn stop_command(db: &Path) -> String {
-    format!("mailslot relay stop --db {}", shell_word(&db.to_string_lossy()))
-}
-
-/// `text` as one shell word: as it is when it needs no quoting, else in single quotes.
-fn shell_word(text: &str) -> String {
-    let plain = !text.is_empty()
-        && text
-            .chars()
-            .all(|c| c.is_ascii_alphanumeric() || "/._-+=:@%,".contains(c));
-    if plain {
-        text.to_owned()
-    } else {
-        format!("'{}'", text.replace('\'', r"'\''"))
-    }
+    format!(
+        "mailslot relay stop --db {}",
+        crate::relay::shell_word(&db.to_string_lossy())
+    )
 }
 
 /// `relay stop`: SIGTERM the relay on the database `db` and wait for it to exit.

@@ -1,7 +1,8 @@
 //! `mailslot relay`: run a relay in the foreground until SIGINT or SIGTERM; `relay status`
 //! and `relay stop` for the one on a SQLite database (this home's background relay by
 //! default), found by the pid file beside it; `relay check` to verify a
-//! stopped relay's database and spool; `relay invite` for a relay that registers by invite
+//! stopped relay's database and spool; `relay pins` (in `relay_pins.rs`) for other relays'
+//! pinned keys; `relay invite` for a relay that registers by invite
 //! only; `relay migrate` to move a stopped SQLite relay into PostgreSQL.
 
 use std::net::SocketAddr;
@@ -14,6 +15,7 @@ use serde::Serialize;
 use super::Ctx;
 use super::local_relay::{self, RelayFiles};
 use super::output;
+use super::relay_pins::{self, PinsAction};
 use crate::protocol::AgentName;
 use crate::relay::storage::{
     CheckReport, Moved, PostgresStorage, SqliteStorage, is_postgres_url, redact_url,
@@ -98,6 +100,16 @@ pub enum RelayAction {
         #[arg(long, value_name = "PATH|URL")]
         db: Option<PathBuf>,
     },
+    /// Other relays' keys this relay pinned at their first link: list them, forget one, or
+    /// replace one with the key its relay presents now (`trust`); works beside a running relay
+    Pins {
+        /// Forget or replace a pin (none: list them)
+        #[command(subcommand)]
+        action: Option<PinsAction>,
+        /// The relay's database: a file, or a postgres:// URL [default: <home>/relay/relay.db]
+        #[arg(long, value_name = "PATH|URL", global = true)]
+        db: Option<PathBuf>,
+    },
     /// Verify a stopped relay's database and spool; exits 3 when something is damaged
     Check {
         /// Database file [default: <home>/relay/relay.db]
@@ -144,6 +156,9 @@ pub(super) fn run(ctx: &Ctx, args: RelayArgs) -> anyhow::Result<ExitCode> {
         Some(RelayAction::Stop { db: chosen }) => return stop(ctx, &chosen.unwrap_or(db)),
         Some(RelayAction::Invite { db: chosen, count }) => {
             invite(ctx, &chosen.unwrap_or(db), count)
+        }
+        Some(RelayAction::Pins { action, db: chosen }) => {
+            relay_pins::run(ctx, &chosen.unwrap_or(db), action)
         }
         Some(RelayAction::Migrate { from, to }) => migrate(ctx, &from.unwrap_or(db), &to),
         Some(RelayAction::Release { name, db: chosen }) => {
@@ -287,12 +302,12 @@ struct Invites {
 }
 
 /// The PostgreSQL URL `db` is, if it is one.
-fn postgres_url(db: &Path) -> Option<&str> {
+pub(super) fn postgres_url(db: &Path) -> Option<&str> {
     db.to_str().filter(|d| is_postgres_url(d))
 }
 
 /// `db` as shown: a URL without its password, or the file's path.
-fn shown(db: &Path) -> String {
+pub(super) fn shown(db: &Path) -> String {
     match postgres_url(db) {
         Some(url) => redact_url(url),
         None => db.display().to_string(),

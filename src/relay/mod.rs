@@ -38,7 +38,7 @@ use tokio::net::TcpListener;
 use tokio::sync::watch;
 use tokio::task::JoinHandle;
 
-pub use config::{RegistrationMode, RelayConfig, RelayConfigError};
+pub use config::{RegistrationMode, RelayConfig, RelayConfigError, shell_word};
 pub use gone::{DatabaseGone, DatabaseWatch};
 pub use migrate::migrate;
 use presence::{Cluster, Hub, Presence};

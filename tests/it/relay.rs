@@ -1336,7 +1336,11 @@ fn relay_commands_with_db_act_on_the_relay_that_uses_it() {
     assert_eq!(json(&status)["url"], relay.url.as_str());
     let pid = json(&status)["pid"].as_i64().unwrap();
     let home_status = mailslot(&["relay", "status"]);
-    assert_eq!(home_status.status.code(), Some(3), "the home's relay does not run");
+    assert_eq!(
+        home_status.status.code(),
+        Some(3),
+        "the home's relay does not run"
+    );
 
     let check = mailslot(&["relay", "check", "--db", db_arg]);
     assert_eq!(check.status.code(), Some(1));
