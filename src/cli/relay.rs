@@ -15,6 +15,7 @@ use serde::Serialize;
 use super::Ctx;
 use super::local_relay::{self, RelayFiles};
 use super::output;
+use super::relay_db::{postgres_url, shown};
 use super::relay_pins::{self, PinsAction};
 use crate::protocol::AgentName;
 use crate::relay::storage::{
@@ -299,19 +300,6 @@ fn check(ctx: &Ctx, db: &Path) -> anyhow::Result<ExitCode> {
 struct Invites {
     db: String,
     invites: Vec<String>,
-}
-
-/// The PostgreSQL URL `db` is, if it is one.
-pub(super) fn postgres_url(db: &Path) -> Option<&str> {
-    db.to_str().filter(|d| is_postgres_url(d))
-}
-
-/// `db` as shown: a URL without its password, or the file's path.
-pub(super) fn shown(db: &Path) -> String {
-    match postgres_url(db) {
-        Some(url) => redact_url(url),
-        None => db.display().to_string(),
-    }
 }
 
 #[derive(Serialize)]

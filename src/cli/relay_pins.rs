@@ -12,7 +12,7 @@ use serde::Serialize;
 
 use super::Ctx;
 use super::output;
-use super::relay::{postgres_url, shown};
+use super::relay_db::{postgres_url, shown};
 use crate::crypto::relay_fingerprint;
 use crate::protocol::{Fingerprint, RelayName};
 use crate::relay::RelayConfig;

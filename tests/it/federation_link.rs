@@ -584,17 +584,6 @@ async fn consent_state(
 }
 
 /// Puts `messages` in `agent`'s outbox, for its next sync to send.
-async fn queue(agent: &TestAgent, messages: &[Message]) {
-    for m in messages {
-        let m = m.clone();
-        agent
-            .store
-            .call(move |s| s.queue_outgoing(&m))
-            .await
-            .unwrap();
-    }
-}
-
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn kill_9_of_the_sending_relay_mid_stream_loses_and_doubles_nothing_sent() {
     const N: usize = 300;
@@ -633,7 +622,7 @@ async fn kill_9_of_the_sending_relay_mid_stream_loses_and_doubles_nothing_sent()
         async move {
             let (mut sent, mut queued) = (Vec::new(), 0);
             for batch in messages.chunks(BATCH) {
-                queue(&alice, batch).await;
+                alice.queue(batch).await;
                 queued += batch.len();
                 let sync = mailslot::client::sync(
                     &url,
@@ -670,7 +659,7 @@ async fn kill_9_of_the_sending_relay_mid_stream_loses_and_doubles_nothing_sent()
 
     let (_a, url) = spawn_relay_on(&db, listen);
     assert_eq!(url, a_url, "A is back on its address");
-    queue(&alice, &messages[queued..]).await;
+    alice.queue(&messages[queued..]).await;
     // Sends cut off by the kill go again from alice's outbox; A deduplicates those it had.
     let report = alice.sync_url(&a_url).await;
     assert!(report.not_sent.is_empty(), "{:?}", report.not_sent);

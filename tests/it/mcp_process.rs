@@ -709,14 +709,7 @@ async fn completions_offer_ids_indexes_and_known_agents() {
             )
         })
         .collect();
-    for m in &newest {
-        let m = m.clone();
-        carol
-            .store
-            .call(move |s| s.queue_outgoing(&m))
-            .await
-            .unwrap();
-    }
+    carol.queue(&newest).await;
     carol.sync(&relay).await;
 
     let all = wait_until(EVENT_TIMEOUT, "bob has 101 messages", async || {

@@ -799,22 +799,27 @@ async fn an_ack_just_before_a_reconnect_is_honoured_by_the_next_connection() {
     relay.relay.shutdown().await;
 }
 
+/// `mailslot ARGS` in `home` (with `MAILSLOT_RELAY` when given), nothing on stdin.
+fn cli_in(
+    home: &std::path::Path,
+    relay: Option<&mailslot::client::RelayUrl>,
+    args: &[&str],
+) -> std::process::Output {
+    let mut cmd = std::process::Command::new(env!("CARGO_BIN_EXE_mailslot"));
+    cmd.args(args).env_clear().env("MAILSLOT_HOME", home);
+    if let Some(relay) = relay {
+        cmd.env("MAILSLOT_RELAY", relay.as_str());
+    }
+    cmd.stdin(std::process::Stdio::null()).output().unwrap()
+}
+
 // Multi-threaded: the test blocks on child processes while the in-process relay serves them.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_closed_relay_registers_new_names_by_invite_only() {
     let relay =
         TestRelay::start(|c| c.registration = mailslot::relay::RegistrationMode::Closed).await;
     let home = tempfile::tempdir().unwrap();
-    let mailslot = |args: &[&str]| {
-        std::process::Command::new(env!("CARGO_BIN_EXE_mailslot"))
-            .args(args)
-            .env_clear()
-            .env("MAILSLOT_HOME", home.path())
-            .env("MAILSLOT_RELAY", relay.url.as_str())
-            .stdin(std::process::Stdio::null())
-            .output()
-            .unwrap()
-    };
+    let mailslot = |args: &[&str]| cli_in(home.path(), Some(&relay.url), args);
     let text = |out: &std::process::Output| {
         format!(
             "{}{}",
@@ -1316,15 +1321,7 @@ fn relay_commands_with_db_act_on_the_relay_that_uses_it() {
     let db_arg = db.to_str().unwrap();
     // Another home, whose own relay does not run: only --db can name the running one.
     let home = tempfile::tempdir().unwrap();
-    let mailslot = |args: &[&str]| {
-        std::process::Command::new(env!("CARGO_BIN_EXE_mailslot"))
-            .args(args)
-            .env_clear()
-            .env("MAILSLOT_HOME", home.path())
-            .stdin(std::process::Stdio::null())
-            .output()
-            .unwrap()
-    };
+    let mailslot = |args: &[&str]| cli_in(home.path(), None, args);
     let json = |out: &std::process::Output| -> serde_json::Value {
         serde_json::from_slice(&out.stdout).unwrap_or_else(|e| {
             panic!("{e}: {}", String::from_utf8_lossy(&out.stdout));
