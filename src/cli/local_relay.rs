@@ -21,6 +21,8 @@ const START_TIMEOUT: Duration = Duration::from_secs(10);
 
 /// Files beside a relay database: its lock, its pid, its log.
 pub struct RelayFiles {
+    /// The database they are beside.
+    db: PathBuf,
     /// Held (locked) by the running relay.
     pub lock: PathBuf,
     /// `pid url`, written once the relay listens.
@@ -38,6 +40,7 @@ impl RelayFiles {
             PathBuf::from(p)
         };
         Self {
+            db: db.to_owned(),
             lock: with(".lock"),
             pid: with(".pid"),
             log: with(".log"),
@@ -59,7 +62,8 @@ impl RelayFiles {
                     .map(|(pid, url)| format!(" (pid {pid}, {url})"))
                     .unwrap_or_default();
                 bail!(
-                    "another relay already uses this database{who}; stop it with `mailslot relay stop`"
+                    "another relay already uses this database{who}; stop it with `{}`",
+                    stop_command(&self.db)
                 )
             }
             Err(std::fs::TryLockError::Error(e)) => Err(e).context("locking the relay database"),
@@ -71,8 +75,22 @@ impl RelayFiles {
         let text = std::fs::read_to_string(&self.pid).ok()?;
         let (pid, url) = text.trim().split_once(' ')?;
         let pid: i32 = pid.parse().ok()?;
-        let alive = nix::sys::signal::kill(nix::unistd::Pid::from_raw(pid), None).is_ok();
-        alive.then(|| (pid, url.to_owned()))
+        alive(pid).then(|| (pid, url.to_owned()))
+    }
+}
+
+/// Whether `pid` is a live process: one that exited but was not reaped yet (a zombie, whose
+/// parent has not waited for it) is not.
+fn alive(pid: i32) -> bool {
+    if nix::sys::signal::kill(nix::unistd::Pid::from_raw(pid), None).is_err() {
+        return false;
+    }
+    // Linux: the state follows the command name, which is in parentheses.
+    match std::fs::read_to_string(format!("/proc/{pid}/stat")) {
+        Ok(stat) => stat
+            .rsplit_once(')')
+            .is_none_or(|(_, rest)| !rest.trim_start().starts_with('Z')),
+        Err(_) => true,
     }
 }
 
@@ -123,7 +141,7 @@ pub fn ensure(paths: &Paths, port: u16) -> anyhow::Result<RelayUrl> {
                 files.log.display()
             );
             // A long-running parent (`mailslot mcp`) must reap it when it exits, or it stays a
-            // zombie that `relay stop` and `relay status` take for a running relay.
+            // zombie in the process table until it exits.
             std::thread::spawn(move || child.wait());
             return Ok(url);
         }
@@ -146,12 +164,21 @@ pub fn ensure(paths: &Paths, port: u16) -> anyhow::Result<RelayUrl> {
     )
 }
 
-/// `relay status`: what runs for this home.
+/// `relay status`: what runs on the database `db` (the home's relay's by default).
 pub fn status(db: &Path) -> Option<(i32, String)> {
     RelayFiles::for_db(db).running()
 }
 
-/// `relay stop`: SIGTERM the relay of this home and wait for it to exit.
+/// The command that stops the relay on `db`, to paste: it names the database, so it stops
+/// that relay wherever it is pasted (without `--db` it would stop the home's relay).
+pub fn stop_command(db: &Path) -> String {
+    format!(
+        "mailslot relay stop --db {}",
+        crate::relay::shell_word(&db.to_string_lossy())
+    )
+}
+
+/// `relay stop`: SIGTERM the relay on the database `db` and wait for it to exit.
 pub fn stop(db: &Path) -> anyhow::Result<Option<i32>> {
     let files = RelayFiles::for_db(db);
     let Some((pid, _)) = files.running() else {
@@ -162,7 +189,7 @@ pub fn stop(db: &Path) -> anyhow::Result<Option<i32>> {
         .context("signalling the relay")?;
     let started = Instant::now();
     while started.elapsed() < START_TIMEOUT {
-        if nix::sys::signal::kill(target, None).is_err() {
+        if !alive(pid) {
             return Ok(Some(pid));
         }
         std::thread::sleep(Duration::from_millis(20));

@@ -19,6 +19,8 @@ mod owner;
 mod peers;
 mod reach;
 mod relay;
+mod relay_db;
+mod relay_pins;
 mod send;
 mod wait;
 

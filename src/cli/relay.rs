@@ -1,6 +1,8 @@
 //! `mailslot relay`: run a relay in the foreground until SIGINT or SIGTERM; `relay status`
-//! and `relay stop` for the one this home runs in the background; `relay check` to verify a
-//! stopped relay's database and spool; `relay invite` for a relay that registers by invite
+//! and `relay stop` for the one on a SQLite database (this home's background relay by
+//! default), found by the pid file beside it; `relay check` to verify a
+//! stopped relay's database and spool; `relay pins` (in `relay_pins.rs`) for other relays'
+//! pinned keys; `relay invite` for a relay that registers by invite
 //! only; `relay migrate` to move a stopped SQLite relay into PostgreSQL.
 
 use std::net::SocketAddr;
@@ -12,7 +14,9 @@ use serde::Serialize;
 
 use super::Ctx;
 use super::local_relay::{self, RelayFiles};
-use super::output::{self, outln};
+use super::output;
+use super::relay_db::{postgres_url, shown};
+use super::relay_pins::{self, PinsAction};
 use crate::protocol::AgentName;
 use crate::relay::storage::{
     CheckReport, Moved, PostgresStorage, SqliteStorage, is_postgres_url, redact_url,
@@ -23,7 +27,8 @@ use crate::relay::{
 
 /// The exit code of `relay check` when it found damage.
 const DAMAGED: u8 = 3;
-/// The exit code of `relay status` when no relay runs ("nothing", for scripts).
+/// The exit code of `relay status` and `relay stop` when no relay runs on the database
+/// ("nothing", for scripts: `relay stop` had nothing to stop, which is not a failure to stop).
 const NOT_RUNNING: u8 = 3;
 
 /// Flags for `mailslot relay`.
@@ -61,10 +66,20 @@ pub struct RelayArgs {
 /// What to do with this home's background relay.
 #[derive(Debug, clap::Subcommand)]
 pub enum RelayAction {
-    /// Show whether this home's relay runs, and where; exits 3 when it does not
-    Status,
-    /// Stop this home's relay (SIGTERM, waits for it to finish)
-    Stop,
+    /// Show whether the relay on a database (this home's by default) runs, and where; exits 3
+    /// when it does not
+    Status {
+        /// The relay's database file [default: <home>/relay/relay.db]
+        #[arg(long, value_name = "PATH")]
+        db: Option<PathBuf>,
+    },
+    /// Stop the relay on a database (this home's by default): SIGTERM, then wait for it to
+    /// finish; exits 3 when none runs there
+    Stop {
+        /// The relay's database file [default: <home>/relay/relay.db]
+        #[arg(long, value_name = "PATH")]
+        db: Option<PathBuf>,
+    },
     /// Make single-use invites for a relay with `registration = "closed"` (prints them once;
     /// the relay keeps only their digests). Works beside a running relay.
     Invite {
@@ -84,6 +99,16 @@ pub enum RelayAction {
         name: AgentName,
         /// The relay's database: a file, or a postgres:// URL [default: <home>/relay/relay.db]
         #[arg(long, value_name = "PATH|URL")]
+        db: Option<PathBuf>,
+    },
+    /// Other relays' keys this relay pinned at their first link: list them, forget one, or
+    /// replace one with the key its relay presents now (`trust`); works beside a running relay
+    Pins {
+        /// Forget or replace a pin (none: list them)
+        #[command(subcommand)]
+        action: Option<PinsAction>,
+        /// The relay's database: a file, or a postgres:// URL [default: <home>/relay/relay.db]
+        #[arg(long, value_name = "PATH|URL", global = true)]
         db: Option<PathBuf>,
     },
     /// Verify a stopped relay's database and spool; exits 3 when something is damaged
@@ -128,35 +153,13 @@ pub(super) fn run(ctx: &Ctx, args: RelayArgs) -> anyhow::Result<ExitCode> {
         Some(RelayAction::Check { db: checked }) => {
             return check(ctx, &checked.unwrap_or(db));
         }
-        Some(RelayAction::Status) => {
-            let running = local_relay::status(&db);
-            let status = Status {
-                running: running.is_some(),
-                pid: running.as_ref().map(|r| r.0),
-                url: running.map(|r| r.1),
-                db: db.display().to_string(),
-            };
-            output::emit(ctx.json, &status, |s| match (&s.url, s.pid) {
-                (Some(url), Some(pid)) => {
-                    format!("relay running: pid {pid}, {url}, database {}", s.db)
-                }
-                _ => format!("no relay running for {}", s.db),
-            })?;
-            return Ok(if status.running {
-                ExitCode::SUCCESS
-            } else {
-                ExitCode::from(NOT_RUNNING)
-            });
-        }
-        Some(RelayAction::Stop) => {
-            match local_relay::stop(&db)? {
-                Some(pid) => outln!("stopped the relay (pid {pid})")?,
-                None => outln!("no relay running for {}", db.display())?,
-            }
-            Ok(())
-        }
+        Some(RelayAction::Status { db: chosen }) => return status(ctx, &chosen.unwrap_or(db)),
+        Some(RelayAction::Stop { db: chosen }) => return stop(ctx, &chosen.unwrap_or(db)),
         Some(RelayAction::Invite { db: chosen, count }) => {
             invite(ctx, &chosen.unwrap_or(db), count)
+        }
+        Some(RelayAction::Pins { action, db: chosen }) => {
+            relay_pins::run(ctx, &chosen.unwrap_or(db), action)
         }
         Some(RelayAction::Migrate { from, to }) => migrate(ctx, &from.unwrap_or(db), &to),
         Some(RelayAction::Release { name, db: chosen }) => {
@@ -165,6 +168,68 @@ pub(super) fn run(ctx: &Ctx, args: RelayArgs) -> anyhow::Result<ExitCode> {
         None => serve(ctx, args, db),
     }
     .map(|()| ExitCode::SUCCESS)
+}
+
+/// `relay status`: whether a relay runs on `db`, by its pid file.
+fn status(ctx: &Ctx, db: &Path) -> anyhow::Result<ExitCode> {
+    only_files(db, "status")?;
+    let running = local_relay::status(db);
+    let status = Status {
+        running: running.is_some(),
+        pid: running.as_ref().map(|r| r.0),
+        url: running.map(|r| r.1),
+        db: db.display().to_string(),
+    };
+    output::emit(ctx.json, &status, |s| match (&s.url, s.pid) {
+        (Some(url), Some(pid)) => format!("relay running: pid {pid}, {url}, database {}", s.db),
+        _ => format!("no relay running for {}", s.db),
+    })?;
+    Ok(running_code(status.running))
+}
+
+#[derive(Serialize)]
+struct Stopped {
+    stopped: bool,
+    pid: Option<i32>,
+    db: String,
+}
+
+/// `relay stop`: the relay on `db`, whichever home or service started it.
+fn stop(ctx: &Ctx, db: &Path) -> anyhow::Result<ExitCode> {
+    only_files(db, "stop")?;
+    let pid = local_relay::stop(db)?;
+    let stopped = Stopped {
+        stopped: pid.is_some(),
+        pid,
+        db: db.display().to_string(),
+    };
+    output::emit(ctx.json, &stopped, |s| match s.pid {
+        Some(pid) => format!("stopped the relay (pid {pid}) on {}", s.db),
+        None => format!(
+            "no relay running for {}; nothing to stop (`mailslot relay status --db DB` shows whether one runs on another database)",
+            s.db
+        ),
+    })?;
+    Ok(running_code(stopped.stopped))
+}
+
+/// Refuses a PostgreSQL URL for `relay status` and `relay stop`: its nodes keep no pid file.
+fn only_files(db: &Path, command: &str) -> anyhow::Result<()> {
+    if postgres_url(db).is_some() {
+        bail!(
+            "relay {command} finds a relay by the pid file beside its SQLite database; nodes on PostgreSQL keep none: ask their service manager (systemctl {command} mailslot-relay) or each node's /healthz"
+        );
+    }
+    Ok(())
+}
+
+/// 0 when a relay ran, else [`NOT_RUNNING`].
+fn running_code(ran: bool) -> ExitCode {
+    if ran {
+        ExitCode::SUCCESS
+    } else {
+        ExitCode::from(NOT_RUNNING)
+    }
 }
 
 #[derive(Serialize)]
@@ -237,19 +302,6 @@ struct Invites {
     invites: Vec<String>,
 }
 
-/// The PostgreSQL URL `db` is, if it is one.
-fn postgres_url(db: &Path) -> Option<&str> {
-    db.to_str().filter(|d| is_postgres_url(d))
-}
-
-/// `db` as shown: a URL without its password, or the file's path.
-fn shown(db: &Path) -> String {
-    match postgres_url(db) {
-        Some(url) => redact_url(url),
-        None => db.display().to_string(),
-    }
-}
-
 #[derive(Serialize)]
 struct Released {
     agent: AgentName,
@@ -270,7 +322,7 @@ fn release(ctx: &Ctx, db: &Path, name: &AgentName) -> anyhow::Result<()> {
         None => {
             let _lock = RelayFiles::for_db(db)
                 .lock()
-                .context("relay release changes the database offline: stop the relay first (`mailslot relay stop`)")?;
+                .context("relay release changes the database offline: stop the relay first")?;
             let storage = SqliteStorage::open(db)?;
             runtime.block_on(crate::relay::release(&storage, name))?
         }

@@ -12,6 +12,7 @@ mod compose;
 mod consent;
 mod events;
 mod files;
+mod ids;
 mod lock;
 mod memory;
 mod peers;

@@ -4,6 +4,7 @@
 //! relay socket itself.
 
 mod attach;
+mod completions;
 mod era;
 mod errors;
 mod http;

@@ -2,21 +2,22 @@
 //! and where each message stands, subscribable), `mailslot://messages/{id}`,
 //! `mailslot://messages/{id}/attachments/{n}` (one attachment: text or a base64 blob),
 //! `mailslot://threads/{id}`, `mailslot://memory`, `mailslot://identity`,
-//! `mailslot://directory` (the `directory` tool's framed listing). Reading a resource
-//! never changes anything (reading a message as a resource does not mark it read).
+//! `mailslot://directory` (the `directory` tool's framed listing), `mailslot://agents/{agent}`
+//! (the `whois` tool's view of one agent). Reading a resource never changes anything (reading
+//! a message as a resource does not mark it read; `whois` pins nothing).
 
 use rmcp::ErrorData;
 use rmcp::model::{Resource, ResourceContents, ResourceTemplate};
 use serde::Serialize;
 
-use super::peers::DirectoryView;
+use super::peers::{DirectoryView, WhoisView};
 use super::views::{MemoryView, MessageSummary, MessageView};
 use super::views::{SentList, ThreadView};
 use crate::doorbell::frame::frame_data;
 use base64::Engine;
 
 use crate::mailbox::{AgentStatus, Mailbox, is_text};
-use crate::protocol::{MessageId, ThreadId};
+use crate::protocol::{Address, MessageId, ThreadId};
 use crate::store::InboxQuery;
 
 /// The inbox digest.
@@ -31,6 +32,15 @@ pub const IDENTITY: &str = "mailslot://identity";
 pub const DIRECTORY: &str = "mailslot://directory";
 const MESSAGES: &str = "mailslot://messages/";
 const THREADS: &str = "mailslot://threads/";
+const AGENTS: &str = "mailslot://agents/";
+/// One message (its argument `message_id`).
+pub const MESSAGE_TEMPLATE: &str = "mailslot://messages/{message_id}";
+/// One attachment (`message_id`, `index` from 0).
+pub const ATTACHMENT_TEMPLATE: &str = "mailslot://messages/{message_id}/attachments/{index}";
+/// One thread (`thread_id`).
+pub const THREAD_TEMPLATE: &str = "mailslot://threads/{thread_id}";
+/// One agent, as `whois` shows it (`agent`: a name or name@host).
+pub const AGENT_TEMPLATE: &str = "mailslot://agents/{agent}";
 /// Sent messages `mailslot://sent` shows.
 const SENT_LISTED: usize = 20;
 /// Recent messages listed as resources of their own.
@@ -93,22 +103,25 @@ pub async fn list(mailbox: &Mailbox) -> Result<Vec<Resource>, ErrorData> {
 /// The URI templates.
 pub fn templates() -> Vec<ResourceTemplate> {
     vec![
-        ResourceTemplate::new(format!("{MESSAGES}{{message_id}}"), "message")
+        ResourceTemplate::new(MESSAGE_TEMPLATE, "message")
             .with_title("A message")
             .with_description("One message, framed (untrusted data)")
             .with_mime_type("text/plain"),
-        ResourceTemplate::new(
-            format!("{MESSAGES}{{message_id}}/attachments/{{index}}"),
-            "attachment",
-        )
+        ResourceTemplate::new(ATTACHMENT_TEMPLATE, "attachment")
         .with_title("An attachment")
         .with_description(
             "Attachment index (from 0) of a message: text for text types, else a base64 blob (untrusted content)",
         ),
-        ResourceTemplate::new(format!("{THREADS}{{thread_id}}"), "thread")
+        ResourceTemplate::new(THREAD_TEMPLATE, "thread")
             .with_title("A thread")
             .with_description("A whole conversation, oldest first, framed")
             .with_mime_type("text/plain"),
+        ResourceTemplate::new(AGENT_TEMPLATE, "agent")
+            .with_title("An agent")
+            .with_description(
+                "One agent (a name, or name@host on another relay): fingerprint, contact status, directory listing (fenced), presence; pins nothing",
+            )
+            .with_mime_type("application/json"),
     ]
 }
 
@@ -198,6 +211,12 @@ pub async fn read(mailbox: &Mailbox, uri: &str) -> Result<ResourceContents, Erro
                     .ok_or_else(|| not_found(uri))?;
                 let view = MessageView::of(&stored, contact.as_ref());
                 Ok(ResourceContents::text(view.framed, uri))
+            } else if let Some(raw) = uri.strip_prefix(AGENTS) {
+                let address = Address::parse(raw).map_err(|_| not_found(uri))?;
+                let whois = mailbox.whois(&address).await.map_err(|e| {
+                    ErrorData::internal_error(format!("{e}. Try again later."), None)
+                })?;
+                Ok(json(&WhoisView::of(whois), uri))
             } else if let Some(raw) = uri.strip_prefix(THREADS) {
                 let id = ThreadId::parse(raw).map_err(|_| not_found(uri))?;
                 let view = thread_view(mailbox, id).await.map_err(|_| not_found(uri))?;
@@ -272,7 +291,7 @@ pub async fn thread_view(mailbox: &Mailbox, id: ThreadId) -> Result<ThreadView, 
 fn not_found(uri: &str) -> ErrorData {
     ErrorData::resource_not_found(
         format!(
-            "no resource {uri}; list them with resources/list (messages: mailslot://messages/ID, their attachments: mailslot://messages/ID/attachments/N from 0, threads: mailslot://threads/ID)"
+            "no resource {uri}; list them with resources/list (messages: mailslot://messages/ID, their attachments: mailslot://messages/ID/attachments/N from 0, threads: mailslot://threads/ID, agents: mailslot://agents/NAME)"
         ),
         None,
     )

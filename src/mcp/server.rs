@@ -1,5 +1,6 @@
 //! The MCP handler: server info and capabilities, and the wiring of tools (`tools.rs`),
-//! resources (`resources.rs`), prompts (`prompts.rs`) and pushes (`push.rs`). Every tool
+//! resources (`resources.rs`), prompts (`prompts.rs`), completions (`completions.rs`) and
+//! pushes (`push.rs`). Every tool
 //! result carries the unread notice (`notice.rs`); a call with an unknown argument is refused
 //! before its tool runs (`strict.rs`).
 
@@ -10,17 +11,18 @@ use rmcp::handler::server::router::prompt::PromptRouter;
 use rmcp::handler::server::router::tool::ToolRouter;
 use rmcp::handler::server::tool::ToolCallContext;
 use rmcp::model::{
-    CallToolRequestParams, CallToolResponse, CallToolResult, ContentBlock, DiscoverRequestMethod,
-    DiscoverResult, Implementation, JsonObject, ListResourceTemplatesResult, ListResourcesResult,
-    ListToolsResult, PaginatedRequestParams, ReadResourceRequestParams, ReadResourceResponse,
-    ReadResourceResult, ServerCapabilities, ServerConfig, SubscribeRequestParams,
-    SubscriptionFilter, Tool, UnsubscribeRequestParams,
+    CallToolRequestParams, CallToolResponse, CallToolResult, CompleteRequestParams, CompleteResult,
+    ContentBlock, DiscoverRequestMethod, DiscoverResult, Implementation, JsonObject,
+    ListResourceTemplatesResult, ListResourcesResult, ListToolsResult, PaginatedRequestParams,
+    ReadResourceRequestParams, ReadResourceResponse, ReadResourceResult, ServerCapabilities,
+    ServerConfig, SubscribeRequestParams, SubscriptionFilter, Tool, UnsubscribeRequestParams,
 };
 use rmcp::service::{NotificationContext, RequestContext, SubscriptionContext};
 use rmcp::{ErrorData, RoleServer, ServerHandler, prompt_handler};
 use tokio_util::sync::CancellationToken;
 use tracing::Instrument;
 
+use super::completions;
 use super::era;
 use super::links;
 use super::notice;
@@ -187,6 +189,7 @@ impl ServerHandler for MailslotServer {
             .enable_resources_subscribe()
             .enable_resources_list_changed()
             .enable_logging()
+            .enable_completions()
             .build();
         capabilities.experimental = Some(BTreeMap::from([(
             "claude/channel".to_owned(),
@@ -290,6 +293,16 @@ impl ServerHandler for MailslotServer {
     ) -> Result<ReadResourceResponse, ErrorData> {
         let contents = resources::read(&self.mailbox, &request.uri).await?;
         Ok(ReadResourceResult::new(vec![contents]).into())
+    }
+
+    /// Message ids, thread ids, attachment indexes and agent names for the prompts' and
+    /// resource templates' arguments (see `completions.rs`).
+    async fn complete(
+        &self,
+        request: CompleteRequestParams,
+        _context: RequestContext<RoleServer>,
+    ) -> Result<CompleteResult, ErrorData> {
+        completions::complete(&self.mailbox, &request).await
     }
 
     fn accepted_subscription_filter(

@@ -295,6 +295,22 @@ impl RelayConfig {
             })
     }
 
+    /// `mailslot relay pins ARGS --db DB` for this relay's database, for a log line that tells
+    /// the operator what to run (a PostgreSQL URL without its password).
+    pub fn pins_command(&self, args: &str) -> String {
+        let db = match self.db.as_deref().and_then(Path::to_str) {
+            Some(url) if super::storage::is_postgres_url(url) => {
+                format!(" --db {}", shell_word(&super::storage::redact_url(url)))
+            }
+            Some(_) | None => self
+                .db
+                .as_deref()
+                .map(|db| format!(" --db {}", shell_word(&db.to_string_lossy())))
+                .unwrap_or_default(),
+        };
+        format!("mailslot relay pins {args}{db}")
+    }
+
     /// The largest WebSocket message read: room for the largest envelope a client built to
     /// the protocol's default limits may send, even when this relay's limit is lower, so such
     /// a frame is answered `too_large` (naming the limit) and the connection carries on.
@@ -304,5 +320,46 @@ impl RelayConfig {
             .envelope_bytes
             .max(Limits::default().envelope_bytes)
             + crate::protocol::FRAME_OVERHEAD
+    }
+}
+
+/// `text` as one shell word, for a command to paste: as it is when it needs no quoting, else
+/// in single quotes.
+pub fn shell_word(text: &str) -> String {
+    let plain = !text.is_empty()
+        && text
+            .chars()
+            .all(|c| c.is_ascii_alphanumeric() || "/._-+=:@%,".contains(c));
+    if plain {
+        text.to_owned()
+    } else {
+        format!("'{}'", text.replace('\'', r"'\''"))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_pins_command_names_the_database_quoted_and_without_a_password() {
+        let with = |db: &str| RelayConfig {
+            db: Some(PathBuf::from(db)),
+            ..RelayConfig::default()
+        };
+        assert_eq!(
+            with("/var/lib/mailslot/relay.db").pins_command("trust relay-b.example"),
+            "mailslot relay pins trust relay-b.example --db /var/lib/mailslot/relay.db"
+        );
+        assert_eq!(
+            with("/tmp/it's here/relay.db").pins_command("trust b"),
+            r"mailslot relay pins trust b --db '/tmp/it'\''s here/relay.db'"
+        );
+        let pg = with("postgres://mailslot:s3cret@db:5432/mailslot").pins_command("trust b");
+        assert!(!pg.contains("s3cret"), "{pg}");
+        assert!(
+            pg.starts_with("mailslot relay pins trust b --db 'postgres://mailslot:"),
+            "{pg}"
+        );
     }
 }

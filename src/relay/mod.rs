@@ -38,7 +38,7 @@ use tokio::net::TcpListener;
 use tokio::sync::watch;
 use tokio::task::JoinHandle;
 
-pub use config::{RegistrationMode, RelayConfig, RelayConfigError};
+pub use config::{RegistrationMode, RelayConfig, RelayConfigError, shell_word};
 pub use gone::{DatabaseGone, DatabaseWatch};
 pub use migrate::migrate;
 use presence::{Cluster, Hub, Presence};
@@ -224,7 +224,8 @@ impl Relay {
         }));
         let large_frames = state.receive_budget.frames_at_once();
         let task = tokio::spawn(serve(state, listener, shutdown_rx));
-        tracing::info!(%addr, relay = %relay_id, %name, key = %fingerprint, large_frames, "relay listening");
+        // Debug: `mailslot relay` says it once, on stderr, for people and scripts.
+        tracing::debug!(%addr, relay = %relay_id, %name, key = %fingerprint, large_frames, "relay listening");
         Ok(Self {
             addr,
             relay_id,

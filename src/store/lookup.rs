@@ -5,7 +5,7 @@
 use std::str::FromStr;
 
 use super::{Store, StoreError};
-use crate::protocol::{MessageId, ValidationError};
+use crate::protocol::{MessageId, ThreadId, ValidationError};
 
 /// Fewest characters of an id accepted.
 pub const MIN_ID_PART: usize = 4;
@@ -40,7 +40,65 @@ impl std::fmt::Display for IdPart {
     }
 }
 
+/// The bounds of the ids that start with `prefix` (any case), for a range on an id's index:
+/// ids are lowercase hex digits and dashes, all below `g`. `None` when no id can start so.
+fn id_range(prefix: &str) -> Option<(String, String)> {
+    let low = prefix.trim().to_ascii_lowercase();
+    let fits = low.len() <= 36 && low.chars().all(|c| c.is_ascii_hexdigit() || c == '-');
+    fits.then(|| (low.clone(), format!("{low}g")))
+}
+
 impl Store {
+    /// The ids of mail (not receipts) that start with `prefix`, newest first, at most
+    /// `limit`: read in the id index's order, so no more rows than returned.
+    pub fn message_ids_starting(
+        &self,
+        prefix: &str,
+        limit: usize,
+    ) -> Result<Vec<MessageId>, StoreError> {
+        self.ids_starting(
+            "SELECT id FROM messages WHERE id >= ?1 AND id < ?2 AND is_receipt = 0
+             ORDER BY id DESC LIMIT ?3",
+            prefix,
+            limit,
+        )
+    }
+
+    /// The ids of threads that start with `prefix`, newest first, at most `limit`.
+    pub fn thread_ids_starting(
+        &self,
+        prefix: &str,
+        limit: usize,
+    ) -> Result<Vec<ThreadId>, StoreError> {
+        self.ids_starting(
+            "SELECT id FROM threads WHERE id >= ?1 AND id < ?2 ORDER BY id DESC LIMIT ?3",
+            prefix,
+            limit,
+        )
+    }
+
+    fn ids_starting<T: FromStr<Err: std::fmt::Display>>(
+        &self,
+        sql: &str,
+        prefix: &str,
+        limit: usize,
+    ) -> Result<Vec<T>, StoreError> {
+        let Some((low, high)) = id_range(prefix) else {
+            return Ok(Vec::new());
+        };
+        let mut stmt = self.conn.prepare_cached(sql)?;
+        let rows = stmt.query_map(rusqlite::params![low, high, limit as i64], |r| {
+            r.get::<_, String>(0)
+        })?;
+        rows.map(|id| {
+            id?.parse().map_err(|e: T::Err| StoreError::Corrupt {
+                what: "id",
+                detail: e.to_string(),
+            })
+        })
+        .collect()
+    }
+
     /// The one message whose id starts or ends with `part`.
     pub fn resolve_message(&self, part: &IdPart) -> Result<MessageId, StoreError> {
         let mut stmt = self.conn.prepare_cached(

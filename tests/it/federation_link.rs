@@ -375,6 +375,112 @@ async fn an_answering_relay_whose_key_changed_is_refused() {
     b.relay.shutdown().await;
 }
 
+/// `mailslot --json relay pins ARGS --db DB` with no terminal on stdin: its output.
+async fn relay_pins(db: &std::path::Path, args: &[&str]) -> std::process::Output {
+    let home = tempfile::tempdir().unwrap();
+    tokio::process::Command::new(env!("CARGO_BIN_EXE_mailslot"))
+        .args(["--json", "relay", "pins"])
+        .args(args)
+        .arg("--db")
+        .arg(db)
+        .env_clear()
+        .env("MAILSLOT_HOME", home.path())
+        .stdin(std::process::Stdio::null())
+        .output()
+        .await
+        .unwrap()
+}
+
+/// The JSON a `relay pins` command printed, which must have succeeded.
+fn pins_json(out: &std::process::Output) -> serde_json::Value {
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    serde_json::from_slice(&out.stdout).unwrap()
+}
+
+/// The pinned fingerprint of each relay `db` lists.
+async fn pinned(db: &std::path::Path) -> Vec<(String, String)> {
+    pins_json(&relay_pins(db, &[]).await)["pins"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|p| {
+            (
+                p["relay"].as_str().unwrap().to_owned(),
+                p["fingerprint"].as_str().unwrap().to_owned(),
+            )
+        })
+        .collect()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_operator_replaces_a_changed_relay_key_and_the_waiting_mail_goes() {
+    let (a, b, alice, bob, alice_at, bob_at) = pair(
+        |c| c.expiry_interval_secs = 1,
+        |c| c.expiry_interval_secs = 1,
+    )
+    .await;
+    let first = Message::new(alice_at.clone(), vec![bob_at.clone()], "hello", "0");
+    alice.send(&a, first.clone()).await;
+    assert_eq!(receive(&bob, &b, 1).await, [first.id]);
+    let (a_name, b_name) = (a.relay.name().to_string(), b.relay.name().to_string());
+    let old = b.relay.fingerprint().to_string();
+    assert_eq!(pinned(&a.db()).await, [(b_name.clone(), old.clone())]);
+
+    // B comes back with another key: A refuses it and keeps the mail.
+    let b = b.stop().await.restart_with_a_new_key().await;
+    let new = b.relay.fingerprint().to_string();
+    let second = Message::new(alice_at.clone(), vec![bob_at.clone()], "again", "1");
+    assert_eq!(alice.send(&a, second.clone()).await.sent.len(), 1);
+    let failures = format!("mailslot_relay_link_failures_total{{relay=\"{b_name}\"}} ");
+    metric_at_least(&a, &failures, 1).await;
+
+    // Without a terminal nothing is asked; a fingerprint other than B's changes nothing.
+    let unasked = relay_pins(&a.db(), &["trust", &b_name]).await;
+    assert_eq!(unasked.status.code(), Some(1));
+    let said = String::from_utf8_lossy(&unasked.stderr);
+    assert!(said.contains(&new) && said.contains(&old), "{said}");
+    let wrong = relay_pins(&a.db(), &["trust", &b_name, "--fingerprint", &old]).await;
+    assert_eq!(wrong.status.code(), Some(1));
+    assert!(String::from_utf8_lossy(&wrong.stderr).contains("nothing changed"));
+    assert_eq!(pinned(&a.db()).await, [(b_name.clone(), old.clone())]);
+
+    // The fingerprint B's operator confirmed: the pin moves, beside the running relay.
+    let trusted = pins_json(&relay_pins(&a.db(), &["trust", &b_name, "--fingerprint", &new]).await);
+    assert_eq!(trusted["was"], old.as_str());
+    assert_eq!(trusted["fingerprint"], new.as_str());
+    assert_eq!(trusted["changed"], true);
+    assert_eq!(
+        receive(&bob, &b, 1).await,
+        [second.id],
+        "the waiting mail goes at the link's next attempt"
+    );
+
+    // B's operator forgets A's pin: A's next link (after a restart, so the open one goes) is
+    // a first contact, pinned again.
+    let removed = pins_json(&relay_pins(&b.db(), &["remove", &a_name]).await);
+    assert_eq!(
+        removed["removed"],
+        a.relay.fingerprint().to_string().as_str()
+    );
+    assert!(pinned(&b.db()).await.is_empty());
+    let gone = relay_pins(&b.db(), &["remove", &a_name]).await;
+    assert_eq!(gone.status.code(), Some(1), "nothing to remove");
+    let a = a.stop().await.restart().await;
+    let third = Message::new(alice_at, vec![bob_at], "and again", "2");
+    alice.send(&a, third.clone()).await;
+    assert_eq!(receive(&bob, &b, 1).await, [third.id]);
+    assert_eq!(
+        pinned(&b.db()).await,
+        [(a_name, a.relay.fingerprint().to_string())]
+    );
+    a.relay.shutdown().await;
+    b.relay.shutdown().await;
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_contact_request_across_relays_approved_by_the_owner_opens_mail_both_ways() {
     use mailslot::protocol::{ClientFrame, ErrorCode, OwnerAct, Policy, RequestCode, ServerFrame};
@@ -478,17 +584,6 @@ async fn consent_state(
 }
 
 /// Puts `messages` in `agent`'s outbox, for its next sync to send.
-async fn queue(agent: &TestAgent, messages: &[Message]) {
-    for m in messages {
-        let m = m.clone();
-        agent
-            .store
-            .call(move |s| s.queue_outgoing(&m))
-            .await
-            .unwrap();
-    }
-}
-
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn kill_9_of_the_sending_relay_mid_stream_loses_and_doubles_nothing_sent() {
     const N: usize = 300;
@@ -527,7 +622,7 @@ async fn kill_9_of_the_sending_relay_mid_stream_loses_and_doubles_nothing_sent()
         async move {
             let (mut sent, mut queued) = (Vec::new(), 0);
             for batch in messages.chunks(BATCH) {
-                queue(&alice, batch).await;
+                alice.queue(batch).await;
                 queued += batch.len();
                 let sync = mailslot::client::sync(
                     &url,
@@ -564,7 +659,7 @@ async fn kill_9_of_the_sending_relay_mid_stream_loses_and_doubles_nothing_sent()
 
     let (_a, url) = spawn_relay_on(&db, listen);
     assert_eq!(url, a_url, "A is back on its address");
-    queue(&alice, &messages[queued..]).await;
+    alice.queue(&messages[queued..]).await;
     // Sends cut off by the kill go again from alice's outbox; A deduplicates those it had.
     let report = alice.sync_url(&a_url).await;
     assert!(report.not_sent.is_empty(), "{:?}", report.not_sent);

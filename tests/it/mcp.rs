@@ -78,7 +78,17 @@ async fn surface_is_complete(c: &McpClient) {
         assert!(resources.iter().any(|r| r.uri == uri), "{uri} not listed");
     }
     let templates = c.client.list_all_resource_templates().await.unwrap();
-    assert_eq!(templates.len(), 3);
+    let mut uris: Vec<&str> = templates.iter().map(|t| t.uri_template.as_str()).collect();
+    uris.sort();
+    assert_eq!(
+        uris,
+        [
+            "mailslot://agents/{agent}",
+            "mailslot://messages/{message_id}",
+            "mailslot://messages/{message_id}/attachments/{index}",
+            "mailslot://threads/{thread_id}",
+        ]
+    );
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -92,6 +102,7 @@ async fn legacy_era_capabilities_and_surface() {
             .as_ref()
             .is_some_and(|e| e.contains_key("claude/channel"))
     );
+    assert!(caps.completions.is_some(), "completions advertised");
     let resources = caps.resources.as_ref().unwrap();
     assert_eq!(resources.subscribe, Some(true));
     assert_eq!(resources.list_changed, Some(true));

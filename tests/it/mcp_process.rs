@@ -670,3 +670,140 @@ async fn a_tool_call_over_16_mib_is_answered_with_an_error_and_serving_goes_on()
         .unwrap();
     assert!(status.success(), "{status}");
 }
+
+/// `completion/complete` through a real `mailslot mcp`: message ids (newest first, prefix in
+/// any case, at most 100 with hasMore), thread ids, attachment indexes of the message named
+/// beside them, and known agents' names; other arguments get none.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn completions_offer_ids_indexes_and_known_agents() {
+    use rmcp::model::CompletionContext;
+    const MESSAGE: &str = "mailslot://messages/{message_id}";
+    const ATTACHMENT: &str = "mailslot://messages/{message_id}/attachments/{index}";
+    const THREAD: &str = "mailslot://threads/{thread_id}";
+    const AGENT: &str = "mailslot://agents/{agent}";
+
+    let relay = TestRelay::start(|_| {}).await;
+    let home = relay.home(&["alice", "bob"]);
+    let [carol] = relay.agents(["carol"]).await;
+    let alice = spawn_mcp(home.path(), "alice", &relay.url, Era::Legacy).await;
+    let mut bob = spawn_mcp(home.path(), "bob", &relay.url, Era::Legacy).await;
+    let caps = &bob.client.peer_info().expect("initialized").capabilities;
+    assert!(caps.completions.is_some(), "completions advertised");
+
+    let mut args = send_args(&["bob"], "notes", "see attached");
+    args["attachments"] = json!([{ "name": "notes.txt", "text": "one" }]);
+    let sent = alice.ok("send", args).await;
+    let (id, thread) = (
+        sent["message_id"].as_str().unwrap().to_owned(),
+        sent["thread_id"].as_str().unwrap().to_owned(),
+    );
+    bob.channel_event().await;
+    let bob_at = mailslot::protocol::Address::parse("bob").unwrap();
+    let newest: Vec<_> = (0..100)
+        .map(|i| {
+            mailslot::protocol::Message::new(
+                carol.address(),
+                vec![bob_at.clone()],
+                format!("n{i}"),
+                "x",
+            )
+        })
+        .collect();
+    carol.queue(&newest).await;
+    carol.sync(&relay).await;
+
+    let all = wait_until(EVENT_TIMEOUT, "bob has 101 messages", async || {
+        let all = bob
+            .client
+            .complete_prompt_argument("reply", "message_id", "", None)
+            .await
+            .unwrap();
+        all.has_more_results().then_some(all)
+    })
+    .await;
+    assert_eq!(all.values.len(), 100, "at most 100");
+    assert_eq!(
+        all.values[0],
+        newest[99].id.to_string(),
+        "newest first, mail only"
+    );
+    assert!(!all.values.contains(&id), "the oldest is the 101st");
+
+    let typed = id[..30].to_uppercase();
+    let found = bob
+        .client
+        .complete_resource_argument(MESSAGE, "message_id", typed.as_str(), None)
+        .await
+        .unwrap();
+    assert!(found.values.contains(&id), "{found:?}");
+    assert!(
+        found
+            .values
+            .iter()
+            .all(|v| v.starts_with(&typed.to_lowercase()))
+    );
+    assert!(
+        bob.client
+            .complete_prompt_argument("reply", "message_id", "zz", None)
+            .await
+            .unwrap()
+            .values
+            .is_empty()
+    );
+
+    let threads = bob
+        .client
+        .complete_resource_argument(THREAD, "thread_id", &thread[..30], None)
+        .await
+        .unwrap();
+    assert!(threads.values.contains(&thread), "{threads:?}");
+
+    let context = CompletionContext::with_arguments([("message_id".to_owned(), id.clone())].into());
+    let indexes = bob
+        .client
+        .complete_resource_argument(ATTACHMENT, "index", "", Some(context))
+        .await
+        .unwrap();
+    assert_eq!(indexes.values, ["0"]);
+
+    let agents = |typed: &'static str| {
+        let client = &bob.client;
+        async move {
+            client
+                .complete_resource_argument(AGENT, "agent", typed, None)
+                .await
+                .unwrap()
+                .values
+        }
+    };
+    assert_eq!(agents("").await, ["alice", "carol"], "known agents, sorted");
+    assert_eq!(agents("AL").await, ["alice"], "any case");
+    assert!(agents("dave").await.is_empty());
+    let whois: serde_json::Value =
+        serde_json::from_str(&text_of_resource(&bob, "mailslot://agents/alice").await).unwrap();
+    assert_eq!(whois["address"], "alice");
+    assert_eq!(whois["status"], "registered");
+
+    assert!(
+        bob.client
+            .complete_prompt_argument("triage", "message_id", "", None)
+            .await
+            .unwrap()
+            .values
+            .is_empty(),
+        "an argument that names nothing gets nothing"
+    );
+}
+
+/// The text of the resource at `uri`.
+async fn text_of_resource(client: &McpClient, uri: &str) -> String {
+    let read = client
+        .client
+        .read_resource(rmcp::model::ReadResourceRequestParams::new(uri))
+        .await
+        .unwrap();
+    match &read.contents[0] {
+        rmcp::model::ResourceContents::TextResourceContents { text, .. } => text.clone(),
+        other => panic!("not text: {other:?}"),
+    }
+}

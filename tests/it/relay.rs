@@ -799,22 +799,27 @@ async fn an_ack_just_before_a_reconnect_is_honoured_by_the_next_connection() {
     relay.relay.shutdown().await;
 }
 
+/// `mailslot ARGS` in `home` (with `MAILSLOT_RELAY` when given), nothing on stdin.
+fn cli_in(
+    home: &std::path::Path,
+    relay: Option<&mailslot::client::RelayUrl>,
+    args: &[&str],
+) -> std::process::Output {
+    let mut cmd = std::process::Command::new(env!("CARGO_BIN_EXE_mailslot"));
+    cmd.args(args).env_clear().env("MAILSLOT_HOME", home);
+    if let Some(relay) = relay {
+        cmd.env("MAILSLOT_RELAY", relay.as_str());
+    }
+    cmd.stdin(std::process::Stdio::null()).output().unwrap()
+}
+
 // Multi-threaded: the test blocks on child processes while the in-process relay serves them.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_closed_relay_registers_new_names_by_invite_only() {
     let relay =
         TestRelay::start(|c| c.registration = mailslot::relay::RegistrationMode::Closed).await;
     let home = tempfile::tempdir().unwrap();
-    let mailslot = |args: &[&str]| {
-        std::process::Command::new(env!("CARGO_BIN_EXE_mailslot"))
-            .args(args)
-            .env_clear()
-            .env("MAILSLOT_HOME", home.path())
-            .env("MAILSLOT_RELAY", relay.url.as_str())
-            .stdin(std::process::Stdio::null())
-            .output()
-            .unwrap()
-    };
+    let mailslot = |args: &[&str]| cli_in(home.path(), Some(&relay.url), args);
     let text = |out: &std::process::Output| {
         format!(
             "{}{}",
@@ -1305,4 +1310,61 @@ async fn a_relay_database_opened_with_another_key_is_refused() {
     // Its own key still opens it.
     let again = stopped.restart().await;
     assert_eq!(again.relay.fingerprint(), &fingerprint);
+}
+
+/// `relay status`, `check` and `stop` with `--db` find the relay on that database, not the
+/// home's; `stop` speaks JSON and exits 3 when nothing runs there; "listening" is said once.
+#[test]
+fn relay_commands_with_db_act_on_the_relay_that_uses_it() {
+    let relay = relay_process::RelayProcess::start("", None);
+    let db = relay.dir.path().join("relay.db");
+    let db_arg = db.to_str().unwrap();
+    // Another home, whose own relay does not run: only --db can name the running one.
+    let home = tempfile::tempdir().unwrap();
+    let mailslot = |args: &[&str]| cli_in(home.path(), None, args);
+    let json = |out: &std::process::Output| -> serde_json::Value {
+        serde_json::from_slice(&out.stdout).unwrap_or_else(|e| {
+            panic!("{e}: {}", String::from_utf8_lossy(&out.stdout));
+        })
+    };
+
+    let status = mailslot(&["--json", "relay", "status", "--db", db_arg]);
+    assert_eq!(status.status.code(), Some(0));
+    assert_eq!(json(&status)["url"], relay.url.as_str());
+    let pid = json(&status)["pid"].as_i64().unwrap();
+    let home_status = mailslot(&["relay", "status"]);
+    assert_eq!(
+        home_status.status.code(),
+        Some(3),
+        "the home's relay does not run"
+    );
+
+    let check = mailslot(&["relay", "check", "--db", db_arg]);
+    assert_eq!(check.status.code(), Some(1));
+    let said = String::from_utf8_lossy(&check.stderr);
+    assert!(
+        said.contains(&format!("`mailslot relay stop --db {db_arg}`")),
+        "{said}"
+    );
+
+    let stopped = mailslot(&["--json", "relay", "stop", "--db", db_arg]);
+    assert_eq!(stopped.status.code(), Some(0), "{stopped:?}");
+    let stopped = json(&stopped);
+    assert_eq!(stopped["stopped"], true);
+    assert_eq!(stopped["pid"].as_i64(), Some(pid));
+    assert_eq!(
+        mailslot(&["relay", "status", "--db", db_arg]).status.code(),
+        Some(3)
+    );
+
+    let again = mailslot(&["--json", "relay", "stop", "--db", db_arg]);
+    assert_eq!(again.status.code(), Some(3), "nothing to stop is exit 3");
+    assert_eq!(json(&again)["stopped"], false);
+    let again = mailslot(&["relay", "stop", "--db", db_arg]);
+    assert_eq!(again.status.code(), Some(3));
+    assert!(String::from_utf8_lossy(&again.stdout).contains("nothing to stop"));
+
+    let log = relay.log();
+    let listening: Vec<&String> = log.iter().filter(|l| l.contains("listening")).collect();
+    assert_eq!(listening.len(), 1, "said once: {log:#?}");
 }

@@ -217,3 +217,62 @@ async fn healthz_answers_503_while_the_database_is_down() {
     .await;
     relay.relay.shutdown().await;
 }
+
+/// `relay pins` on a PostgreSQL relay's database: listed, replaced (`trust`, after fetching
+/// the key the relay presents) and removed, for every node at once.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn relay_pins_work_on_a_postgres_database() {
+    use mailslot::relay::storage::{PostgresStorage, RelayPins};
+    let Some(cluster) = PgCluster::shared() else {
+        return;
+    };
+    let url = cluster.create_database("relay_pins").await;
+    let storage = PostgresStorage::connect(&url).await.unwrap();
+    let other = TestRelay::start(|_| {}).await;
+    let name = other.relay.name().clone();
+    let stale = mailslot::protocol::RelayKey::from_bytes([7; 32]);
+    storage.pin_relay(name.clone(), stale).await.unwrap();
+    let stale_fp = mailslot::crypto::relay_fingerprint(&stale).to_string();
+    let home = tempfile::tempdir().unwrap();
+    let pins = async |args: &[&str]| {
+        let out = tokio::process::Command::new(env!("CARGO_BIN_EXE_mailslot"))
+            .args(["--json", "relay", "pins"])
+            .args(args)
+            .args(["--db", &url])
+            .env_clear()
+            .env("MAILSLOT_HOME", home.path())
+            .stdin(Stdio::null())
+            .output()
+            .await
+            .unwrap();
+        assert!(
+            out.status.success(),
+            "{args:?}: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        serde_json::from_slice::<serde_json::Value>(&out.stdout).unwrap()
+    };
+
+    let listed = pins(&[]).await;
+    assert_eq!(listed["pins"][0]["relay"], name.as_str());
+    assert_eq!(listed["pins"][0]["fingerprint"], stale_fp.as_str());
+    assert!(!listed["db"].as_str().unwrap().is_empty());
+
+    let trusted = pins(&["trust", name.as_str(), "--yes"]).await;
+    assert_eq!(trusted["was"], stale_fp.as_str());
+    assert_eq!(
+        trusted["fingerprint"],
+        other.relay.fingerprint().to_string()
+    );
+    let pinned = storage.pinned_relay(name.clone()).await.unwrap().unwrap();
+    assert_eq!(
+        &mailslot::crypto::relay_fingerprint(&pinned),
+        other.relay.fingerprint(),
+        "the storage every node reads holds the new key"
+    );
+
+    let removed = pins(&["remove", name.as_str()]).await;
+    assert_eq!(removed["removed"], other.relay.fingerprint().to_string());
+    assert!(pins(&[]).await["pins"].as_array().unwrap().is_empty());
+    other.relay.shutdown().await;
+}

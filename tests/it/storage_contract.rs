@@ -935,6 +935,75 @@ async fn a_relay_key_is_pinned_on_first_contact<B: Backend>(b: B) {
 
 /// A contact request from `from` to `to` with the bounds of `max_to_target` and
 /// `max_from_relay`.
+async fn the_operator_lists_removes_and_replaces_relay_pins<B: Backend>(b: B) {
+    let s = b.open().await;
+    let relay = |n: &str| RelayName::new(n).unwrap();
+    let [first, second, third] = [1, 2, 3].map(|b| RelayKey::from_bytes([b; 32]));
+    assert!(s.relay_pins().await.unwrap().is_empty());
+    s.pin_relay(relay("relay-c"), second).await.unwrap();
+    s.pin_relay(relay("relay-b"), first).await.unwrap();
+    let listed = s.relay_pins().await.unwrap();
+    assert_eq!(
+        listed
+            .iter()
+            .map(|p| (p.relay.clone(), p.key))
+            .collect::<Vec<_>>(),
+        [(relay("relay-b"), first), (relay("relay-c"), second)],
+        "every pin, by name"
+    );
+    assert!(listed.iter().all(|p| p.pinned_at_ms > 1_700_000_000_000));
+
+    // Replaced only from the key the operator was shown.
+    assert!(
+        !s.repin_relay(relay("relay-b"), Some(second), third)
+            .await
+            .unwrap()
+    );
+    assert_eq!(s.pinned_relay(relay("relay-b")).await.unwrap(), Some(first));
+    assert!(
+        s.repin_relay(relay("relay-b"), Some(first), third)
+            .await
+            .unwrap()
+    );
+    assert_eq!(
+        s.pin_relay(relay("relay-b"), third).await.unwrap(),
+        RelayPin::Matches
+    );
+    assert_eq!(
+        s.pin_relay(relay("relay-b"), first).await.unwrap(),
+        RelayPin::Changed { pinned: third },
+        "the old key is refused now"
+    );
+    // From nothing pinned: only while nothing is.
+    assert!(!s.repin_relay(relay("relay-c"), None, first).await.unwrap());
+    assert!(s.repin_relay(relay("relay-d"), None, first).await.unwrap());
+
+    // Removed: the key it held; the next contact pins afresh.
+    assert_eq!(s.unpin_relay(relay("relay-c")).await.unwrap(), Some(second));
+    assert_eq!(s.unpin_relay(relay("relay-c")).await.unwrap(), None);
+    assert_eq!(s.pinned_relay(relay("relay-c")).await.unwrap(), None);
+    assert_eq!(
+        s.pin_relay(relay("relay-c"), third).await.unwrap(),
+        RelayPin::Pinned
+    );
+    drop(s);
+    let s = b.open().await;
+    assert_eq!(
+        s.relay_pins()
+            .await
+            .unwrap()
+            .iter()
+            .map(|p| (p.relay.clone(), p.key))
+            .collect::<Vec<_>>(),
+        [
+            (relay("relay-b"), third),
+            (relay("relay-c"), third),
+            (relay("relay-d"), first)
+        ],
+        "durably"
+    );
+}
+
 fn request(
     from: &AgentName,
     to: &AgentName,
@@ -1209,6 +1278,7 @@ contract!(
     expiry_leaves_relay_mailboxes_to_their_link,
     bounces_a_link_records_are_kept_once,
     a_relay_key_is_pinned_on_first_contact,
+    the_operator_lists_removes_and_replaces_relay_pins,
     the_relays_own_key_is_recorded_once,
     mail_from_another_relay_meets_its_recipients_consent,
     open_requests_are_bounded_per_target_and_per_relay,

@@ -214,9 +214,11 @@ async fn handshake<S: RelayPins>(
     }
     let key = peer::hello_key(state, &relay, ip)
         .await
-        .map_err(|e| refused(&relay, &e))?;
+        .map_err(|e| refused(&state.config, &relay, &e))?;
     let payload = link_payload(&relay, &state.name, &theirs, &nonce);
     verify_link(&key, Domain::LinkHello, &payload, &signature).map_err(|_| {
+        let command = state.config.pins_command(&format!("trust {relay}"));
+        tracing::warn!(%relay, %ip, "a link's hello is not signed by the key pinned for {relay}: someone else under its name, or {relay} has a new key; once its operator confirmed the new one, run `{command}`");
         (
             ErrorCode::AuthFailed,
             format!("the hello is not signed by {relay}'s key"),
@@ -224,7 +226,7 @@ async fn handshake<S: RelayPins>(
     })?;
     peer::refuse_denied(state, &relay, &key)
         .await
-        .map_err(|e| refused(&relay, &e))?;
+        .map_err(|e| refused(&state.config, &relay, &e))?;
     let welcome = LinkAnswer::Welcome {
         signature: state.identity.sign_link(Domain::LinkWelcome, &payload),
     };
@@ -236,10 +238,14 @@ async fn handshake<S: RelayPins>(
 
 /// The refusal a dialer is told when `relay`'s key could not be had or is denied: never
 /// another server's words (logged here instead, bounded).
-fn refused(relay: &RelayName, e: &peer::PeerError) -> (ErrorCode, String) {
+fn refused(
+    config: &super::super::RelayConfig,
+    relay: &RelayName,
+    e: &peer::PeerError,
+) -> (ErrorCode, String) {
     match e {
         peer::PeerError::KeyChanged { .. } => {
-            tracing::error!(%relay, error = %e, "refusing a link from a relay whose key changed");
+            e.log_refusal(config, "refusing a link from a relay whose key changed");
         }
         _ => tracing::info!(%relay, error = %e, "cannot vouch for a relay that opened a link"),
     }

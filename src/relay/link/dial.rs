@@ -134,8 +134,8 @@ async fn run<S: Queue + RelayPins>(
                     .link_failures
                     .get_or_create(&RelayLabel::of(&relay))
                     .inc();
-                if matches!(e, LinkError::Peer(PeerError::KeyChanged { .. })) {
-                    tracing::error!(%relay, error = %e, "refusing a relay whose key changed");
+                if let LinkError::Peer(changed @ PeerError::KeyChanged { .. }) = &e {
+                    changed.log_refusal(&state.config, "refusing a relay whose key changed");
                 } else {
                     tracing::warn!(%relay, error = %e, retry_in = ?backoff, "link to another relay failed; will retry");
                 }

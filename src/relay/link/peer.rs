@@ -41,7 +41,7 @@ pub enum PeerError {
     },
     /// It presents another key than the one pinned for it.
     #[error(
-        "{relay} presents the key {presented}, not the key {pinned} pinned for it; nothing is delivered either way until its operator confirms a new key and the pin is removed here"
+        "{relay} presents the key {presented}, not the key {pinned} pinned for it; nothing is delivered either way until its operator confirms a new key and the pin is replaced here"
     )]
     KeyChanged {
         /// The relay.
@@ -77,6 +77,20 @@ impl PeerError {
             Self::Unreachable { .. } | Self::Invalid { .. } => unreachable_text(relay),
             Self::Private(_) | Self::Denied { .. } | Self::KeyChanged { .. } => self.to_string(),
             Self::Storage(_) => "this relay's storage failed; try again later".into(),
+        }
+    }
+}
+
+impl PeerError {
+    /// Logs a refusal of a relay whose key changed as an error naming the command that
+    /// settles it here, once its operator confirmed the new key (`what`: the refusal).
+    pub fn log_refusal(&self, config: &RelayConfig, what: &str) {
+        if let Self::KeyChanged {
+            relay, presented, ..
+        } = self
+        {
+            let command = config.pins_command(&format!("trust {relay}"));
+            tracing::error!(%relay, error = %self, "{what}; once its operator confirmed that {presented} is its key, run `{command}` (it compares both fingerprints and asks)");
         }
     }
 }

@@ -18,7 +18,8 @@ use crate::protocol::{
 use crate::relay::storage::{
     Accepted, AckOutcome, CommitListener, ConsentChange, ConsentLedger, ConsentOutcome,
     ConsentState, Epoch, InviteDigest, Pending, Queue, Queued, QueuedCopy, Quota, Registration,
-    Registry, RelayPin, RelayPins, SqliteStorage, Storage, StorageError, StorageMetrics,
+    Registry, RelayPin, RelayPinRecord, RelayPins, SqliteStorage, Storage, StorageError,
+    StorageMetrics,
 };
 use crate::relay::{Relay, RelayConfig};
 
@@ -246,6 +247,23 @@ impl RelayPins for SlowAcks {
 
     async fn relays_pinned_with(&self, key: RelayKey) -> Result<Vec<RelayName>, StorageError> {
         self.inner.relays_pinned_with(key).await
+    }
+
+    async fn relay_pins(&self) -> Result<Vec<RelayPinRecord>, StorageError> {
+        self.inner.relay_pins().await
+    }
+
+    async fn unpin_relay(&self, relay: RelayName) -> Result<Option<RelayKey>, StorageError> {
+        self.inner.unpin_relay(relay).await
+    }
+
+    async fn repin_relay(
+        &self,
+        relay: RelayName,
+        was: Option<RelayKey>,
+        key: RelayKey,
+    ) -> Result<bool, StorageError> {
+        self.inner.repin_relay(relay, was, key).await
     }
 }
 

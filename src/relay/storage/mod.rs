@@ -35,7 +35,7 @@ pub use snapshot::{
     AgentRecord, InviteRecord, MigrateError, Moved, RelationKind, RelationRecord, RelayPinRecord,
     RequestRecord, Snapshot, WaitingCopies, WaitingCopy,
 };
-pub use sqlite::SqliteStorage;
+pub use sqlite::{SqlitePins, SqliteStorage};
 
 /// A whole backend: every role, over one database, with the relay's id and its metrics.
 pub trait Storage: Registry + ConsentLedger + Queue + RelayPins {

@@ -3,7 +3,7 @@
 
 use std::future::Future;
 
-use super::StorageError;
+use super::{RelayPinRecord, StorageError};
 use crate::protocol::{RelayKey, RelayName};
 
 /// How a relay's presented key compares with the one pinned for it.
@@ -41,6 +41,25 @@ pub trait RelayPins: Send + Sync + 'static {
         &self,
         key: RelayKey,
     ) -> impl Future<Output = Result<Vec<RelayName>, StorageError>> + Send;
+
+    /// Every other relay's pinned key, by name (`mailslot relay pins`).
+    fn relay_pins(&self) -> impl Future<Output = Result<Vec<RelayPinRecord>, StorageError>> + Send;
+
+    /// Removes the pin of `relay`: the key it held, if one was pinned. The next contact with
+    /// `relay` pins the key it presents then, as a first contact.
+    fn unpin_relay(
+        &self,
+        relay: RelayName,
+    ) -> impl Future<Output = Result<Option<RelayKey>, StorageError>> + Send;
+
+    /// Pins `key` for `relay` in place of `was` (`None`: nothing pinned), only while the pin
+    /// is still `was`: the operator decided on the keys they were shown. Whether it changed.
+    fn repin_relay(
+        &self,
+        relay: RelayName,
+        was: Option<RelayKey>,
+        key: RelayKey,
+    ) -> impl Future<Output = Result<bool, StorageError>> + Send;
 
     /// Records `key` as this relay's own unless the database holds one already (a database
     /// from before the key was recorded gets it at its first start), and says how `key`

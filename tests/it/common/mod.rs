@@ -263,11 +263,19 @@ impl TestAgent {
 
     /// Queues a message and syncs with the relay at `url`.
     pub async fn send_url(&self, url: &RelayUrl, message: Message) -> SyncReport {
-        self.store
-            .call(move |s| s.queue_outgoing(&message))
-            .await
-            .unwrap();
+        self.queue(std::slice::from_ref(&message)).await;
         self.sync_url(url).await
+    }
+
+    /// Queues messages in the outbox, in order, without syncing.
+    pub async fn queue(&self, messages: &[Message]) {
+        for m in messages {
+            let m = m.clone();
+            self.store
+                .call(move |s| s.queue_outgoing(&m))
+                .await
+                .unwrap();
+        }
     }
 
     pub fn message(&self, to: &[&TestAgent], subject: &str, body: &str) -> Message {

@@ -169,6 +169,7 @@ async def surface(era: str, client: Client, who: str) -> None:
     check(
         templates
         == [
+            "mailslot://agents/{agent}",
             "mailslot://messages/{message_id}",
             "mailslot://messages/{message_id}/attachments/{index}",
             "mailslot://threads/{thread_id}",
@@ -176,7 +177,7 @@ async def surface(era: str, client: Client, who: str) -> None:
         "resources/templates/list",
         templates,
     )
-    passed(era, "resources/list: inbox, sent, memory, identity, directory; message, attachment and thread templates")
+    passed(era, "resources/list: inbox, sent, memory, identity, directory; agent, message, attachment and thread templates")
 
     prompts = sorted(p.name for p in (await client.list_prompts()).prompts)
     check(prompts == ["reply", "startup", "triage"], "prompts/list", prompts)

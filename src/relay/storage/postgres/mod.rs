@@ -18,7 +18,7 @@ mod registry;
 mod relays;
 mod schema;
 
-use super::{RelayPin, RelayPins};
+use super::{RelayPin, RelayPinRecord, RelayPins};
 use crate::protocol::{RelayKey, RelayName};
 use std::sync::{Arc, OnceLock};
 use std::time::Instant;
@@ -404,6 +404,23 @@ impl RelayPins for PostgresStorage {
 
     async fn relays_pinned_with(&self, key: RelayKey) -> Result<Vec<RelayName>, StorageError> {
         relays::named(&self.client().await?, &key).await
+    }
+
+    async fn relay_pins(&self) -> Result<Vec<RelayPinRecord>, StorageError> {
+        relays::all(&self.client().await?).await
+    }
+
+    async fn unpin_relay(&self, relay: RelayName) -> Result<Option<RelayKey>, StorageError> {
+        relays::unpin(&self.client().await?, &relay).await
+    }
+
+    async fn repin_relay(
+        &self,
+        relay: RelayName,
+        was: Option<RelayKey>,
+        key: RelayKey,
+    ) -> Result<bool, StorageError> {
+        relays::repin(&self.client().await?, &relay, was.as_ref(), &key).await
     }
 }
 

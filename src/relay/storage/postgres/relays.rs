@@ -4,7 +4,7 @@ use deadpool_postgres::Client;
 
 use crate::protocol::{RelayKey, RelayName};
 use crate::relay::storage::relays::{OWN_KEY, compare_own, parse_own_key};
-use crate::relay::storage::{RelayPin, StorageError};
+use crate::relay::storage::{RelayPin, RelayPinRecord, StorageError};
 
 /// Pins `key` for `relay` unless one is pinned, and compares. The insert and the read are two
 /// statements: a pin committed by another node between them is seen by the read (each
@@ -92,6 +92,72 @@ pub(super) async fn named(client: &Client, key: &RelayKey) -> Result<Vec<RelayNa
                 .map_err(|e| StorageError::Database(format!("a pinned relay's name: {e}")))
         })
         .collect()
+}
+
+/// Every pin, by name.
+pub(super) async fn all(client: &Client) -> Result<Vec<RelayPinRecord>, StorageError> {
+    client
+        .query(
+            "SELECT relay, key, pinned_at FROM relay_pins ORDER BY relay",
+            &[],
+        )
+        .await?
+        .into_iter()
+        .map(|row| {
+            let name: String = row.try_get(0)?;
+            let relay = RelayName::new(&name)
+                .map_err(|e| StorageError::Database(format!("a pinned relay's name: {e}")))?;
+            Ok(RelayPinRecord {
+                key: key_of(&relay, row.try_get(1)?)?,
+                relay,
+                pinned_at_ms: row.try_get(2)?,
+            })
+        })
+        .collect()
+}
+
+/// Removes `relay`'s pin: the key it held.
+pub(super) async fn unpin(
+    client: &Client,
+    relay: &RelayName,
+) -> Result<Option<RelayKey>, StorageError> {
+    client
+        .query_opt(
+            "DELETE FROM relay_pins WHERE relay = $1 RETURNING key",
+            &[&relay.as_str()],
+        )
+        .await?
+        .map(|row| key_of(relay, row.try_get(0)?))
+        .transpose()
+}
+
+/// Pins `key` for `relay` in place of `was`, only while the pin is still `was`.
+pub(super) async fn repin(
+    client: &Client,
+    relay: &RelayName,
+    was: Option<&RelayKey>,
+    key: &RelayKey,
+) -> Result<bool, StorageError> {
+    let (name, key, now) = (relay.as_str(), key.as_bytes().as_slice(), super::now_ms());
+    let changed =
+        match was {
+            Some(was) => client
+                .execute(
+                    "UPDATE relay_pins SET key = $2, pinned_at = $3 WHERE relay = $1 AND key = $4",
+                    &[&name, &key, &now, &was.as_bytes().as_slice()],
+                )
+                .await?,
+            None => {
+                client
+                    .execute(
+                        "INSERT INTO relay_pins (relay, key, pinned_at) VALUES ($1, $2, $3)
+                     ON CONFLICT (relay) DO NOTHING",
+                        &[&name, &key, &now],
+                    )
+                    .await?
+            }
+        };
+    Ok(changed == 1)
 }
 
 fn key_of(relay: &RelayName, bytes: Vec<u8>) -> Result<RelayKey, StorageError> {

@@ -34,6 +34,28 @@ impl From<rusqlite::Error> for StorageError {
     }
 }
 
+/// A connection to the existing database at `path`, for a command that changes it beside a
+/// running relay or without one (`to` says what for: "make invites"): it must have this
+/// build's schema, which only the relay brings up to date.
+pub(super) fn open_beside(path: &Path, to: &str) -> Result<Connection, StorageError> {
+    if !path.exists() {
+        return Err(StorageError::Database(format!(
+            "{} does not exist; start the relay with it once, then {to}",
+            path.display()
+        )));
+    }
+    let conn = open(path)?;
+    let version = conn.query_row("PRAGMA user_version", [], |r| r.get::<_, i64>(0))? as usize;
+    let current = super::schema::MIGRATIONS.len();
+    if version != current {
+        return Err(StorageError::Database(format!(
+            "{} has schema {version}, this build {current}: start the relay with it once (it brings the schema up to date), then {to}",
+            path.display()
+        )));
+    }
+    Ok(conn)
+}
+
 /// A connection to the database at `path`, in WAL mode.
 pub(super) fn open(path: &Path) -> Result<Connection, StorageError> {
     let conn = Connection::open(path)?;

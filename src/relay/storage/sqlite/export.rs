@@ -16,14 +16,13 @@ use super::clock::now_ms;
 use super::index::{QueueIndex, WaitingRow};
 use super::{scan, schema, spool};
 use crate::protocol::{
-    Address, AgentName, Bounce, MessageId, OwnerKey, Policy, PublicKeys, RelayKey, RelayName,
-    RequestCode,
+    Address, AgentName, Bounce, MessageId, OwnerKey, Policy, PublicKeys, RequestCode,
 };
 use crate::relay::storage::registry::rotations_from_column;
 use crate::relay::storage::relays::{OWN_KEY, parse_own_key};
 use crate::relay::storage::{
-    AgentRecord, InviteRecord, RelationKind, RelationRecord, RelayPinRecord, RequestRecord,
-    Snapshot, StorageError, WaitingCopy,
+    AgentRecord, InviteRecord, RelationKind, RelationRecord, RequestRecord, Snapshot, StorageError,
+    WaitingCopy,
 };
 
 /// Envelope bytes one chunk of waiting copies holds at most (a single larger copy makes a
@@ -92,7 +91,7 @@ pub(super) fn export(path: &Path) -> Result<Snapshot, StorageError> {
         relations: relations(&conn)?,
         requests: requests(&conn, now)?,
         bounces,
-        relay_pins: relay_pins(&conn)?,
+        relay_pins: super::relays::all(&conn)?,
         damaged_records: scanned.damaged.len(),
         copies: Box::new(Chunks {
             dir: spool::dir_of(path),
@@ -237,22 +236,6 @@ fn bounces(conn: &Connection) -> Result<Vec<(AgentName, Bounce)>, StorageError> 
         ));
     }
     Ok(bounces)
-}
-
-/// Other relays' pinned keys.
-fn relay_pins(conn: &Connection) -> Result<Vec<RelayPinRecord>, StorageError> {
-    let mut stmt = conn.prepare("SELECT relay, key, pinned_at FROM relay_pins ORDER BY relay")?;
-    let mut rows = stmt.query([])?;
-    let mut pins = Vec::new();
-    while let Some(r) = rows.next()? {
-        pins.push(RelayPinRecord {
-            relay: RelayName::new(&r.get::<_, String>(0)?)
-                .map_err(|e| invalid("relay_pins", "relay", e))?,
-            key: RelayKey::from_bytes(key32("relay_pins", "key", r.get(1)?)?),
-            pinned_at_ms: r.get(2)?,
-        });
-    }
-    Ok(pins)
 }
 
 /// The waiting copies, read from the spool a chunk at a time.

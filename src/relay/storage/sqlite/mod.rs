@@ -51,6 +51,7 @@ use self::metrics::SqliteMetrics;
 use self::sync::Syncing;
 use self::writer::Writes;
 use super::{CheckReport, CommitListener, Snapshot, Storage, StorageError, StorageMetrics};
+pub use relays::SqlitePins;
 
 /// SQLite-backed relay storage.
 pub struct SqliteStorage {

@@ -7,7 +7,7 @@ use std::path::Path;
 use rusqlite::{Connection, OptionalExtension, TransactionBehavior, params};
 
 use super::clock::now_ms;
-use super::{SqliteStorage, connect, schema};
+use super::{SqliteStorage, connect};
 use crate::protocol::{AgentName, KeyRotation, OwnerKey, PublicKeys};
 use crate::relay::storage::registry::{rotations_column_with, rotations_from_column};
 use crate::relay::storage::{InviteDigest, Registration, Registry, StorageError};
@@ -16,21 +16,7 @@ impl SqliteStorage {
     /// Adds invites (their digests) to the database at `path`, beside a running relay or
     /// without one; the database must exist with the current schema.
     pub fn add_invites(path: &Path, digests: &[InviteDigest]) -> Result<(), StorageError> {
-        if !path.exists() {
-            return Err(StorageError::Database(format!(
-                "{} does not exist; start the relay with it once, then make invites",
-                path.display()
-            )));
-        }
-        let mut conn = connect::open(path)?;
-        let version = conn.query_row("PRAGMA user_version", [], |r| r.get::<_, i64>(0))? as usize;
-        if version != schema::MIGRATIONS.len() {
-            return Err(StorageError::Database(format!(
-                "{} has schema {version}, this build {}: start the relay with it once (it brings the schema up to date), then make invites",
-                path.display(),
-                schema::MIGRATIONS.len()
-            )));
-        }
+        let mut conn = connect::open_beside(path, "make invites")?;
         let tx = conn.transaction_with_behavior(TransactionBehavior::Immediate)?;
         for digest in digests {
             tx.execute(
