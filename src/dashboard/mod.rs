@@ -38,12 +38,12 @@ use crate::protocol::RelayName;
 #[derive(Debug, thiserror::Error)]
 pub enum DashboardError {
     /// The address could not be bound.
-    #[error("cannot listen on {addr}: {source}; pick another with --listen")]
+    #[error("cannot listen on {addr}: {os}; pick another with --listen")]
     Listen {
         /// The address.
         addr: SocketAddr,
-        /// What the OS said.
-        source: std::io::Error,
+        /// What the OS said (in the message, not as a source, so a chain prints it once).
+        os: std::io::Error,
     },
     /// The home's agents could not be listed or opened.
     #[error(transparent)]
@@ -91,16 +91,14 @@ impl Dashboard {
     pub async fn start(config: DashboardConfig) -> Result<Self, DashboardError> {
         let listener = tokio::net::TcpListener::bind(config.listen)
             .await
-            .map_err(|source| DashboardError::Listen {
+            .map_err(|os| DashboardError::Listen {
                 addr: config.listen,
-                source,
+                os,
             })?;
-        let addr = listener
-            .local_addr()
-            .map_err(|source| DashboardError::Listen {
-                addr: config.listen,
-                source,
-            })?;
+        let addr = listener.local_addr().map_err(|os| DashboardError::Listen {
+            addr: config.listen,
+            os,
+        })?;
         let agents = Arc::new(agents::Agents::new(
             config.paths.clone(),
             config.relay.clone(),

@@ -91,12 +91,14 @@ pub enum RelayError {
         file: String,
     },
     /// The listen address could not be bound.
-    #[error("cannot listen on {addr}: {source}")]
+    #[error(
+        "cannot listen on {addr}: {os}; is another relay running there? Pick another with --listen"
+    )]
     Bind {
         /// The address.
         addr: SocketAddr,
-        /// What the OS said.
-        source: std::io::Error,
+        /// What the OS said (in the message, not as a source, so a chain prints it once).
+        os: std::io::Error,
     },
 }
 
@@ -183,16 +185,15 @@ impl Relay {
         presence: impl FnOnce(watch::Receiver<bool>) -> Arc<P>,
     ) -> Result<Self, RelayError> {
         check_own_key(&storage, &config, &identity).await?;
-        let listener =
-            TcpListener::bind(config.listen)
-                .await
-                .map_err(|source| RelayError::Bind {
-                    addr: config.listen,
-                    source,
-                })?;
-        let addr = listener.local_addr().map_err(|source| RelayError::Bind {
+        let listener = TcpListener::bind(config.listen)
+            .await
+            .map_err(|os| RelayError::Bind {
+                addr: config.listen,
+                os,
+            })?;
+        let addr = listener.local_addr().map_err(|os| RelayError::Bind {
             addr: config.listen,
-            source,
+            os,
         })?;
         let relay_id = storage.relay_id().to_owned();
         let name = match &config.host {

@@ -1368,3 +1368,31 @@ fn relay_commands_with_db_act_on_the_relay_that_uses_it() {
     let listening: Vec<&String> = log.iter().filter(|l| l.contains("listening")).collect();
     assert_eq!(listening.len(), 1, "said once: {log:#?}");
 }
+
+#[test]
+fn a_taken_listen_address_is_one_sentence_with_the_os_reason_once() {
+    let taken = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let addr = taken.local_addr().unwrap().to_string();
+    let dir = tempfile::tempdir().unwrap();
+    let db = dir.path().join("relay.db");
+    let out = std::process::Command::new(env!("CARGO_BIN_EXE_mailslot"))
+        .args(["relay", "--listen", &addr, "--db"])
+        .arg(&db)
+        .env_clear()
+        .env("MAILSLOT_HOME", dir.path())
+        .stdin(std::process::Stdio::null())
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(1), "{out:?}");
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        stderr.contains(&format!("cannot listen on {addr}")),
+        "{stderr}"
+    );
+    assert!(stderr.contains("--listen"), "names the fix: {stderr}");
+    assert_eq!(
+        stderr.matches("os error").count(),
+        1,
+        "the OS's reason once: {stderr}"
+    );
+}
