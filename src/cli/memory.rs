@@ -7,7 +7,10 @@ use serde::Serialize;
 
 use super::{Ctx, output};
 use crate::protocol::MemoryId;
-use crate::store::MAX_MEMORY_BYTES;
+use crate::store::{IdPart, MAX_MEMORY_BYTES, Recalled, StoreError};
+
+/// `recall`'s `--limit` when none is given (its default in `cli/mod.rs`).
+const DEFAULT_RECALL_LIMIT: u32 = 10;
 
 pub(super) fn remember(
     ctx: &Ctx,
@@ -49,20 +52,44 @@ fn read_stdin(ctx: &Ctx) -> anyhow::Result<String> {
     String::from_utf8(buf).context("text on stdin is not UTF-8")
 }
 
-pub(super) fn recall(ctx: &Ctx, query: Option<String>, limit: u32) -> anyhow::Result<()> {
+/// With a query, the best matches (ranked, not paged); without, the most recent memories,
+/// a page at a time (`--before ID`).
+pub(super) fn recall(
+    ctx: &Ctx,
+    query: Option<String>,
+    limit: u32,
+    before: Option<IdPart>,
+) -> anyhow::Result<()> {
     let agent = ctx.open_agent()?;
-    let found = agent.store.recall(query.as_deref(), limit as usize)?;
+    let before = before
+        .map(|part| agent.store.resolve_memory(&part))
+        .transpose()?;
+    let (found, more) = match &query {
+        Some(q) => (agent.store.recall(Some(q), limit as usize)?, 0),
+        None => {
+            let page = agent
+                .store
+                .recent_memories(limit as usize, before.as_ref())?;
+            let found = page
+                .items
+                .into_iter()
+                .map(|memory| Recalled { memory, score: 0.0 })
+                .collect();
+            (found, page.more)
+        }
+    };
     output::emit(ctx.json, &found, |found| {
-        if found.is_empty() {
-            return match &query {
-                Some(q) => format!("no memories match {q:?}"),
-                None => format!(
+        let Some(last) = found.last() else {
+            return match (&query, before) {
+                (Some(q), _) => format!("no memories match {q:?}"),
+                (None, Some(id)) => format!("no more memories after {id}"),
+                (None, None) => format!(
                     "no memories yet: {}",
                     output::command(&agent.name, "remember \"…\"")
                 ),
             };
-        }
-        found
+        };
+        let mut lines: Vec<String> = found
             .iter()
             .map(|r| {
                 let m = &r.memory;
@@ -79,8 +106,23 @@ pub(super) fn recall(ctx: &Ctx, query: Option<String>, limit: u32) -> anyhow::Re
                     output::one_line(&m.body, 96)
                 )
             })
-            .collect::<Vec<_>>()
-            .join("\n")
+            .collect();
+        if more > 0 {
+            let args = if limit == DEFAULT_RECALL_LIMIT {
+                "recall".to_owned()
+            } else {
+                format!("recall --limit {limit}")
+            };
+            lines.push(super::mail::next_page(
+                &agent.name,
+                (found.len(), more),
+                before.is_none(),
+                "memories",
+                args,
+                last.memory.id,
+            ));
+        }
+        lines.join("\n")
     })
 }
 
@@ -89,13 +131,20 @@ struct Forgotten {
     id: MemoryId,
 }
 
-pub(super) fn forget(ctx: &Ctx, id: MemoryId) -> anyhow::Result<()> {
+/// Deletes the memory `part` names: its id, or its first or last characters when they name
+/// one memory (as `read` finds a message).
+pub(super) fn forget(ctx: &Ctx, part: IdPart) -> anyhow::Result<()> {
     let mut agent = ctx.open_agent()?;
-    if !agent.store.forget(&id)? {
-        bail!(
-            "no memory with id {id}; `{}` lists them",
+    let id = match agent.store.resolve_memory(&part) {
+        Ok(id) => id,
+        Err(e @ StoreError::NoSuchMemory { .. }) => bail!(
+            "{e}; `{}` lists them",
             output::command(&agent.name, "recall")
-        );
+        ),
+        Err(e) => return Err(e.into()),
+    };
+    if !agent.store.forget(&id)? {
+        bail!("memory {id} went away while it was forgotten");
     }
     output::emit(ctx.json, &Forgotten { id }, |f| format!("forgot {}", f.id))
 }
