@@ -6,6 +6,7 @@ use anyhow::{Context, bail};
 use serde::Serialize;
 
 use super::{Ctx, output};
+use crate::agent::Agent;
 use crate::protocol::MemoryId;
 use crate::store::{IdPart, MAX_MEMORY_BYTES, Recalled, StoreError};
 
@@ -61,9 +62,7 @@ pub(super) fn recall(
     before: Option<IdPart>,
 ) -> anyhow::Result<()> {
     let agent = ctx.open_agent()?;
-    let before = before
-        .map(|part| agent.store.resolve_memory(&part))
-        .transpose()?;
+    let before = before.map(|part| resolve(&agent, &part)).transpose()?;
     let (found, more) = match &query {
         Some(q) => (agent.store.recall(Some(q), limit as usize)?, 0),
         None => {
@@ -126,6 +125,18 @@ pub(super) fn recall(
     })
 }
 
+/// The memory `part` names, with what to run when it names none.
+fn resolve(agent: &Agent, part: &IdPart) -> anyhow::Result<MemoryId> {
+    match agent.store.resolve_memory(part) {
+        Ok(id) => Ok(id),
+        Err(e @ StoreError::NoSuchMemory { .. }) => bail!(
+            "{e}; `{}` lists them",
+            output::command(&agent.name, "recall")
+        ),
+        Err(e) => Err(e.into()),
+    }
+}
+
 #[derive(Serialize)]
 struct Forgotten {
     id: MemoryId,
@@ -135,14 +146,7 @@ struct Forgotten {
 /// one memory (as `read` finds a message).
 pub(super) fn forget(ctx: &Ctx, part: IdPart) -> anyhow::Result<()> {
     let mut agent = ctx.open_agent()?;
-    let id = match agent.store.resolve_memory(&part) {
-        Ok(id) => id,
-        Err(e @ StoreError::NoSuchMemory { .. }) => bail!(
-            "{e}; `{}` lists them",
-            output::command(&agent.name, "recall")
-        ),
-        Err(e) => return Err(e.into()),
-    };
+    let id = resolve(&agent, &part)?;
     if !agent.store.forget(&id)? {
         bail!("memory {id} went away while it was forgotten");
     }

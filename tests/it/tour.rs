@@ -1,6 +1,9 @@
 //! The README's tour, walked exactly as printed: its `sh` block is read at test time and each
 //! line run as the binary in a fresh home, against a relay process, with what the reader would
-//! check asserted at every step. A tour and a CLI that drift apart fail here.
+//! check asserted at every step. A tour and a CLI that drift apart fail here. The relay is the
+//! test's own, named by `MAILSLOT_RELAY`, where a reader's first `init` starts one on
+//! 127.0.0.1:7878 (`embedded.rs` tests that); the tour's `wait` keeps its printed timeout, as
+//! bob's answer is already waiting when it runs.
 
 use std::path::Path;
 use std::process::{Command, Output, Stdio};
