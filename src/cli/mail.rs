@@ -10,7 +10,7 @@ use serde::Serialize;
 use super::{Ctx, output};
 use crate::agent::Agent;
 use crate::doorbell::frame::signature_line;
-use crate::mailbox::{Folders, save_file};
+use crate::mailbox::{FileError, Folders, save_file};
 use crate::protocol::{Address, AgentName, Importance, MessageId, ThreadId};
 use crate::store::{
     Direction, IdPart, InboxQuery, MAX_SEARCH_RESULTS, RecipientState, SentItem, SentState,
@@ -284,13 +284,20 @@ fn save_attachments(agent: &Agent, stored: &StoredMessage, dir: &Path) -> anyhow
             .store
             .attachment(&id, index)?
             .with_context(|| format!("attachment {index} of {id} went away"))?;
-        let path = save_file(
+        let path = match save_file(
             "--save",
             &dir.join(&a.name),
             &a.bytes,
             &Folders::Anywhere,
             false,
-        )?;
+        ) {
+            Ok(path) => path,
+            // The shared words name the MCP tool's `overwrite`, which the CLI does not have.
+            Err(FileError::Exists { path, .. }) => bail!(
+                "--save: {path} exists, and a saved attachment never replaces a file; move it, or save into another folder"
+            ),
+            Err(e) => return Err(e.into()),
+        };
         eprintln!(
             "saved {} ({} bytes, sha256 {})",
             path.display(),

@@ -944,7 +944,7 @@ fn read_save_makes_the_folder_and_a_failed_save_leaves_the_message_unread() {
     let taken = home.run(&["--agent", "bob", "read", &second, "--save", "./inbox-files"]);
     assert_eq!(taken.status.code(), Some(1));
     assert!(
-        stderr(&taken).contains("notes.txt exists"),
+        stderr(&taken).contains("notes.txt exists, and a saved attachment never replaces a file"),
         "{}",
         stderr(&taken)
     );
