@@ -239,6 +239,20 @@ pub(super) fn read(ctx: &Ctx, part: IdPart, save: Option<&Path>) -> anyhow::Resu
     })
 }
 
+/// The last line of a ranked listing (`search`, `recall WORDS`) that returned all it could:
+/// more may match, and how to find them.
+pub(super) fn more_may_match(shown: usize, limit: u32) -> Option<String> {
+    let limit = limit as usize;
+    (shown == limit.min(MAX_SEARCH_RESULTS)).then(|| {
+        let raise = if limit < MAX_SEARCH_RESULTS {
+            format!(", or raise --limit (up to {MAX_SEARCH_RESULTS} are ranked)")
+        } else {
+            format!(" (at most {MAX_SEARCH_RESULTS} are ranked)")
+        };
+        format!("the best {shown} matches; more may match: add words to narrow it{raise}")
+    })
+}
+
 /// Search ranks what it finds (relevance and recency) and is not paged: its last line says
 /// when more may match, and how to find them.
 pub(super) fn search(ctx: &Ctx, query: &str, limit: u32) -> anyhow::Result<()> {
@@ -251,15 +265,11 @@ pub(super) fn search(ctx: &Ctx, query: &str, limit: u32) -> anyhow::Result<()> {
         .collect();
     output::emit(ctx.json, &items, |items| {
         if items.is_empty() {
-            format!("no mail matches {query:?}")
-        } else if items.len() == limit as usize {
-            format!(
-                "{}\nthe best {} matches; more may match: add words to narrow the search, or raise --limit (up to {MAX_SEARCH_RESULTS} are ranked)",
-                listing(items),
-                items.len()
-            )
-        } else {
-            listing(items)
+            return format!("no mail matches {query:?}");
+        }
+        match more_may_match(items.len(), limit) {
+            Some(hint) => format!("{}\n{hint}", listing(items)),
+            None => listing(items),
         }
     })
 }

@@ -106,6 +106,11 @@ pub(super) fn recall(
                 )
             })
             .collect();
+        if query.is_some()
+            && let Some(hint) = super::mail::more_may_match(found.len(), limit)
+        {
+            lines.push(hint);
+        }
         if more > 0 {
             let args = if limit == DEFAULT_RECALL_LIMIT {
                 "recall".to_owned()

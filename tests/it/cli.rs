@@ -1212,6 +1212,17 @@ fn long_listings_come_in_pages_that_continue_exactly_where_the_last_stopped() {
     let newest: Vec<String> = memories.iter().rev().map(|m| m.id.to_string()).collect();
     assert_eq!(ids, newest);
     assert_eq!(hints.len(), 4, "{hints:?}");
+    // Ranked listings are not paged, and say when more may match.
+    assert!(
+        home.ok(&["--agent", "bob", "search", "b", "--limit", "5"])
+            .contains(
+                "the best 5 matches; more may match: add words to narrow it, or raise --limit"
+            )
+    );
+    assert!(
+        home.ok(&["--agent", "bob", "recall", "note", "--limit", "5"])
+            .contains("the best 5 matches; more may match")
+    );
     // A page past the end says so.
     let last = &all[all.len() - 1];
     assert!(
