@@ -74,8 +74,8 @@ fn listing(items: &[Summary]) -> String {
         .join("\n")
 }
 
-/// The limit a listing uses when none is given (`--limit`'s default in `cli/mod.rs`).
-const DEFAULT_LIMIT: u32 = 50;
+/// The limit `inbox` and `sent` use when none is given (their `--limit`'s default).
+pub(super) const DEFAULT_LIMIT: u32 = 50;
 
 /// The last line of a page that has more after it: how many, and the command that lists
 /// them (`args` with `--before` the page's last id). On the first page, how many in all.
@@ -124,7 +124,10 @@ pub(super) fn inbox(
     output::emit(ctx.json, &items, |items| {
         let what = if all { "messages" } else { "unread" };
         match (items.last(), before) {
-            (None, Some(id)) => format!("no more {what} after {id}"),
+            (None, Some(id)) => {
+                let what = if all { "messages" } else { "unread mail" };
+                format!("no more {what} after {id}")
+            }
             (None, None) if all => "no mail yet".into(),
             (None, None) => format!(
                 "no unread mail ({} shows read mail too)",

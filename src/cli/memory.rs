@@ -10,8 +10,8 @@ use crate::agent::Agent;
 use crate::protocol::MemoryId;
 use crate::store::{IdPart, MAX_MEMORY_BYTES, Recalled, StoreError};
 
-/// `recall`'s `--limit` when none is given (its default in `cli/mod.rs`).
-const DEFAULT_RECALL_LIMIT: u32 = 10;
+/// `recall`'s `--limit` when none is given.
+pub(super) const DEFAULT_RECALL_LIMIT: u32 = 10;
 
 pub(super) fn remember(
     ctx: &Ctx,

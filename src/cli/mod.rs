@@ -132,7 +132,7 @@ pub enum Command {
         /// Words to look for
         query: Option<String>,
         /// At most this many
-        #[arg(long, default_value_t = 10, value_parser = clap::value_parser!(u32).range(1..=1000))]
+        #[arg(long, default_value_t = memory::DEFAULT_RECALL_LIMIT, value_parser = clap::value_parser!(u32).range(1..=1000))]
         limit: u32,
         /// Without a query: the memories after this one (the last a page listed)
         #[arg(long, value_name = "ID", value_parser = memory_id_part, conflicts_with = "query")]
@@ -153,7 +153,7 @@ pub enum Command {
         #[arg(long)]
         all: bool,
         /// At most this many
-        #[arg(long, default_value_t = 50, value_parser = clap::value_parser!(u32).range(1..=1000))]
+        #[arg(long, default_value_t = mail::DEFAULT_LIMIT, value_parser = clap::value_parser!(u32).range(1..=1000))]
         limit: u32,
         /// Only mail of at least this importance: high lists high and urgent, urgent only urgent
         #[arg(long, value_name = "LEVEL")]
@@ -193,7 +193,7 @@ pub enum Command {
         #[arg(long, value_name = "STATE")]
         state: Option<SentState>,
         /// At most this many
-        #[arg(long, default_value_t = 50, value_parser = clap::value_parser!(u32).range(1..=1000))]
+        #[arg(long, default_value_t = mail::DEFAULT_LIMIT, value_parser = clap::value_parser!(u32).range(1..=1000))]
         limit: u32,
         /// The next page: the messages after this one (the last a page listed)
         #[arg(long, value_name = "ID")]
