@@ -149,7 +149,7 @@ pub enum Command {
         after_help = "Examples:\n  mailslot inbox\n  mailslot inbox --all --limit 200\n  mailslot --json inbox | jq -r '.[].subject'"
     )]
     Inbox {
-        /// Include mail already read
+        /// Include mail already read (all of it newest first, unread marked *)
         #[arg(long)]
         all: bool,
         /// At most this many

@@ -126,36 +126,6 @@ impl Default for InboxQuery {
     }
 }
 
-/// The inbox's two groups, as conditions on `messages` over [`inbox_params`]: ?1 unread
-/// only, ?2 sender, ?3 thread, ?5 least importance, and where a page starts: after `seq` ?6,
-/// with the unread group behind it when ?7.
-const INBOX_FILTERS: &str = "direction = 'in'
-       AND (?2 IS NULL OR sender = ?2)
-       AND (?3 IS NULL OR thread_id = ?3)
-       AND (?5 IS NULL OR importance >= ?5)";
-const INBOX_UNREAD: &str = "read_at IS NULL AND ?7 = 0 AND (?6 IS NULL OR seq < ?6)";
-const INBOX_READ: &str = "?1 = 0 AND read_at IS NOT NULL AND (?6 IS NULL OR ?7 = 0 OR seq < ?6)";
-
-/// Where a page of the inbox starts: after the message `seq`; past the unread group when
-/// `unread_done`.
-#[derive(Debug, Clone, Copy)]
-struct InboxAfter {
-    seq: i64,
-    unread_done: bool,
-}
-
-fn inbox_params(q: &InboxQuery, after: Option<InboxAfter>, limit: i64) -> impl rusqlite::Params {
-    (
-        q.unread_only,
-        q.from.as_ref().map(ToString::to_string),
-        q.thread.map(|t| t.to_string()),
-        limit,
-        q.importance.map(Importance::rank),
-        after.map(|a| a.seq),
-        after.is_some_and(|a| a.unread_done),
-    )
-}
-
 /// What the unread-mail notice shows: facts mailslot verified, never a sender's words.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
 pub struct UnreadSummary {
@@ -384,75 +354,104 @@ impl Store {
 
     /// Received messages: unread first, newest first within each group.
     pub fn inbox(&self, q: &InboxQuery) -> Result<Vec<StoredMessage>, StoreError> {
-        self.inbox_rows(q, None)
+        // Each group is read in index order and cut at the limit before any row is built: the
+        // columns (the JSON, the bounce and receipt subqueries) are computed for the listed
+        // messages only, not for every received one. `messages_read` must be named: the
+        // planner otherwise takes `messages_inbox` and sorts every read message.
+        const FILTERS: &str = "(?2 IS NULL OR sender = ?2)
+               AND (?3 IS NULL OR thread_id = ?3)
+               AND (?5 IS NULL OR importance >= ?5)";
+        let mut stmt = self.conn.prepare_cached(&format!(
+            "SELECT {COLUMNS} FROM messages WHERE seq IN (
+                 SELECT seq FROM (SELECT seq FROM messages
+                     WHERE direction = 'in' AND read_at IS NULL AND {FILTERS}
+                     ORDER BY seq DESC LIMIT ?4)
+                 UNION ALL
+                 SELECT seq FROM (SELECT seq FROM messages INDEXED BY messages_read
+                     WHERE ?1 = 0 AND direction = 'in' AND read_at IS NOT NULL AND {FILTERS}
+                     ORDER BY seq DESC LIMIT ?4))
+             ORDER BY read_at IS NOT NULL, seq DESC
+             LIMIT ?4"
+        ))?;
+        let rows = stmt.query_map(
+            params![
+                q.unread_only,
+                q.from.as_ref().map(ToString::to_string),
+                q.thread.map(|t| t.to_string()),
+                q.limit as i64,
+                q.importance.map(Importance::rank),
+            ],
+            from_row,
+        )?;
+        rows.map(|r| decode(r?)).collect()
     }
 
-    /// A page of [`Store::inbox`]: the messages listed after `before` (the last message of
-    /// the page before; the first page without it), and how many follow them.
+    /// A page of received messages, newest first by arrival (`seq`): the unread ones, or all
+    /// of them (`q.unread_only`), after `before` (the last message of the page before; the
+    /// first page without it), and how many follow them. All of them are not unread first, as
+    /// [`Store::inbox`] lists them: reading a message must not move it between pages, or the
+    /// next page would skip or repeat some.
     pub fn inbox_page(
         &self,
         q: &InboxQuery,
         before: Option<&MessageId>,
     ) -> Result<Page<StoredMessage>, StoreError> {
-        let after = before.map(|id| self.inbox_position(id, q)).transpose()?;
-        let items = self.inbox_rows(q, after)?;
-        let mut count = self.conn.prepare_cached(&format!(
-            "SELECT (SELECT count(*) FROM messages WHERE {INBOX_UNREAD} AND {INBOX_FILTERS})
-                  + (SELECT count(*) FROM messages INDEXED BY messages_read
-                     WHERE {INBOX_READ} AND {INBOX_FILTERS})"
-        ))?;
-        let listed: i64 = count.query_row(inbox_params(q, after, i64::MAX), |r| r.get(0))?;
+        let after: Option<i64> = before
+            .map(|id| {
+                self.conn
+                    .query_row(
+                        "SELECT seq FROM messages WHERE id = ?1 AND direction = 'in'",
+                        [id.to_string()],
+                        |r| r.get(0),
+                    )
+                    .optional()?
+                    .ok_or_else(|| {
+                        StoreError::from(ValidationError::new(
+                            "--before",
+                            format!("{id} is not a received message; give the last id a page of the inbox listed"),
+                        ))
+                    })
+            })
+            .transpose()?;
+        // Two statements, so the unread are found on their index (`messages_inbox`).
+        let listed = format!(
+            "direction = 'in' {}
+               AND (?1 IS NULL OR sender = ?1)
+               AND (?2 IS NULL OR thread_id = ?2)
+               AND (?3 IS NULL OR importance >= ?3)
+               AND (?4 IS NULL OR seq < ?4)",
+            if q.unread_only {
+                "AND read_at IS NULL"
+            } else {
+                ""
+            }
+        );
+        let params = params![
+            q.from.as_ref().map(ToString::to_string),
+            q.thread.map(|t| t.to_string()),
+            q.importance.map(Importance::rank),
+            after,
+            q.limit as i64,
+        ];
+        // Only the listed messages are read whole.
+        let items = self
+            .conn
+            .prepare_cached(&format!(
+                "SELECT {COLUMNS} FROM messages WHERE seq IN (
+                     SELECT seq FROM messages WHERE {listed} ORDER BY seq DESC LIMIT ?5)
+                 ORDER BY seq DESC"
+            ))?
+            .query_map(params, from_row)?
+            .map(|r| decode(r?))
+            .collect::<Result<Vec<_>, _>>()?;
+        let count: i64 = self
+            .conn
+            .prepare_cached(&format!("SELECT count(*) FROM messages WHERE {listed}"))?
+            .query_row(&params[..4], |r| r.get(0))?;
         Ok(Page {
-            more: (listed as u64).saturating_sub(items.len() as u64),
+            more: (count as u64).saturating_sub(items.len() as u64),
             items,
         })
-    }
-
-    /// Where the received message `id` stands in the inbox's order: its `seq`, and whether
-    /// the unread group is behind it (a read message, when read mail is listed too).
-    fn inbox_position(&self, id: &MessageId, q: &InboxQuery) -> Result<InboxAfter, StoreError> {
-        self.conn
-            .query_row(
-                "SELECT seq, read_at IS NOT NULL FROM messages WHERE id = ?1 AND direction = 'in'",
-                [id.to_string()],
-                |r| {
-                    Ok(InboxAfter {
-                        seq: r.get(0)?,
-                        unread_done: !q.unread_only && r.get::<_, bool>(1)?,
-                    })
-                },
-            )
-            .optional()?
-            .ok_or_else(|| {
-                ValidationError::new(
-                    "--before",
-                    format!("{id} is not a received message; give the last id a page of the inbox listed"),
-                )
-                .into()
-            })
-    }
-
-    fn inbox_rows(
-        &self,
-        q: &InboxQuery,
-        after: Option<InboxAfter>,
-    ) -> Result<Vec<StoredMessage>, StoreError> {
-        // Each group is read in index order and cut at the limit before any row is built: the
-        // columns (the JSON, the bounce and receipt subqueries) are computed for the listed
-        // messages only, not for every received one. `messages_read` must be named: the
-        // planner otherwise takes `messages_inbox` and sorts every read message.
-        let mut stmt = self.conn.prepare_cached(&format!(
-            "SELECT {COLUMNS} FROM messages WHERE seq IN (
-                 SELECT seq FROM (SELECT seq FROM messages WHERE {INBOX_UNREAD} AND {INBOX_FILTERS}
-                     ORDER BY seq DESC LIMIT ?4)
-                 UNION ALL
-                 SELECT seq FROM (SELECT seq FROM messages INDEXED BY messages_read
-                     WHERE {INBOX_READ} AND {INBOX_FILTERS} ORDER BY seq DESC LIMIT ?4))
-             ORDER BY read_at IS NOT NULL, seq DESC
-             LIMIT ?4"
-        ))?;
-        let rows = stmt.query_map(inbox_params(q, after, q.limit as i64), from_row)?;
-        rows.map(|r| decode(r?)).collect()
     }
 
     /// Every message of a thread, in and out, oldest first.
