@@ -9,10 +9,12 @@ use serde::Serialize;
 
 use super::{Ctx, output};
 use crate::agent::Agent;
-use crate::mailbox::{Folders, save_file};
-use crate::protocol::{Address, Importance, MessageId, ThreadId};
+use crate::doorbell::frame::signature_line;
+use crate::mailbox::{FileError, Folders, save_file};
+use crate::protocol::{Address, AgentName, Importance, MessageId, ThreadId};
 use crate::store::{
-    Direction, IdPart, InboxQuery, RecipientState, SentItem, SentState, StoredMessage, Trust,
+    Direction, IdPart, InboxQuery, MAX_SEARCH_RESULTS, RecipientState, SentItem, SentState,
+    StoredMessage, Trust,
 };
 
 /// One line of a listing; `read` shows the whole message.
@@ -72,46 +74,87 @@ fn listing(items: &[Summary]) -> String {
         .join("\n")
 }
 
+/// The limit `inbox` and `sent` use when none is given (their `--limit`'s default).
+pub(super) const DEFAULT_LIMIT: u32 = 50;
+
+/// The last line of a page that has more after it: how many, and the command that lists
+/// them (`args` with `--before` the page's last id). On the first page, how many in all.
+pub(super) fn next_page(
+    agent: &AgentName,
+    page: (usize, u64),
+    first: bool,
+    what: &str,
+    args: String,
+    last: impl std::fmt::Display,
+) -> String {
+    let (shown, more) = page;
+    let more_line = format!(
+        "{more} more: `{}`",
+        output::command(agent, format_args!("{args} --before {last}"))
+    );
+    if first {
+        format!(
+            "{shown} of {} {what} shown; {more_line}",
+            shown as u64 + more
+        )
+    } else {
+        more_line
+    }
+}
+
 pub(super) fn inbox(
     ctx: &Ctx,
     all: bool,
     limit: u32,
     importance: Option<Importance>,
+    before: Option<IdPart>,
 ) -> anyhow::Result<()> {
     let agent = ctx.open_agent()?;
+    let before = before
+        .map(|part| resolve(&agent, &part).map(|(id, _)| id))
+        .transpose()?;
     let q = InboxQuery {
         unread_only: !all,
         limit: limit as usize,
         importance,
         ..InboxQuery::default()
     };
-    let items: Vec<Summary> = agent.store.inbox(&q)?.iter().map(Summary::from).collect();
-    let total = agent.store.received_count(!all)?;
+    let page = agent.store.inbox_page(&q, before.as_ref())?;
+    let items: Vec<Summary> = page.items.iter().map(Summary::from).collect();
     output::emit(ctx.json, &items, |items| {
-        if (items.len() as u64) < total {
-            let what = if all { "messages" } else { "unread" };
-            let more = format!(
-                "inbox{} --limit {}",
-                if all { " --all" } else { "" },
-                total.min(1000)
-            );
-            format!(
-                "{}\n{} of {total} {what} shown; `{}` shows more",
-                listing(items),
-                items.len(),
-                output::command(&agent.name, &more)
-            )
-        } else if items.is_empty() {
-            if all {
-                "no mail yet".into()
-            } else {
-                format!(
-                    "no unread mail ({} shows read mail too)",
-                    output::command(&agent.name, "inbox --all")
-                )
+        let what = if all { "messages" } else { "unread" };
+        match (items.last(), before) {
+            (None, Some(id)) => {
+                let what = if all { "messages" } else { "unread mail" };
+                format!("no more {what} after {id}")
             }
-        } else {
-            listing(items)
+            (None, None) if all => "no mail yet".into(),
+            (None, None) => format!(
+                "no unread mail ({} shows read mail too)",
+                output::command(&agent.name, "inbox --all")
+            ),
+            (Some(last), _) if page.more > 0 => {
+                let mut args = "inbox".to_owned();
+                if all {
+                    args += " --all";
+                }
+                if let Some(level) = importance {
+                    args += &format!(" --importance {level}");
+                }
+                if limit != DEFAULT_LIMIT {
+                    args += &format!(" --limit {limit}");
+                }
+                let next = next_page(
+                    &agent.name,
+                    (items.len(), page.more),
+                    before.is_none(),
+                    what,
+                    args,
+                    last.id,
+                );
+                format!("{}\n{next}", listing(items))
+            }
+            (Some(_), _) => listing(items),
         }
     })
 }
@@ -136,31 +179,13 @@ pub(super) fn resolve(agent: &Agent, part: &IdPart) -> anyhow::Result<(MessageId
 pub(super) fn read(ctx: &Ctx, part: IdPart, save: Option<&Path>) -> anyhow::Result<()> {
     let mut agent = ctx.open_agent()?;
     let (id, mut stored) = resolve(&agent, &part)?;
+    // Saved before it is marked read: a failed save leaves the message unread.
+    if let Some(dir) = save {
+        save_attachments(&agent, &stored, dir)?;
+    }
     if stored.read_at.is_none() {
         agent.store.mark_read(&agent.address(), &[id])?;
         stored = agent.store.message(&id)?.unwrap_or(stored);
-    }
-    if let Some(dir) = save {
-        // One attachment in memory at a time; names are plain file names (validated).
-        for index in 0..stored.attachments.len() {
-            let a = agent
-                .store
-                .attachment(&id, index)?
-                .with_context(|| format!("attachment {index} of {id} went away"))?;
-            let path = save_file(
-                "--save",
-                &dir.join(&a.name),
-                &a.bytes,
-                &Folders::Anywhere,
-                false,
-            )?;
-            eprintln!(
-                "saved {} ({} bytes, sha256 {})",
-                path.display(),
-                a.size,
-                a.sha256
-            );
-        }
     }
     output::emit(ctx.json, &stored, |s| {
         let m = &s.message;
@@ -171,9 +196,9 @@ pub(super) fn read(ctx: &Ctx, part: IdPart, save: Option<&Path>) -> anyhow::Resu
                 .join(", ")
         };
         let mut out = format!(
-            "From:    {}  ({:?})\nTo:      {}\n",
+            "From:    {}\nSignature: {}\nTo:      {}\n",
             m.from,
-            s.trust,
+            signature_line(s.trust, &m.from),
             list(&m.to)
         );
         if !m.cc.is_empty() {
@@ -217,6 +242,22 @@ pub(super) fn read(ctx: &Ctx, part: IdPart, save: Option<&Path>) -> anyhow::Resu
     })
 }
 
+/// The last line of a ranked listing (`search`, `recall WORDS`) that returned all it could:
+/// more may match, and how to find them.
+pub(super) fn more_may_match(shown: usize, limit: u32) -> Option<String> {
+    let limit = limit as usize;
+    (shown == limit.min(MAX_SEARCH_RESULTS)).then(|| {
+        let raise = if limit < MAX_SEARCH_RESULTS {
+            format!(", or raise --limit (up to {MAX_SEARCH_RESULTS} are ranked)")
+        } else {
+            format!(" (at most {MAX_SEARCH_RESULTS} are ranked)")
+        };
+        format!("the best {shown} matches; more may match: add words to narrow it{raise}")
+    })
+}
+
+/// Search ranks what it finds (relevance and recency) and is not paged: its last line says
+/// when more may match, and how to find them.
 pub(super) fn search(ctx: &Ctx, query: &str, limit: u32) -> anyhow::Result<()> {
     let agent = ctx.open_agent()?;
     let items: Vec<Summary> = agent
@@ -227,11 +268,57 @@ pub(super) fn search(ctx: &Ctx, query: &str, limit: u32) -> anyhow::Result<()> {
         .collect();
     output::emit(ctx.json, &items, |items| {
         if items.is_empty() {
-            format!("no mail matches {query:?}")
-        } else {
-            listing(items)
+            return format!("no mail matches {query:?}");
+        }
+        match more_may_match(items.len(), limit) {
+            Some(hint) => format!("{}\n{hint}", listing(items)),
+            None => listing(items),
         }
     })
+}
+
+/// Writes a message's attachments into `dir` (made when missing), each under its name and
+/// never over an existing file; one attachment in memory at a time.
+fn save_attachments(agent: &Agent, stored: &StoredMessage, dir: &Path) -> anyhow::Result<()> {
+    let id = stored.message.id;
+    if stored.attachments.is_empty() {
+        eprintln!("mailslot: {id} has no attachments; nothing saved");
+        return Ok(());
+    }
+    std::fs::create_dir_all(dir).map_err(|e| {
+        anyhow::anyhow!(
+            "--save {}: cannot make the folder ({e}); name a folder you may write to",
+            dir.display()
+        )
+    })?;
+    for index in 0..stored.attachments.len() {
+        // Names are plain file names (validated when the message was opened).
+        let a = agent
+            .store
+            .attachment(&id, index)?
+            .with_context(|| format!("attachment {index} of {id} went away"))?;
+        let path = match save_file(
+            "--save",
+            &dir.join(&a.name),
+            &a.bytes,
+            &Folders::Anywhere,
+            false,
+        ) {
+            Ok(path) => path,
+            // The shared words name the MCP tool's `overwrite`, which the CLI does not have.
+            Err(FileError::Exists { path, .. }) => bail!(
+                "--save: {path} exists, and a saved attachment never replaces a file; move it, or save into another folder"
+            ),
+            Err(e) => return Err(e.into()),
+        };
+        eprintln!(
+            "saved {} ({} bytes, sha256 {})",
+            path.display(),
+            a.size,
+            a.sha256
+        );
+    }
+    Ok(())
 }
 
 /// One line per message of a thread, oldest first, with who wrote it.
@@ -340,18 +427,27 @@ impl From<&SentItem> for SentLine {
     }
 }
 
-pub(super) fn sent(ctx: &Ctx, state: Option<SentState>, limit: u32) -> anyhow::Result<()> {
+pub(super) fn sent(
+    ctx: &Ctx,
+    state: Option<SentState>,
+    limit: u32,
+    before: Option<IdPart>,
+) -> anyhow::Result<()> {
     let agent = ctx.open_agent()?;
-    let items: Vec<SentLine> = agent
+    let before = before
+        .map(|part| resolve(&agent, &part).map(|(id, _)| id))
+        .transpose()?;
+    let page = agent
         .store
-        .sent(state, limit as usize)?
-        .iter()
-        .map(SentLine::from)
-        .collect();
+        .sent_page(state, limit as usize, before.as_ref())?;
+    let items: Vec<SentLine> = page.items.iter().map(SentLine::from).collect();
     output::emit(ctx.json, &items, |items| {
-        if items.is_empty() {
-            return "no sent mail".to_owned();
-        }
+        let Some(last) = items.last() else {
+            return match before {
+                Some(id) => format!("no more sent mail after {id}"),
+                None => "no sent mail".to_owned(),
+            };
+        };
         let mut lines = Vec::new();
         for i in items {
             let to =
@@ -403,6 +499,25 @@ pub(super) fn sent(ctx: &Ctx, state: Option<SentState>, limit: u32) -> anyhow::R
             lines.push(format!(
                 "`{}` queues the failed ones again",
                 output::command(&agent.name, "retry --all-failed")
+            ));
+        }
+        if page.more > 0 {
+            let mut args = "sent".to_owned();
+            if let Some(state) = state {
+                args += &format!(" --state {}", state.as_str());
+            }
+            if limit != DEFAULT_LIMIT {
+                args += &format!(" --limit {limit}");
+            }
+            let what = "sent messages";
+            let first = before.is_none();
+            lines.push(next_page(
+                &agent.name,
+                (items.len(), page.more),
+                first,
+                what,
+                args,
+                last.id,
             ));
         }
         lines.join("\n")

@@ -6,8 +6,12 @@ use anyhow::{Context, bail};
 use serde::Serialize;
 
 use super::{Ctx, output};
+use crate::agent::Agent;
 use crate::protocol::MemoryId;
-use crate::store::MAX_MEMORY_BYTES;
+use crate::store::{IdPart, MAX_MEMORY_BYTES, Recalled, StoreError};
+
+/// `recall`'s `--limit` when none is given.
+pub(super) const DEFAULT_RECALL_LIMIT: u32 = 10;
 
 pub(super) fn remember(
     ctx: &Ctx,
@@ -49,20 +53,42 @@ fn read_stdin(ctx: &Ctx) -> anyhow::Result<String> {
     String::from_utf8(buf).context("text on stdin is not UTF-8")
 }
 
-pub(super) fn recall(ctx: &Ctx, query: Option<String>, limit: u32) -> anyhow::Result<()> {
+/// With a query, the best matches (ranked, not paged); without, the most recent memories,
+/// a page at a time (`--before ID`).
+pub(super) fn recall(
+    ctx: &Ctx,
+    query: Option<String>,
+    limit: u32,
+    before: Option<IdPart>,
+) -> anyhow::Result<()> {
     let agent = ctx.open_agent()?;
-    let found = agent.store.recall(query.as_deref(), limit as usize)?;
+    let before = before.map(|part| resolve(&agent, &part)).transpose()?;
+    let (found, more) = match &query {
+        Some(q) => (agent.store.recall(Some(q), limit as usize)?, 0),
+        None => {
+            let page = agent
+                .store
+                .recent_memories(limit as usize, before.as_ref())?;
+            let found = page
+                .items
+                .into_iter()
+                .map(|memory| Recalled { memory, score: 0.0 })
+                .collect();
+            (found, page.more)
+        }
+    };
     output::emit(ctx.json, &found, |found| {
-        if found.is_empty() {
-            return match &query {
-                Some(q) => format!("no memories match {q:?}"),
-                None => format!(
+        let Some(last) = found.last() else {
+            return match (&query, before) {
+                (Some(q), _) => format!("no memories match {q:?}"),
+                (None, Some(id)) => format!("no more memories after {id}"),
+                (None, None) => format!(
                     "no memories yet: {}",
                     output::command(&agent.name, "remember \"…\"")
                 ),
             };
-        }
-        found
+        };
+        let mut lines: Vec<String> = found
             .iter()
             .map(|r| {
                 let m = &r.memory;
@@ -79,9 +105,41 @@ pub(super) fn recall(ctx: &Ctx, query: Option<String>, limit: u32) -> anyhow::Re
                     output::one_line(&m.body, 96)
                 )
             })
-            .collect::<Vec<_>>()
-            .join("\n")
+            .collect();
+        if query.is_some()
+            && let Some(hint) = super::mail::more_may_match(found.len(), limit)
+        {
+            lines.push(hint);
+        }
+        if more > 0 {
+            let args = if limit == DEFAULT_RECALL_LIMIT {
+                "recall".to_owned()
+            } else {
+                format!("recall --limit {limit}")
+            };
+            lines.push(super::mail::next_page(
+                &agent.name,
+                (found.len(), more),
+                before.is_none(),
+                "memories",
+                args,
+                last.memory.id,
+            ));
+        }
+        lines.join("\n")
     })
+}
+
+/// The memory `part` names, with what to run when it names none.
+fn resolve(agent: &Agent, part: &IdPart) -> anyhow::Result<MemoryId> {
+    match agent.store.resolve_memory(part) {
+        Ok(id) => Ok(id),
+        Err(e @ StoreError::NoSuchMemory { .. }) => bail!(
+            "{e}; `{}` lists them",
+            output::command(&agent.name, "recall")
+        ),
+        Err(e) => Err(e.into()),
+    }
 }
 
 #[derive(Serialize)]
@@ -89,13 +147,13 @@ struct Forgotten {
     id: MemoryId,
 }
 
-pub(super) fn forget(ctx: &Ctx, id: MemoryId) -> anyhow::Result<()> {
+/// Deletes the memory `part` names: its id, or its first or last characters when they name
+/// one memory (as `read` finds a message).
+pub(super) fn forget(ctx: &Ctx, part: IdPart) -> anyhow::Result<()> {
     let mut agent = ctx.open_agent()?;
+    let id = resolve(&agent, &part)?;
     if !agent.store.forget(&id)? {
-        bail!(
-            "no memory with id {id}; `{}` lists them",
-            output::command(&agent.name, "recall")
-        );
+        bail!("memory {id} went away while it was forgotten");
     }
     output::emit(ctx.json, &Forgotten { id }, |f| format!("forgot {}", f.id))
 }

@@ -2,6 +2,7 @@
 //! Every command is thin: it opens the agent and calls the library.
 
 mod archive;
+mod body;
 mod consent;
 mod dashboard;
 mod directory;
@@ -37,8 +38,7 @@ use crate::client::RelayUrl;
 use crate::client::consent::Change;
 use crate::config::{self, Config, Paths};
 use crate::protocol::{
-    Address, AgentName, Fingerprint, Importance, InviteToken, MemoryId, Peer, Policy, RelayName,
-    RequestCode,
+    Address, AgentName, Fingerprint, Importance, InviteToken, Peer, Policy, RelayName, RequestCode,
 };
 use crate::store::{IdPart, SentState};
 
@@ -139,28 +139,35 @@ pub enum Command {
         /// Words to look for
         query: Option<String>,
         /// At most this many
-        #[arg(long, default_value_t = 10, value_parser = clap::value_parser!(u32).range(1..=1000))]
+        #[arg(long, default_value_t = memory::DEFAULT_RECALL_LIMIT, value_parser = clap::value_parser!(u32).range(1..=1000))]
         limit: u32,
+        /// Without a query: the memories after this one (the last a page listed)
+        #[arg(long, value_name = "ID", value_parser = memory_id_part, conflicts_with = "query")]
+        before: Option<IdPart>,
     },
     /// Delete a memory
     Forget {
-        /// The memory's id
-        id: MemoryId,
+        /// The memory's id, or its first or last characters when they name one memory
+        #[arg(value_parser = memory_id_part)]
+        id: IdPart,
     },
     /// List received mail, unread first
     #[command(
         after_help = "Examples:\n  mailslot inbox\n  mailslot inbox --all --limit 200\n  mailslot --json inbox | jq -r '.[].subject'"
     )]
     Inbox {
-        /// Include mail already read
+        /// Include mail already read (all of it newest first, unread marked *)
         #[arg(long)]
         all: bool,
         /// At most this many
-        #[arg(long, default_value_t = 50, value_parser = clap::value_parser!(u32).range(1..=1000))]
+        #[arg(long, default_value_t = mail::DEFAULT_LIMIT, value_parser = clap::value_parser!(u32).range(1..=1000))]
         limit: u32,
         /// Only mail of at least this importance: high lists high and urgent, urgent only urgent
         #[arg(long, value_name = "LEVEL")]
         importance: Option<Importance>,
+        /// The next page: the messages after this one (the last a page listed)
+        #[arg(long, value_name = "ID")]
+        before: Option<IdPart>,
     },
     /// Show a message and mark it read
     Read {
@@ -193,8 +200,11 @@ pub enum Command {
         #[arg(long, value_name = "STATE")]
         state: Option<SentState>,
         /// At most this many
-        #[arg(long, default_value_t = 50, value_parser = clap::value_parser!(u32).range(1..=1000))]
+        #[arg(long, default_value_t = mail::DEFAULT_LIMIT, value_parser = clap::value_parser!(u32).range(1..=1000))]
         limit: u32,
+        /// The next page: the messages after this one (the last a page listed)
+        #[arg(long, value_name = "ID")]
+        before: Option<IdPart>,
     },
     /// Queue failed messages again and send the outbox
     Retry {
@@ -539,6 +549,16 @@ pub enum OwnerCommand {
     Confirm,
 }
 
+/// A memory's id or its start or end, with an error that speaks of memories.
+fn memory_id_part(s: &str) -> Result<IdPart, String> {
+    s.parse().map_err(|_| {
+        format!(
+            "{s:?} is not part of a memory id: give its first or last {} to 36 characters (hex digits and dashes), as `recall` prints it",
+            crate::store::MIN_ID_PART
+        )
+    })
+}
+
 fn parse_fingerprint(s: &str) -> Result<Fingerprint, String> {
     Fingerprint::parse(s).map_err(|e| e.to_string())
 }
@@ -725,17 +745,26 @@ fn dispatch(cli: Cli) -> anyhow::Result<ExitCode> {
         Command::Status => identity::status(&ctx),
         Command::Doctor => doctor::run(&ctx, config_problem),
         Command::Remember { title, tags, text } => memory::remember(&ctx, title, tags, text),
-        Command::Recall { query, limit } => memory::recall(&ctx, query, limit),
+        Command::Recall {
+            query,
+            limit,
+            before,
+        } => memory::recall(&ctx, query, limit, before),
         Command::Forget { id } => memory::forget(&ctx, id),
         Command::Inbox {
             all,
             limit,
             importance,
-        } => mail::inbox(&ctx, all, limit, importance),
+            before,
+        } => mail::inbox(&ctx, all, limit, importance, before),
         Command::Read { id, save } => mail::read(&ctx, id, save.as_deref()),
         Command::Thread { id } => mail::thread(&ctx, id),
         Command::MarkRead { ids, all } => mail::mark_read(&ctx, ids, all),
-        Command::Sent { state, limit } => mail::sent(&ctx, state, limit),
+        Command::Sent {
+            state,
+            limit,
+            before,
+        } => mail::sent(&ctx, state, limit, before),
         Command::Retry { ids, all_failed } => send::retry(&ctx, ids, all_failed),
         Command::Search { query, limit } => mail::search(&ctx, &query, limit),
         Command::Send {
@@ -753,7 +782,7 @@ fn dispatch(cli: Cli) -> anyhow::Result<ExitCode> {
             &ctx,
             send::Recipients { to, cc, bcc },
             subject,
-            send::BodySource { body, body_file },
+            body::BodySource { body, body_file },
             data,
             send::Marks {
                 importance,
@@ -773,7 +802,7 @@ fn dispatch(cli: Cli) -> anyhow::Result<ExitCode> {
             &ctx,
             id,
             all,
-            send::BodySource { body, body_file },
+            body::BodySource { body, body_file },
             send::Marks {
                 importance,
                 ack_required,

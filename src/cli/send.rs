@@ -1,7 +1,6 @@
 //! `send`, `reply`, `sync`: mail through the relay. A message is stored and queued first, so
 //! an unreachable relay never loses it; `sync` (or the next send) delivers it.
 
-use std::io::{IsTerminal, Read};
 use std::path::PathBuf;
 
 use anyhow::{Context, bail};
@@ -17,41 +16,6 @@ use crate::mailbox::{
 use crate::progress::Progress;
 use crate::protocol::{Address, Importance, Limits, Message, MessageId};
 use crate::store::{IdPart, StoreHandle};
-
-/// Where the body comes from.
-pub(super) struct BodySource {
-    pub body: Option<String>,
-    pub body_file: Option<PathBuf>,
-}
-
-fn read_body(src: BodySource) -> anyhow::Result<String> {
-    let limit = Limits::default().body_bytes;
-    let bytes = match (src.body, src.body_file) {
-        (Some(b), _) => return Ok(b),
-        (None, Some(path)) => {
-            let len = std::fs::metadata(&path)
-                .with_context(|| format!("reading {}", path.display()))?
-                .len();
-            if len > limit as u64 {
-                bail!(
-                    "{} is {len} bytes; a body is at most {limit} bytes (attach it in parts)",
-                    path.display()
-                );
-            }
-            std::fs::read(&path).with_context(|| format!("reading {}", path.display()))?
-        }
-        (None, None) => {
-            let stdin = std::io::stdin();
-            if stdin.is_terminal() {
-                bail!("no body given: pass --body TEXT, --body-file FILE, or pipe it on stdin");
-            }
-            let mut buf = Vec::new();
-            stdin.lock().take(limit as u64 + 1).read_to_end(&mut buf)?;
-            buf
-        }
-    };
-    String::from_utf8(bytes).context("the body is not UTF-8 text")
-}
 
 #[derive(Serialize)]
 struct SendResult {
@@ -139,12 +103,12 @@ pub(super) fn send(
     ctx: &Ctx,
     rcpt: Recipients,
     subject: String,
-    body: BodySource,
+    body: super::body::BodySource,
     data: Option<String>,
     marks: Marks,
 ) -> anyhow::Result<()> {
     let agent = ctx.open_agent()?;
-    let body = read_body(body)?;
+    let body = super::body::read(body)?;
     let mut message = Message::new(agent.address(), rcpt.to, subject, body);
     message.cc = rcpt.cc;
     message.bcc = rcpt.bcc;
@@ -159,13 +123,13 @@ pub(super) fn reply(
     ctx: &Ctx,
     part: IdPart,
     all: bool,
-    body: BodySource,
+    body: super::body::BodySource,
     marks: Marks,
 ) -> anyhow::Result<()> {
     let agent = ctx.open_agent()?;
     let (_, original) = super::mail::resolve(&agent, &part)?;
     let url = ctx.relay_url_or_default();
-    let body = read_body(body)?;
+    let body = super::body::read(body)?;
     let mut message = runtime()?.block_on(crate::mailbox::reply_at(
         &original.message,
         &agent.name,

@@ -190,7 +190,8 @@ fn ack_line(stored: &StoredMessage) -> String {
     }
 }
 
-fn signature_line(trust: Trust, from: &Address) -> String {
+/// What mailslot verified of a message's signature, in words (the CLI's `read` shows it too).
+pub fn signature_line(trust: Trust, from: &Address) -> String {
     match trust {
         Trust::Verified => format!("verified (signed with the key pinned for {from})"),
         Trust::KeyChanged => format!(

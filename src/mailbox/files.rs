@@ -109,15 +109,15 @@ pub enum FileError {
         /// What is wrong and the fix.
         problem: String,
     },
-    /// The OS refused.
-    #[error("{field} {path}: {source}")]
+    /// The OS refused. (Said in the message, not chained as a source, so it is said once.)
+    #[error("{field} {path}: {cause}")]
     Io {
         /// The argument.
         field: String,
         /// The path as given.
         path: String,
         /// What the OS said.
-        source: std::io::Error,
+        cause: std::io::Error,
     },
 }
 
@@ -297,10 +297,10 @@ pub fn load(
             inline(name, bytes)
         }
         AttachmentSource::Path(raw) => {
-            let io = |source| FileError::Io {
+            let io = |cause| FileError::Io {
                 field: field.to_owned(),
                 path: raw.display().to_string(),
-                source,
+                cause,
             };
             let canonical = fs::canonicalize(folders.absolute(&raw)).map_err(io)?;
             folders.check(field, &raw, &canonical)?;
@@ -353,10 +353,10 @@ pub fn save(
     folders: &Folders,
     overwrite: bool,
 ) -> Result<PathBuf, FileError> {
-    let io = |source| FileError::Io {
+    let io = |cause| FileError::Io {
         field: field.to_owned(),
         path: raw.display().to_string(),
-        source,
+        cause,
     };
     let absolute = folders.absolute(raw);
     let (Some(parent), Some(name)) = (absolute.parent(), absolute.file_name()) else {

@@ -45,11 +45,19 @@ pub enum StoreError {
         /// What was given.
         part: String,
     },
-    /// Several message ids start or end with the part given.
-    #[error("{part} matches several messages ({}, ...): give more of the id", some.join(", "))]
+    /// No memory id starts or ends with the part given.
+    #[error("no memory id starts or ends with {part}")]
+    NoSuchMemory {
+        /// What was given.
+        part: String,
+    },
+    /// Several ids start or end with the part given.
+    #[error("{part} matches several {what} ({}, ...): give more of the id", some.join(", "))]
     AmbiguousId {
         /// What was given.
         part: String,
+        /// What the ids name ("messages", "memories").
+        what: &'static str,
         /// Some of the matching ids.
         some: Vec<String>,
     },

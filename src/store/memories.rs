@@ -1,12 +1,12 @@
 //! Memories: notes an agent keeps across context resets, recalled by relevance and recency.
 
 use jiff::Timestamp;
-use rusqlite::{Row, params};
+use rusqlite::{OptionalExtension, Row, params};
 use serde::Serialize;
 
 use super::search::{FtsIndex, fts_terms, ranked};
 use super::time::{from_ms, to_ms};
-use super::{Store, StoreError};
+use super::{Page, Store, StoreError};
 use crate::protocol::{MemoryId, ValidationError, now_millis};
 
 /// The longest memory text.
@@ -262,6 +262,56 @@ impl Store {
                 })
             })
             .collect()
+    }
+
+    /// A page of the most recent memories (as [`Store::recall`] without a query): those after
+    /// `before` (the last memory of the page before; the first page without it), and how
+    /// many follow them. Memories updated in the same millisecond keep their order (`seq`).
+    pub fn recent_memories(
+        &self,
+        limit: usize,
+        before: Option<&MemoryId>,
+    ) -> Result<Page<Memory>, StoreError> {
+        let after: Option<(i64, i64)> = before
+            .map(|id| {
+                self.conn
+                    .query_row(
+                        "SELECT updated_at, seq FROM memories WHERE id = ?1",
+                        [id.to_string()],
+                        |r| Ok((r.get(0)?, r.get(1)?)),
+                    )
+                    .optional()?
+                    .ok_or_else(|| {
+                        StoreError::from(ValidationError::new(
+                            "--before",
+                            format!(
+                                "{id} is not a memory; give the last id a page of recall listed"
+                            ),
+                        ))
+                    })
+            })
+            .transpose()?;
+        const AFTER: &str =
+            "(?2 IS NULL OR m.updated_at < ?2 OR (m.updated_at = ?2 AND m.seq < ?3))";
+        let (at, seq) = (after.map(|a| a.0), after.map(|a| a.1));
+        let items = self
+            .conn
+            .prepare_cached(&format!(
+                "SELECT {COLUMNS} FROM memories m WHERE {AFTER}
+                 ORDER BY m.updated_at DESC, m.seq DESC LIMIT ?1"
+            ))?
+            .query_map(params![limit as i64, at, seq], from_row)?
+            .map(|r| decode(r?))
+            .collect::<Result<Vec<_>, _>>()?;
+        let listed: i64 = self
+            .conn
+            .prepare_cached(&format!("SELECT count(*) FROM memories m WHERE {AFTER}"))?
+            // ?1 (the limit) is not counted by; bound all the same, as both share AFTER.
+            .query_row(params![None::<i64>, at, seq], |r| r.get(0))?;
+        Ok(Page {
+            more: (listed as u64).saturating_sub(items.len() as u64),
+            items,
+        })
     }
 
     /// Deletes a memory; `false` if there was none with that id.

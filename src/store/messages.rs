@@ -8,8 +8,10 @@ use super::attachments::{self, AttachmentInfo};
 use super::deliveries::decode_delivered;
 use super::search::{FtsIndex, fts_terms, ranked};
 use super::time::{from_ms, to_ms};
-use super::{Contact, Store, StoreError};
-use crate::protocol::{Address, Importance, Message, MessageId, ReceiptKind, ThreadId, now_millis};
+use super::{Contact, Page, Store, StoreError};
+use crate::protocol::{
+    Address, Importance, Message, MessageId, ReceiptKind, ThreadId, ValidationError, now_millis,
+};
 
 /// Whether this agent received or sent a message.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
@@ -382,6 +384,74 @@ impl Store {
             from_row,
         )?;
         rows.map(|r| decode(r?)).collect()
+    }
+
+    /// A page of received messages, newest first by arrival (`seq`): the unread ones, or all
+    /// of them (`q.unread_only`), after `before` (the last message of the page before; the
+    /// first page without it), and how many follow them. All of them are not unread first, as
+    /// [`Store::inbox`] lists them: reading a message must not move it between pages, or the
+    /// next page would skip or repeat some.
+    pub fn inbox_page(
+        &self,
+        q: &InboxQuery,
+        before: Option<&MessageId>,
+    ) -> Result<Page<StoredMessage>, StoreError> {
+        let after: Option<i64> = before
+            .map(|id| {
+                self.conn
+                    .query_row(
+                        "SELECT seq FROM messages WHERE id = ?1 AND direction = 'in'",
+                        [id.to_string()],
+                        |r| r.get(0),
+                    )
+                    .optional()?
+                    .ok_or_else(|| {
+                        StoreError::from(ValidationError::new(
+                            "--before",
+                            format!("{id} is not a received message; give the last id a page of the inbox listed"),
+                        ))
+                    })
+            })
+            .transpose()?;
+        // Two statements, so the unread are found on their index (`messages_inbox`).
+        let listed = format!(
+            "direction = 'in' {}
+               AND (?1 IS NULL OR sender = ?1)
+               AND (?2 IS NULL OR thread_id = ?2)
+               AND (?3 IS NULL OR importance >= ?3)
+               AND (?4 IS NULL OR seq < ?4)",
+            if q.unread_only {
+                "AND read_at IS NULL"
+            } else {
+                ""
+            }
+        );
+        let params = params![
+            q.from.as_ref().map(ToString::to_string),
+            q.thread.map(|t| t.to_string()),
+            q.importance.map(Importance::rank),
+            after,
+            q.limit as i64,
+        ];
+        // Only the listed messages are read whole.
+        let items = self
+            .conn
+            .prepare_cached(&format!(
+                "SELECT {COLUMNS} FROM messages WHERE seq IN (
+                     SELECT seq FROM messages WHERE {listed} ORDER BY seq DESC LIMIT ?5)
+                 ORDER BY seq DESC"
+            ))?
+            .query_map(params, from_row)?
+            .map(|r| decode(r?))
+            .collect::<Result<Vec<_>, _>>()?;
+        let count: i64 = self
+            .conn
+            .prepare_cached(&format!("SELECT count(*) FROM messages WHERE {listed}"))?
+            .query_row(&params[..4], |r| r.get(0))?;
+        Ok(Page {
+            more: (count as u64).saturating_sub(items.len() as u64),
+            items,
+        })
     }
 
     /// Every message of a thread, in and out, oldest first.

@@ -17,6 +17,7 @@ mod messages;
 mod meta;
 mod migrations;
 mod outbox;
+mod page;
 mod parked;
 mod receipts;
 mod relays;
@@ -43,10 +44,11 @@ pub use messages::{Direction, InboxQuery, ReceiptRecord, StoredMessage, Trust, U
 pub use meta::MAX_STATUS_BYTES;
 pub use migrations::SCHEMA_VERSION;
 pub use outbox::OutboxItem;
+pub use page::Page;
 pub use parked::{MAX_PARKED, PARKED_FOR, ParkedLetter, Parking};
 pub use receipts::{Acknowledged, ReceiptOutcome};
 pub use relays::PinnedRelay;
-pub use search::MAX_QUERY_CHARS;
+pub use search::{MAX_QUERY_CHARS, MAX_SEARCH_RESULTS};
 pub use sent::{RecipientState, SentItem, SentState};
 pub use shown::{MAX_SESSION_CHARS, SessionKey, Via};
 

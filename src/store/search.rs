@@ -19,6 +19,8 @@ const MAX_TERMS: usize = 32;
 const CANDIDATES_PER_RESULT: usize = 5;
 const MIN_CANDIDATES: usize = 50;
 const MAX_CANDIDATES: usize = 200;
+/// The most results one search or recall returns, whatever its limit: those ranked.
+pub const MAX_SEARCH_RESULTS: usize = MAX_CANDIDATES;
 /// A query with at most this many matches has every match scored; beyond it, the matches of
 /// its rarer words (up to this many) and its newest this many matches are (see [`ranked`]).
 const SCORED: usize = 400;

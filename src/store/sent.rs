@@ -3,12 +3,12 @@
 //! failed for good, or bounced (a copy expired undelivered).
 
 use jiff::Timestamp;
-use rusqlite::params;
+use rusqlite::{OptionalExtension, params};
 use serde::Serialize;
 
 use super::messages::{COLUMN_COUNT, COLUMNS, StoredMessage, decode, from_row};
-use super::{Store, StoreError};
-use crate::protocol::{Address, MessageId, ReceiptKind};
+use super::{Page, Store, StoreError};
+use crate::protocol::{Address, MessageId, ReceiptKind, ValidationError};
 
 /// Where a sent message stands (or one recipient's copy of it).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
@@ -173,19 +173,12 @@ pub struct SentItem {
     pub last_error: Option<String>,
 }
 
-impl Store {
-    /// Sent messages (never receipts), newest first, at most `limit`; only those in `state`
-    /// when given.
-    pub fn sent(
-        &self,
-        state: Option<SentState>,
-        limit: usize,
-    ) -> Result<Vec<SentItem>, StoreError> {
-        // The same rule as `SentItem::state`, in SQL, so the filter comes before the limit.
-        let mut stmt = self.conn.prepare_cached(&format!(
-            "SELECT {COLUMNS}, o.failed, o.attempts, o.last_error FROM messages
-             LEFT JOIN outbox o ON o.message_id = messages.id
-             WHERE direction = 'out' AND is_receipt = 0
+/// Which sent messages a listing holds: ?1 only this state (the same rule as
+/// `SentItem::state`, in SQL, so the filter comes before the limit), ?3 only those after
+/// this `seq` (a page's start).
+fn sent_listed() -> String {
+    format!(
+        "direction = 'out' AND is_receipt = 0
                AND (?1 IS NULL OR ?1 = CASE
                      WHEN o.failed = 1 THEN 'failed'
                      WHEN o.failed = 0 THEN 'queued'
@@ -198,17 +191,88 @@ impl Store {
                              AND (d.delivered_at IS NOT NULL OR EXISTS (SELECT 1 FROM receipts r
                                    WHERE r.message_id = d.message_id AND r.recipient = d.recipient)))
                           >= {RECIPIENTS} THEN 'delivered'
-                     ELSE 'sent' END)
-             ORDER BY seq DESC LIMIT ?2"
+                     ELSE 'sent' END) AND (?3 IS NULL OR seq < ?3)"
+    )
+}
+
+impl Store {
+    /// Sent messages (never receipts), newest first, at most `limit`; only those in `state`
+    /// when given.
+    pub fn sent(
+        &self,
+        state: Option<SentState>,
+        limit: usize,
+    ) -> Result<Vec<SentItem>, StoreError> {
+        self.sent_rows(state, limit, None)
+    }
+
+    /// A page of [`Store::sent`]: the messages after `before` (the last message of the page
+    /// before; the first page without it), and how many follow them.
+    pub fn sent_page(
+        &self,
+        state: Option<SentState>,
+        limit: usize,
+        before: Option<&MessageId>,
+    ) -> Result<Page<SentItem>, StoreError> {
+        let after = before
+            .map(|id| {
+                self.conn
+                    .query_row(
+                        "SELECT seq FROM messages WHERE id = ?1 AND direction = 'out' AND is_receipt = 0",
+                        [id.to_string()],
+                        |r| r.get::<_, i64>(0),
+                    )
+                    .optional()?
+                    .ok_or_else(|| {
+                        StoreError::from(ValidationError::new(
+                            "--before",
+                            format!("{id} is not a sent message; give the last id a page of sent mail listed"),
+                        ))
+                    })
+            })
+            .transpose()?;
+        let items = self.sent_rows(state, limit, after)?;
+        let listed: i64 = self
+            .conn
+            .prepare_cached(&format!(
+                "SELECT count(*) FROM messages LEFT JOIN outbox o ON o.message_id = messages.id
+             WHERE {}",
+                sent_listed()
+            ))?
+            .query_row(
+                params![state.map(SentState::as_str), None::<i64>, after],
+                |r| r.get(0),
+            )?;
+        Ok(Page {
+            more: (listed as u64).saturating_sub(items.len() as u64),
+            items,
+        })
+    }
+
+    fn sent_rows(
+        &self,
+        state: Option<SentState>,
+        limit: usize,
+        after: Option<i64>,
+    ) -> Result<Vec<SentItem>, StoreError> {
+        let mut stmt = self.conn.prepare_cached(&format!(
+            "SELECT {COLUMNS}, o.failed, o.attempts, o.last_error FROM messages
+             LEFT JOIN outbox o ON o.message_id = messages.id
+             WHERE {}
+             ORDER BY seq DESC LIMIT ?2",
+            sent_listed()
         ))?;
-        let rows = stmt.query_map(params![state.map(SentState::as_str), limit as i64], |r| {
-            Ok((
-                from_row(r)?,
-                r.get::<_, Option<bool>>(COLUMN_COUNT)?,
-                r.get::<_, Option<u32>>(COLUMN_COUNT + 1)?,
-                r.get::<_, Option<String>>(COLUMN_COUNT + 2)?,
-            ))
-        })?;
+        let rows = stmt.query_map(
+            params![state.map(SentState::as_str), limit as i64, after],
+            |r| {
+                Ok((
+                    from_row(r)?,
+                    r.get::<_, Option<bool>>(COLUMN_COUNT)?,
+                    r.get::<_, Option<u32>>(COLUMN_COUNT + 1)?,
+                    r.get::<_, Option<String>>(COLUMN_COUNT + 2)?,
+                ))
+            },
+        )?;
         rows.map(|row| {
             let (raw, failed, attempts, last_error) = row?;
             let stored = decode(raw)?;

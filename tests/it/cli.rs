@@ -5,7 +5,7 @@ use std::os::unix::fs::PermissionsExt;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output, Stdio};
 
-use mailslot::protocol::{Address, AgentName, Message};
+use mailslot::protocol::{Address, AgentName, Attachment, Message};
 use mailslot::store::{Direction, Store, Trust};
 use serde_json::Value;
 
@@ -358,7 +358,7 @@ fn remember_recall_forget() {
     let again = home.run(&["--agent", "bob", "forget", id]);
     assert_eq!(again.status.code(), Some(1));
     assert!(
-        stderr(&again).contains("no memory with id"),
+        stderr(&again).contains("no memory id starts or ends with"),
         "{}",
         stderr(&again)
     );
@@ -1133,4 +1133,357 @@ fn an_agent_exported_under_a_passphrase_imports_elsewhere_with_its_keys_and_mail
     ]);
     assert_eq!(refused.status.code(), Some(1));
     assert!(!third.agent_dir("alice").exists());
+}
+
+/// `ARGS` run with `input` on stdin (written whole, or until the command stops reading).
+fn with_stdin(home: &Home, args: &[&str], input: &[u8]) -> Output {
+    let mut child = home
+        .command(args)
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let _ = child.stdin.take().unwrap().write_all(input);
+    child.wait_with_output().unwrap()
+}
+
+/// How many times `what` occurs in `text`.
+fn times(text: &str, what: &str) -> usize {
+    text.matches(what).count()
+}
+
+#[test]
+fn read_save_makes_the_folder_and_a_failed_save_leaves_the_message_unread() {
+    let home = Home::new();
+    home.ok(&["--agent", "bob", "init"]);
+    let mut store = Store::open(&home.agent_dir("bob").join("store.db")).unwrap();
+    let address = |n: &str| Address::local(AgentName::new(n).unwrap());
+    let mut with_file = |name: &str| {
+        let mut m = Message::new(
+            address("alice"),
+            vec![address("bob")],
+            "logs",
+            "see attached",
+        );
+        m.attachments = vec![Attachment::new(name, "text/plain", b"line 1\n".to_vec())];
+        store
+            .insert_message(&m, Direction::In, Trust::Verified)
+            .unwrap();
+        m.id.to_string()
+    };
+    let (first, second, third) = (
+        with_file("notes.txt"),
+        with_file("notes.txt"),
+        with_file("other.txt"),
+    );
+    drop(store);
+
+    // A folder that does not exist yet is made.
+    let saved = home.run(&["--agent", "bob", "read", &first, "--save", "./inbox-files"]);
+    assert!(saved.status.success(), "{}", stderr(&saved));
+    assert_eq!(
+        std::fs::read(home.path().join("inbox-files/notes.txt")).unwrap(),
+        b"line 1\n"
+    );
+    assert!(stderr(&saved).contains("saved "), "{}", stderr(&saved));
+
+    let still_unread = |id: &str| {
+        home.json(&["--agent", "bob", "inbox"])
+            .as_array()
+            .unwrap()
+            .iter()
+            .any(|m| m["id"] == id)
+    };
+    assert!(!still_unread(&first), "a saved message is read");
+
+    // The file is there already: refused, said once, and the message stays unread.
+    let taken = home.run(&["--agent", "bob", "read", &second, "--save", "./inbox-files"]);
+    assert_eq!(taken.status.code(), Some(1));
+    assert!(
+        stderr(&taken).contains("notes.txt exists, and a saved attachment never replaces a file"),
+        "{}",
+        stderr(&taken)
+    );
+    assert!(still_unread(&second), "a failed save marks nothing read");
+
+    // A folder that cannot be made (a file is in its way): the OS's words once, unread.
+    std::fs::write(home.path().join("a-file"), "x").unwrap();
+    let blocked = home.run(&["--agent", "bob", "read", &third, "--save", "./a-file/sub"]);
+    assert_eq!(blocked.status.code(), Some(1));
+    let said = stderr(&blocked);
+    assert!(
+        said.contains("--save ./a-file/sub: cannot make the folder")
+            && times(&said, "os error") == 1,
+        "{said}"
+    );
+    assert!(still_unread(&third), "a failed save marks nothing read");
+}
+
+#[test]
+fn forget_takes_the_short_ids_read_takes() {
+    let home = Home::new();
+    home.ok(&["--agent", "bob", "init"]);
+    let first = home.json(&["--agent", "bob", "remember", "the relay listens on 7878"]);
+    let first = first["id"].as_str().unwrap().to_owned();
+    home.ok(&["--agent", "bob", "remember", "standup is at nine"]);
+    // Two memories made in the same minute share their first characters: too little to say.
+    let both = home.run(&["--agent", "bob", "forget", &first[..6]]);
+    assert_eq!(both.status.code(), Some(1));
+    assert!(
+        stderr(&both).contains("matches several memories"),
+        "{}",
+        stderr(&both)
+    );
+    // Its last characters name it, as they name a message for `read`.
+    let gone = home.ok(&["--agent", "bob", "forget", &first[first.len() - 6..]]);
+    assert_eq!(gone.trim(), format!("forgot {first}"));
+    let left = home.json(&["--agent", "bob", "recall"]);
+    assert_eq!(left.as_array().unwrap().len(), 1, "{left}");
+    let none = home.run(&["--agent", "bob", "forget", &first[first.len() - 6..]]);
+    assert_eq!(none.status.code(), Some(1));
+    assert!(
+        stderr(&none).contains("no memory id starts or ends with")
+            && stderr(&none).contains("`mailslot --agent bob recall` lists them"),
+        "{}",
+        stderr(&none)
+    );
+    let bad = home.run(&["--agent", "bob", "forget", "xyz!"]);
+    assert_eq!(bad.status.code(), Some(2));
+    assert!(
+        stderr(&bad).contains("is not part of a memory id"),
+        "{}",
+        stderr(&bad)
+    );
+}
+
+#[test]
+fn an_empty_body_is_refused_and_a_huge_one_is_measured_and_nothing_is_queued() {
+    let home = Home::new();
+    home.ok(&["--agent", "alice", "init"]);
+    let send = ["--agent", "alice", "send", "--to", "bob", "--subject", "s"];
+    let nothing_queued = || {
+        assert_eq!(
+            home.json(&["--agent", "alice", "sent"]),
+            serde_json::json!([]),
+            "nothing was queued"
+        );
+    };
+
+    let null = home.run(&[&send[..], &["--body-file", "/dev/null"]].concat());
+    assert_eq!(null.status.code(), Some(1));
+    assert!(
+        stderr(&null).contains("body: --body-file /dev/null is empty")
+            && stderr(&null).contains("--body TEXT"),
+        "{}",
+        stderr(&null)
+    );
+    // An empty pipe (stdin is not a terminal here): the same.
+    let empty = with_stdin(&home, &send, b"\n");
+    assert_eq!(empty.status.code(), Some(1));
+    assert!(
+        stderr(&empty).contains("body: the body on stdin is empty"),
+        "{}",
+        stderr(&empty)
+    );
+    nothing_queued();
+
+    // 13 MB on stdin: its real size, and no advice no attachment could follow.
+    let huge = with_stdin(&home, &send, &vec![b'x'; 13_000_000]);
+    assert_eq!(huge.status.code(), Some(1));
+    let said = stderr(&huge);
+    assert!(
+        said.contains("13000000 bytes (12.4 MiB)")
+            && said.contains("65536 bytes (64 KiB)")
+            && said.contains("8 MiB")
+            && !said.contains("--attach")
+            && !said.contains("in parts"),
+        "{said}"
+    );
+    // 100 kB in a file: too large for a body, and an attachment takes it.
+    let file = home.path().join("long.txt");
+    std::fs::write(&file, vec![b'x'; 100_000]).unwrap();
+    let long = home.run(&[&send[..], &["--body-file", file.to_str().unwrap()]].concat());
+    assert_eq!(long.status.code(), Some(1));
+    assert!(
+        stderr(&long).contains("100000 bytes")
+            && stderr(&long).contains(&format!("--attach {}", file.display())),
+        "{}",
+        stderr(&long)
+    );
+    nothing_queued();
+}
+
+#[test]
+fn read_inbox_and_thread_say_what_was_verified_in_words() {
+    let home = Home::new();
+    home.ok(&["--agent", "bob", "init"]);
+    let verified = home.deliver("bob", "alice", "hello", "from the real alice");
+    let mut store = Store::open(&home.agent_dir("bob").join("store.db")).unwrap();
+    let address = |n: &str| Address::local(AgentName::new(n).unwrap());
+    let changed = Message::new(
+        address("alice"),
+        vec![address("bob")],
+        "trust me",
+        "new keys",
+    );
+    store
+        .insert_message(&changed, Direction::In, Trust::KeyChanged)
+        .unwrap();
+    drop(store);
+    let (verified, changed) = (verified.id.to_string(), changed.id.to_string());
+    let mut shown = home.ok(&["--agent", "bob", "inbox"]);
+    assert!(shown.contains("[KEY CHANGED]"), "{shown}");
+    let read_verified = home.ok(&["--agent", "bob", "read", &verified]);
+    assert!(
+        read_verified.contains("Signature: verified (signed with the key pinned for alice)"),
+        "{read_verified}"
+    );
+    let read_changed = home.ok(&["--agent", "bob", "read", &changed]);
+    assert!(
+        read_changed.contains("Signature: WARNING: signed with a key that differs"),
+        "{read_changed}"
+    );
+    shown += &read_verified;
+    shown += &read_changed;
+    shown += &home.ok(&["--agent", "bob", "thread", &verified]);
+    shown += &home.ok(&["--agent", "bob", "inbox", "--all"]);
+    for debug in ["KeyChanged", "Verified", "Unverified", "(Own)"] {
+        assert!(!shown.contains(debug), "{debug} in:\n{shown}");
+    }
+}
+
+/// `ARGS --json`, then `ARGS --before LAST --json` while a page names more, each page's
+/// ids in order, with the command each text page printed for the next.
+fn every_page(home: &Home, args: &[&str]) -> (Vec<String>, Vec<String>) {
+    let (mut ids, mut hints) = (Vec::new(), Vec::new());
+    let mut before: Option<String> = None;
+    loop {
+        let mut page_args = args.to_vec();
+        if let Some(b) = &before {
+            page_args.extend(["--before", b]);
+        }
+        let text = home.ok(&page_args);
+        let page = home.json(&page_args);
+        let page: Vec<String> = page
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|m| {
+                m["id"]
+                    .as_str()
+                    .or(m["memory"]["id"].as_str())
+                    .unwrap()
+                    .to_owned()
+            })
+            .collect();
+        let Some(next) = text.lines().last().and_then(|l| l.split_once("more: `")) else {
+            ids.extend(page);
+            return (ids, hints);
+        };
+        let hint = next.1.trim_end_matches('`').to_owned();
+        assert!(
+            hint.ends_with(&format!("--before {}", page.last().unwrap())),
+            "the next page starts after this one's last: {hint}"
+        );
+        hints.push(format!("{}  {hint}", next.0.trim_end()));
+        before = page.last().cloned();
+        ids.extend(page);
+    }
+}
+
+#[test]
+fn long_listings_come_in_pages_that_continue_exactly_where_the_last_stopped() {
+    let home = Home::new();
+    home.ok(&["--agent", "bob", "init"]);
+    let mut store = Store::open(&home.agent_dir("bob").join("store.db")).unwrap();
+    let address = |n: &str| Address::local(AgentName::new(n).unwrap());
+    // 2,500 received and 1,200 sent, every one sent at the same millisecond: order and pages
+    // cannot lean on timestamps.
+    let at = jiff::Timestamp::from_millisecond(1_790_000_000_000).unwrap();
+    let mail = |n: usize, from: &str, to: &str| {
+        (0..n)
+            .map(|i| {
+                let mut m = Message::new(address(from), vec![address(to)], format!("m{i}"), "b");
+                m.sent_at = at;
+                m
+            })
+            .collect::<Vec<_>>()
+    };
+    let received = mail(2500, "alice", "bob");
+    let sent = mail(1200, "bob", "alice");
+    let batch: Vec<_> = received
+        .iter()
+        .map(|m| (m, Direction::In, Trust::Verified))
+        .chain(sent.iter().map(|m| (m, Direction::Out, Trust::Own)))
+        .collect();
+    store.insert_messages(&batch).unwrap();
+    // Some read ones, spread out, for the unread-first order of --all.
+    let read: Vec<_> = received.iter().step_by(7).map(|m| m.id).collect();
+    store.mark_read(&address("bob"), &read).unwrap();
+    let memories: Vec<_> = (0..23)
+        .map(|i| mailslot::store::MemoryDraft {
+            text: format!("note {i}"),
+            title: None,
+            tags: Vec::new(),
+            at,
+        })
+        .collect();
+    let memories = store.remember_all(&memories).unwrap();
+    drop(store);
+    let newest_first = |ms: &[Message], keep: &dyn Fn(&Message) -> bool| {
+        ms.iter()
+            .rev()
+            .filter(|m| keep(m))
+            .map(|m| m.id.to_string())
+            .collect::<Vec<_>>()
+    };
+    let is_read = |m: &Message| read.contains(&m.id);
+
+    // The unread: 2,143 in three pages of up to 1,000, newest first.
+    let (ids, hints) = every_page(&home, &["--agent", "bob", "inbox", "--limit", "1000"]);
+    assert_eq!(ids, newest_first(&received, &|m| !is_read(m)));
+    assert_eq!(hints.len(), 2, "{hints:?}");
+    assert!(
+        hints[0].starts_with(
+            "1000 of 2142 unread shown; 1142  mailslot --agent bob inbox --limit 1000 --before "
+        ),
+        "{hints:?}"
+    );
+    // Everything, read or not, newest first; reading the message a page ended on moves
+    // nothing: the next page is the same.
+    let all = newest_first(&received, &|_| true);
+    let (ids, _) = every_page(
+        &home,
+        &["--agent", "bob", "inbox", "--all", "--limit", "700"],
+    );
+    assert_eq!(ids, all);
+    let page = |before: &str| home.json(&["--agent", "bob", "inbox", "--all", "--before", before]);
+    let next = page(&all[699]);
+    home.ok(&["--agent", "bob", "read", &all[699]]);
+    assert_eq!(page(&all[699]), next);
+    // Sent mail, and memories written in one millisecond.
+    let (ids, _) = every_page(&home, &["--agent", "bob", "sent", "--limit", "1000"]);
+    assert_eq!(ids, newest_first(&sent, &|_| true));
+    let (ids, hints) = every_page(&home, &["--agent", "bob", "recall", "--limit", "5"]);
+    let newest: Vec<String> = memories.iter().rev().map(|m| m.id.to_string()).collect();
+    assert_eq!(ids, newest);
+    assert_eq!(hints.len(), 4, "{hints:?}");
+    // Ranked listings are not paged, and say when more may match.
+    assert!(
+        home.ok(&["--agent", "bob", "search", "b", "--limit", "5"])
+            .contains(
+                "the best 5 matches; more may match: add words to narrow it, or raise --limit"
+            )
+    );
+    assert!(
+        home.ok(&["--agent", "bob", "recall", "note", "--limit", "5"])
+            .contains("the best 5 matches; more may match")
+    );
+    // A page past the end says so.
+    let last = &all[all.len() - 1];
+    assert!(
+        home.ok(&["--agent", "bob", "inbox", "--all", "--before", last])
+            .contains(&format!("no more messages after {last}"))
+    );
 }

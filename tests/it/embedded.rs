@@ -418,7 +418,9 @@ fn sent_mail_shows_states_and_failed_mail_can_be_retried_by_a_short_id() {
     home.ok(&["--agent", "carol", "sync"]);
     let inbox = home.ok(&["--agent", "carol", "inbox", "--limit", "2"]);
     assert!(
-        inbox.contains("2 of 3 unread shown; `mailslot --agent carol inbox --limit 3` shows more"),
+        inbox.contains(
+            "2 of 3 unread shown; 1 more: `mailslot --agent carol inbox --limit 2 --before "
+        ),
         "{inbox}"
     );
     let marked = json(&["--agent", "carol", "mark-read", "--all"]);

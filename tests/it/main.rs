@@ -54,4 +54,5 @@ mod spool_corruption;
 mod storage_contract;
 mod store;
 mod tls;
+mod tour;
 mod wipe;
