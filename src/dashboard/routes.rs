@@ -222,14 +222,14 @@ async fn inbox(
         .filter(|b| !b.is_empty())
         .map(message_id)
         .transpose()?;
-    // One more than a page: whether an older page exists, without counting.
-    let mut items = mailbox
-        .received_page(before, INBOX_PAGE + 1)
+    let page = mailbox
+        .received_page(before, INBOX_PAGE)
         .await
         .map_err(internal)?;
-    let more = items.len() > INBOX_PAGE;
-    items.truncate(INBOX_PAGE);
-    let older = more.then(|| items.last().map(|m| m.message.id)).flatten();
+    let items = page.items;
+    let older = (page.more > 0)
+        .then(|| items.last().map(|m| m.message.id))
+        .flatten();
     let (total, unread) = mailbox.received_counts().await.map_err(internal)?;
     Ok(pages::inbox(
         &name,

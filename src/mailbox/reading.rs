@@ -5,7 +5,9 @@
 
 use super::{Mailbox, MailboxError};
 use crate::protocol::{MessageId, ThreadId};
-use crate::store::{Contact, IdlePath, InboxQuery, SessionKey, StoredMessage, UnreadSummary, Via};
+use crate::store::{
+    Contact, IdlePath, InboxQuery, Page, SessionKey, StoredMessage, UnreadSummary, Via,
+};
 
 impl Mailbox {
     /// Received messages matching `query`: unread first, newest first.
@@ -13,17 +15,23 @@ impl Mailbox {
         Ok(self.0.store.call(move |s| s.inbox(&query)).await?)
     }
 
-    /// Received messages newest first, older than the received message `before` if given;
-    /// at most `limit` (the dashboard's pages).
+    /// Received messages, read or not, newest first, older than the received message `before`
+    /// if given; at most `limit`, and how many older ones follow (the dashboard's pages; the
+    /// CLI's `inbox --all` pages the same way).
     pub async fn received_page(
         &self,
         before: Option<MessageId>,
         limit: usize,
-    ) -> Result<Vec<StoredMessage>, MailboxError> {
+    ) -> Result<Page<StoredMessage>, MailboxError> {
+        let query = InboxQuery {
+            unread_only: false,
+            limit,
+            ..InboxQuery::default()
+        };
         Ok(self
             .0
             .store
-            .call(move |s| s.received_page(before.as_ref(), limit))
+            .call(move |s| s.inbox_page(&query, before.as_ref()))
             .await?)
     }
 

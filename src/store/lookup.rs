@@ -48,7 +48,6 @@ fn id_range(prefix: &str) -> Option<(String, String)> {
     fits.then(|| (low.clone(), format!("{low}g")))
 }
 
-
 /// A table whose rows are named by UUIDv7 ids, for [`Store::resolve`].
 struct Named {
     /// The table, and which of its rows may be named.

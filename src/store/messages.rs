@@ -472,29 +472,6 @@ impl Store {
         )? as u64)
     }
 
-    /// Received messages newest first (in store order, read or not), at most `limit`, older
-    /// than the received message `before` when given: a cursor that neither skips nor repeats
-    /// a message, whatever their timestamps. Only the listed rows are read whole.
-    pub fn received_page(
-        &self,
-        before: Option<&MessageId>,
-        limit: usize,
-    ) -> Result<Vec<StoredMessage>, StoreError> {
-        let mut stmt = self.conn.prepare_cached(&format!(
-            "SELECT {COLUMNS} FROM messages WHERE seq IN (
-                 SELECT seq FROM messages
-                 WHERE direction = 'in'
-                   AND (?1 IS NULL OR seq < (SELECT seq FROM messages WHERE id = ?1 AND direction = 'in'))
-                 ORDER BY seq DESC LIMIT ?2)
-             ORDER BY seq DESC"
-        ))?;
-        let rows = stmt.query_map(
-            params![before.map(ToString::to_string), limit as i64],
-            from_row,
-        )?;
-        rows.map(|r| decode(r?)).collect()
-    }
-
     /// Full-text search over subject, body and sender, best first (relevance and recency).
     pub fn search_messages(
         &self,
