@@ -61,7 +61,7 @@ fn scanned(f: impl FnOnce()) -> usize {
 
 /// The form as the page posts it, in `parts` pieces (hyper hands over a body in frames).
 fn body(parts: usize) -> Body {
-    let form = format!("csrf=abc&action=approve&agent=alice&code=ABCD-EFGH&passphrase={POSTED}");
+    let form = format!("csrf=abc&action=approve+alice&code.alice=ABCD-EFGH&passphrase={POSTED}");
     let size = form.len().div_ceil(parts);
     let frames: Vec<Result<Bytes, std::io::Error>> = form
         .as_bytes()
