@@ -34,10 +34,13 @@ fn pki() -> (String, String, String) {
 
 /// Runs `mailslot relay` on `db` until it listens (`Ok`) or exits (`Err` with its stderr).
 fn relay_on(db: &str, ca: Option<&std::path::Path>) -> Result<(), String> {
+    // Its own home: a relay on PostgreSQL keeps its key file there.
+    let home = tempfile::tempdir().unwrap();
     let mut command = Command::new(env!("CARGO_BIN_EXE_mailslot"));
     command
         .args(["relay", "--listen", "127.0.0.1:0", "--db", db])
         .env_clear()
+        .env("MAILSLOT_HOME", home.path())
         .stdin(Stdio::null())
         .stdout(Stdio::null())
         .stderr(Stdio::piped());
