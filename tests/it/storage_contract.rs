@@ -12,7 +12,7 @@ use crate::common::postgres as pg;
 use mailslot::crypto::{Identity, Owner};
 use mailslot::protocol::{
     Address, AgentName, Bounce, CopyKey, KeyRotation, MAX_ROTATIONS, MessageId, Policy, PublicKeys,
-    RelayKey, RelayName, RequestCode, Seq,
+    RelayKey, RelayName, RequestCode, Seq, Shown,
 };
 use mailslot::relay::storage::{
     Accepted, AckOutcome, ConsentChange, ConsentLedger, ConsentOutcome, CopyStatus, Epoch,
@@ -230,7 +230,7 @@ async fn copies_are_kept_in_order_per_recipient_until_acked<B: Backend>(b: B) {
     assert_eq!(s.total_waiting().await.unwrap(), 8);
 
     // An ack is cumulative and for its recipient only; what is left is read after it.
-    let lease = s.claim(bob.clone()).await.unwrap();
+    let lease = s.claim(bob.clone(), Shown::Online).await.unwrap();
     assert_eq!(
         s.ack(bob.clone(), bobs[2].seq, lease).await.unwrap(),
         AckOutcome::Applied(3)
@@ -452,8 +452,8 @@ async fn a_replaced_session_cannot_ack<B: Backend>(b: B) {
         .unwrap();
     }
     let queued = s.pending(bob.clone(), 0, 10).await.unwrap();
-    let first = s.claim(bob.clone()).await.unwrap();
-    let second = s.claim(bob.clone()).await.unwrap();
+    let first = s.claim(bob.clone(), Shown::Online).await.unwrap();
+    let second = s.claim(bob.clone(), Shown::Online).await.unwrap();
     assert!(second > first, "a later claim has a higher epoch");
     assert_eq!(
         s.ack(bob.clone(), queued[1].seq, first).await.unwrap(),
@@ -470,7 +470,7 @@ async fn a_replaced_session_cannot_ack<B: Backend>(b: B) {
         AckOutcome::Applied(1)
     );
     // Another agent's claim is its own.
-    let alices = s.claim(alice.clone()).await.unwrap();
+    let alices = s.claim(alice.clone(), Shown::Online).await.unwrap();
     assert_eq!(
         s.ack(bob.clone(), queued[1].seq, second).await.unwrap(),
         AckOutcome::Applied(1),
@@ -579,7 +579,7 @@ async fn copy_statuses_say_queued_bounced_or_gone<B: Backend>(b: B) {
     );
 
     // Bob takes the first message: his copy is gone, carol's still queued.
-    let epoch = s.claim(bob.clone()).await.unwrap();
+    let epoch = s.claim(bob.clone(), Shown::Online).await.unwrap();
     let queued = s.pending(bob.clone(), 0, 10).await.unwrap();
     assert_eq!(
         s.ack(bob.clone(), queued[0].seq, epoch).await.unwrap(),
@@ -747,7 +747,7 @@ async fn a_relay_mailbox_takes_mail_past_consent_and_keeps_its_name<B: Backend>(
     let queued = s.pending(relay_b.clone(), 0, 10).await.unwrap();
     assert_eq!(queued.len(), 1, "the mailbox came back under its name");
     assert!(String::from_utf8_lossy(&queued[0].envelope).contains("over the link"));
-    let epoch = s.claim(relay_b.clone()).await.unwrap();
+    let epoch = s.claim(relay_b.clone(), Shown::Online).await.unwrap();
     assert_eq!(
         s.ack(relay_b.clone(), queued[0].seq, epoch).await.unwrap(),
         AckOutcome::Applied(1)
@@ -844,7 +844,7 @@ async fn bounces_a_link_records_are_kept_once<B: Backend>(b: B) {
     );
 
     // The link takes it ...
-    let epoch = s.claim(relay_b.clone()).await.unwrap();
+    let epoch = s.claim(relay_b.clone(), Shown::Online).await.unwrap();
     let queued = s.pending(relay_b.clone(), 0, 10).await.unwrap();
     assert_eq!(
         s.ack(relay_b.clone(), queued[0].seq, epoch).await.unwrap(),
@@ -1250,9 +1250,9 @@ async fn postgres_a_replaced_lease_fences_the_old_sessions_acks() {
         assert!(matches!(sent, Accepted::Stored(_)), "{sent:?}");
     }
     let queued = a.pending(bob.clone(), 0, 10).await.unwrap();
-    let first = a.claim(bob.clone()).await.unwrap();
+    let first = a.claim(bob.clone(), Shown::Online).await.unwrap();
     // bob's session moves to the other node.
-    let second = b.claim(bob.clone()).await.unwrap();
+    let second = b.claim(bob.clone(), Shown::Online).await.unwrap();
     assert!(second > first, "{first} then {second}");
     assert_eq!(
         a.ack(bob.clone(), queued[0].seq, first).await.unwrap(),
@@ -1416,7 +1416,7 @@ async fn postgres_commits_notify_other_nodes() {
     assert_eq!(wake["recipient"], "bob");
     assert_eq!(wake["seq"], seq);
     assert_eq!(wake["node"], a.node_id());
-    let epoch = a.claim(bob).await.unwrap();
+    let epoch = a.claim(bob, Shown::Online).await.unwrap();
     let (channel, lease) = next().await;
     assert_eq!(channel, "mailslot_lease");
     assert_eq!(lease["agent"], "bob");

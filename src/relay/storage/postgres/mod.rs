@@ -35,7 +35,7 @@ use super::{
 };
 use crate::protocol::{
     AgentName, Bounce, CopyKey, KeyRotation, MessageId, OwnerKey, Policy, PublicKeys, RequestCode,
-    Seq,
+    Seq, Shown,
 };
 
 /// PostgreSQL-backed relay storage: one per relay node.
@@ -313,9 +313,9 @@ impl Queue for PostgresStorage {
     }
 
     /// The agent's epoch goes up by one; a `mailslot_lease` notification tells the other
-    /// nodes at the commit.
-    async fn claim(&self, agent: AgentName) -> Result<Epoch, StorageError> {
-        queue::claim(&mut self.client().await?, &agent, &self.node_id)
+    /// nodes at the commit. The lease records whether the session is hidden.
+    async fn claim(&self, agent: AgentName, shown: Shown) -> Result<Epoch, StorageError> {
+        queue::claim(&mut self.client().await?, (&agent, shown), &self.node_id)
             .await
             .map(Epoch::new)
     }

@@ -130,6 +130,11 @@ CREATE TABLE relay_pins (
     pinned_at BIGINT NOT NULL
 );
 "#,
+    r#"
+-- Hidden presence: a lease claimed by a connection that is no session of its agent (the
+-- dashboard's `?presence=hidden`), which no node lists as online.
+ALTER TABLE leases ADD COLUMN hidden BOOLEAN NOT NULL DEFAULT false;
+"#,
 ];
 
 /// The advisory lock key under which migrations run ("mailslot" in ASCII, as a number).
