@@ -15,8 +15,8 @@ use mailslot::protocol::{
     RelayKey, RelayName, RequestCode, Seq, Shown,
 };
 use mailslot::relay::storage::{
-    Accepted, AckOutcome, ConsentChange, ConsentLedger, ConsentOutcome, CopyStatus, Epoch,
-    PostgresStorage, Queue, QueuedCopy, Quota, Registration, Registry, RelayPin, RelayPins,
+    Accepted, AckOutcome, ConsentChange, ConsentLedger, ConsentOutcome, CopyStatus, DENIALS_KEPT,
+    Epoch, PostgresStorage, Queue, QueuedCopy, Quota, Registration, Registry, RelayPin, RelayPins,
     SqliteStorage, Storage,
 };
 
@@ -1000,6 +1000,67 @@ async fn open_requests_are_bounded_per_target_and_per_relay<B: Backend>(b: B) {
     );
 }
 
+/// A request from `from` to `to` lapsing at `expires_at_ms`, denied at once.
+async fn ask_and_deny<S: Storage>(s: &S, from: &AgentName, to: &AgentName, expires_at_ms: i64) {
+    let mut asked = request(from, to, 20, 50);
+    if let ConsentChange::Request {
+        expires_at_ms: at, ..
+    } = &mut asked
+    {
+        *at = expires_at_ms;
+    }
+    assert_eq!(
+        s.consent(asked).await.unwrap(),
+        ConsentOutcome::Applied(None)
+    );
+    let deny = ConsentChange::Deny {
+        target: to.clone(),
+        requester: from.clone(),
+    };
+    assert_eq!(
+        s.consent(deny).await.unwrap(),
+        ConsentOutcome::Applied(Some(from.clone()))
+    );
+}
+
+async fn a_denial_is_kept_for_its_requester_and_taken_once<B: Backend>(b: B) {
+    let s = b.open().await;
+    let [alice, bob, carol, dave] = agents(&s, &["alice", "bob", "carol", "dave"])
+        .await
+        .try_into()
+        .unwrap();
+    let now = jiff::Timestamp::now().as_millisecond();
+    ask_and_deny(&s, &alice, &bob, far_future()).await;
+    // carol's denial lapses with its request, a minute from now.
+    ask_and_deny(&s, &alice, &carol, now + 60_000).await;
+    // Another relay's requester hears through its own relay: nothing is kept here for it.
+    let remote = AgentName::remote_agent(&Address::parse("erin@relay-c").unwrap()).unwrap();
+    ask_and_deny(&s, &remote, &bob, far_future()).await;
+    assert_eq!(s.take_denials(remote, now).await.unwrap(), []);
+
+    // Kept across a restart, handed once; a lapsed one is not handed.
+    drop(s);
+    let s = b.open().await;
+    assert_eq!(
+        s.take_denials(alice.clone(), now + 120_000).await.unwrap(),
+        [bob.clone()],
+        "bob's denial is handed, carol's lapsed with its request"
+    );
+    assert_eq!(s.take_denials(alice.clone(), now).await.unwrap(), []);
+
+    // At most DENIALS_KEPT per requester: the one closest to lapsing goes first.
+    let targets: Vec<String> = (0..=DENIALS_KEPT).map(|i| format!("t{i:02}")).collect();
+    let targets = agents(&s, &targets.iter().map(String::as_str).collect::<Vec<_>>()).await;
+    for (i, target) in targets.iter().enumerate() {
+        ask_and_deny(&s, &dave, target, far_future() + i as i64).await;
+    }
+    assert_eq!(
+        s.take_denials(dave.clone(), now).await.unwrap(),
+        targets[1..],
+        "oldest request first, the first one dropped"
+    );
+}
+
 async fn the_relays_own_key_is_recorded_once<B: Backend>(b: B) {
     let s = b.open().await;
     let (first, second) = (RelayKey::from_bytes([1; 32]), RelayKey::from_bytes([2; 32]));
@@ -1213,6 +1274,7 @@ contract!(
     mail_from_another_relay_meets_its_recipients_consent,
     open_requests_are_bounded_per_target_and_per_relay,
     a_block_of_a_whole_relay_refuses_its_agents_unless_one_is_a_contact,
+    a_denial_is_kept_for_its_requester_and_taken_once,
 );
 
 // PostgreSQL's own cases: several nodes on one database.

@@ -260,6 +260,14 @@ impl ConsentLedger for PostgresStorage {
         consent::has_request(&self.client().await?, &target, &requester, &code, now_ms).await
     }
 
+    async fn take_denials(
+        &self,
+        requester: AgentName,
+        now_ms: i64,
+    ) -> Result<Vec<AgentName>, StorageError> {
+        consent::take_denials(&self.client().await?, &requester, now_ms).await
+    }
+
     async fn consent_state(
         &self,
         agent: AgentName,
