@@ -1043,7 +1043,7 @@ async fn a_denial_is_kept_for_its_requester_and_taken_once<B: Backend>(b: B) {
     let s = b.open().await;
     assert_eq!(
         s.take_denials(alice.clone(), now + 120_000).await.unwrap(),
-        [bob.clone()],
+        [bob],
         "bob's denial is handed, carol's lapsed with its request"
     );
     assert_eq!(s.take_denials(alice.clone(), now).await.unwrap(), []);

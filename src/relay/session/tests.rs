@@ -118,6 +118,14 @@ impl ConsentLedger for SlowAcks {
             .await
     }
 
+    async fn take_denials(
+        &self,
+        requester: AgentName,
+        now_ms: i64,
+    ) -> Result<Vec<AgentName>, StorageError> {
+        self.inner.take_denials(requester, now_ms).await
+    }
+
     async fn consent_state(
         &self,
         agent: AgentName,

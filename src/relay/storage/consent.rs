@@ -103,6 +103,12 @@ pub enum ConsentOutcome {
 /// closest to lapsing are dropped.
 pub const DENIALS_KEPT: u32 = 16;
 
+/// Whether a denial of `requester` is kept here: it is an agent of this relay, which logs in
+/// here (another relay's agent hears through its own relay).
+pub(crate) fn hears_here(requester: &AgentName) -> bool {
+    requester.stored_address().host().is_none() && requester.mailbox_relay().is_none()
+}
+
 /// An agent's consent state.
 #[derive(Debug, Clone, PartialEq, Eq, Default)]
 pub struct ConsentState {

@@ -18,6 +18,7 @@ mod report;
 mod snapshot;
 mod sqlite;
 
+pub(crate) use consent::hears_here;
 pub use consent::{ConsentChange, ConsentLedger, ConsentOutcome, ConsentState, DENIALS_KEPT};
 pub use error::StorageError;
 pub use metrics::StorageMetrics;

@@ -45,3 +45,18 @@ pub async fn approve(
     })
     .await
 }
+
+/// `by`'s owner denies `from`'s request on `by`'s connection.
+pub async fn deny(
+    conn: &mut Connection,
+    by: &TestAgent,
+    from: &TestAgent,
+) -> Result<ServerFrame, ClientError> {
+    let owner_signature = by.owner_signs(conn, &OwnerAct::Deny(&from.address()));
+    conn.call(|r| ClientFrame::Deny {
+        reference: r,
+        agent: from.address(),
+        owner_signature,
+    })
+    .await
+}

@@ -8,7 +8,7 @@ use super::now_ms;
 use super::registry::lock_names;
 use crate::protocol::{AgentName, Policy, RequestCode, RequestView};
 use crate::relay::storage::{
-    ConsentChange, ConsentOutcome, ConsentState, DENIALS_KEPT, StorageError,
+    ConsentChange, ConsentOutcome, ConsentState, DENIALS_KEPT, StorageError, hears_here,
 };
 
 /// What decides whether a recipient takes mail from a sender: the recipient's own policy (if
@@ -210,7 +210,7 @@ pub(super) async fn consent(
             else {
                 return Ok(ConsentOutcome::NoSuchRequest);
             };
-            if is_ours(requester) {
+            if hears_here(requester) {
                 keep_denial(&tx, requester, target, row.try_get(0)?).await?;
             }
             ConsentOutcome::Applied(Some(requester.clone()))
@@ -388,11 +388,6 @@ async fn requests(
             })
         })
         .collect()
-}
-
-/// Whether `name` is an agent of this relay (the requester that logs in here).
-fn is_ours(name: &AgentName) -> bool {
-    name.stored_address().host().is_none() && name.mailbox_relay().is_none()
 }
 
 /// Keeps `target`'s denial for `requester` until `lapses`, within [`DENIALS_KEPT`].

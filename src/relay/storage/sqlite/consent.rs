@@ -9,6 +9,7 @@ use super::clock::now_ms;
 use crate::protocol::{AgentName, RequestCode, RequestView};
 use crate::relay::storage::{
     ConsentChange, ConsentLedger, ConsentOutcome, ConsentState, DENIALS_KEPT, StorageError,
+    hears_here,
 };
 
 impl ConsentLedger for SqliteStorage {
@@ -220,7 +221,7 @@ fn consent(
             let Some(lapses) = lapses else {
                 return Ok(ConsentOutcome::NoSuchRequest);
             };
-            if is_ours(requester) {
+            if hears_here(requester) {
                 keep_denial(tx, requester, target, lapses)?;
             }
             ConsentOutcome::Applied(Some(requester.clone()))
@@ -263,11 +264,6 @@ fn consent(
             ConsentOutcome::Applied(None)
         }
     })
-}
-
-/// Whether `name` is an agent of this relay (the requester that logs in here).
-fn is_ours(name: &AgentName) -> bool {
-    name.stored_address().host().is_none() && name.mailbox_relay().is_none()
 }
 
 /// Keeps `target`'s denial for `requester` until `lapses`, within [`DENIALS_KEPT`].
