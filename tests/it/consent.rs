@@ -134,15 +134,21 @@ async fn strangers_are_refused_until_the_owner_approves() {
     );
 }
 
-#[tokio::test]
-async fn the_requester_is_told_the_outcome() {
-    let relay = contacts_relay().await;
+/// alice asks bob and carol, then goes offline; the code of her request to bob.
+async fn alice_asks_bob_and_carol(relay: &TestRelay) -> ([TestAgent; 3], RequestCode) {
     let [bob, carol] = relay.agents(["bob", "carol"]).await;
     let alice = TestAgent::new("alice");
-    let mut conn = alice.connect(&relay).await;
+    let mut conn = alice.connect(relay).await;
     let code = request(&mut conn, &bob).await;
     request(&mut conn, &carol).await;
     conn.close().await;
+    ([alice, bob, carol], code)
+}
+
+#[tokio::test]
+async fn the_requester_is_told_the_outcome() {
+    let relay = contacts_relay().await;
+    let ([alice, bob, carol], code) = alice_asks_bob_and_carol(&relay).await;
     let mut alice_ws = raw_login(&relay, &alice).await;
     let mut bob_conn = bob.connect(&relay).await;
     approve(&mut bob_conn, &bob, &alice, code).await.unwrap();
@@ -184,12 +190,7 @@ async fn events_before_a_pong(ws: &mut RawSocket) -> Vec<ConsentEvent> {
 #[tokio::test]
 async fn a_requester_offline_at_its_denial_hears_it_once_at_its_next_login() {
     let relay = contacts_relay().await;
-    let [bob, carol] = relay.agents(["bob", "carol"]).await;
-    let alice = TestAgent::new("alice");
-    let mut conn = alice.connect(&relay).await;
-    request(&mut conn, &bob).await;
-    request(&mut conn, &carol).await;
-    conn.close().await;
+    let ([alice, bob, carol], _) = alice_asks_bob_and_carol(&relay).await;
 
     // bob denies while alice is away; the relay restarts before she comes back.
     let mut bob_conn = bob.connect(&relay).await;
