@@ -157,7 +157,9 @@ async fn the_requester_is_told_the_outcome() {
         ConsentEvent::Approved { by: bob.address() }
     );
     let mut carol_conn = carol.connect(&relay).await;
-    deny(&mut carol_conn, &carol, &alice).await.unwrap();
+    deny(&mut carol_conn, &carol, &alice.address())
+        .await
+        .unwrap();
     assert_eq!(
         next_event(&mut alice_ws).await,
         ConsentEvent::Denied {
@@ -194,7 +196,7 @@ async fn a_requester_offline_at_its_denial_hears_it_once_at_its_next_login() {
 
     // bob denies while alice is away; the relay restarts before she comes back.
     let mut bob_conn = bob.connect(&relay).await;
-    deny(&mut bob_conn, &bob, &alice).await.unwrap();
+    deny(&mut bob_conn, &bob, &alice.address()).await.unwrap();
     bob_conn.close().await;
     let relay = relay.stop().await.restart().await;
     let mut alice_ws = raw_login(&relay, &alice).await;
@@ -206,7 +208,9 @@ async fn a_requester_offline_at_its_denial_hears_it_once_at_its_next_login() {
 
     // carol denies while alice is connected: told at once, and only then.
     let mut carol_conn = carol.connect(&relay).await;
-    deny(&mut carol_conn, &carol, &alice).await.unwrap();
+    deny(&mut carol_conn, &carol, &alice.address())
+        .await
+        .unwrap();
     assert_eq!(
         next_event(&mut alice_ws).await,
         ConsentEvent::Denied {

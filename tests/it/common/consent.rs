@@ -2,7 +2,7 @@
 //! consent and migration tests make them.
 
 use mailslot::client::{ClientError, Connection};
-use mailslot::protocol::{ClientFrame, OwnerAct, RequestCode, ServerFrame};
+use mailslot::protocol::{Address, ClientFrame, OwnerAct, RequestCode, ServerFrame};
 
 use super::TestAgent;
 
@@ -50,12 +50,12 @@ pub async fn approve(
 pub async fn deny(
     conn: &mut Connection,
     by: &TestAgent,
-    from: &TestAgent,
+    from: &Address,
 ) -> Result<ServerFrame, ClientError> {
-    let owner_signature = by.owner_signs(conn, &OwnerAct::Deny(&from.address()));
+    let owner_signature = by.owner_signs(conn, &OwnerAct::Deny(from));
     conn.call(|r| ClientFrame::Deny {
         reference: r,
-        agent: from.address(),
+        agent: from.clone(),
         owner_signature,
     })
     .await
