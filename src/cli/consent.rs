@@ -16,7 +16,7 @@ use crate::crypto::PublicIdentity;
 use crate::protocol::{
     Address, AgentName, ErrorCode, Fingerprint, Peer, Policy, RequestCode, RequestView,
 };
-use crate::store::Contact;
+use crate::store::{Contact, Denial, Store};
 
 /// Opens the agent, connects, runs `work`, closes.
 pub(super) fn with_relay<T>(
@@ -94,6 +94,17 @@ pub(super) fn connect(ctx: &Ctx, to: Address, note: String) -> anyhow::Result<()
 struct Requests {
     incoming: Vec<RequestView>,
     outgoing: Vec<RequestView>,
+    /// Denials of this agent's requests it heard of lately (kept in its store).
+    denied: Vec<Denial>,
+}
+
+/// The denials `me`'s store kept; none when it has no store yet.
+fn denials(ctx: &Ctx, me: &AgentName) -> anyhow::Result<Vec<Denial>> {
+    let path = crate::agent::store_path(&ctx.paths.agent_dir(me));
+    if !path.exists() {
+        return Ok(Vec::new());
+    }
+    Ok(Store::open(&path)?.denials()?)
 }
 
 #[derive(Serialize)]
@@ -112,7 +123,13 @@ pub(super) fn requests(ctx: &Ctx) -> anyhow::Result<()> {
     ) = with_relay(ctx, async |conn, agent| {
         Ok((agent.name.clone(), relay_consent::state(conn).await?))
     })?;
-    output::emit(ctx.json, &Requests { incoming, outgoing }, |r| {
+    let denied = denials(ctx, &me)?;
+    let shown = Requests {
+        incoming,
+        outgoing,
+        denied,
+    };
+    output::emit(ctx.json, &shown, |r| {
         let mut lines = Vec::new();
         if r.incoming.is_empty() && r.outgoing.is_empty() {
             lines.push("no open contact requests".to_owned());
@@ -133,6 +150,13 @@ pub(super) fn requests(ctx: &Ctx) -> anyhow::Result<()> {
                 "to {}: waiting (until {}); code for their owner: {code}",
                 q.agent,
                 output::when(q.expires_at)
+            ));
+        }
+        for d in &r.denied {
+            lines.push(format!(
+                "{}'s owner denied your request (heard {})",
+                d.by,
+                output::when(d.heard_at)
             ));
         }
         lines.join("\n")

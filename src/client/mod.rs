@@ -7,6 +7,7 @@ mod bounces;
 mod connection;
 pub mod consent;
 mod deliveries;
+mod denials;
 pub mod directory;
 mod discovery;
 mod inbound;

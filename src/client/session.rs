@@ -13,6 +13,7 @@ use tokio::task::JoinHandle;
 
 use super::bounces;
 use super::deliveries;
+use super::denials;
 use super::inbound::{Received, open_parked, receive};
 use super::outbound::{Answered, flush};
 use super::{ClientError, Connection, RelayUrl, refusal};
@@ -382,7 +383,10 @@ async fn serve(
                 ServerFrame::Event { event: ConsentEvent::Bounced {} } => {
                     collect_bounces(&mut conn, me).await?;
                 }
-                ServerFrame::Event { event } => me.emit(ClientEvent::Relay(RelayNews::Consent(event))),
+                ServerFrame::Event { event } => {
+                    denials::keep(&config.store, &event).await?;
+                    me.emit(ClientEvent::Relay(RelayNews::Consent(event)));
+                }
                 _ => {}
             },
             _ = flush_now.notified() => {

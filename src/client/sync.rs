@@ -5,6 +5,7 @@ use serde::Serialize;
 
 use super::bounces;
 use super::deliveries;
+use super::denials;
 use super::inbound::{Received, open_parked, receive};
 use super::outbound::flush;
 use super::{ClientError, Connection, RelayUrl, refusal};
@@ -109,7 +110,10 @@ pub async fn sync_with_progress(
                 progress(delivered, waiting.max(delivered));
             }
             ServerFrame::CaughtUp {} => break,
-            ServerFrame::Event { event } => report.events.push(event),
+            ServerFrame::Event { event } => {
+                denials::keep(store, &event).await?;
+                report.events.push(event);
+            }
             _ => {}
         }
     }

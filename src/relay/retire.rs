@@ -10,7 +10,7 @@ use super::storage::{AckOutcome, Queue, Registry, StorageError};
 use super::wire::error_frame;
 use crate::crypto::PublicIdentity;
 use crate::crypto::sign::{self, Domain};
-use crate::protocol::{AgentName, ErrorCode, ServerFrame, retire_payload};
+use crate::protocol::{AgentName, ErrorCode, ServerFrame, Shown, retire_payload};
 
 /// Queued copies read per round while the retired name's queue is emptied.
 const DRAIN_BATCH: usize = 256;
@@ -120,8 +120,9 @@ async fn drop_queue<S: Queue>(storage: &S, agent: &AgentName) -> Result<u64, Sto
     if last == 0 {
         return Ok(0);
     }
-    // A claim of its own: the retired agent's sessions, wherever they are, are over.
-    let epoch = storage.claim(agent.clone()).await?;
+    // A claim of its own: the retired agent's sessions, wherever they are, are over. It is
+    // no session, so it does not show the agent online.
+    let epoch = storage.claim(agent.clone(), Shown::Hidden).await?;
     match storage.ack(agent.clone(), last, epoch).await? {
         AckOutcome::Applied(n) => Ok(n),
         AckOutcome::Fenced => Ok(0),

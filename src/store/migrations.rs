@@ -255,6 +255,13 @@ const MIGRATIONS: &[&str] = &[
     ) STRICT, WITHOUT ROWID;
     CREATE INDEX parked_due ON parked(next_at);
     "#,
+    // 11: denials of this agent's contact requests, heard from its relay, for `requests`.
+    r#"
+    CREATE TABLE denials (
+        agent    TEXT PRIMARY KEY,
+        heard_at INTEGER NOT NULL
+    ) STRICT, WITHOUT ROWID;
+    "#,
 ];
 
 /// The schema version this build writes.

@@ -5,7 +5,7 @@ use crate::common;
 
 use std::process::{Command, Stdio};
 
-use common::consent::{approve, request};
+use common::consent::{approve, deny, request};
 use common::*;
 use mailslot::client::ClientError;
 use mailslot::protocol::{
@@ -134,15 +134,21 @@ async fn strangers_are_refused_until_the_owner_approves() {
     );
 }
 
-#[tokio::test]
-async fn the_requester_is_told_the_outcome() {
-    let relay = contacts_relay().await;
+/// alice asks bob and carol, then goes offline; the code of her request to bob.
+async fn alice_asks_bob_and_carol(relay: &TestRelay) -> ([TestAgent; 3], RequestCode) {
     let [bob, carol] = relay.agents(["bob", "carol"]).await;
     let alice = TestAgent::new("alice");
-    let mut conn = alice.connect(&relay).await;
+    let mut conn = alice.connect(relay).await;
     let code = request(&mut conn, &bob).await;
     request(&mut conn, &carol).await;
     conn.close().await;
+    ([alice, bob, carol], code)
+}
+
+#[tokio::test]
+async fn the_requester_is_told_the_outcome() {
+    let relay = contacts_relay().await;
+    let ([alice, bob, carol], code) = alice_asks_bob_and_carol(&relay).await;
     let mut alice_ws = raw_login(&relay, &alice).await;
     let mut bob_conn = bob.connect(&relay).await;
     approve(&mut bob_conn, &bob, &alice, code).await.unwrap();
@@ -151,13 +157,7 @@ async fn the_requester_is_told_the_outcome() {
         ConsentEvent::Approved { by: bob.address() }
     );
     let mut carol_conn = carol.connect(&relay).await;
-    let owner_signature = carol.owner_signs(&carol_conn, &OwnerAct::Deny(&alice.address()));
-    carol_conn
-        .call(|r| ClientFrame::Deny {
-            reference: r,
-            agent: alice.address(),
-            owner_signature,
-        })
+    deny(&mut carol_conn, &carol, &alice.address())
         .await
         .unwrap();
     assert_eq!(
@@ -172,6 +172,57 @@ async fn the_requester_is_told_the_outcome() {
     assert!(
         report.not_sent[0].1.contains("not_allowed"),
         "a denial grants nothing"
+    );
+}
+
+/// The consent events that come before the answer to a ping: all those queued at the login
+/// (the relay queues kept news before it reads a frame).
+async fn events_before_a_pong(ws: &mut RawSocket) -> Vec<ConsentEvent> {
+    raw_send(ws, &ClientFrame::Ping {}).await;
+    let mut events = Vec::new();
+    loop {
+        match raw_recv(ws).await.expect("socket open") {
+            ServerFrame::Pong {} => return events,
+            ServerFrame::Event { event } => events.push(event),
+            _ => continue,
+        }
+    }
+}
+
+#[tokio::test]
+async fn a_requester_offline_at_its_denial_hears_it_once_at_its_next_login() {
+    let relay = contacts_relay().await;
+    let ([alice, bob, carol], _) = alice_asks_bob_and_carol(&relay).await;
+
+    // bob denies while alice is away; the relay restarts before she comes back.
+    let mut bob_conn = bob.connect(&relay).await;
+    deny(&mut bob_conn, &bob, &alice.address()).await.unwrap();
+    bob_conn.close().await;
+    let relay = relay.stop().await.restart().await;
+    let mut alice_ws = raw_login(&relay, &alice).await;
+    assert_eq!(
+        events_before_a_pong(&mut alice_ws).await,
+        [ConsentEvent::Denied { by: bob.address() }],
+        "told at the login, after the restart"
+    );
+
+    // carol denies while alice is connected: told at once, and only then.
+    let mut carol_conn = carol.connect(&relay).await;
+    deny(&mut carol_conn, &carol, &alice.address())
+        .await
+        .unwrap();
+    assert_eq!(
+        next_event(&mut alice_ws).await,
+        ConsentEvent::Denied {
+            by: carol.address()
+        }
+    );
+    drop(alice_ws);
+    let mut alice_ws = raw_login(&relay, &alice).await;
+    assert_eq!(
+        events_before_a_pong(&mut alice_ws).await,
+        [],
+        "each denial is told once"
     );
 }
 
@@ -561,8 +612,8 @@ async fn approving_a_requester_with_other_keys_than_pinned_shows_both_and_whois_
 }
 
 // Multi-threaded: the test blocks on child processes while the in-process relay serves them.
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_second_deny_says_the_request_is_no_longer_open() {
+/// bob (with an owner key) and alice in two homes, made by the CLI; alice asked bob.
+async fn alice_asks_bob_by_the_cli() -> (TestRelay, tempfile::TempDir, tempfile::TempDir) {
     let relay = contacts_relay().await;
     let (bobs, alices) = (tempfile::tempdir().unwrap(), tempfile::tempdir().unwrap());
     mailslot_cli(
@@ -583,7 +634,12 @@ async fn a_second_deny_says_the_request_is_no_longer_open() {
     .await;
     let connect = [&alice[..], &["connect", "bob"]].concat();
     mailslot_cli(alices.path(), relay.url.as_str(), &connect).await;
+    (relay, bobs, alices)
+}
 
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_second_deny_says_the_request_is_no_longer_open() {
+    let (relay, bobs, _alices) = alice_asks_bob_by_the_cli().await;
     let deny = "--agent bob deny alice";
     let (status, shown) = at_terminal(bobs.path(), &relay, deny, &format!("{PASSPHRASE}\n"));
     assert_eq!(status, 0, "{shown}");
@@ -596,6 +652,35 @@ async fn a_second_deny_says_the_request_is_no_longer_open() {
         "{shown}"
     );
     assert!(!shown.contains("bad_code"), "{shown}");
+}
+
+// Multi-threaded: the test blocks on child processes while the in-process relay serves them.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn requests_shows_a_denial_the_requester_heard_at_its_next_session() {
+    let (relay, bobs, alices) = alice_asks_bob_by_the_cli().await;
+    let url = relay.url.as_str();
+    let deny = "--agent bob deny alice";
+    let (status, shown) = at_terminal(bobs.path(), &relay, deny, &format!("{PASSPHRASE}\n"));
+    assert_eq!(status, 0, "{shown}");
+
+    // No process of alice's ran when bob's owner denied: her next session hears it.
+    let requests = ["--agent", "alice", "requests"];
+    let before = mailslot_cli(alices.path(), url, &requests).await;
+    assert!(!before.contains("denied"), "{before}");
+    mailslot_cli(alices.path(), url, &["--agent", "alice", "sync"]).await;
+    let after = mailslot_cli(alices.path(), url, &requests).await;
+    assert!(
+        after.contains("bob's owner denied your request (heard "),
+        "{after}"
+    );
+    let json = mailslot_cli(
+        alices.path(),
+        url,
+        &["--json", "--agent", "alice", "requests"],
+    )
+    .await;
+    let json: serde_json::Value = serde_json::from_str(&json).unwrap();
+    assert_eq!(json["denied"][0]["by"], "bob", "{json}");
 }
 
 fn owner_fingerprint(path: &std::path::Path) -> String {

@@ -482,6 +482,41 @@ async fn unknown_arguments_are_refused_by_name_and_nothing_is_done() {
     assert_eq!(alice.mcp.ok("send", full).await["status"], "sent");
 }
 
+/// alice's model asks bob; no `mailslot mcp` of alice's runs when bob's owner denies; her
+/// next one (a new process) rings her model with the denial.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_denial_made_while_the_requester_was_away_rings_its_next_session() {
+    let relay = TestRelay::start(|c| c.default_policy = Some(Policy::Contacts)).await;
+    let [bob] = relay.agents(["bob"]).await;
+    let alice = InProcess::start("alice", &relay.url, Era::Legacy).await;
+    alice.online().await;
+    let asked = alice
+        .mcp
+        .ok(
+            "request_contact",
+            json!({ "agent": "bob", "note": "release work" }),
+        )
+        .await;
+    assert_eq!(asked["status"], "pending");
+    alice.mailbox.close().await;
+
+    let mut conn = bob.connect(&relay).await;
+    let alices = mailslot::protocol::Address::parse("alice").unwrap();
+    common::consent::deny(&mut conn, &bob, &alices)
+        .await
+        .unwrap();
+    let mut next = spawn_mcp(alice.home.path(), "alice", &relay.url, Era::Legacy).await;
+    let event = next.channel_event().await;
+    assert_eq!(event["meta"]["kind"], "contact_denied", "{event}");
+    assert_eq!(event["meta"]["agent"], "bob", "{event}");
+    assert!(
+        event
+            .to_string()
+            .contains("bob's owner denied your contact request"),
+        "{event}"
+    );
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn contact_requests_are_pending_and_never_show_the_code() {
     let relay = TestRelay::start(|c| c.default_policy = Some(Policy::Contacts)).await;

@@ -165,6 +165,41 @@ async fn presence_shows_an_agent_online_on_the_other_node_since_its_claim() {
     .await;
 }
 
+/// A hidden connection (the dashboard's) is left out of presence on every node, not only its
+/// own: the lease records it. A visible session of the agent shows it online again.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_hidden_connection_is_offline_on_the_other_node_too() {
+    let Some((one, two)) = two_nodes("hidden").await else {
+        return;
+    };
+    let (alice, bob) = (TestAgent::new("alice"), TestAgent::new("bob"));
+    let mut asker = alice.connect(&two).await;
+    let mut window = mailslot::client::Connection::connect_shown(
+        &one.url,
+        &bob.name,
+        &bob.identity,
+        Some(bob.owner.public()),
+        mailslot::protocol::Shown::Hidden,
+    )
+    .await
+    .unwrap();
+    // bob is listed, so alice may see him when he is online.
+    mailslot::client::directory::set_listing(&mut window, Some("builds relays".into()))
+        .await
+        .unwrap();
+    let seen = online(&mut asker).await;
+    assert!(
+        seen.is_empty(),
+        "node 2 knows bob's hidden connection on node 1 only from its lease: {seen:?}"
+    );
+
+    // bob's own session (on node 1, replacing the window) shows him online on node 2.
+    let _session = bob.connect(&one).await;
+    let seen = online(&mut asker).await;
+    assert_eq!(seen.len(), 1, "{seen:?}");
+    assert_eq!(seen[0].agent, bob.name);
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_connection_on_another_node_replaces_the_first() {
     let Some((one, two)) = two_nodes("replace").await else {

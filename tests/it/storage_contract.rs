@@ -12,11 +12,11 @@ use crate::common::postgres as pg;
 use mailslot::crypto::{Identity, Owner};
 use mailslot::protocol::{
     Address, AgentName, Bounce, CopyKey, KeyRotation, MAX_ROTATIONS, MessageId, Policy, PublicKeys,
-    RelayKey, RelayName, RequestCode, Seq,
+    RelayKey, RelayName, RequestCode, Seq, Shown,
 };
 use mailslot::relay::storage::{
-    Accepted, AckOutcome, ConsentChange, ConsentLedger, ConsentOutcome, CopyStatus, Epoch,
-    PostgresStorage, Queue, QueuedCopy, Quota, Registration, Registry, RelayPin, RelayPins,
+    Accepted, AckOutcome, ConsentChange, ConsentLedger, ConsentOutcome, CopyStatus, DENIALS_KEPT,
+    Epoch, PostgresStorage, Queue, QueuedCopy, Quota, Registration, Registry, RelayPin, RelayPins,
     SqliteStorage, Storage,
 };
 
@@ -230,7 +230,7 @@ async fn copies_are_kept_in_order_per_recipient_until_acked<B: Backend>(b: B) {
     assert_eq!(s.total_waiting().await.unwrap(), 8);
 
     // An ack is cumulative and for its recipient only; what is left is read after it.
-    let lease = s.claim(bob.clone()).await.unwrap();
+    let lease = s.claim(bob.clone(), Shown::Online).await.unwrap();
     assert_eq!(
         s.ack(bob.clone(), bobs[2].seq, lease).await.unwrap(),
         AckOutcome::Applied(3)
@@ -452,8 +452,8 @@ async fn a_replaced_session_cannot_ack<B: Backend>(b: B) {
         .unwrap();
     }
     let queued = s.pending(bob.clone(), 0, 10).await.unwrap();
-    let first = s.claim(bob.clone()).await.unwrap();
-    let second = s.claim(bob.clone()).await.unwrap();
+    let first = s.claim(bob.clone(), Shown::Online).await.unwrap();
+    let second = s.claim(bob.clone(), Shown::Online).await.unwrap();
     assert!(second > first, "a later claim has a higher epoch");
     assert_eq!(
         s.ack(bob.clone(), queued[1].seq, first).await.unwrap(),
@@ -470,7 +470,7 @@ async fn a_replaced_session_cannot_ack<B: Backend>(b: B) {
         AckOutcome::Applied(1)
     );
     // Another agent's claim is its own.
-    let alices = s.claim(alice.clone()).await.unwrap();
+    let alices = s.claim(alice.clone(), Shown::Online).await.unwrap();
     assert_eq!(
         s.ack(bob.clone(), queued[1].seq, second).await.unwrap(),
         AckOutcome::Applied(1),
@@ -579,7 +579,7 @@ async fn copy_statuses_say_queued_bounced_or_gone<B: Backend>(b: B) {
     );
 
     // Bob takes the first message: his copy is gone, carol's still queued.
-    let epoch = s.claim(bob.clone()).await.unwrap();
+    let epoch = s.claim(bob.clone(), Shown::Online).await.unwrap();
     let queued = s.pending(bob.clone(), 0, 10).await.unwrap();
     assert_eq!(
         s.ack(bob.clone(), queued[0].seq, epoch).await.unwrap(),
@@ -747,7 +747,7 @@ async fn a_relay_mailbox_takes_mail_past_consent_and_keeps_its_name<B: Backend>(
     let queued = s.pending(relay_b.clone(), 0, 10).await.unwrap();
     assert_eq!(queued.len(), 1, "the mailbox came back under its name");
     assert!(String::from_utf8_lossy(&queued[0].envelope).contains("over the link"));
-    let epoch = s.claim(relay_b.clone()).await.unwrap();
+    let epoch = s.claim(relay_b.clone(), Shown::Online).await.unwrap();
     assert_eq!(
         s.ack(relay_b.clone(), queued[0].seq, epoch).await.unwrap(),
         AckOutcome::Applied(1)
@@ -844,7 +844,7 @@ async fn bounces_a_link_records_are_kept_once<B: Backend>(b: B) {
     );
 
     // The link takes it ...
-    let epoch = s.claim(relay_b.clone()).await.unwrap();
+    let epoch = s.claim(relay_b.clone(), Shown::Online).await.unwrap();
     let queued = s.pending(relay_b.clone(), 0, 10).await.unwrap();
     assert_eq!(
         s.ack(relay_b.clone(), queued[0].seq, epoch).await.unwrap(),
@@ -1069,6 +1069,67 @@ async fn open_requests_are_bounded_per_target_and_per_relay<B: Backend>(b: B) {
     );
 }
 
+/// A request from `from` to `to` lapsing at `expires_at_ms`, denied at once.
+async fn ask_and_deny<S: Storage>(s: &S, from: &AgentName, to: &AgentName, expires_at_ms: i64) {
+    let mut asked = request(from, to, 20, 50);
+    if let ConsentChange::Request {
+        expires_at_ms: at, ..
+    } = &mut asked
+    {
+        *at = expires_at_ms;
+    }
+    assert_eq!(
+        s.consent(asked).await.unwrap(),
+        ConsentOutcome::Applied(None)
+    );
+    let deny = ConsentChange::Deny {
+        target: to.clone(),
+        requester: from.clone(),
+    };
+    assert_eq!(
+        s.consent(deny).await.unwrap(),
+        ConsentOutcome::Applied(Some(from.clone()))
+    );
+}
+
+async fn a_denial_is_kept_for_its_requester_and_taken_once<B: Backend>(b: B) {
+    let s = b.open().await;
+    let [alice, bob, carol, dave] = agents(&s, &["alice", "bob", "carol", "dave"])
+        .await
+        .try_into()
+        .unwrap();
+    let now = jiff::Timestamp::now().as_millisecond();
+    ask_and_deny(&s, &alice, &bob, far_future()).await;
+    // carol's denial lapses with its request, a minute from now.
+    ask_and_deny(&s, &alice, &carol, now + 60_000).await;
+    // Another relay's requester hears through its own relay: nothing is kept here for it.
+    let remote = AgentName::remote_agent(&Address::parse("erin@relay-c").unwrap()).unwrap();
+    ask_and_deny(&s, &remote, &bob, far_future()).await;
+    assert_eq!(s.take_denials(remote, now).await.unwrap(), []);
+
+    // Kept across a restart, handed once; a lapsed one is not handed.
+    drop(s);
+    let s = b.open().await;
+    assert_eq!(
+        s.take_denials(alice.clone(), now + 120_000).await.unwrap(),
+        [bob],
+        "bob's denial is handed, carol's lapsed with its request"
+    );
+    assert_eq!(s.take_denials(alice.clone(), now).await.unwrap(), []);
+
+    // At most DENIALS_KEPT per requester: the one closest to lapsing goes first.
+    let targets: Vec<String> = (0..=DENIALS_KEPT).map(|i| format!("t{i:02}")).collect();
+    let targets = agents(&s, &targets.iter().map(String::as_str).collect::<Vec<_>>()).await;
+    for (i, target) in targets.iter().enumerate() {
+        ask_and_deny(&s, &dave, target, far_future() + i as i64).await;
+    }
+    assert_eq!(
+        s.take_denials(dave.clone(), now).await.unwrap(),
+        targets[1..],
+        "oldest request first, the first one dropped"
+    );
+}
+
 async fn the_relays_own_key_is_recorded_once<B: Backend>(b: B) {
     let s = b.open().await;
     let (first, second) = (RelayKey::from_bytes([1; 32]), RelayKey::from_bytes([2; 32]));
@@ -1283,6 +1344,7 @@ contract!(
     mail_from_another_relay_meets_its_recipients_consent,
     open_requests_are_bounded_per_target_and_per_relay,
     a_block_of_a_whole_relay_refuses_its_agents_unless_one_is_a_contact,
+    a_denial_is_kept_for_its_requester_and_taken_once,
 );
 
 // PostgreSQL's own cases: several nodes on one database.
@@ -1320,9 +1382,9 @@ async fn postgres_a_replaced_lease_fences_the_old_sessions_acks() {
         assert!(matches!(sent, Accepted::Stored(_)), "{sent:?}");
     }
     let queued = a.pending(bob.clone(), 0, 10).await.unwrap();
-    let first = a.claim(bob.clone()).await.unwrap();
+    let first = a.claim(bob.clone(), Shown::Online).await.unwrap();
     // bob's session moves to the other node.
-    let second = b.claim(bob.clone()).await.unwrap();
+    let second = b.claim(bob.clone(), Shown::Online).await.unwrap();
     assert!(second > first, "{first} then {second}");
     assert_eq!(
         a.ack(bob.clone(), queued[0].seq, first).await.unwrap(),
@@ -1486,7 +1548,7 @@ async fn postgres_commits_notify_other_nodes() {
     assert_eq!(wake["recipient"], "bob");
     assert_eq!(wake["seq"], seq);
     assert_eq!(wake["node"], a.node_id());
-    let epoch = a.claim(bob).await.unwrap();
+    let epoch = a.claim(bob, Shown::Online).await.unwrap();
     let (channel, lease) = next().await;
     assert_eq!(channel, "mailslot_lease");
     assert_eq!(lease["agent"], "bob");

@@ -26,7 +26,8 @@ use crate::crypto::sign::Domain;
 use crate::crypto::verify_link;
 use crate::protocol::{
     Address, AgentName, Bounce, EnvelopeHead, LINK_PATH, LINK_VERSION, LINK_WINDOW, LinkAnswer,
-    LinkRequest, MessageId, Refusal, RelayEndpoint, RelayName, Seq, deliver_frame, link_payload,
+    LinkRequest, MessageId, Refusal, RelayEndpoint, RelayName, Seq, Shown, deliver_frame,
+    link_payload,
 };
 
 /// How often the supervisor looks for relay mailboxes with mail that no link here serves
@@ -100,7 +101,7 @@ async fn run<S: Queue + RelayPins>(
         if *state.shutdown.borrow() {
             return;
         }
-        let outcome = match state.storage.claim(mailbox.clone()).await {
+        let outcome = match state.storage.claim(mailbox.clone(), Shown::Hidden).await {
             Ok(epoch) => send_mailbox(&state, &relay, &mailbox, epoch, &mut pushes).await,
             Err(e) => Err(LinkError::Storage(e)),
         };

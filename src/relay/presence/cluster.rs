@@ -286,17 +286,12 @@ impl Presence for Cluster {
     }
 
     /// From the lease table, which every node's sessions claim: a session on another node
-    /// is known only there. A hidden session is left out here only on its own node (the
-    /// lease table does not record it; see docs/decisions.md).
+    /// is known only there. The lease records a hidden session, so every node leaves it out.
     fn online<'a>(
         &'a self,
         agents: &'a [AgentName],
     ) -> Pin<Box<dyn Future<Output = Result<Vec<Online>, StorageError>> + Send + 'a>> {
-        Box::pin(async move {
-            let mut online = self.notifier.online(agents).await?;
-            online.retain(|o| !self.hub.hides(&o.agent));
-            Ok(online)
-        })
+        Box::pin(self.notifier.online(agents))
     }
 
     fn retire(&self, agent: &AgentName) {

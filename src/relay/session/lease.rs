@@ -47,7 +47,7 @@ pub(super) async fn claim<S: Registry + Queue>(
     // A session of the agent on another node ends first, likewise (within a bound: a node
     // that died answers nothing); the lease then fences acks from any session it replaced.
     state.presence.take_over(agent).await;
-    let epoch = match state.storage.claim(agent.clone()).await {
+    let epoch = match state.storage.claim(agent.clone(), shown).await {
         Ok(epoch) => epoch,
         Err(e) => {
             let ending = internal(format!(

@@ -9,8 +9,10 @@
 //! - `delivery`: the window of copies sent ahead of the client's acks, and the acks.
 //! - `requests`: one `match` over the client's frames, each arm calling its handler.
 //! - `endings`: what the client is told when the relay ends the session.
+//! - `denials`: denials kept for a requester that was offline, handed over once.
 
 mod delivery;
+mod denials;
 mod endings;
 mod handshake;
 mod lease;
@@ -73,7 +75,7 @@ pub async fn run<S: Storage>(
         (&mut stream, &out),
         (agent, &hello.nonce),
         &mut lease.attached,
-        (Some(lease.epoch), &done),
+        (Some(lease.epoch), shown, &done),
     )
     .await;
     lease::release(&state, agent, lease).await;
@@ -111,7 +113,7 @@ async fn run_control<S: Storage>(
         (&mut stream, &out),
         (&agent, &nonce),
         &mut attached,
-        (None, &done),
+        (None, Shown::Hidden, &done),
     )
     .await;
     state.metrics.connections.dec();

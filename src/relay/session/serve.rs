@@ -14,9 +14,10 @@ use super::super::state::RelayState;
 use super::super::storage::{Epoch, Storage};
 use super::super::wire::{Ending, Outgoing, close, is_too_large};
 use super::delivery::Delivery;
+use super::denials;
 use super::endings::{gone, kicked, shutting_down, stalled};
 use super::requests::{self, Sends};
-use crate::protocol::{AgentName, ErrorCode, ServerFrame};
+use crate::protocol::{AgentName, ConsentEvent, ErrorCode, ServerFrame, Shown};
 
 /// Sends of one connection whose writes may be pending at once.
 pub(super) const PIPELINED: usize = 256;
@@ -27,8 +28,14 @@ pub(super) async fn serve<S: Storage>(
     (stream, out): (&mut SplitStream<WebSocket>, &Outgoing),
     (agent, nonce): (&AgentName, &[u8]),
     attached: &mut Attached,
-    (lease, done): (Option<Epoch>, &FrameDone),
+    (lease, shown, done): (Option<Epoch>, Shown, &FrameDone),
 ) -> Option<Ending> {
+    // The agent's own delivery session hears of denials; a hidden window (the dashboard)
+    // leaves them kept for it.
+    let hears_denials = lease.is_some() && shown == Shown::Online;
+    if hears_denials && !denials::hand_over(state, agent, out).await {
+        return Some(gone(out));
+    }
     let mut shutdown = state.shutdown.clone();
     let mut delivery = Delivery::new(lease);
     let mut errors = 0u32;
@@ -73,7 +80,12 @@ pub(super) async fn serve<S: Storage>(
                 }
             }
             Some(event) = attached.events.recv() => {
-                if !out.frame(&ServerFrame::Event { event }) {
+                let sent = match event {
+                    // Handed from storage, so it is not handed again at the next login.
+                    ConsentEvent::Denied { .. } if hears_denials => denials::hand_over(state, agent, out).await,
+                    event => out.frame(&ServerFrame::Event { event }),
+                };
+                if !sent {
                     return Some(gone(out));
                 }
             }

@@ -13,7 +13,7 @@ use crate::crypto::Identity;
 use crate::crypto::sign::{Domain, signature};
 use crate::protocol::{
     AgentName, Bounce, ClientFrame, CopyKey, MessageId, OwnerKey, Policy, PublicKeys, RelayKey,
-    RelayName, RequestCode, Seq, ServerFrame, hello_payload,
+    RelayName, RequestCode, Seq, ServerFrame, Shown, hello_payload,
 };
 use crate::relay::storage::{
     Accepted, AckOutcome, CommitListener, ConsentChange, ConsentLedger, ConsentOutcome,
@@ -119,6 +119,14 @@ impl ConsentLedger for SlowAcks {
             .await
     }
 
+    async fn take_denials(
+        &self,
+        requester: AgentName,
+        now_ms: i64,
+    ) -> Result<Vec<AgentName>, StorageError> {
+        self.inner.take_denials(requester, now_ms).await
+    }
+
     async fn consent_state(
         &self,
         agent: AgentName,
@@ -161,8 +169,8 @@ impl Queue for SlowAcks {
         read
     }
 
-    async fn claim(&self, agent: AgentName) -> Result<Epoch, StorageError> {
-        self.inner.claim(agent).await
+    async fn claim(&self, agent: AgentName, shown: Shown) -> Result<Epoch, StorageError> {
+        self.inner.claim(agent, shown).await
     }
 
     async fn release(&self, agent: AgentName, epoch: Epoch) -> Result<(), StorageError> {

@@ -39,7 +39,8 @@ pub enum ConsentChange {
         /// The code.
         code: RequestCode,
     },
-    /// `target` denies `requester`'s request.
+    /// `target` denies `requester`'s request. A requester of this relay is kept the news
+    /// until its request would have lapsed ([`ConsentLedger::take_denials`]).
     Deny {
         /// The denying agent.
         target: AgentName,
@@ -98,6 +99,16 @@ pub enum ConsentOutcome {
     NoteHasCode,
 }
 
+/// The denials kept for one requester that has not heard of them yet; beyond it, the ones
+/// closest to lapsing are dropped.
+pub const DENIALS_KEPT: u32 = 16;
+
+/// Whether a denial of `requester` is kept here: it is an agent of this relay, which logs in
+/// here (another relay's agent hears through its own relay).
+pub(crate) fn hears_here(requester: &AgentName) -> bool {
+    requester.stored_address().host().is_none() && requester.mailbox_relay().is_none()
+}
+
 /// An agent's consent state.
 #[derive(Debug, Clone, PartialEq, Eq, Default)]
 pub struct ConsentState {
@@ -130,6 +141,14 @@ pub trait ConsentLedger: Send + Sync + 'static {
         code: RequestCode,
         now_ms: i64,
     ) -> impl Future<Output = Result<bool, StorageError>> + Send;
+
+    /// The targets that denied `requester`'s requests since it last took them, unlapsed,
+    /// oldest request first. They are deleted as they are returned: each is handed over once.
+    fn take_denials(
+        &self,
+        requester: AgentName,
+        now_ms: i64,
+    ) -> impl Future<Output = Result<Vec<AgentName>, StorageError>> + Send;
 
     /// An agent's consent state, open requests only.
     fn consent_state(

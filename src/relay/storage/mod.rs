@@ -18,7 +18,8 @@ mod report;
 mod snapshot;
 mod sqlite;
 
-pub use consent::{ConsentChange, ConsentLedger, ConsentOutcome, ConsentState};
+pub(crate) use consent::hears_here;
+pub use consent::{ConsentChange, ConsentLedger, ConsentOutcome, ConsentState, DENIALS_KEPT};
 pub use error::StorageError;
 pub use metrics::StorageMetrics;
 pub use postgres::{PostgresStorage, is_postgres_url, redact_url};

@@ -5,7 +5,9 @@ use std::pin::Pin;
 use std::sync::Arc;
 
 use super::StorageError;
-use crate::protocol::{Address, AgentName, Bounce, CopyKey, MessageId, Policy, RelayName, Seq};
+use crate::protocol::{
+    Address, AgentName, Bounce, CopyKey, MessageId, Policy, RelayName, Seq, Shown,
+};
 
 /// One recipient's copy of an envelope, serialized.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -172,8 +174,14 @@ pub trait Queue: Send + Sync + 'static {
 
     /// Claims `agent`'s delivery session: returns an epoch higher than every earlier claim's.
     /// Acks under an older epoch are refused from then on, so a replaced session (on this node
-    /// or another) cannot acknowledge mail its successor is already delivering.
-    fn claim(&self, agent: AgentName) -> impl Future<Output = Result<Epoch, StorageError>> + Send;
+    /// or another) cannot acknowledge mail its successor is already delivering. `shown` is
+    /// whether the session counts as the agent online; a backend shared by several nodes
+    /// records it with the lease, so every node's presence leaves a hidden session out.
+    fn claim(
+        &self,
+        agent: AgentName,
+        shown: Shown,
+    ) -> impl Future<Output = Result<Epoch, StorageError>> + Send;
 
     /// Says the session that claimed `epoch` has ended with every ack it received committed,
     /// so a claim on another node need not wait for it. Nothing changes if a later claim came.

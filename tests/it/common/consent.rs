@@ -2,7 +2,7 @@
 //! consent and migration tests make them.
 
 use mailslot::client::{ClientError, Connection};
-use mailslot::protocol::{ClientFrame, OwnerAct, RequestCode, ServerFrame};
+use mailslot::protocol::{Address, ClientFrame, OwnerAct, RequestCode, ServerFrame};
 
 use super::TestAgent;
 
@@ -41,6 +41,21 @@ pub async fn approve(
         from: from.address(),
         code,
         dry_run: false,
+        owner_signature,
+    })
+    .await
+}
+
+/// `by`'s owner denies `from`'s request on `by`'s connection.
+pub async fn deny(
+    conn: &mut Connection,
+    by: &TestAgent,
+    from: &Address,
+) -> Result<ServerFrame, ClientError> {
+    let owner_signature = by.owner_signs(conn, &OwnerAct::Deny(from));
+    conn.call(|r| ClientFrame::Deny {
+        reference: r,
+        agent: from.clone(),
         owner_signature,
     })
     .await

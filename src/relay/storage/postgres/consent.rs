@@ -7,7 +7,9 @@ use deadpool_postgres::{Client, GenericClient};
 use super::now_ms;
 use super::registry::lock_names;
 use crate::protocol::{AgentName, Policy, RequestCode, RequestView};
-use crate::relay::storage::{ConsentChange, ConsentOutcome, ConsentState, StorageError};
+use crate::relay::storage::{
+    ConsentChange, ConsentOutcome, ConsentState, DENIALS_KEPT, StorageError, hears_here,
+};
 
 /// What decides whether a recipient takes mail from a sender: the recipient's own policy (if
 /// it set one) and how it relates to the sender, as stored (`relations.kind`).
@@ -88,6 +90,8 @@ pub(super) async fn consent(
         &[&now],
     )
     .await?;
+    tx.execute("DELETE FROM denials WHERE expires_at < $1", &[&now])
+        .await?;
     let outcome = match change {
         ConsentChange::Request {
             from,
@@ -197,13 +201,19 @@ pub(super) async fn consent(
             ConsentOutcome::Applied(Some(requester.clone()))
         }
         ConsentChange::Deny { target, requester } => {
-            let n = tx
-                .execute(
-                    "DELETE FROM contact_requests WHERE requester = $1 AND target = $2",
+            let Some(row) = tx
+                .query_opt(
+                    "DELETE FROM contact_requests WHERE requester = $1 AND target = $2 RETURNING expires_at",
                     &[&requester.as_str(), &target.as_str()],
                 )
-                .await?;
-            changed(n, Some(requester.clone()))
+                .await?
+            else {
+                return Ok(ConsentOutcome::NoSuchRequest);
+            };
+            if hears_here(requester) {
+                keep_denial(&tx, requester, target, row.try_get(0)?).await?;
+            }
+            ConsentOutcome::Applied(Some(requester.clone()))
         }
         ConsentChange::Block { owner, peer } => {
             tx.execute(
@@ -376,6 +386,50 @@ async fn requests(
                     None
                 },
             })
+        })
+        .collect()
+}
+
+/// Keeps `target`'s denial for `requester` until `lapses`, within [`DENIALS_KEPT`].
+async fn keep_denial(
+    tx: &impl GenericClient,
+    requester: &AgentName,
+    target: &AgentName,
+    lapses: i64,
+) -> Result<(), StorageError> {
+    tx.execute(
+        "INSERT INTO denials (requester, target, expires_at) VALUES ($1, $2, $3)
+         ON CONFLICT (requester, target) DO UPDATE SET expires_at = excluded.expires_at",
+        &[&requester.as_str(), &target.as_str(), &lapses],
+    )
+    .await?;
+    tx.execute(
+        "DELETE FROM denials WHERE requester = $1 AND target NOT IN
+             (SELECT target FROM denials WHERE requester = $1
+              ORDER BY expires_at DESC, target LIMIT $2)",
+        &[&requester.as_str(), &i64::from(DENIALS_KEPT)],
+    )
+    .await?;
+    Ok(())
+}
+
+/// The denials kept for `requester`, deleted as they are read.
+pub(super) async fn take_denials(
+    client: &Client,
+    requester: &AgentName,
+    now: i64,
+) -> Result<Vec<AgentName>, StorageError> {
+    let rows = client
+        .query(
+            "WITH taken AS (DELETE FROM denials WHERE requester = $1 RETURNING target, expires_at)
+             SELECT target FROM taken WHERE expires_at >= $2 ORDER BY expires_at, target",
+            &[&requester.as_str(), &now],
+        )
+        .await?;
+    rows.iter()
+        .map(|row| {
+            AgentName::from_stored(row.try_get(0)?)
+                .map_err(|e| StorageError::Database(format!("a denial's target: {e}")))
         })
         .collect()
 }

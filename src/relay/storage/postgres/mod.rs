@@ -35,7 +35,7 @@ use super::{
 };
 use crate::protocol::{
     AgentName, Bounce, CopyKey, KeyRotation, MessageId, OwnerKey, Policy, PublicKeys, RequestCode,
-    Seq,
+    Seq, Shown,
 };
 
 /// PostgreSQL-backed relay storage: one per relay node.
@@ -260,6 +260,14 @@ impl ConsentLedger for PostgresStorage {
         consent::has_request(&self.client().await?, &target, &requester, &code, now_ms).await
     }
 
+    async fn take_denials(
+        &self,
+        requester: AgentName,
+        now_ms: i64,
+    ) -> Result<Vec<AgentName>, StorageError> {
+        consent::take_denials(&self.client().await?, &requester, now_ms).await
+    }
+
     async fn consent_state(
         &self,
         agent: AgentName,
@@ -313,9 +321,9 @@ impl Queue for PostgresStorage {
     }
 
     /// The agent's epoch goes up by one; a `mailslot_lease` notification tells the other
-    /// nodes at the commit.
-    async fn claim(&self, agent: AgentName) -> Result<Epoch, StorageError> {
-        queue::claim(&mut self.client().await?, &agent, &self.node_id)
+    /// nodes at the commit. The lease records whether the session is hidden.
+    async fn claim(&self, agent: AgentName, shown: Shown) -> Result<Epoch, StorageError> {
+        queue::claim(&mut self.client().await?, (&agent, shown), &self.node_id)
             .await
             .map(Epoch::new)
     }

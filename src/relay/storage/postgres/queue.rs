@@ -12,7 +12,9 @@ use super::{now_ms, seq_to_db, unsigned};
 use jiff::Timestamp;
 
 use super::super::queue_of;
-use crate::protocol::{Address, AgentName, Bounce, CopyKey, MessageId, Online, RelayName, Seq};
+use crate::protocol::{
+    Address, AgentName, Bounce, CopyKey, MessageId, Online, RelayName, Seq, Shown,
+};
 use crate::relay::storage::{Committed, CopyStatus, Queued, StorageError};
 
 /// An acknowledged copy still counts as a duplicate this long after its ack, so that a
@@ -205,8 +207,8 @@ pub(super) async fn lease_holder(
     })
 }
 
-/// Which of `agents` a session holds the lease of now, with the time of its claim, by name.
-/// A released lease has no node; a node that died keeps its leases until their agents
+/// Which of `agents` a session holds the lease of now, with the time of its claim, by name;
+/// a hidden session's lease is left out. A released lease has no node; a node that died keeps its leases until their agents
 /// connect again (see docs/decisions.md, "Presence").
 pub(super) async fn online(
     client: &Client,
@@ -216,7 +218,7 @@ pub(super) async fn online(
     let rows = client
         .query(
             "SELECT agent, claimed_at FROM leases
-             WHERE agent = ANY($1) AND node IS NOT NULL ORDER BY agent",
+             WHERE agent = ANY($1) AND node IS NOT NULL AND NOT hidden ORDER BY agent",
             &[&names],
         )
         .await?;
@@ -234,20 +236,22 @@ pub(super) async fn online(
         .collect()
 }
 
-/// Takes `agent`'s lease for `node`; returns the new epoch.
+/// Takes `agent`'s lease for `node`, hidden from presence or not; returns the new epoch.
 pub(super) async fn claim(
     client: &mut Client,
-    agent: &AgentName,
+    (agent, shown): (&AgentName, Shown),
     node: &str,
 ) -> Result<u64, StorageError> {
     let tx = client.transaction().await?;
+    let hidden = shown == Shown::Hidden;
     let epoch: i64 = tx
         .query_one(
-            "INSERT INTO leases (agent, epoch, node, claimed_at) VALUES ($1, 1, $2, $3)
+            "INSERT INTO leases (agent, epoch, node, claimed_at, hidden) VALUES ($1, 1, $2, $3, $4)
              ON CONFLICT (agent) DO UPDATE
-                 SET epoch = leases.epoch + 1, node = excluded.node, claimed_at = excluded.claimed_at
+                 SET epoch = leases.epoch + 1, node = excluded.node,
+                     claimed_at = excluded.claimed_at, hidden = excluded.hidden
              RETURNING epoch",
-            &[&agent.as_str(), &node, &now_ms()],
+            &[&agent.as_str(), &node, &now_ms(), &hidden],
         )
         .await?
         .try_get(0)?;

@@ -202,6 +202,11 @@ pub(super) async fn retire(
         &[&name.as_str()],
     )
     .await?;
+    tx.execute(
+        "DELETE FROM denials WHERE requester = $1 OR target = $1",
+        &[&name.as_str()],
+    )
+    .await?;
     // Nobody can ask for them any more.
     tx.execute("DELETE FROM bounces WHERE sender = $1", &[&name.as_str()])
         .await?;

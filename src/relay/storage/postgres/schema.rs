@@ -130,6 +130,21 @@ CREATE TABLE relay_pins (
     pinned_at BIGINT NOT NULL
 );
 "#,
+    r#"
+-- Hidden presence: a lease claimed by a connection that is no session of its agent (the
+-- dashboard's `?presence=hidden`), which no node lists as online.
+ALTER TABLE leases ADD COLUMN hidden BOOLEAN NOT NULL DEFAULT false;
+"#,
+    r#"
+-- Denials a requester of this relay has not heard of yet (it was offline): handed over, and
+-- deleted, at its next login; dropped when the denied request would have lapsed.
+CREATE TABLE denials (
+    requester  TEXT COLLATE "C" NOT NULL,
+    target     TEXT COLLATE "C" NOT NULL,
+    expires_at BIGINT NOT NULL,
+    PRIMARY KEY (requester, target)
+);
+"#,
 ];
 
 /// The advisory lock key under which migrations run ("mailslot" in ASCII, as a number).

@@ -8,7 +8,8 @@ use super::SqliteStorage;
 use super::clock::now_ms;
 use crate::protocol::{AgentName, RequestCode, RequestView};
 use crate::relay::storage::{
-    ConsentChange, ConsentLedger, ConsentOutcome, ConsentState, StorageError,
+    ConsentChange, ConsentLedger, ConsentOutcome, ConsentState, DENIALS_KEPT, StorageError,
+    hears_here,
 };
 
 impl ConsentLedger for SqliteStorage {
@@ -36,6 +37,16 @@ impl ConsentLedger for SqliteStorage {
                 .exists(params![target.as_str(), requester.as_str(), code.as_str(), now_ms])?)
         })
         .await
+    }
+
+    async fn take_denials(
+        &self,
+        requester: AgentName,
+        now_ms: i64,
+    ) -> Result<Vec<AgentName>, StorageError> {
+        self.writes
+            .enqueue(move |b| take_denials(b.tx, &requester, now_ms))
+            .await
     }
 
     async fn consent_state(
@@ -97,6 +108,7 @@ fn consent(
 ) -> Result<ConsentOutcome, StorageError> {
     let now = now_ms();
     tx.execute("DELETE FROM contact_requests WHERE expires_at < ?1", [now])?;
+    tx.execute("DELETE FROM denials WHERE expires_at < ?1", [now])?;
     let add_contacts = |a: &AgentName, b: &AgentName| -> Result<(), StorageError> {
         for (owner, peer) in [(a, b), (b, a)] {
             tx.execute(
@@ -199,11 +211,20 @@ fn consent(
             ConsentOutcome::Applied(Some(requester.clone()))
         }
         ConsentChange::Deny { target, requester } => {
-            let n = tx.execute(
-                "DELETE FROM contact_requests WHERE requester = ?1 AND target = ?2",
-                [requester.as_str(), target.as_str()],
-            )?;
-            changed(n, Some(requester.clone()))
+            let lapses: Option<i64> = tx
+                .query_row(
+                    "DELETE FROM contact_requests WHERE requester = ?1 AND target = ?2 RETURNING expires_at",
+                    [requester.as_str(), target.as_str()],
+                    |r| r.get(0),
+                )
+                .optional()?;
+            let Some(lapses) = lapses else {
+                return Ok(ConsentOutcome::NoSuchRequest);
+            };
+            if hears_here(requester) {
+                keep_denial(tx, requester, target, lapses)?;
+            }
+            ConsentOutcome::Applied(Some(requester.clone()))
         }
         ConsentChange::Block { owner, peer } => {
             tx.execute(
@@ -243,6 +264,49 @@ fn consent(
             ConsentOutcome::Applied(None)
         }
     })
+}
+
+/// Keeps `target`'s denial for `requester` until `lapses`, within [`DENIALS_KEPT`].
+fn keep_denial(
+    tx: &rusqlite::Transaction<'_>,
+    requester: &AgentName,
+    target: &AgentName,
+    lapses: i64,
+) -> Result<(), StorageError> {
+    tx.execute(
+        "INSERT INTO denials (requester, target, expires_at) VALUES (?1, ?2, ?3)
+         ON CONFLICT (requester, target) DO UPDATE SET expires_at = excluded.expires_at",
+        params![requester.as_str(), target.as_str(), lapses],
+    )?;
+    tx.execute(
+        "DELETE FROM denials WHERE requester = ?1 AND target NOT IN
+             (SELECT target FROM denials WHERE requester = ?1
+              ORDER BY expires_at DESC, target LIMIT ?2)",
+        params![requester.as_str(), DENIALS_KEPT],
+    )?;
+    Ok(())
+}
+
+fn take_denials(
+    tx: &rusqlite::Transaction<'_>,
+    requester: &AgentName,
+    now: i64,
+) -> Result<Vec<AgentName>, StorageError> {
+    let mut taken = tx
+        .prepare_cached("DELETE FROM denials WHERE requester = ?1 RETURNING target, expires_at")?
+        .query_map([requester.as_str()], |r| {
+            Ok((r.get::<_, String>(0)?, r.get::<_, i64>(1)?))
+        })?
+        .collect::<Result<Vec<_>, _>>()?;
+    taken.retain(|(_, lapses)| *lapses >= now);
+    taken.sort_by(|a, b| (a.1, &a.0).cmp(&(b.1, &b.0)));
+    taken
+        .into_iter()
+        .map(|(target, _)| {
+            AgentName::from_stored(&target)
+                .map_err(|e| StorageError::Database(format!("a denial's target: {e}")))
+        })
+        .collect()
 }
 
 /// `Applied` when a statement changed rows, `NoSuchRequest` when there was nothing to change.

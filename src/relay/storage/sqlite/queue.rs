@@ -5,7 +5,7 @@
 
 use super::accept::{self, AcceptOp};
 use super::{SqliteStorage, bounces, housekeeping, index, read};
-use crate::protocol::{AgentName, Bounce, CopyKey, MessageId, Policy, RelayName, Seq};
+use crate::protocol::{AgentName, Bounce, CopyKey, MessageId, Policy, RelayName, Seq, Shown};
 use crate::relay::storage::{
     Accepted, AckOutcome, CommitListener, CopyStatus, Epoch, Pending, Queue, Queued, QueuedCopy,
     Quota, StorageError, queue_of,
@@ -51,7 +51,8 @@ impl Queue for SqliteStorage {
         .map_err(|_| StorageError::Closed)?
     }
 
-    async fn claim(&self, agent: AgentName) -> Result<Epoch, StorageError> {
+    /// One node: its hub knows which session is hidden, so the lease need not.
+    async fn claim(&self, agent: AgentName, _shown: Shown) -> Result<Epoch, StorageError> {
         Ok(index::lock(&self.index).claim(&agent))
     }
 

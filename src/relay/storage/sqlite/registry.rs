@@ -258,6 +258,10 @@ fn retire(
         "DELETE FROM contact_requests WHERE requester = ?1 OR target = ?1",
         [name.as_str()],
     )?;
+    tx.execute(
+        "DELETE FROM denials WHERE requester = ?1 OR target = ?1",
+        [name.as_str()],
+    )?;
     // Nobody will ask for its bounces any more.
     tx.execute("DELETE FROM bounces WHERE sender = ?1", [name.as_str()])?;
     Ok(true)

@@ -174,6 +174,16 @@ CREATE TABLE relay_pins (
     pinned_at INTEGER NOT NULL
 ) STRICT;
 "#,
+    r#"
+-- Denials a requester of this relay has not heard of yet (it was offline): handed over, and
+-- deleted, at its next login; dropped when the denied request would have lapsed.
+CREATE TABLE denials (
+    requester  TEXT NOT NULL,
+    target     TEXT NOT NULL,
+    expires_at INTEGER NOT NULL,
+    PRIMARY KEY (requester, target)
+) STRICT, WITHOUT ROWID;
+"#,
 ];
 
 /// The last schema with the `queue` table: a database at or below it has its queue moved to

@@ -1,0 +1,16 @@
+//! A denial the relay tells (at once, or at the next login of an agent that was offline) is
+//! told once, to whichever process holds the connection: it is kept in the store, so
+//! `mailslot requests` shows it whoever heard it.
+
+use super::ClientError;
+use crate::protocol::ConsentEvent;
+use crate::store::StoreHandle;
+
+/// Keeps `event` in the store when it is a denial; other events have nothing to keep.
+pub(super) async fn keep(store: &StoreHandle, event: &ConsentEvent) -> Result<(), ClientError> {
+    if let ConsentEvent::Denied { by } = event {
+        let by = by.clone();
+        store.call(move |s| s.record_denial(&by)).await?;
+    }
+    Ok(())
+}
