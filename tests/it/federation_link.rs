@@ -593,7 +593,7 @@ async fn kill_9_of_the_sending_relay_mid_stream_loses_and_doubles_nothing_sent()
     let dir = tempfile::tempdir().unwrap();
     let db = dir.path().join("relay.db");
     let listen = free_loopback_addr();
-    let (mut a, a_url) = spawn_relay_on(&db, listen);
+    let (mut a, a_url) = spawn_relay_on(&db, listen, dir.path());
     let b = TestRelay::start(|_| {}).await;
     let (alice, bob) = (Arc::new(TestAgent::new("alice")), TestAgent::new("bob"));
     alice.sync_url(&a_url).await;
@@ -657,7 +657,7 @@ async fn kill_9_of_the_sending_relay_mid_stream_loses_and_doubles_nothing_sent()
         got.len()
     );
 
-    let (_a, url) = spawn_relay_on(&db, listen);
+    let (_a, url) = spawn_relay_on(&db, listen, dir.path());
     assert_eq!(url, a_url, "A is back on its address");
     alice.queue(&messages[queued..]).await;
     // Sends cut off by the kill go again from alice's outbox; A deduplicates those it had.

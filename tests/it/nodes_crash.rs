@@ -91,8 +91,10 @@ async fn a_node_killed_under_load_loses_nothing_that_was_sent() {
         return;
     };
     let db = cluster.create_database("node_killed").await;
-    let (mut doomed, doomed_url) = spawn_relay(&db);
-    let (mut survivor, survivor_url) = spawn_relay(&db);
+    // One home for both nodes: they share the key kept there, as nodes of one database must.
+    let home = tempfile::tempdir().unwrap();
+    let (mut doomed, doomed_url) = spawn_relay(&db, home.path());
+    let (mut survivor, survivor_url) = spawn_relay(&db, home.path());
     let bob = TestAgent::new("bob");
     Connection::connect(&survivor_url, &bob.name, &bob.identity, None)
         .await

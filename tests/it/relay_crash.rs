@@ -16,7 +16,7 @@ use tokio::sync::Notify;
 async fn kill_9_loses_nothing_that_was_acknowledged() {
     let dir = tempfile::tempdir().unwrap();
     let db = dir.path().join("relay.db");
-    let (mut relay, url) = spawn_relay(&db);
+    let (mut relay, url) = spawn_relay(&db, dir.path());
     let bob = TestAgent::new("bob");
     let bob_keys = vec![(bob.address(), bob.identity.public().clone())];
     Connection::connect(&url, &bob.name, &bob.identity, None)
@@ -75,7 +75,7 @@ async fn kill_9_loses_nothing_that_was_acknowledged() {
     let acked = acked.lock().unwrap().clone();
     assert!(acked.len() >= 400);
 
-    let (mut relay, url) = spawn_relay(&db);
+    let (mut relay, url) = spawn_relay(&db, dir.path());
     let report = tokio::time::timeout(
         EVENT_TIMEOUT,
         mailslot::client::sync(&url, &bob.name, &bob.identity, None, &bob.store),

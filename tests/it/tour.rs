@@ -74,7 +74,7 @@ fn sent_id(out: &str) -> String {
 #[test]
 fn the_readme_tour_runs_as_printed_in_a_fresh_home() {
     let dir = tempfile::tempdir().unwrap();
-    let (_relay, url) = spawn_relay(dir.path().join("relay.db"));
+    let (_relay, url) = spawn_relay(dir.path().join("relay.db"), dir.path());
     let home = dir.path().join("home");
     let mut env: Vec<(String, String)> = Vec::new();
     // The ids the tour's steps printed: the message `send` printed (the tour's ID), bob's

@@ -618,10 +618,14 @@ impl Drop for RelayChild {
     }
 }
 
-/// Starts `mailslot relay` on `db` (a SQLite path or a PostgreSQL URL), listening on a free
-/// loopback port, and returns it with the URL it printed.
-pub fn spawn_relay(db: impl AsRef<std::ffi::OsStr>) -> (RelayChild, RelayUrl) {
-    spawn_relay_on(db, "127.0.0.1:0".parse().unwrap())
+/// Starts `mailslot relay` on `db` (a SQLite path or a PostgreSQL URL) in the home `home`
+/// (where a relay on PostgreSQL keeps its key: nodes of one database share a home), listening
+/// on a free loopback port, and returns it with the URL it printed.
+pub fn spawn_relay(
+    db: impl AsRef<std::ffi::OsStr>,
+    home: &std::path::Path,
+) -> (RelayChild, RelayUrl) {
+    spawn_relay_on(db, "127.0.0.1:0".parse().unwrap(), home)
 }
 
 /// A loopback address with a port that was free a moment ago, for a relay that must come
@@ -633,11 +637,12 @@ pub fn free_loopback_addr() -> std::net::SocketAddr {
         .unwrap()
 }
 
-/// Starts `mailslot relay` on `db`, listening on `listen`, and returns it with the URL it
-/// printed.
+/// Starts `mailslot relay` on `db` in the home `home`, listening on `listen`, and returns it
+/// with the URL it printed.
 pub fn spawn_relay_on(
     db: impl AsRef<std::ffi::OsStr>,
     listen: std::net::SocketAddr,
+    home: &std::path::Path,
 ) -> (RelayChild, RelayUrl) {
     use std::io::{BufRead, BufReader};
     turns::take();
@@ -647,6 +652,7 @@ pub fn spawn_relay_on(
         // Test federations run on loopback, which a relay reaches only when allowed.
         .arg("--allow-private-relays")
         .env_clear()
+        .env("MAILSLOT_HOME", home)
         .stderr(std::process::Stdio::piped())
         .spawn()
         .unwrap();
