@@ -64,7 +64,10 @@ struct Requested {
 
 pub(super) fn connect(ctx: &Ctx, to: Address, note: String) -> anyhow::Result<()> {
     let requested = with_relay(ctx, async |conn, agent| {
-        match relay_consent::request(conn, to.clone(), note).await? {
+        let answer = relay_consent::request(conn, to.clone(), note).await?;
+        // A denial of the request before is old news once this one is open.
+        agent.store.forget_denial(&to)?;
+        match answer {
             ContactRequest::Pending { code, expires_at } => Ok(Some(Requested {
                 to: to.clone(),
                 code,

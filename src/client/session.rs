@@ -384,8 +384,10 @@ async fn serve(
                     collect_bounces(&mut conn, me).await?;
                 }
                 ServerFrame::Event { event } => {
-                    denials::keep(&config.store, &event).await?;
-                    me.emit(ClientEvent::Relay(RelayNews::Consent(event)));
+                    let news = denials::keep(&config.store, &event).await?;
+                    if news {
+                        me.emit(ClientEvent::Relay(RelayNews::Consent(event)));
+                    }
                 }
                 _ => {}
             },

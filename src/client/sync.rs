@@ -111,8 +111,10 @@ pub async fn sync_with_progress(
             }
             ServerFrame::CaughtUp {} => break,
             ServerFrame::Event { event } => {
-                denials::keep(store, &event).await?;
-                report.events.push(event);
+                let news = denials::keep(store, &event).await?;
+                if news {
+                    report.events.push(event);
+                }
             }
             _ => {}
         }

@@ -16,7 +16,11 @@ impl Mailbox {
         note: String,
     ) -> Result<ContactRequest, MailboxError> {
         validate_note(&note)?;
-        Ok(consent::request(&mut self.asking().await?, to, note).await?)
+        let asked = to.clone();
+        let answer = consent::request(&mut self.asking().await?, to, note).await?;
+        // A denial of the request before is old news once this one is open.
+        self.0.store.call(move |s| s.forget_denial(&asked)).await?;
+        Ok(answer)
     }
 
     /// The agent's consent state on the relay: policy, contacts, blocks, open requests.

@@ -23,20 +23,29 @@ pub struct Denial {
 
 impl Store {
     /// Records that `by`'s owner denied this agent's request, now; older denials than
-    /// [`DENIALS_SHOWN_FOR`] are dropped.
-    pub fn record_denial(&mut self, by: &Address) -> Result<(), StoreError> {
+    /// [`DENIALS_SHOWN_FOR`] are dropped. `false` when it was heard already: the relay tells a
+    /// denial again at the next login until a login took it (at least once), so this is where
+    /// it becomes once.
+    pub fn record_denial(&mut self, by: &Address) -> Result<bool, StoreError> {
         let now = Timestamp::now();
         let tx = self.write_tx()?;
-        tx.execute(
-            "INSERT INTO denials (agent, heard_at) VALUES (?1, ?2)
-             ON CONFLICT (agent) DO UPDATE SET heard_at = excluded.heard_at",
-            params![by.to_string(), to_ms(now)],
-        )?;
         tx.execute(
             "DELETE FROM denials WHERE heard_at < ?1",
             [to_ms(now - DENIALS_SHOWN_FOR)],
         )?;
+        let new = tx.execute(
+            "INSERT INTO denials (agent, heard_at) VALUES (?1, ?2) ON CONFLICT (agent) DO NOTHING",
+            params![by.to_string(), to_ms(now)],
+        )? == 1;
         tx.commit()?;
+        Ok(new)
+    }
+
+    /// Forgets the denial by `to`'s owner: this agent asked again, so a denial of the new
+    /// request is news.
+    pub fn forget_denial(&self, to: &Address) -> Result<(), StoreError> {
+        self.conn
+            .execute("DELETE FROM denials WHERE agent = ?1", [to.to_string()])?;
         Ok(())
     }
 

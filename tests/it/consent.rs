@@ -7,7 +7,7 @@ use std::process::{Command, Stdio};
 
 use common::consent::{approve, deny, request};
 use common::*;
-use mailslot::client::ClientError;
+use mailslot::client::{ClientError, ClientEvent, RelayNews};
 use mailslot::protocol::{
     ClientFrame, ConsentEvent, ErrorCode, OwnerAct, Policy, RequestCode, ServerFrame,
 };
@@ -206,24 +206,100 @@ async fn a_requester_offline_at_its_denial_hears_it_once_at_its_next_login() {
         "told at the login, after the restart"
     );
 
-    // carol denies while alice is connected: told at once, and only then.
+    // carol denies while alice is connected: told at once, and again at the next login (the
+    // connection may close before its client reads the event), then never again.
     let mut carol_conn = carol.connect(&relay).await;
     deny(&mut carol_conn, &carol, &alice.address())
         .await
         .unwrap();
+    let carols = ConsentEvent::Denied {
+        by: carol.address(),
+    };
+    assert_eq!(next_event(&mut alice_ws).await, carols);
+    drop(alice_ws);
+    let mut alice_ws = raw_login(&relay, &alice).await;
     assert_eq!(
-        next_event(&mut alice_ws).await,
-        ConsentEvent::Denied {
-            by: carol.address()
-        }
+        events_before_a_pong(&mut alice_ws).await,
+        [carols],
+        "a denial told live is told again at the next login"
     );
     drop(alice_ws);
     let mut alice_ws = raw_login(&relay, &alice).await;
     assert_eq!(
         events_before_a_pong(&mut alice_ws).await,
         [],
-        "each denial is told once"
+        "a login took it: never again"
     );
+}
+
+#[tokio::test]
+async fn a_denial_is_news_once_to_the_client_however_often_the_relay_tells_it() {
+    let relay = contacts_relay().await;
+    let ([alice, bob, carol], _) = alice_asks_bob_and_carol(&relay).await;
+    let denied = |by: &TestAgent| ConsentEvent::Denied { by: by.address() };
+
+    // bob denies while alice's connection is up but her client never reads it (a `sync`
+    // closing just after it caught up): her next sync hears it.
+    let alice_ws = raw_login(&relay, &alice).await;
+    let mut bob_conn = bob.connect(&relay).await;
+    deny(&mut bob_conn, &bob, &alice.address()).await.unwrap();
+    bob_conn.close().await;
+    drop(alice_ws);
+    assert_eq!(alice.sync(&relay).await.events, [denied(&bob)]);
+
+    // carol denies while alice's session is up: news at once, and not again when the relay
+    // repeats it at her next login.
+    let (session, mut events) = session(&alice, &relay.url);
+    until(&mut events, |e| {
+        matches!(e, ClientEvent::Connected { .. }).then_some(())
+    })
+    .await;
+    let mut carol_conn = carol.connect(&relay).await;
+    deny(&mut carol_conn, &carol, &alice.address())
+        .await
+        .unwrap();
+    carol_conn.close().await;
+    let (heard, _) = until(&mut events, |e| match e {
+        ClientEvent::Relay(RelayNews::Consent(e)) => Some(e.clone()),
+        _ => None,
+    })
+    .await;
+    assert_eq!(heard, denied(&carol));
+    session.stop().await;
+    assert_eq!(
+        alice.sync(&relay).await.events,
+        [],
+        "heard already: no news"
+    );
+    let kept: Vec<_> = alice
+        .store
+        .call(|s| s.denials())
+        .await
+        .unwrap()
+        .into_iter()
+        .map(|d| d.by)
+        .collect();
+    assert_eq!(kept.len(), 2, "{kept:?}");
+
+    // alice asks carol again, and forgets the old denial as `Mailbox::request_contact` and
+    // `mailslot connect` do: a denial of the new request is news again.
+    let mut alice_conn = alice.connect(&relay).await;
+    mailslot::client::consent::request(&mut alice_conn, carol.address(), String::new())
+        .await
+        .unwrap();
+    alice_conn.close().await;
+    let asked = carol.address();
+    alice
+        .store
+        .call(move |s| s.forget_denial(&asked))
+        .await
+        .unwrap();
+    let mut carol_conn = carol.connect(&relay).await;
+    deny(&mut carol_conn, &carol, &alice.address())
+        .await
+        .unwrap();
+    carol_conn.close().await;
+    assert_eq!(alice.sync(&relay).await.events, [denied(&carol)]);
 }
 
 #[tokio::test]

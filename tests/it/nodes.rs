@@ -13,7 +13,6 @@ use common::*;
 use mailslot::client::{ClientEvent, RelayNews};
 use mailslot::crypto::seal;
 use mailslot::protocol::{ClientFrame, ConsentEvent, ErrorCode, Limits, MessageId, ServerFrame};
-use tokio::sync::mpsc;
 
 /// Two relay nodes on one fresh database, or `None` when PostgreSQL is not installed.
 async fn two_nodes(test: &str) -> Option<(TestRelay, TestRelay)> {
@@ -27,25 +26,6 @@ async fn two_nodes(test: &str) -> Option<(TestRelay, TestRelay)> {
         "nodes of one relay share its id"
     );
     Some((first, second))
-}
-
-/// The events up to the first that `pick` takes; fails after the usual timeout.
-async fn until<T>(
-    events: &mut mpsc::UnboundedReceiver<ClientEvent>,
-    mut pick: impl FnMut(&ClientEvent) -> Option<T>,
-) -> (T, Vec<ClientEvent>) {
-    tokio::time::timeout(EVENT_TIMEOUT, async {
-        let mut before = Vec::new();
-        loop {
-            let event = events.recv().await.expect("the session is running");
-            if let Some(found) = pick(&event) {
-                return (found, before);
-            }
-            before.push(event);
-        }
-    })
-    .await
-    .expect("the event did not come")
 }
 
 fn no_reconnect(before: &[ClientEvent]) {

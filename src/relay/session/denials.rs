@@ -1,7 +1,7 @@
-//! Denials a requester did not hear of when they were made (it was offline, or the event was
-//! dropped): handed over as the same `denied` event a connected requester gets, at its next
-//! login, once each — the storage deletes what it hands out. The live event goes through here
-//! too, so a denial handed at login is not handed again by its event.
+//! Denials kept for a requester: handed over as the same `denied` event a connected requester
+//! gets at once, at its next login — the storage deletes what it hands out. A denial told live
+//! is kept too (the connection may close before its client reads it) and told again at the
+//! next login: at least once on the wire, once in the client, whose store knows it heard it.
 
 use super::super::state::RelayState;
 use super::super::storage::ConsentLedger;

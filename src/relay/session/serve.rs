@@ -17,7 +17,7 @@ use super::delivery::Delivery;
 use super::denials;
 use super::endings::{gone, kicked, shutting_down, stalled};
 use super::requests::{self, Sends};
-use crate::protocol::{AgentName, ConsentEvent, ErrorCode, ServerFrame, Shown};
+use crate::protocol::{AgentName, ErrorCode, ServerFrame, Shown};
 
 /// Sends of one connection whose writes may be pending at once.
 pub(super) const PIPELINED: usize = 256;
@@ -80,12 +80,10 @@ pub(super) async fn serve<S: Storage>(
                 }
             }
             Some(event) = attached.events.recv() => {
-                let sent = match event {
-                    // Handed from storage, so it is not handed again at the next login.
-                    ConsentEvent::Denied { .. } if hears_denials => denials::hand_over(state, agent, out).await,
-                    event => out.frame(&ServerFrame::Event { event }),
-                };
-                if !sent {
+                // A denial stays kept until a login hands it over: this connection may close
+                // before its client reads the event (a `sync` that just caught up), and the
+                // client's store makes a repeat no news.
+                if !out.frame(&ServerFrame::Event { event }) {
                     return Some(gone(out));
                 }
             }

@@ -680,6 +680,25 @@ impl mailslot::client::Listener for ToTest {
     }
 }
 
+/// The events up to the first that `pick` takes; fails after the usual timeout.
+pub async fn until<T>(
+    events: &mut tokio::sync::mpsc::UnboundedReceiver<mailslot::client::ClientEvent>,
+    mut pick: impl FnMut(&mailslot::client::ClientEvent) -> Option<T>,
+) -> (T, Vec<mailslot::client::ClientEvent>) {
+    tokio::time::timeout(EVENT_TIMEOUT, async {
+        let mut before = Vec::new();
+        loop {
+            let event = events.recv().await.expect("the session is running");
+            if let Some(found) = pick(&event) {
+                return (found, before);
+            }
+            before.push(event);
+        }
+    })
+    .await
+    .expect("the event did not come")
+}
+
 /// A long-running client session for `agent` on `url`, and its events.
 pub fn session(
     agent: &TestAgent,
