@@ -384,7 +384,11 @@ async fn serve(
                     collect_bounces(&mut conn, me).await?;
                 }
                 ServerFrame::Event { event } => {
-                    let news = denials::keep(&config.store, &event).await?;
+                    // A hidden connection (the dashboard) is no session of the agent: it shows
+                    // a denial but keeps none, so the agent's own next session (which the
+                    // relay tells again) still hears it as news.
+                    let news = config.shown == Shown::Hidden
+                        || denials::keep(&config.store, &event).await?;
                     if news {
                         me.emit(ClientEvent::Relay(RelayNews::Consent(event)));
                     }

@@ -1114,3 +1114,31 @@ async fn a_note_never_carries_a_code() {
     e.close().await;
     b.close().await;
 }
+
+#[tokio::test]
+async fn a_denial_a_hidden_connection_shows_is_still_news_to_the_agents_next_session() {
+    let relay = contacts_relay().await;
+    let ([alice, bob, _carol], _) = alice_asks_bob_and_carol(&relay).await;
+    // The dashboard's connection (hidden) shows bob's denial, in alice's home.
+    let (dashboard, mut events) =
+        session_shown(&alice, &relay.url, mailslot::protocol::Shown::Hidden);
+    until(&mut events, |e| {
+        matches!(e, ClientEvent::Connected { .. }).then_some(())
+    })
+    .await;
+    let mut bob_conn = bob.connect(&relay).await;
+    deny(&mut bob_conn, &bob, &alice.address()).await.unwrap();
+    bob_conn.close().await;
+    let (shown, _) = until(&mut events, |e| match e {
+        ClientEvent::Relay(RelayNews::Consent(e)) => Some(e.clone()),
+        _ => None,
+    })
+    .await;
+    assert_eq!(shown, ConsentEvent::Denied { by: bob.address() });
+    dashboard.stop().await;
+    // alice's own next session hears it as news.
+    assert_eq!(
+        alice.sync(&relay).await.events,
+        [ConsentEvent::Denied { by: bob.address() }]
+    );
+}

@@ -699,10 +699,11 @@ pub async fn until<T>(
     .expect("the event did not come")
 }
 
-/// A long-running client session for `agent` on `url`, and its events.
-pub fn session(
+/// A long-running client session for `agent` on `url`, shown as `shown`, and its events.
+pub fn session_shown(
     agent: &TestAgent,
     url: &RelayUrl,
+    shown: mailslot::protocol::Shown,
 ) -> (
     mailslot::client::SessionHandle,
     tokio::sync::mpsc::UnboundedReceiver<mailslot::client::ClientEvent>,
@@ -716,9 +717,20 @@ pub fn session(
             owner: Some(agent.owner.public()),
             store: agent.store.clone(),
             trusted: Vec::new(),
-            shown: mailslot::protocol::Shown::Online,
+            shown,
         },
         std::sync::Arc::new(ToTest(events)),
     );
     (handle, heard)
+}
+
+/// A long-running client session for `agent` on `url`, and its events.
+pub fn session(
+    agent: &TestAgent,
+    url: &RelayUrl,
+) -> (
+    mailslot::client::SessionHandle,
+    tokio::sync::mpsc::UnboundedReceiver<mailslot::client::ClientEvent>,
+) {
+    session_shown(agent, url, mailslot::protocol::Shown::Online)
 }
