@@ -75,6 +75,8 @@ pub enum RelayNews {
     Bounced(Vec<Bounce>),
     /// Recipients took their copies of sent messages, as the relay said (each once).
     Delivered(Vec<Delivery>),
+    /// Another agent was refused files this agent reserved, and waits for them.
+    Waiting(crate::protocol::Waiting),
     /// A recipient read or acknowledged a sent message.
     Receipt {
         /// The sent message.
@@ -382,6 +384,9 @@ async fn serve(
                 }
                 ServerFrame::Event { event: ConsentEvent::Bounced {} } => {
                     collect_bounces(&mut conn, me).await?;
+                }
+                ServerFrame::Event { event: ConsentEvent::Waiting(waiting) } => {
+                    me.emit(ClientEvent::Relay(RelayNews::Waiting(waiting)));
                 }
                 ServerFrame::Event { event } => {
                     // A hidden connection (the dashboard) is no session of the agent: it shows

@@ -19,7 +19,7 @@ use tokio::time::{Duration, Instant};
 
 use crate::client::RelayNews;
 use crate::mailbox::{Arrived, Feed, Heard, Mailbox, MailboxError, MailboxEvent};
-use crate::protocol::{AgentName, Bounce, ConsentEvent, MessageId, ReceiptKind};
+use crate::protocol::{Address, AgentName, Bounce, ConsentEvent, MessageId, ReceiptKind, Waiting};
 use crate::store::ReceiptRecord;
 use frame::{SenderFacts, fence_line, frame_message, mcp_reply_hint};
 
@@ -111,6 +111,7 @@ async fn run(mailbox: Mailbox, mut events: Feed<MailboxEvent>, rings: broadcast:
                 None => continue,
             },
             RelayNews::Bounced(bounces) => bounce_ring(&bounces),
+            RelayNews::Waiting(waiting) => waiting_ring(&waiting),
             // Delivery is the expected course of every send: ringing the model for each would
             // interrupt it to say nothing it must act on. The sent view shows it, and MCP
             // clients subscribed to it hear that it changed (see `mcp/push.rs`).
@@ -223,6 +224,33 @@ fn bounce_ring(bounces: &[Bounce]) -> Ring {
     }
 }
 
+/// The ring for another agent waiting for files this agent reserved: fixed words, and the
+/// waiter's patterns and reason (its text) in a fence.
+fn waiting_ring(waiting: &Waiting) -> Ring {
+    let by = Address::local(waiting.by.clone());
+    let held: Vec<String> = waiting.held.iter().map(ToString::to_string).collect();
+    let mut wanted = String::from("Patterns:");
+    for p in &waiting.patterns {
+        wanted.push_str(&format!("\n- {p}"));
+    }
+    wanted.push_str(&format!("\nReason: {}", waiting.reason));
+    let content = format!(
+        "[mailslot] {by} was refused files you reserved in project {} and waits for them (your reservations {}). When you are done with them, release them with the release_files tool; reservations lapse at their expiry otherwise.\n{}",
+        waiting.project,
+        held.join(", "),
+        frame::frame_data("reservation request", &by, &wanted)
+    );
+    Ring {
+        message: None,
+        content,
+        meta: BTreeMap::from([
+            ("kind".to_owned(), "reservation_waiting".to_owned()),
+            ("agent".to_owned(), by.to_string()),
+            ("project".to_owned(), waiting.project.to_string()),
+        ]),
+    }
+}
+
 /// The ring for consent news; `None` for the `bounced` nudge, which the client session turns
 /// into [`RelayNews::Bounced`] after recording the bounces.
 /// `me` is the agent the ring is for: the command it names must act as that agent.
@@ -243,7 +271,8 @@ fn consent_ring(me: &AgentName, event: &ConsentEvent) -> Option<Ring> {
             by,
             format!("[mailslot] {by}'s owner denied your contact request."),
         ),
-        ConsentEvent::Bounced {} => return None,
+        // The client session turns these into their own news before the doorbell hears it.
+        ConsentEvent::Bounced {} | ConsentEvent::Waiting(_) => return None,
     };
     Some(Ring {
         message: None,

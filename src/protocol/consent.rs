@@ -7,7 +7,7 @@ use std::str::FromStr;
 use jiff::Timestamp;
 use serde::{Deserialize, Serialize};
 
-use super::{Address, ValidationError};
+use super::{Address, ValidationError, Waiting};
 
 /// The longest note on a contact request, in characters.
 pub const MAX_NOTE_CHARS: usize = 500;
@@ -180,7 +180,8 @@ pub struct RequestView {
     pub code: Option<RequestCode>,
 }
 
-/// Consent news pushed to a connected agent.
+/// News pushed to a connected agent: consent, bounces, and others waiting for files it
+/// reserved.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(tag = "kind", rename_all = "snake_case", deny_unknown_fields)]
 pub enum ConsentEvent {
@@ -205,6 +206,8 @@ pub enum ConsentEvent {
     },
     /// Copies of this agent's mail expired undelivered: ask for them with `bounces`.
     Bounced {},
+    /// Another agent was refused files this agent reserved, and waits for them.
+    Waiting(Waiting),
 }
 
 /// Checks a request note.

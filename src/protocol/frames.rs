@@ -7,7 +7,8 @@ use jiff::Timestamp;
 
 use super::{
     Address, AgentName, ConsentEvent, InviteToken, KeyRotation, MessageId, OwnerAct, OwnerKey,
-    Peer, Policy, PublicKeys, RequestCode, RequestView, SealedEnvelope, b64,
+    Pattern, Peer, Policy, ProjectName, PublicKeys, Reason, RequestCode, RequestView, Reservation,
+    ReservationId, ReservationMode, SealedEnvelope, Ttl, b64,
 };
 
 /// The protocol version this build speaks.
@@ -144,7 +145,49 @@ pub enum ServerFrame {
         /// Each copy and its fate.
         copies: Vec<CopyState>,
     },
-    /// Consent news.
+    /// A `reserve` was granted.
+    Reserved {
+        /// The client's request reference.
+        #[serde(rename = "ref")]
+        reference: String,
+        /// The reservation made.
+        reservation: Reservation,
+    },
+    /// A `reserve` was refused: other holders' live reservations are in the way (each told
+    /// that someone waits). Nothing was reserved.
+    ReservationConflict {
+        /// The client's request reference.
+        #[serde(rename = "ref")]
+        reference: String,
+        /// The reservations in the way, whole (holder, patterns, reason, expiry).
+        conflicts: Vec<Reservation>,
+    },
+    /// Answers `release`: the reservations that went.
+    Released {
+        /// The client's request reference.
+        #[serde(rename = "ref")]
+        reference: String,
+        /// Their ids.
+        ids: Vec<ReservationId>,
+    },
+    /// Answers `renew`: the reservations renewed, with their new expiry.
+    Renewed {
+        /// The client's request reference.
+        #[serde(rename = "ref")]
+        reference: String,
+        /// The reservations.
+        reservations: Vec<Reservation>,
+    },
+    /// Answers `reservations`: a project's live reservations, oldest first (at most
+    /// [`super::MAX_PROJECT_RESERVATIONS`]).
+    ReservationList {
+        /// The client's request reference.
+        #[serde(rename = "ref")]
+        reference: String,
+        /// The reservations.
+        reservations: Vec<Reservation>,
+    },
+    /// News for the agent: consent, bounces, someone waiting for its files.
     Event {
         /// What happened.
         event: ConsentEvent,
@@ -383,6 +426,66 @@ pub enum ClientFrame {
         /// At most [`MAX_COPY_CHECKS`] copies of messages this agent sent.
         copies: Vec<CopyKey>,
     },
+    /// Reserve files in a project for this agent: granted (`reserved`) unless another
+    /// holder's live reservation conflicts (`reservation_conflict`).
+    Reserve {
+        /// Echoed in the answer.
+        #[serde(rename = "ref")]
+        reference: String,
+        /// The project.
+        project: ProjectName,
+        /// At least one, at most [`super::MAX_PATTERNS`] repository-relative paths or globs.
+        patterns: Vec<Pattern>,
+        /// Exclusive or shared.
+        mode: ReservationMode,
+        /// Why, in one line.
+        reason: Reason,
+        /// Seconds it lasts [default: one hour].
+        #[serde(default)]
+        ttl: Ttl,
+    },
+    /// Release this agent's reservations in a project: those named by id, those holding one of
+    /// the patterns exactly, or (`all`) every one. Answered with `released`.
+    Release {
+        /// Echoed in the answer.
+        #[serde(rename = "ref")]
+        reference: String,
+        /// The project.
+        project: ProjectName,
+        /// By id (at most [`super::MAX_HELD_PER_PROJECT`]).
+        #[serde(default, skip_serializing_if = "Vec::is_empty")]
+        ids: Vec<ReservationId>,
+        /// By pattern, as reserved (at most [`super::MAX_PATTERNS`]).
+        #[serde(default, skip_serializing_if = "Vec::is_empty")]
+        patterns: Vec<Pattern>,
+        /// Every one of this agent's in the project.
+        #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+        all: bool,
+    },
+    /// Give this agent's reservations in a project a new TTL from now: those named, or every
+    /// one when `ids` is empty. Answered with `renewed`.
+    Renew {
+        /// Echoed in the answer.
+        #[serde(rename = "ref")]
+        reference: String,
+        /// The project.
+        project: ProjectName,
+        /// Which (at most [`super::MAX_HELD_PER_PROJECT`]); empty: all of them.
+        #[serde(default, skip_serializing_if = "Vec::is_empty")]
+        ids: Vec<ReservationId>,
+        /// Seconds from now [default: one hour].
+        #[serde(default)]
+        ttl: Ttl,
+    },
+    /// Ask for a project's live reservations, every holder's. Answered with
+    /// `reservation_list`.
+    Reservations {
+        /// Echoed in the answer.
+        #[serde(rename = "ref")]
+        reference: String,
+        /// The project.
+        project: ProjectName,
+    },
     /// Keepalive.
     Ping {},
 }
@@ -409,7 +512,11 @@ impl ClientFrame {
             | ClientFrame::Consent { reference }
             | ClientFrame::Bounces { reference }
             | ClientFrame::AckBounces { reference, .. }
-            | ClientFrame::Copies { reference, .. } => Some(reference),
+            | ClientFrame::Copies { reference, .. }
+            | ClientFrame::Reserve { reference, .. }
+            | ClientFrame::Release { reference, .. }
+            | ClientFrame::Renew { reference, .. }
+            | ClientFrame::Reservations { reference, .. } => Some(reference),
             ClientFrame::Hello { .. } | ClientFrame::Ack { .. } | ClientFrame::Ping {} => None,
         }
     }
@@ -471,7 +578,12 @@ impl ServerFrame {
             | ServerFrame::DirectoryList { reference, .. }
             | ServerFrame::PresenceList { reference, .. }
             | ServerFrame::BounceList { reference, .. }
-            | ServerFrame::CopyStates { reference, .. } => Some(reference),
+            | ServerFrame::CopyStates { reference, .. }
+            | ServerFrame::Reserved { reference, .. }
+            | ServerFrame::ReservationConflict { reference, .. }
+            | ServerFrame::Released { reference, .. }
+            | ServerFrame::Renewed { reference, .. }
+            | ServerFrame::ReservationList { reference, .. } => Some(reference),
             ServerFrame::Error { reference, .. } => reference.as_deref(),
             // Listed, not `_`: a new answer must say whether it carries a reference.
             ServerFrame::Challenge { .. }
@@ -639,6 +751,8 @@ pub enum ErrorCode {
     /// A key rotation whose signatures do not verify, or whose old keys are not the ones
     /// registered now.
     BadRotation,
+    /// Too many live reservations: the agent's in the project, or the project's.
+    TooManyReservations,
     /// The relay failed; retry later.
     Internal,
 }
@@ -674,6 +788,7 @@ impl ErrorCode {
             ErrorCode::BadInvite => "bad_invite",
             ErrorCode::NameRetired => "name_retired",
             ErrorCode::BadRotation => "bad_rotation",
+            ErrorCode::TooManyReservations => "too_many_reservations",
             ErrorCode::Internal => "internal",
         }
     }

@@ -103,6 +103,11 @@ uuid_v7_id!(
     MemoryId,
     "memory id"
 );
+uuid_v7_id!(
+    /// A file reservation's id, chosen by the relay that keeps it.
+    ReservationId,
+    "reservation id"
+);
 
 #[cfg(test)]
 mod tests {

@@ -18,6 +18,7 @@ mod link;
 mod message;
 mod owner;
 mod receipt;
+mod reservation;
 mod rotation;
 mod shown;
 
@@ -35,7 +36,7 @@ pub use frames::{
     MAX_BOUNCES, MAX_COPY_CHECKS, MAX_DESCRIPTION_CHARS, MAX_PRESENCE_AGENTS, MAX_REF_CHARS,
     Online, PROTOCOL_VERSION, Seq, ServerFrame, hello_payload, register_payload, retire_payload,
 };
-pub use ids::{MemoryId, MessageId, ThreadId};
+pub use ids::{MemoryId, MessageId, ReservationId, ThreadId};
 pub use importance::Importance;
 pub use invite::InviteToken;
 pub use keys::PublicKeys;
@@ -47,5 +48,11 @@ pub use link::{
 pub use message::{Attachment, Message, now_millis};
 pub use owner::{OwnerAct, OwnerKey, owner_payload};
 pub use receipt::{MAX_ANSWER_CHARS, Receipt, ReceiptKind, validate_answer};
+pub use reservation::{
+    DEFAULT_TTL_SECS, MAX_HELD_PER_PROJECT, MAX_PATTERN_CHARS, MAX_PATTERNS, MAX_PROJECT_CHARS,
+    MAX_PROJECT_RESERVATIONS, MAX_REASON_CHARS, MAX_TTL_SECS, MIN_TTL_SECS, PathMatcher, Pattern,
+    ProjectName, Reason, Reservation, ReservationMode, ReservationRequest, Ttl, Waiting,
+    validate_patterns,
+};
 pub use rotation::{KeyRotation, MAX_ROTATIONS, rotation_payload};
 pub use shown::{HIDDEN_QUERY, Shown};

@@ -150,6 +150,10 @@ pub struct RelayConfig {
     /// Seconds a link waits for the other relay: to connect and shake hands, and for the
     /// answer to a delivery; then it is closed and tried again later.
     pub link_timeout_secs: u64,
+    /// The shortest TTL a file reservation may ask for, in seconds (the protocol allows
+    /// 1 s to 24 h): a reservation that lapses before its holder can renew it protects
+    /// nothing.
+    pub reservation_min_ttl_secs: u32,
 }
 
 impl Default for RelayConfig {
@@ -194,6 +198,7 @@ impl Default for RelayConfig {
             relay_rate: 5000.0,
             relay_burst: 20_000.0,
             link_timeout_secs: 30,
+            reservation_min_ttl_secs: 60,
         }
     }
 }

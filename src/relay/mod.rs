@@ -22,6 +22,7 @@ mod online;
 mod presence;
 mod pushes;
 mod registration;
+mod reservations;
 mod retire;
 mod rotate;
 mod session;

@@ -11,13 +11,14 @@ use std::sync::Arc;
 use crate::common::postgres as pg;
 use mailslot::crypto::{Identity, Owner};
 use mailslot::protocol::{
-    Address, AgentName, Bounce, CopyKey, KeyRotation, MAX_ROTATIONS, MessageId, Policy, PublicKeys,
-    RelayKey, RelayName, RequestCode, Seq, Shown,
+    Address, AgentName, Bounce, CopyKey, KeyRotation, MAX_HELD_PER_PROJECT, MAX_ROTATIONS,
+    MessageId, Pattern, Policy, ProjectName, PublicKeys, Reason, RelayKey, RelayName, RequestCode,
+    Reservation, ReservationMode, ReservationRequest, Seq, Shown, Ttl,
 };
 use mailslot::relay::storage::{
     Accepted, AckOutcome, ConsentChange, ConsentLedger, ConsentOutcome, CopyStatus, DENIALS_KEPT,
     Epoch, PostgresStorage, Queue, QueuedCopy, Quota, Registration, Registry, RelayPin, RelayPins,
-    SqliteStorage, Storage,
+    Reservations, Reserve, SqliteStorage, Storage, Which,
 };
 
 /// A backend under test: a fresh, empty store, and the same data opened again.
@@ -1301,6 +1302,311 @@ async fn a_block_of_a_whole_relay_refuses_its_agents_unless_one_is_a_contact<B: 
     assert_eq!(send(&alice).await.unwrap(), Accepted::NotAllowed(bob));
 }
 
+fn wanted(patterns: &[&str], mode: ReservationMode, ttl_secs: u32) -> ReservationRequest {
+    ReservationRequest {
+        project: ProjectName::new("demo").unwrap(),
+        patterns: patterns.iter().map(|p| Pattern::new(p).unwrap()).collect(),
+        mode,
+        reason: Reason::new("refactoring").unwrap(),
+        ttl: Ttl::from_secs(ttl_secs).unwrap(),
+    }
+}
+
+fn granted(outcome: Reserve) -> Reservation {
+    match outcome {
+        Reserve::Granted(r) => r,
+        other => panic!("expected a grant, got {other:?}"),
+    }
+}
+
+fn conflicts(outcome: Reserve) -> Vec<Reservation> {
+    match outcome {
+        Reserve::Conflicts(c) => c,
+        other => panic!("expected conflicts, got {other:?}"),
+    }
+}
+
+fn demo() -> ProjectName {
+    ProjectName::new("demo").unwrap()
+}
+
+async fn reservations_conflict_by_mode_and_holder<B: Backend>(b: B) {
+    use ReservationMode::{Exclusive, Shared};
+    let s = b.open().await;
+    let (alice, bob, carol) = (name("alice"), name("bob"), name("carol"));
+    let now = jiff::Timestamp::now().as_millisecond();
+    let held = granted(
+        s.reserve(
+            alice.clone(),
+            wanted(&["src/relay/**"], Exclusive, 3600),
+            now,
+        )
+        .await
+        .unwrap(),
+    );
+    assert_eq!(held.holder, alice);
+    assert_eq!(held.expires_at.as_millisecond(), now + 3_600_000);
+    // Overlapping globs: refused with the holder's reservation whole.
+    let refused = conflicts(
+        s.reserve(bob.clone(), wanted(&["src/*/mod.rs"], Shared, 3600), now)
+            .await
+            .unwrap(),
+    );
+    assert_eq!(refused, vec![held.clone()]);
+    // Its holder never conflicts with itself; other files are free.
+    granted(
+        s.reserve(
+            alice.clone(),
+            wanted(&["src/relay/mod.rs"], Exclusive, 60),
+            now,
+        )
+        .await
+        .unwrap(),
+    );
+    granted(
+        s.reserve(bob.clone(), wanted(&["docs/*.md"], Shared, 3600), now)
+            .await
+            .unwrap(),
+    );
+    // Shared beside shared, never beside an exclusive one.
+    granted(
+        s.reserve(carol.clone(), wanted(&["docs/cli.md"], Shared, 3600), now)
+            .await
+            .unwrap(),
+    );
+    let refused = conflicts(
+        s.reserve(alice.clone(), wanted(&["docs/**"], Exclusive, 3600), now)
+            .await
+            .unwrap(),
+    );
+    let holders: Vec<_> = refused.iter().map(|r| r.holder.as_str()).collect();
+    assert_eq!(
+        holders,
+        ["bob", "carol"],
+        "each holder in the way, oldest first"
+    );
+    // Another project is another namespace.
+    let mut elsewhere = wanted(&["src/relay/**"], Exclusive, 3600);
+    elsewhere.project = ProjectName::new("other").unwrap();
+    granted(s.reserve(bob.clone(), elsewhere, now).await.unwrap());
+    let listed = s.reservations(demo(), now).await.unwrap();
+    assert_eq!(listed.len(), 4);
+    assert_eq!(listed[0], held);
+}
+
+async fn reservations_lapse_and_are_released_and_renewed<B: Backend>(b: B) {
+    use ReservationMode::Exclusive;
+    let s = b.open().await;
+    let (alice, bob) = (name("alice"), name("bob"));
+    let now = jiff::Timestamp::now().as_millisecond();
+    let first = granted(
+        s.reserve(alice.clone(), wanted(&["a.rs"], Exclusive, 60), now)
+            .await
+            .unwrap(),
+    );
+    let minute = 60_000;
+    assert_eq!(
+        s.reservations(demo(), now + minute - 1)
+            .await
+            .unwrap()
+            .len(),
+        1
+    );
+    assert!(
+        s.reservations(demo(), now + minute)
+            .await
+            .unwrap()
+            .is_empty(),
+        "expired ones are never shown"
+    );
+    assert!(
+        s.renew_reserved(
+            alice.clone(),
+            demo(),
+            vec![],
+            Ttl::from_secs(60).unwrap(),
+            now + minute
+        )
+        .await
+        .unwrap()
+        .is_empty(),
+        "nor renewed"
+    );
+    // Expiry lets the other in.
+    let bobs = granted(
+        s.reserve(bob.clone(), wanted(&["a.rs"], Exclusive, 60), now + minute)
+            .await
+            .unwrap(),
+    );
+    // Renewal: a new expiry from now, for the holder's own only.
+    let later = now + minute + 30_000;
+    assert!(
+        s.renew_reserved(
+            alice.clone(),
+            demo(),
+            vec![bobs.id],
+            Ttl::from_secs(60).unwrap(),
+            later
+        )
+        .await
+        .unwrap()
+        .is_empty()
+    );
+    let renewed = s
+        .renew_reserved(
+            bob.clone(),
+            demo(),
+            vec![],
+            Ttl::from_secs(120).unwrap(),
+            later,
+        )
+        .await
+        .unwrap();
+    assert_eq!(renewed.len(), 1);
+    assert_eq!(renewed[0].expires_at.as_millisecond(), later + 120_000);
+    assert_eq!(
+        s.reservations(demo(), later + 100_000).await.unwrap(),
+        renewed
+    );
+    // Release: by id (only one's own), by pattern, all; release lets the other in.
+    let at = later + 1;
+    assert!(
+        s.release_reserved(alice.clone(), demo(), Which::Ids(vec![bobs.id]), at)
+            .await
+            .unwrap()
+            .is_empty()
+    );
+    assert_eq!(
+        s.release_reserved(bob.clone(), demo(), Which::Ids(vec![bobs.id, first.id]), at)
+            .await
+            .unwrap(),
+        vec![bobs.id]
+    );
+    let again = granted(
+        s.reserve(alice.clone(), wanted(&["a.rs", "b.rs"], Exclusive, 60), at)
+            .await
+            .unwrap(),
+    );
+    let other = granted(
+        s.reserve(alice.clone(), wanted(&["c.rs"], Exclusive, 60), at)
+            .await
+            .unwrap(),
+    );
+    let b_rs = Pattern::new("b.rs").unwrap();
+    assert_eq!(
+        s.release_reserved(alice.clone(), demo(), Which::Patterns(vec![b_rs]), at)
+            .await
+            .unwrap(),
+        vec![again.id]
+    );
+    assert_eq!(
+        s.release_reserved(alice.clone(), demo(), Which::All, at)
+            .await
+            .unwrap(),
+        vec![other.id]
+    );
+    assert!(s.reservations(demo(), at).await.unwrap().is_empty());
+}
+
+async fn reservations_are_bounded_per_holder<B: Backend>(b: B) {
+    let s = b.open().await;
+    let alice = name("alice");
+    let now = jiff::Timestamp::now().as_millisecond();
+    for i in 0..MAX_HELD_PER_PROJECT {
+        let file = format!("f{i}.rs");
+        granted(
+            s.reserve(
+                alice.clone(),
+                wanted(&[&file], ReservationMode::Shared, 60),
+                now,
+            )
+            .await
+            .unwrap(),
+        );
+    }
+    assert_eq!(
+        s.reserve(
+            alice.clone(),
+            wanted(&["more.rs"], ReservationMode::Shared, 60),
+            now
+        )
+        .await
+        .unwrap(),
+        Reserve::TooMany {
+            holders: true,
+            limit: MAX_HELD_PER_PROJECT
+        }
+    );
+    // Expired ones are not counted.
+    granted(
+        s.reserve(
+            alice,
+            wanted(&["more.rs"], ReservationMode::Shared, 60),
+            now + 60_000,
+        )
+        .await
+        .unwrap(),
+    );
+}
+
+/// Two agents' reserves at once (on PostgreSQL, on two connections of the pool).
+async fn two_racing_reserves_cannot_both_win<B: Backend>(b: B) {
+    let s = b.open().await;
+    let now = jiff::Timestamp::now().as_millisecond();
+    for round in 0..10 {
+        let file = format!("race{round}/**");
+        let (a, b) = tokio::join!(
+            s.reserve(
+                name("alice"),
+                wanted(&[&file], ReservationMode::Exclusive, 60),
+                now
+            ),
+            s.reserve(
+                name("bob"),
+                wanted(&[&file], ReservationMode::Exclusive, 60),
+                now
+            ),
+        );
+        let wins = [a.unwrap(), b.unwrap()]
+            .into_iter()
+            .filter(|o| matches!(o, Reserve::Granted(_)))
+            .count();
+        assert_eq!(wins, 1, "round {round}");
+    }
+}
+
+async fn reservations_survive_a_reopen<B: Backend>(b: B) {
+    let s = b.open().await;
+    let now = jiff::Timestamp::now().as_millisecond();
+    let held = granted(
+        s.reserve(
+            name("alice"),
+            wanted(&["src/**"], ReservationMode::Exclusive, 3600),
+            now,
+        )
+        .await
+        .unwrap(),
+    );
+    drop(s);
+    let s = b.open().await;
+    assert_eq!(
+        s.reservations(demo(), now).await.unwrap(),
+        vec![held.clone()]
+    );
+    assert_eq!(
+        conflicts(
+            s.reserve(
+                name("bob"),
+                wanted(&["src/lib.rs"], ReservationMode::Shared, 60),
+                now
+            )
+            .await
+            .unwrap()
+        ),
+        vec![held]
+    );
+}
+
 /// Every case, as a test per backend: `sqlite::CASE` and `postgres::CASE`.
 macro_rules! contract {
     ($($case:ident),+ $(,)?) => {
@@ -1345,6 +1651,11 @@ contract!(
     open_requests_are_bounded_per_target_and_per_relay,
     a_block_of_a_whole_relay_refuses_its_agents_unless_one_is_a_contact,
     a_denial_is_kept_for_its_requester_and_taken_once,
+    reservations_conflict_by_mode_and_holder,
+    reservations_lapse_and_are_released_and_renewed,
+    reservations_are_bounded_per_holder,
+    two_racing_reserves_cannot_both_win,
+    reservations_survive_a_reopen,
 );
 
 // PostgreSQL's own cases: several nodes on one database.

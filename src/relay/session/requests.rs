@@ -9,9 +9,11 @@ use super::super::inbound::Share;
 use super::super::state::RelayState;
 use super::super::storage::{Queue, Registry, Storage};
 use super::super::wire::error_frame;
-use super::super::{bounce, consent, copies, directory, lookup, online, retire, rotate};
+use super::super::{
+    bounce, consent, copies, directory, lookup, online, reservations, retire, rotate,
+};
 use super::delivery::Delivery;
-use crate::protocol::{AgentName, ClientFrame, ErrorCode, ServerFrame};
+use crate::protocol::{AgentName, ClientFrame, ErrorCode, ReservationRequest, ServerFrame};
 
 /// Sends whose writes are pending, answered as each completes.
 pub(super) type Sends = FuturesUnordered<QueuedSend>;
@@ -136,6 +138,39 @@ pub(super) async fn answer<S: Storage>(
         }
         ClientFrame::Copies { reference, copies } => {
             copies::states(state, agent, reference, copies).await
+        }
+        ClientFrame::Reserve {
+            reference,
+            project,
+            patterns,
+            mode,
+            reason,
+            ttl,
+        } => {
+            let wanted = ReservationRequest {
+                project,
+                patterns,
+                mode,
+                reason,
+                ttl,
+            };
+            reservations::reserve(state, agent, reference, wanted).await
+        }
+        ClientFrame::Release {
+            reference,
+            project,
+            ids,
+            patterns,
+            all,
+        } => reservations::release(state, agent, reference, project, (ids, patterns, all)).await,
+        ClientFrame::Renew {
+            reference,
+            project,
+            ids,
+            ttl,
+        } => reservations::renew(state, agent, reference, project, (ids, ttl)).await,
+        ClientFrame::Reservations { reference, project } => {
+            reservations::list(state, agent, reference, project).await
         }
     })
 }

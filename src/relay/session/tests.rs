@@ -12,14 +12,15 @@ use tokio_tungstenite::tungstenite::Message as WsMessage;
 use crate::crypto::Identity;
 use crate::crypto::sign::{Domain, signature};
 use crate::protocol::{
-    AgentName, Bounce, ClientFrame, CopyKey, MessageId, OwnerKey, Policy, PublicKeys, RelayKey,
-    RelayName, RequestCode, Seq, ServerFrame, Shown, hello_payload,
+    AgentName, Bounce, ClientFrame, CopyKey, MessageId, OwnerKey, Policy, ProjectName, PublicKeys,
+    RelayKey, RelayName, RequestCode, Reservation, ReservationId, ReservationRequest, Seq,
+    ServerFrame, Shown, Ttl, hello_payload,
 };
 use crate::relay::storage::{
     Accepted, AckOutcome, CommitListener, ConsentChange, ConsentLedger, ConsentOutcome,
     ConsentState, Epoch, InviteDigest, Pending, Queue, Queued, QueuedCopy, Quota, Registration,
-    Registry, RelayPin, RelayPinRecord, RelayPins, SqliteStorage, Storage, StorageError,
-    StorageMetrics,
+    Registry, RelayPin, RelayPinRecord, RelayPins, Reservations, Reserve, SqliteStorage, Storage,
+    StorageError, StorageMetrics, Which,
 };
 use crate::relay::{Relay, RelayConfig};
 
@@ -272,6 +273,50 @@ impl RelayPins for SlowAcks {
         key: RelayKey,
     ) -> Result<bool, StorageError> {
         self.inner.repin_relay(relay, was, key).await
+    }
+}
+
+impl Reservations for SlowAcks {
+    async fn reserve(
+        &self,
+        holder: AgentName,
+        wanted: ReservationRequest,
+        now_ms: i64,
+    ) -> Result<Reserve, StorageError> {
+        self.inner.reserve(holder, wanted, now_ms).await
+    }
+
+    async fn release_reserved(
+        &self,
+        holder: AgentName,
+        project: ProjectName,
+        which: Which,
+        now_ms: i64,
+    ) -> Result<Vec<ReservationId>, StorageError> {
+        self.inner
+            .release_reserved(holder, project, which, now_ms)
+            .await
+    }
+
+    async fn renew_reserved(
+        &self,
+        holder: AgentName,
+        project: ProjectName,
+        ids: Vec<ReservationId>,
+        ttl: Ttl,
+        now_ms: i64,
+    ) -> Result<Vec<Reservation>, StorageError> {
+        self.inner
+            .renew_reserved(holder, project, ids, ttl, now_ms)
+            .await
+    }
+
+    async fn reservations(
+        &self,
+        project: ProjectName,
+        now_ms: i64,
+    ) -> Result<Vec<Reservation>, StorageError> {
+        self.inner.reservations(project, now_ms).await
     }
 }
 

@@ -1,5 +1,5 @@
 //! Durable relay storage, split by role: the registry (names, keys, owner keys), consent,
-//! the queue, and the keys of other relays. SQLite for one node (the embedded default); PostgreSQL for several.
+//! the queue, the keys of other relays, and file reservations. SQLite for one node (the embedded default); PostgreSQL for several.
 //!
 //! Each role is a narrow trait with backend-owned errors converted to [`StorageError`] at the
 //! backend's edge, so nothing outside a backend sees its database's types. Every backend
@@ -15,6 +15,7 @@ mod queue;
 mod registry;
 mod relays;
 mod report;
+pub(crate) mod reservations;
 mod snapshot;
 mod sqlite;
 
@@ -32,6 +33,7 @@ pub use relays::{RelayPin, RelayPins};
 pub use report::{
     CheckReport, DamagedRecord, DatabaseReport, Loss, RecordKind, SpoolReport, Unclosed,
 };
+pub use reservations::{Reservations, Reserve, Which};
 pub use snapshot::{
     AgentRecord, InviteRecord, MigrateError, Moved, RelationKind, RelationRecord, RelayPinRecord,
     RequestRecord, Snapshot, WaitingCopies, WaitingCopy,
@@ -39,7 +41,7 @@ pub use snapshot::{
 pub use sqlite::{SqlitePins, SqliteStorage};
 
 /// A whole backend: every role, over one database, with the relay's id and its metrics.
-pub trait Storage: Registry + ConsentLedger + Queue + RelayPins {
+pub trait Storage: Registry + ConsentLedger + Queue + RelayPins + Reservations {
     /// This relay's stable id, which clients sign in their hello.
     fn relay_id(&self) -> &str;
 

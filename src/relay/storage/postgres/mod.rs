@@ -4,7 +4,7 @@
 //! row, locked until the commit, so they commit in order (see `schema`).
 //!
 //! Files by role: `registry` (registrations, keys, owners, listings, invites), `consent`,
-//! `queue` (reads, acks, the delivery lease, expiry), `batch` (the group-committing writer),
+//! `queue` (reads, acks, the delivery lease, expiry), `reservations` (file reservations), `batch` (the group-committing writer),
 //! `schema` (migrations), `connect` (URL, TLS, pool), `import` (a relay moved in from another
 //! backend).
 
@@ -16,10 +16,13 @@ mod pipeline;
 mod queue;
 mod registry;
 mod relays;
+mod reservations;
 mod schema;
 
-use super::{RelayPin, RelayPinRecord, RelayPins};
-use crate::protocol::{RelayKey, RelayName};
+use super::{RelayPin, RelayPinRecord, RelayPins, Reservations, Reserve, Which};
+use crate::protocol::{
+    ProjectName, RelayKey, RelayName, Reservation, ReservationId, ReservationRequest, Ttl,
+};
 use std::sync::{Arc, OnceLock};
 use std::time::Instant;
 
@@ -429,6 +432,47 @@ impl RelayPins for PostgresStorage {
         key: RelayKey,
     ) -> Result<bool, StorageError> {
         relays::repin(&self.client().await?, &relay, was.as_ref(), &key).await
+    }
+}
+
+impl Reservations for PostgresStorage {
+    async fn reserve(
+        &self,
+        holder: AgentName,
+        wanted: ReservationRequest,
+        now_ms: i64,
+    ) -> Result<Reserve, StorageError> {
+        reservations::reserve(&mut self.client().await?, &holder, wanted, now_ms).await
+    }
+
+    async fn release_reserved(
+        &self,
+        holder: AgentName,
+        project: ProjectName,
+        which: Which,
+        now_ms: i64,
+    ) -> Result<Vec<ReservationId>, StorageError> {
+        reservations::release(&mut self.client().await?, &holder, &project, &which, now_ms).await
+    }
+
+    async fn renew_reserved(
+        &self,
+        holder: AgentName,
+        project: ProjectName,
+        ids: Vec<ReservationId>,
+        ttl: Ttl,
+        now_ms: i64,
+    ) -> Result<Vec<Reservation>, StorageError> {
+        let client = &mut self.client().await?;
+        reservations::renew(client, &holder, &project, (&ids, ttl), now_ms).await
+    }
+
+    async fn reservations(
+        &self,
+        project: ProjectName,
+        now_ms: i64,
+    ) -> Result<Vec<Reservation>, StorageError> {
+        reservations::live(&self.client().await?, &project, now_ms).await
     }
 }
 

@@ -145,6 +145,27 @@ CREATE TABLE denials (
     PRIMARY KEY (requester, target)
 );
 "#,
+    // Schema 9 is the groups' (issue 31, part 1), written on their branch: this one is
+    // numbered after it, and the two meet when the branches are merged.
+    "",
+    r#"
+-- File reservations in a project's namespace (schema 10): `patterns` is a JSON array of
+-- repository-relative paths or globs; a row whose `expires_at` has passed is gone (never
+-- shown or counted) and the next reserve deletes it. Writes in a project take its advisory
+-- lock, so a reserve's check and insert are not interleaved with another node's.
+CREATE TABLE reservations (
+    id         TEXT PRIMARY KEY,
+    project    TEXT COLLATE "C" NOT NULL,
+    holder     TEXT COLLATE "C" NOT NULL,
+    patterns   TEXT NOT NULL,
+    mode       TEXT NOT NULL CHECK (mode IN ('exclusive', 'shared')),
+    reason     TEXT NOT NULL,
+    created_at BIGINT NOT NULL,
+    expires_at BIGINT NOT NULL
+);
+CREATE INDEX reservations_project ON reservations (project, expires_at);
+CREATE INDEX reservations_expiry ON reservations (expires_at);
+"#,
 ];
 
 /// The advisory lock key under which migrations run ("mailslot" in ASCII, as a number).

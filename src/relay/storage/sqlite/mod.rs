@@ -3,7 +3,8 @@
 //! implemented in the file named for it.
 //!
 //! - Roles: `registry` (names, keys, owners, listings, invites), `consent` (the consent
-//!   ledger), `queue` (sends, reads, acks, leases, expiry, bounces), `relays` (relay pins).
+//!   ledger), `queue` (sends, reads, acks, leases, expiry, bounces), `relays` (relay pins),
+//!   `reservations` (file reservations).
 //! - The queue: copies and acks are records appended to the spool (`spool`, read back by
 //!   `scan`); `index` holds the queue in memory (order, totals, duplicate keys, segments' use);
 //!   `accept` stores a send and records an ack, `housekeeping` sweeps and expires, `read`
@@ -31,6 +32,7 @@ mod queue;
 mod read;
 mod registry;
 mod relays;
+mod reservations;
 mod rule;
 mod scan;
 mod schema;

@@ -184,6 +184,26 @@ CREATE TABLE denials (
     PRIMARY KEY (requester, target)
 ) STRICT, WITHOUT ROWID;
 "#,
+    // Schema 13 is the groups' (issue 31, part 1), written on their branch: this one is
+    // numbered after it, and the two meet when the branches are merged.
+    "",
+    r#"
+-- File reservations in a project's namespace (schema 14): `patterns` is a JSON array of
+-- repository-relative paths or globs; a row whose `expires_at` has passed is gone (never
+-- shown or counted) and the next reserve deletes it.
+CREATE TABLE reservations (
+    id         TEXT PRIMARY KEY,
+    project    TEXT NOT NULL,
+    holder     TEXT NOT NULL,
+    patterns   TEXT NOT NULL,
+    mode       TEXT NOT NULL CHECK (mode IN ('exclusive', 'shared')),
+    reason     TEXT NOT NULL,
+    created_at INTEGER NOT NULL,
+    expires_at INTEGER NOT NULL
+) STRICT;
+CREATE INDEX reservations_project ON reservations (project, expires_at);
+CREATE INDEX reservations_expiry ON reservations (expires_at);
+"#,
 ];
 
 /// The last schema with the `queue` table: a database at or below it has its queue moved to
