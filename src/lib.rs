@@ -21,5 +21,6 @@ mod output;
 pub mod progress;
 pub mod protocol;
 pub mod relay;
+pub mod repo;
 pub mod store;
 pub mod tls;

@@ -66,6 +66,10 @@ const FAMILIES: &[(&str, &[&str])] = &[
             "trust-relay",
         ],
     ),
+    (
+        "Agents on one repository",
+        &["reserve", "release", "renew", "reservations", "guard"],
+    ),
     ("LLM clients", &["mcp", "hook"]),
     ("The owner's window", &["dashboard"]),
     (

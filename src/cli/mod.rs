@@ -7,6 +7,7 @@ mod consent;
 mod dashboard;
 mod directory;
 mod doctor;
+mod guard;
 mod help;
 mod hook;
 mod identity;
@@ -22,6 +23,7 @@ mod reach;
 mod relay;
 mod relay_db;
 mod relay_pins;
+mod reservations;
 mod send;
 mod wait;
 
@@ -422,6 +424,62 @@ pub enum Command {
         #[arg(value_name = "ADDRESS")]
         address: Address,
     },
+    /// Reserve files in this repository for this agent, so other agents keep off them;
+    /// exits 3 when other agents hold them (each is told you wait)
+    #[command(
+        after_help = "Examples:\n  mailslot reserve 'src/relay/**' --reason \"refactoring the relay\"\n  mailslot reserve docs/cli.md --shared --ttl 30m --reason \"reading the CLI docs\""
+    )]
+    Reserve {
+        /// Repository-relative paths or globs (`src/**/*.rs`; a folder holds what is under it)
+        #[arg(value_name = "PATTERN", required = true)]
+        patterns: Vec<crate::protocol::Pattern>,
+        /// Why, in one line; the other agents see it
+        #[arg(long)]
+        reason: String,
+        /// Others may hold the files too, unless exclusively [default: exclusive]
+        #[arg(long)]
+        shared: bool,
+        /// How long, like 30m or 2h (1 min to 24 h on most relays); renew to keep it longer
+        #[arg(long, default_value = "1h", value_parser = parse_ttl)]
+        ttl: crate::protocol::Ttl,
+        /// The project [default: `git config mailslot.project`, else the repository's root commit]
+        #[arg(long, value_name = "NAME")]
+        project: Option<crate::protocol::ProjectName>,
+    },
+    /// Release this agent's reservations: by id, by pattern as reserved, or --all
+    Release {
+        /// Reservation ids, or patterns exactly as reserved
+        #[arg(value_name = "ID|PATTERN")]
+        targets: Vec<String>,
+        /// Every one of this agent's in the project
+        #[arg(long)]
+        all: bool,
+        /// The project [default: the repository's]
+        #[arg(long, value_name = "NAME")]
+        project: Option<crate::protocol::ProjectName>,
+    },
+    /// Give this agent's reservations (those named, else all) a new TTL from now
+    Renew {
+        /// Reservation ids [default: all of this agent's in the project]
+        #[arg(value_name = "ID")]
+        ids: Vec<crate::protocol::ReservationId>,
+        /// How long from now, like 30m or 2h
+        #[arg(long, default_value = "1h", value_parser = parse_ttl)]
+        ttl: crate::protocol::Ttl,
+        /// The project [default: the repository's]
+        #[arg(long, value_name = "NAME")]
+        project: Option<crate::protocol::ProjectName>,
+    },
+    /// Who holds which files in this repository's project, until when and why
+    Reservations {
+        /// The project [default: the repository's]
+        #[arg(long, value_name = "NAME")]
+        project: Option<crate::protocol::ProjectName>,
+    },
+    /// The git pre-commit hook that refuses commits touching files another agent holds
+    /// exclusively
+    #[command(subcommand)]
+    Guard(GuardCommand),
     /// Set whom this agent accepts mail from: open, contacts or closed
     Policy {
         /// open, contacts or closed
@@ -535,6 +593,26 @@ pub enum ContactsCommand {
     },
 }
 
+/// `mailslot guard`'s commands.
+#[derive(Debug, Subcommand)]
+pub enum GuardCommand {
+    /// Write the repository's pre-commit hook (where `core.hooksPath` says, if set); a
+    /// different existing hook is kept unless --force
+    Install {
+        /// Replace another pre-commit hook (kept as pre-commit.before-mailslot)
+        #[arg(long)]
+        force: bool,
+    },
+    /// What the hook runs: exit 1 if a staged path is held exclusively by another agent
+    /// (override once: git commit --no-verify, or MAILSLOT_GUARD=off); a relay out of reach
+    /// lets the commit through with a warning
+    Check {
+        /// The project [default: the repository's]
+        #[arg(long, value_name = "NAME")]
+        project: Option<crate::protocol::ProjectName>,
+    },
+}
+
 /// The owner key's commands.
 #[derive(Debug, Subcommand)]
 pub enum OwnerCommand {
@@ -561,6 +639,10 @@ fn memory_id_part(s: &str) -> Result<IdPart, String> {
 
 fn parse_fingerprint(s: &str) -> Result<Fingerprint, String> {
     Fingerprint::parse(s).map_err(|e| e.to_string())
+}
+
+fn parse_ttl(s: &str) -> Result<crate::protocol::Ttl, String> {
+    crate::protocol::Ttl::parse(s).map_err(|e| e.to_string())
 }
 
 /// What every command needs: where things are, the config, the output mode.
@@ -844,6 +926,30 @@ fn dispatch(cli: Cli) -> anyhow::Result<ExitCode> {
         Command::Presence { agents } => peers::presence(&ctx, agents),
         Command::Whois { address } => peers::whois(&ctx, address),
         Command::Policy { policy } => consent::change(&ctx, Change::Policy(policy)),
+        Command::Reserve {
+            patterns,
+            reason,
+            shared,
+            ttl,
+            project,
+        } => {
+            let wanted = reservations::Wanted {
+                patterns,
+                reason,
+                shared,
+                ttl,
+            };
+            return reservations::reserve(&ctx, project, wanted);
+        }
+        Command::Release {
+            targets,
+            all,
+            project,
+        } => reservations::release(&ctx, project, targets, all),
+        Command::Renew { ids, ttl, project } => reservations::renew(&ctx, project, ids, ttl),
+        Command::Reservations { project } => reservations::list(&ctx, project),
+        Command::Guard(GuardCommand::Install { force }) => guard::install(force),
+        Command::Guard(GuardCommand::Check { project }) => return guard::check(&ctx, project),
         Command::Hook { kind } => return hook::run(&ctx, kind),
         Command::Mcp {
             http,

@@ -13,6 +13,7 @@ mod discovery;
 mod inbound;
 mod outbound;
 pub mod presence;
+pub mod reservations;
 mod session;
 mod sync;
 mod tls;

@@ -139,6 +139,15 @@ impl Folders {
         })
     }
 
+    /// The first folder (the client's first root, or the working directory): where a
+    /// session's repository is looked for.
+    pub fn first(&self) -> Option<&Path> {
+        match self {
+            Self::Within { roots, .. } => roots.first().map(PathBuf::as_path),
+            Self::Anywhere => None,
+        }
+    }
+
     /// `raw` made absolute: relative paths start at the first folder.
     fn absolute(&self, raw: &Path) -> PathBuf {
         match self {

@@ -18,6 +18,7 @@ mod memory;
 mod peers;
 mod reading;
 mod receipts;
+mod reservations;
 mod rotate;
 mod send;
 mod wait;

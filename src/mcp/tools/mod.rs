@@ -7,6 +7,7 @@
 mod contacts;
 mod memory;
 mod reading;
+mod reservations;
 mod writing;
 
 use rmcp::handler::server::router::tool::ToolRouter;
@@ -22,6 +23,7 @@ pub(super) fn router() -> ToolRouter<MailslotServer> {
         + MailslotServer::reading_tools()
         + MailslotServer::memory_tools()
         + MailslotServer::contacts_tools()
+        + MailslotServer::reservation_tools()
 }
 
 /// The most items a listing returns.
