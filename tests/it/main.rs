@@ -48,6 +48,7 @@ mod relay;
 mod relay_crash;
 mod relay_migrate;
 mod relay_postgres;
+mod reservations;
 mod rotation;
 mod session;
 mod spool_corruption;

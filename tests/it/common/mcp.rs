@@ -15,7 +15,7 @@ use rmcp::model::CallToolResult;
 use serde_json::{Value, json};
 
 /// Every tool `mailslot mcp` offers, sorted (no approve tool).
-pub const TOOLS: [&str; 21] = [
+pub const TOOLS: [&str; 25] = [
     "acknowledge",
     "contacts",
     "directory",
@@ -25,10 +25,14 @@ pub const TOOLS: [&str; 21] = [
     "presence",
     "read",
     "recall",
+    "release_files",
     "remember",
+    "renew_files",
     "reply",
     "reply_all",
     "request_contact",
+    "reservations",
+    "reserve_files",
     "save_attachment",
     "search",
     "send",
