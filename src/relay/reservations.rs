@@ -1,6 +1,7 @@
 //! File reservations: an agent reserves paths or globs in a project, releases and renews its
 //! own, and lists everyone's. The holder is always the session's agent. A refused reserve
-//! names what is in the way, and each holder in the way is told that someone waits.
+//! names what is in the way, and each holder in the way is told that someone waits (once a
+//! minute at most per waiter and holder).
 
 use std::collections::BTreeMap;
 
@@ -42,6 +43,13 @@ pub async fn reserve<S: Reservations>(
                 held.entry(&r.holder).or_default().push(r.id);
             }
             for (holder, held) in held {
+                if state
+                    .waits_told
+                    .take(&(agent.clone(), holder.clone()))
+                    .is_err()
+                {
+                    continue;
+                }
                 let waiting = Waiting {
                     by: agent.clone(),
                     project: project.clone(),

@@ -21,6 +21,8 @@ use crate::protocol::{Address, AgentName, Peer, RelayKey, RelayName};
 const FIRST_CONTACTS_PER_HOUR: f64 = 60.0;
 /// Such links from one IP at once.
 const FIRST_CONTACT_BURST: f64 = 10.0;
+/// Seconds between two times a holder is told the same agent waits for its files.
+const WAIT_TOLD_EVERY_SECS: f64 = 60.0;
 
 /// Shared relay state.
 pub struct RelayState<S> {
@@ -56,6 +58,9 @@ pub struct RelayState<S> {
     pub approve_rate: RateLimiter<AgentName>,
     /// Per-IP registration limits, against name floods.
     pub register_rate: RateLimiter<IpAddr>,
+    /// How often a holder is told that one agent waits for its files (waiter, holder): an
+    /// agent retrying a reserve in a loop rings the holder's model once a minute at most.
+    pub waits_told: RateLimiter<(AgentName, AgentName)>,
     /// Open sockets, per IP and in all.
     pub connections: Arc<ConnectionLimiter>,
     /// Room for large frames being received, over all connections.
@@ -95,6 +100,7 @@ impl<S: Storage> RelayState<S> {
                 config.registrations_per_hour / 3600.0,
                 config.registration_burst,
             ),
+            waits_told: RateLimiter::new(1.0 / WAIT_TOLD_EVERY_SECS, 1.0),
             connections: Arc::new(ConnectionLimiter::new(per_ip, total)),
             receive_budget: ReceiveBudget::new(
                 config.max_receiving_bytes,

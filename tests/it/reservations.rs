@@ -341,7 +341,7 @@ async fn expiry_lets_the_other_in_and_renewal_keeps_it() {
     // Once it lapses, bob gets it; it is never shown again.
     let granted = wait_until(EVENT_TIMEOUT, "alice's reservation lapses", async || {
         let out = run("bob", &reserve("1h")).await;
-        out.status.success().then(|| jiff::Timestamp::now())
+        out.status.success().then(jiff::Timestamp::now)
     })
     .await;
     assert!(
