@@ -116,6 +116,15 @@ fn stderr(out: &Output) -> String {
 
 /// A `mailslot mcp` process for `name` whose working directory is `dir`.
 async fn mcp_in(home: &Path, name: &str, relay: &RelayUrl, dir: &Path) -> McpClient {
+    McpClient::connect(mcp_process(home, name, relay, dir), Era::Legacy).await
+}
+
+fn mcp_process(
+    home: &Path,
+    name: &str,
+    relay: &RelayUrl,
+    dir: &Path,
+) -> rmcp::transport::TokioChildProcess {
     let mut cmd = tokio::process::Command::new(env!("CARGO_BIN_EXE_mailslot"));
     cmd.args(["--agent", name, "--relay", relay.as_str(), "mcp"])
         .current_dir(dir)
@@ -123,8 +132,7 @@ async fn mcp_in(home: &Path, name: &str, relay: &RelayUrl, dir: &Path) -> McpCli
         .env("PATH", path_var())
         .env("MAILSLOT_HOME", home)
         .env("MAILSLOT_LOG", "warn");
-    let transport = rmcp::transport::TokioChildProcess::new(cmd).expect("mailslot mcp starts");
-    McpClient::connect(transport, Era::Legacy).await
+    rmcp::transport::TokioChildProcess::new(cmd).expect("mailslot mcp starts")
 }
 
 /// Calls a reservation tool until the mailbox's session is up (the first calls may come
@@ -306,6 +314,45 @@ async fn overlapping_globs_conflict_and_the_holder_hears_that_someone_waits() {
         stdout(&granted).starts_with("reserved "),
         "{}",
         stdout(&granted)
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_tools_find_the_project_in_the_clients_root_else_ask_for_one() {
+    let relay = TestRelay::start(|_| {}).await;
+    let home = relay.home(&["alice", "bob"]);
+    let repo = Repo::new();
+    let elsewhere = tempfile::tempdir().unwrap();
+
+    // Working outside any repository, with the repository as the client's root.
+    let root = format!("file://{}", repo.path().display());
+    let transport = mcp_process(home.path(), "alice", &relay.url, elsewhere.path());
+    let alice = McpClient::connect_with_roots(transport, Era::Legacy, vec![root]).await;
+    let listed = ok_once_connected(&alice, "reservations", json!({})).await;
+    assert_eq!(listed["project"], repo.project(), "{listed}");
+
+    // No root and no repository: the tool says how to name one; a named one works.
+    let lost = mcp_in(home.path(), "bob", &relay.url, elsewhere.path()).await;
+    let said = lost.err("reservations", json!({})).await;
+    assert!(
+        said.contains("not inside a git repository") && said.contains("project"),
+        "{said}"
+    );
+    let named = ok_once_connected(&lost, "reservations", json!({ "project": "shared-name" })).await;
+    assert_eq!(named["project"], "shared-name");
+    let bad = lost
+        .err("reservations", json!({ "project": "Not Valid" }))
+        .await;
+    assert!(bad.contains("project"), "{bad}");
+    let outside = lost
+        .err(
+            "reserve_files",
+            json!({ "patterns": ["/etc/passwd"], "reason": "r", "project": "p" }),
+        )
+        .await;
+    assert!(
+        outside.contains("patterns[0]") && outside.contains("absolute"),
+        "{outside}"
     );
 }
 
