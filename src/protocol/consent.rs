@@ -270,6 +270,30 @@ mod tests {
     }
 
     #[test]
+    fn a_waiting_event_round_trips_and_refuses_bad_fields() {
+        let waiting = ConsentEvent::Waiting(Waiting {
+            by: crate::protocol::AgentName::new("bob").unwrap(),
+            project: crate::protocol::ProjectName::new("demo").unwrap(),
+            patterns: vec![crate::protocol::Pattern::new("src/**").unwrap()],
+            reason: crate::protocol::Reason::new("fix it").unwrap(),
+            held: vec![crate::protocol::ReservationId::new()],
+        });
+        let wire = serde_json::to_string(&waiting).unwrap();
+        assert!(
+            wire.starts_with(r#"{"kind":"waiting","by":"bob""#),
+            "{wire}"
+        );
+        assert_eq!(
+            serde_json::from_str::<ConsentEvent>(&wire).unwrap(),
+            waiting
+        );
+        let absolute = wire.replace("src/**", "/etc/**");
+        assert!(serde_json::from_str::<ConsentEvent>(&absolute).is_err());
+        let extra = wire.replace(r#""by""#, r#""x":1,"by""#);
+        assert!(serde_json::from_str::<ConsentEvent>(&extra).is_err());
+    }
+
+    #[test]
     fn note_limit() {
         assert!(validate_note(&"n".repeat(MAX_NOTE_CHARS)).is_ok());
         assert_eq!(

@@ -10,7 +10,7 @@ use super::storage::{Reservations, Reserve, Which};
 use super::wire::{error_frame, storage_failed};
 use crate::protocol::{
     AgentName, ConsentEvent, ErrorCode, MAX_HELD_PER_PROJECT, MAX_PATTERNS, Pattern, ProjectName,
-    ReservationId, ReservationRequest, ServerFrame, Ttl, Waiting, validate_patterns,
+    Reservation, ReservationId, ReservationRequest, ServerFrame, Ttl, Waiting, validate_patterns,
 };
 
 /// Answers `agent`'s `reserve`.
@@ -38,11 +38,11 @@ pub async fn reserve<S: Reservations>(
             reservation,
         },
         Ok(Reserve::Conflicts(conflicts)) => {
-            let mut held: BTreeMap<&AgentName, Vec<ReservationId>> = BTreeMap::new();
+            let mut held: BTreeMap<&AgentName, Vec<&Reservation>> = BTreeMap::new();
             for r in &conflicts {
-                held.entry(&r.holder).or_default().push(r.id);
+                held.entry(&r.holder).or_default().push(r);
             }
-            for (holder, held) in held {
+            for (holder, in_way) in held {
                 if state
                     .waits_told
                     .take(&(agent.clone(), holder.clone()))
@@ -53,9 +53,9 @@ pub async fn reserve<S: Reservations>(
                 let waiting = Waiting {
                     by: agent.clone(),
                     project: project.clone(),
-                    patterns: patterns.clone(),
+                    patterns: wanted_of(&patterns, &in_way),
                     reason: reason.clone(),
-                    held,
+                    held: in_way.iter().map(|r| r.id).collect(),
                 };
                 state.presence.tell(holder, ConsentEvent::Waiting(waiting));
             }
@@ -162,6 +162,29 @@ pub async fn list<S: Reservations>(
         },
         Err(e) => storage_failed(reference, e),
     }
+}
+
+/// Bytes of the waiter's patterns one `waiting` event names at most (past the first): the
+/// event crosses nodes in a PostgreSQL notification, whose payload is bounded (8000 bytes).
+const WAITING_PATTERN_BYTES: usize = 2048;
+
+/// The waiter's patterns that overlap the holder's reservations in its way, within
+/// [`WAITING_PATTERN_BYTES`].
+fn wanted_of(patterns: &[Pattern], in_way: &[&Reservation]) -> Vec<Pattern> {
+    let mut bytes = 0;
+    patterns
+        .iter()
+        .filter(|p| {
+            in_way
+                .iter()
+                .any(|r| r.patterns.iter().any(|held| held.overlaps(p)))
+        })
+        .filter(|p| {
+            bytes += p.as_str().len();
+            bytes == p.as_str().len() || bytes <= WAITING_PATTERN_BYTES
+        })
+        .cloned()
+        .collect()
 }
 
 /// The refusal of a TTL under this relay's minimum.
