@@ -571,6 +571,17 @@ async fn the_guard_blocks_a_commit_of_files_another_agent_holds_until_released()
     );
     assert!(skipped.status.success(), "{}", stderr(&skipped));
 
+    // A rename counts by both of its paths: moving a held file away is touching it.
+    repo.git(&["mv", "src/relay/mod.rs", "src/moved.rs"]);
+    let moved = commit_as(&repo, at, "bob", &[]);
+    assert!(!moved.status.success(), "the rename went through");
+    assert!(
+        stderr(&moved).contains("src/relay/mod.rs"),
+        "{}",
+        stderr(&moved)
+    );
+    repo.git(&["mv", "src/moved.rs", "src/relay/mod.rs"]);
+
     // After alice releases, bob's commit goes through.
     repo.stage("src/relay/mod.rs", "bob's fourth\n");
     assert!(!commit_as(&repo, at, "bob", &[]).status.success());
