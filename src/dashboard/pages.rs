@@ -283,6 +283,9 @@ fn trust_badge(trust: Trust) -> Markup {
     match trust {
         Trust::Verified => html! { span.ok { "signature verified with the pinned key" } },
         Trust::Own => html! { span.ok { "sent by this agent" } },
+        Trust::Owner => {
+            html! { span.ok { "written by you, the owner: signed with the owner key" } }
+        }
         Trust::Unverified => html! { span.warn { "signature not verified" } },
         Trust::KeyChanged => html! {
             span.danger { "KEY CHANGED: signed by a key other than the one pinned for this sender — do not trust it" }

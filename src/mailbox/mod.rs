@@ -20,6 +20,7 @@ mod reading;
 mod receipts;
 mod rotate;
 mod send;
+mod tell;
 mod wait;
 mod watch;
 

@@ -20,6 +20,7 @@ mod owner;
 mod receipt;
 mod rotation;
 mod shown;
+mod voice;
 
 pub use address::{Address, AgentName, MAX_NAME_LEN, MAX_STORED_NAME_BYTES, Peer, RelayName};
 pub use consent::{ConsentEvent, MAX_NOTE_CHARS, Policy, RequestCode, RequestView, validate_note};
@@ -49,3 +50,4 @@ pub use owner::{OwnerAct, OwnerKey, owner_payload};
 pub use receipt::{MAX_ANSWER_CHARS, Receipt, ReceiptKind, validate_answer};
 pub use rotation::{KeyRotation, MAX_ROTATIONS, rotation_payload};
 pub use shown::{HIDDEN_QUERY, Shown};
+pub use voice::{owner_message, voice_payload};
