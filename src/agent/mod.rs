@@ -110,7 +110,7 @@ impl Agent {
         }
         let identity = Identity::load(&key_path)?;
         let mut store = Store::open(&store_path)?;
-        store.set_owner_check(voice::owner_check(name, owner));
+        store.set_owner_check(voice::owner_check(name, paths.owner_key()));
         Ok((
             Self {
                 name: name.clone(),
@@ -157,9 +157,8 @@ impl Agent {
 /// The store of an existing agent at `path`, alone, for a process that only reads its mail (a
 /// hook): owner messages are checked against the home's confirmed owner key, as in every view.
 pub fn open_store(paths: &Paths, name: &AgentName, path: &Path) -> Result<Store, AgentError> {
-    let owner = read_owner_public(&paths.owner_key()).unwrap_or_else(|e| e.confirmed());
     let mut store = Store::open(path)?;
-    store.set_owner_check(voice::owner_check(name, owner));
+    store.set_owner_check(voice::owner_check(name, paths.owner_key()));
     Ok(store)
 }
 

@@ -3,10 +3,12 @@
 //! the agent's store applies to it: against this home's confirmed owner key
 //! (`keys::read_owner_public`), never against a key found in the message or the store.
 
+use std::path::PathBuf;
 use std::sync::Arc;
 
 use crate::crypto::{Owner, owner};
-use crate::protocol::{AgentName, Message, OwnerKey, ValidationError, owner_message};
+use crate::keys::read_owner_public;
+use crate::protocol::{AgentName, Fingerprint, Message, OwnerKey, ValidationError, owner_message};
 use crate::store::OwnerCheck;
 
 /// The owner's message to `agent`, sent now, and the owner key's signature over it.
@@ -23,16 +25,28 @@ pub fn compose(
     Ok((message, signature))
 }
 
-/// The check the store applies to owner messages of `agent`: verified only by `confirmed`,
-/// the home's confirmed owner key (none: nothing verifies).
-pub fn owner_check(agent: &AgentName, confirmed: Option<OwnerKey>) -> OwnerCheck {
+/// The check the store applies to owner messages of `agent`: verified only by the home's
+/// confirmed owner key, read from `owner_key` (the home's `owner.key` and its pin) at each
+/// check, so a key made or changed while a session runs counts at once. No confirmed key:
+/// nothing verifies.
+pub fn owner_check(agent: &AgentName, owner_key: PathBuf) -> OwnerCheck {
     let agent = agent.clone();
     Arc::new(move |message: &Message, signature: &[u8]| {
-        let key = confirmed.as_ref()?;
-        owner::verify_voice(key, &agent, message, signature)
-            .ok()
-            .map(|()| owner::fingerprint(key))
+        let key = read_owner_public(&owner_key).unwrap_or_else(|e| e.confirmed())?;
+        verifies(&key, &agent, message, signature)
     })
+}
+
+/// The fingerprint of `key` when `signature` is its over `message` to `agent`.
+fn verifies(
+    key: &OwnerKey,
+    agent: &AgentName,
+    message: &Message,
+    signature: &[u8],
+) -> Option<Fingerprint> {
+    owner::verify_voice(key, agent, message, signature)
+        .ok()
+        .map(|()| owner::fingerprint(key))
 }
 
 #[cfg(test)]
@@ -44,12 +58,19 @@ mod tests {
         let signer = Owner::generate();
         let bob = AgentName::new("bob").unwrap();
         let (m, sig) = compose(&signer, &bob, None, "Pause the migration.").unwrap();
-        let fp = owner::fingerprint(&signer.public());
-        assert_eq!(owner_check(&bob, Some(signer.public()))(&m, &sig), Some(fp));
-        assert_eq!(owner_check(&bob, None)(&m, &sig), None);
+        let key = signer.public();
+        let fp = owner::fingerprint(&key);
+        assert_eq!(verifies(&key, &bob, &m, &sig), Some(fp));
         let other = Owner::generate().public();
-        assert_eq!(owner_check(&bob, Some(other))(&m, &sig), None);
+        assert_eq!(verifies(&other, &bob, &m, &sig), None);
         let eve = AgentName::new("eve").unwrap();
-        assert_eq!(owner_check(&eve, Some(signer.public()))(&m, &sig), None);
+        assert_eq!(verifies(&key, &eve, &m, &sig), None);
+        let home = tempfile::tempdir().unwrap();
+        let none = owner_check(&bob, home.path().join("owner.key"));
+        assert_eq!(
+            none(&m, &sig),
+            None,
+            "a home without an owner key verifies nothing"
+        );
     }
 }

@@ -55,4 +55,5 @@ mod storage_contract;
 mod store;
 mod tls;
 mod tour;
+mod voice;
 mod wipe;
