@@ -129,7 +129,7 @@ mod tests {
         for change in [
             |m: &mut Message| m.body.push('!'),
             |m: &mut Message| m.subject.push('!'),
-            |m: &mut Message| m.sent_at = m.sent_at + jiff::SignedDuration::from_millis(1),
+            |m: &mut Message| m.sent_at += jiff::SignedDuration::from_millis(1),
             |m: &mut Message| m.thread = crate::protocol::ThreadId::new(),
             |m: &mut Message| m.id = crate::protocol::MessageId::new(),
         ] {

@@ -944,7 +944,7 @@ fn the_owners_message_wakes_an_idle_session_as_the_owners_words() {
         let turn = scene.api.next_turn(CLAUDE_TIMEOUT).await;
         let read = tool_results(&turn);
         assert!(
-            read.contains(&format!("from your owner]"))
+            read.contains("from your owner]")
                 && read.contains(&format!(
                     "From: your owner, verified by the owner key (fingerprint {fingerprint})"
                 ))
