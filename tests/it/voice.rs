@@ -133,6 +133,28 @@ async fn the_owners_message_reaches_a_real_mcp_process_as_the_owners_words() {
     assert_eq!(listed["message_id"], id.as_str(), "{inbox}");
     assert_eq!(listed["trust"], "owner");
     assert_eq!(listed["from"], "your owner");
+    // A Claude Code hook (its own process) lists it before any fence, as the owner's.
+    let hook = output_with_input(
+        Command::new(env!("CARGO_BIN_EXE_mailslot"))
+            .args(["--agent", "bob", "hook", "session-start"])
+            .env_clear()
+            .env("MAILSLOT_HOME", home.path()),
+        r#"{"session_id":"voice","hook_event_name":"SessionStart"}"#,
+    );
+    let digest = String::from_utf8_lossy(&hook.stdout);
+    assert!(
+        digest.contains(&format!(
+            "- {id} from your owner (signed with the owner key; your owner's own words)"
+        )),
+        "{digest}"
+    );
+    // A client without push waits for mail: the owner's words, framed as the owner's.
+    let waited = bob.ok("wait_for_mail", json!({ "timeout_secs": 5 })).await;
+    let framed = waited["messages"][0]["framed"].as_str().unwrap_or_default();
+    assert!(
+        framed.contains("from your owner]") && framed.contains(text),
+        "{waited}"
+    );
     let resource = bob
         .client
         .read_resource(rmcp::model::ReadResourceRequestParams::new(format!(
