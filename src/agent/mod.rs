@@ -2,6 +2,7 @@
 //! that does not exist yet creates it.
 
 pub mod archive;
+pub mod voice;
 
 use std::fs;
 use std::os::unix::fs::PermissionsExt;
@@ -108,7 +109,8 @@ impl Agent {
             }
         }
         let identity = Identity::load(&key_path)?;
-        let store = Store::open(&store_path)?;
+        let mut store = Store::open(&store_path)?;
+        store.set_owner_check(voice::owner_check(name, paths.owner_key()));
         Ok((
             Self {
                 name: name.clone(),
@@ -150,6 +152,14 @@ impl Agent {
     pub fn address(&self) -> Address {
         Address::local(self.name.clone())
     }
+}
+
+/// The store of an existing agent at `path`, alone, for a process that only reads its mail (a
+/// hook): owner messages are checked against the home's confirmed owner key, as in every view.
+pub fn open_store(paths: &Paths, name: &AgentName, path: &Path) -> Result<Store, AgentError> {
+    let mut store = Store::open(path)?;
+    store.set_owner_check(voice::owner_check(name, paths.owner_key()));
+    Ok(store)
 }
 
 /// Where the store of the agent whose folder is `dir` lives.

@@ -227,12 +227,26 @@ fn store_check(agent: &Agent) -> Check {
         );
     }
     match agent.store.check_rows() {
+        // Mail that claims to be the owner's without the owner key's signature was not
+        // written by `tell`: something with access to this home wrote it into the store.
+        Ok(n) if n.owner_unverified > 0 => Check {
+            name: "store",
+            outcome: Outcome::Warn,
+            detail: format!(
+                "{path}: integrity ok; read back {} messages, {} copies; {} of them claim to be from you, the owner, but this home's owner key did not sign them (they are shown as unverified claims, fenced)",
+                n.messages, n.deliveries, n.owner_unverified
+            ),
+            fix: Some(format!(
+                "if you changed the owner key since, this is expected; otherwise something with access to {path} wrote them: find them with `{}` (marked as claims)",
+                output::command(&agent.name, "inbox --all")
+            )),
+        },
         Ok(n) => Check {
             name: "store",
             outcome: Outcome::Ok,
             detail: format!(
-                "{path}: integrity ok; read back {} messages, {} copies, {} memories, {} outbox entries, {} pins",
-                n.messages, n.deliveries, n.memories, n.outbox, n.pins
+                "{path}: integrity ok; read back {} messages, {} copies, {} memories, {} outbox entries, {} pins; {} from the owner, signature verified",
+                n.messages, n.deliveries, n.memories, n.outbox, n.pins, n.owner_verified
             ),
             fix: None,
         },

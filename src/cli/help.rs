@@ -32,6 +32,7 @@ const FAMILIES: &[(&str, &[&str])] = &[
         &[
             "send",
             "reply",
+            "tell",
             "inbox",
             "read",
             "thread",

@@ -15,7 +15,7 @@ use super::output::outln;
 use crate::config;
 use crate::doorbell::claude_code::wake::{self, Woke};
 use crate::doorbell::hooks::{self, HookEvent, HookInput};
-use crate::store::{SessionKey, Store};
+use crate::store::SessionKey;
 
 /// The largest hook input read (Claude Code sends a small JSON object, with the prompt).
 const MAX_INPUT_BYTES: u64 = 1024 * 1024;
@@ -59,7 +59,7 @@ pub(super) fn run(ctx: &Ctx, kind: HookKind) -> anyhow::Result<ExitCode> {
     if !path.exists() {
         return Ok(ExitCode::SUCCESS);
     }
-    let mut store = Store::open(&path)?;
+    let mut store = crate::agent::open_store(&ctx.paths, &name, &path)?;
     let Some(event) = kind.event() else {
         // Without a session there is nothing to wait for on its behalf.
         let Some(session) = input

@@ -9,12 +9,12 @@ use serde::Serialize;
 
 use super::{Ctx, output};
 use crate::agent::Agent;
-use crate::doorbell::frame::signature_line;
+use crate::doorbell::frame::{UNVERIFIED_OWNER, signature_line};
 use crate::mailbox::{FileError, Folders, save_file};
 use crate::protocol::{Address, AgentName, Importance, MessageId, ThreadId};
 use crate::store::{
-    Direction, IdPart, InboxQuery, MAX_SEARCH_RESULTS, RecipientState, SentItem, SentState,
-    StoredMessage, Trust,
+    Direction, IdPart, InboxQuery, MAX_SEARCH_RESULTS, OwnerVoice, RecipientState, SentItem,
+    SentState, StoredMessage, Trust,
 };
 
 /// One line of a listing; `read` shows the whole message.
@@ -29,6 +29,19 @@ struct Summary {
     trust: Trust,
     importance: Importance,
     ack_required: bool,
+    /// Set on the owner's messages (`tell`): whether the owner key's signature verified.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    owner: Option<OwnerVoice>,
+}
+
+/// Who wrote a received message, for the owner's eyes: "your owner" when the owner key's
+/// signature verified, else the sender's address.
+fn sender(from: &Address, trust: Trust) -> String {
+    if trust == Trust::Owner {
+        "your owner".into()
+    } else {
+        from.to_string()
+    }
 }
 
 impl From<&StoredMessage> for Summary {
@@ -43,6 +56,7 @@ impl From<&StoredMessage> for Summary {
             trust: s.trust,
             importance: s.message.importance,
             ack_required: s.message.ack_required,
+            owner: s.owner.clone(),
         }
     }
 }
@@ -56,6 +70,9 @@ fn listing(items: &[Summary]) -> String {
             if m.trust == Trust::KeyChanged {
                 warn.push_str("  [KEY CHANGED]");
             }
+            if m.owner == Some(OwnerVoice::Unverified) {
+                warn.push_str("  [CLAIMS TO BE YOURS: OWNER SIGNATURE NOT VERIFIED]");
+            }
             if !m.importance.is_normal() {
                 warn.push_str(&format!("  [{}]", m.importance.as_str().to_uppercase()));
             }
@@ -65,7 +82,7 @@ fn listing(items: &[Summary]) -> String {
             format!(
                 "{mark} {}  {:<16} {}{warn}\n    {}",
                 output::when(m.sent_at),
-                m.from.to_string(),
+                sender(&m.from, m.trust),
                 output::one_line(&m.subject, 72),
                 m.id
             )
@@ -195,10 +212,16 @@ pub(super) fn read(ctx: &Ctx, part: IdPart, save: Option<&Path>) -> anyhow::Resu
                 .collect::<Vec<_>>()
                 .join(", ")
         };
+        let (from, signature) = match &s.owner {
+            Some(OwnerVoice::Verified(fp)) => (
+                format!("your owner (owner key {fp})"),
+                signature_line(s.trust, &m.from),
+            ),
+            Some(OwnerVoice::Unverified) => (m.from.to_string(), UNVERIFIED_OWNER.to_owned()),
+            None => (m.from.to_string(), signature_line(s.trust, &m.from)),
+        };
         let mut out = format!(
-            "From:    {}\nSignature: {}\nTo:      {}\n",
-            m.from,
-            signature_line(s.trust, &m.from),
+            "From:    {from}\nSignature: {signature}\nTo:      {}\n",
             list(&m.to)
         );
         if !m.cc.is_empty() {
@@ -331,6 +354,7 @@ struct ThreadLine {
     subject: String,
     sent_at: Timestamp,
     unread: bool,
+    trust: Trust,
 }
 
 pub(super) fn thread(ctx: &Ctx, part: IdPart) -> anyhow::Result<()> {
@@ -348,6 +372,7 @@ pub(super) fn thread(ctx: &Ctx, part: IdPart) -> anyhow::Result<()> {
             subject: s.message.subject.clone(),
             sent_at: s.message.sent_at,
             unread: s.direction == Direction::In && s.read_at.is_none(),
+            trust: s.trust,
         })
         .collect();
     output::emit(ctx.json, &lines, |lines| {
@@ -358,7 +383,7 @@ pub(super) fn thread(ctx: &Ctx, part: IdPart) -> anyhow::Result<()> {
                 let to: Vec<String> = l.to.iter().map(ToString::to_string).collect();
                 ("to  ", to.join(", "))
             } else {
-                ("from", l.from.to_string())
+                ("from", sender(&l.from, l.trust))
             };
             let mark = if l.unread { '*' } else { ' ' };
             text += &format!(

@@ -25,6 +25,7 @@ mod relay_db;
 mod relay_pins;
 mod reservations;
 mod send;
+mod tell;
 mod wait;
 
 use crate::output;
@@ -315,6 +316,21 @@ pub enum Command {
         /// on or off; without it, the setting is shown
         #[arg(value_name = "on|off", value_parser = ["on", "off"])]
         set: Option<String>,
+    },
+    /// Write to your own agent as its owner (signed with the owner key; needs a terminal)
+    #[command(
+        after_help = "Examples:\n  mailslot --agent bob tell \"Stop the deploy and tell me why it failed.\"\n  mailslot --agent bob tell --subject \"review\" --body-file notes.md\n  git diff | mailslot --agent bob tell --subject \"look at this diff\""
+    )]
+    Tell {
+        /// The message [default: stdin]
+        #[arg(value_name = "TEXT", conflicts_with = "body_file")]
+        body: Option<String>,
+        /// Read the message from a file
+        #[arg(long, value_name = "FILE")]
+        body_file: Option<PathBuf>,
+        /// One line [default: the message's first line]
+        #[arg(long)]
+        subject: Option<String>,
     },
     /// Send the outbox and fetch new mail from the relay, then exit
     Sync,
@@ -849,6 +865,11 @@ fn dispatch(cli: Cli) -> anyhow::Result<ExitCode> {
         } => mail::sent(&ctx, state, limit, before),
         Command::Retry { ids, all_failed } => send::retry(&ctx, ids, all_failed),
         Command::Search { query, limit } => mail::search(&ctx, &query, limit),
+        Command::Tell {
+            body,
+            body_file,
+            subject,
+        } => tell::tell(&ctx, subject, body::BodySource { body, body_file }),
         Command::Send {
             to,
             cc,

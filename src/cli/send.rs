@@ -131,7 +131,7 @@ pub(super) fn reply(
     let url = ctx.relay_url_or_default();
     let body = super::body::read(body)?;
     let mut message = runtime()?.block_on(crate::mailbox::reply_at(
-        &original.message,
+        &original,
         &agent.name,
         &url,
         all,

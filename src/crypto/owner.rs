@@ -14,7 +14,9 @@ use super::KeyFileError;
 use super::passphrase::Passphrase;
 use super::sign::{Domain, VerifyError, domain_bytes};
 use super::vault::{self, Lock, VaultError};
-use crate::protocol::{AgentName, Fingerprint, OwnerAct, OwnerKey, b64, owner_payload};
+use crate::protocol::{
+    AgentName, Fingerprint, Message, OwnerAct, OwnerKey, b64, owner_payload, voice_payload,
+};
 
 const FILE_VERSION: u8 = 1;
 const FILE_DOMAIN: &[u8] = b"mailslot/v1/owner-key\0";
@@ -102,6 +104,17 @@ impl Owner {
         self.signing
             .sign(&domain_bytes(Domain::Owner, &payload))
             .to_bytes()
+    }
+
+    /// Signs `message` as this owner's words to `agent` (see `protocol::voice_payload`);
+    /// `None` when the message is not of the owner's shape.
+    pub fn sign_voice(&self, agent: &AgentName, message: &Message) -> Option<[u8; 64]> {
+        let payload = voice_payload(agent, message)?;
+        Some(
+            self.signing
+                .sign(&domain_bytes(Domain::OwnerVoice, &payload))
+                .to_bytes(),
+        )
     }
 
     /// What the owner key file holds: the key sealed under `passphrase` (written by `keys/`).
@@ -204,6 +217,21 @@ pub fn verify(
         .map_err(|_| VerifyError)
 }
 
+/// Checks that `signature` is `key`'s over `message` as the owner's words to `agent`; a
+/// message not of the owner's shape never verifies.
+pub fn verify_voice(
+    key: &OwnerKey,
+    agent: &AgentName,
+    message: &Message,
+    signature: &[u8],
+) -> Result<(), VerifyError> {
+    let payload = voice_payload(agent, message).ok_or(VerifyError)?;
+    let key = VerifyingKey::from_bytes(key.as_bytes()).map_err(|_| VerifyError)?;
+    let sig = Signature::from_slice(signature).map_err(|_| VerifyError)?;
+    key.verify_strict(&domain_bytes(Domain::OwnerVoice, &payload), &sig)
+        .map_err(|_| VerifyError)
+}
+
 /// Whether `key` is a valid Ed25519 public key.
 pub fn is_valid(key: &OwnerKey) -> bool {
     VerifyingKey::from_bytes(key.as_bytes()).is_ok()
@@ -261,6 +289,30 @@ mod tests {
     fn short_passphrases_are_refused_with_the_limit() {
         let err = Passphrase::new("hunter2".into()).unwrap_err();
         assert!(err.to_string().contains("at least 10"), "{err}");
+    }
+
+    #[test]
+    fn the_owners_voice_verifies_for_its_agent_and_words_only() {
+        let owner = Owner::generate();
+        let bob = AgentName::new("bob").unwrap();
+        let eve = AgentName::new("eve").unwrap();
+        let m = crate::protocol::owner_message(&bob, None, "Stop the deploy.").unwrap();
+        let sig = owner.sign_voice(&bob, &m).unwrap();
+        let key = owner.public();
+        assert!(verify_voice(&key, &bob, &m, &sig).is_ok());
+        assert!(verify_voice(&key, &eve, &m, &sig).is_err());
+        assert!(verify_voice(&Owner::generate().public(), &bob, &m, &sig).is_err());
+        let mut altered = m.clone();
+        altered.body.push_str(" Now.");
+        assert!(verify_voice(&key, &bob, &altered, &sig).is_err());
+        // The same key's consent signature over the same bytes is no voice signature.
+        let payload = voice_payload(&bob, &m).unwrap();
+        let consent = owner
+            .signing
+            .sign(&domain_bytes(Domain::Owner, &payload))
+            .to_bytes();
+        assert!(verify_voice(&key, &bob, &m, &consent).is_err());
+        assert!(verify_voice(&key, &bob, &m, &sig[..63]).is_err());
     }
 
     #[test]

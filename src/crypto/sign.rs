@@ -29,6 +29,8 @@ pub enum Domain {
     LinkHello,
     /// A relay answering a link: its half of the exchange.
     LinkWelcome,
+    /// A message an owner writes to their own agent, signed by the owner key.
+    OwnerVoice,
 }
 
 impl Domain {
@@ -43,6 +45,7 @@ impl Domain {
             Domain::Rotation => b"mailslot/v1/key-rotation\0",
             Domain::LinkHello => b"mailslot/v1/link-hello\0",
             Domain::LinkWelcome => b"mailslot/v1/link-welcome\0",
+            Domain::OwnerVoice => b"mailslot/v1/owner-voice\0",
         }
     }
 }

@@ -88,7 +88,7 @@ pub fn code_field(requester: &Address) -> String {
 }
 
 /// The passphrase field, in a buffer wiped when dropped.
-pub struct Secret(Zeroizing<String>);
+pub struct Secret(pub(super) Zeroizing<String>);
 
 impl Secret {
     /// The owner's passphrase, checked; the text moves, it is not copied.
@@ -113,16 +113,16 @@ pub struct ConsentForm {
 
 /// Reads and parses the form in `body` (at most [`MAX_FORM_BYTES`]).
 pub async fn read_form(body: Body) -> Result<ConsentForm, FormError> {
-    ConsentForm::parse(&read_body(body).await?)
+    ConsentForm::parse(&read_body(body, MAX_FORM_BYTES).await?)
 }
 
-/// The whole body, in one buffer that is wiped when dropped.
-async fn read_body(body: Body) -> Result<Zeroizing<Vec<u8>>, FormError> {
-    let mut buffer = Zeroizing::new(Vec::with_capacity(MAX_FORM_BYTES));
+/// The whole body, at most `limit` bytes, in one buffer that is wiped when dropped.
+pub(super) async fn read_body(body: Body, limit: usize) -> Result<Zeroizing<Vec<u8>>, FormError> {
+    let mut buffer = Zeroizing::new(Vec::with_capacity(limit));
     let mut frames = body.into_data_stream();
     while let Some(frame) = frames.next().await {
         let frame = frame.map_err(|e| FormError::Bad(format!("the body broke off: {e}")))?;
-        let fits = buffer.len() + frame.len() <= MAX_FORM_BYTES;
+        let fits = buffer.len() + frame.len() <= limit;
         if fits {
             buffer.extend_from_slice(&frame);
         }
@@ -132,7 +132,7 @@ async fn read_body(body: Body) -> Result<Zeroizing<Vec<u8>>, FormError> {
         }
         if !fits {
             return Err(FormError::Bad(format!(
-                "the form is larger than {MAX_FORM_BYTES} bytes"
+                "the form is larger than {limit} bytes"
             )));
         }
     }
@@ -200,7 +200,7 @@ impl ConsentForm {
 
 /// One form-encoded name or value (`+` is a space, `%XX` a byte), decoded into a buffer of
 /// its own that is wiped when dropped, and never grows (so never moves).
-fn decode(raw: &[u8]) -> Result<Zeroizing<String>, FormError> {
+pub(super) fn decode(raw: &[u8]) -> Result<Zeroizing<String>, FormError> {
     let mut out = Zeroizing::new(Vec::with_capacity(raw.len()));
     let mut i = 0;
     while i < raw.len() {

@@ -15,7 +15,8 @@ use tokio_util::sync::CancellationToken;
 use super::pages::{Mark, marks, when};
 use crate::doorbell::frame;
 use crate::mailbox::{Arrived, Feed, Heard, Mailbox, MailboxEvent};
-use crate::protocol::{Address, AgentName, MessageId};
+use crate::protocol::{AgentName, MessageId};
+use crate::store::Trust;
 
 /// The longest subject sent to a page (characters).
 const SUBJECT_CHARS: usize = 200;
@@ -27,8 +28,8 @@ pub struct LiveMail {
     pub agent: AgentName,
     /// The message.
     pub id: MessageId,
-    /// Its verified sender.
-    pub from: Address,
+    /// Its verified sender, or "you, the owner" for the owner's verified message.
+    pub from: String,
     /// The sender's subject, on one line (text: the page never parses it as HTML).
     pub subject: String,
     /// When the sender says it was sent, as the server-rendered rows show it.
@@ -44,7 +45,11 @@ impl LiveMail {
         Self {
             agent: agent.clone(),
             id: m.id,
-            from: m.from.clone(),
+            from: if arrived.stored.trust == Trust::Owner {
+                "you, the owner".to_owned()
+            } else {
+                m.from.to_string()
+            },
             subject: frame::one_line(&m.subject, SUBJECT_CHARS),
             sent_at: when(m.sent_at),
             marks: marks(m, arrived.stored.trust),

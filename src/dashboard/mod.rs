@@ -22,6 +22,7 @@ mod live;
 mod pages;
 mod relay_status;
 mod routes;
+mod tell;
 
 use std::net::SocketAddr;
 use std::sync::Arc;

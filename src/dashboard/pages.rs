@@ -12,9 +12,12 @@ use super::form::code_field;
 use super::relay_status::RelayReport;
 use crate::doorbell::frame;
 use crate::protocol::{
-    Address, AgentName, Fingerprint, Importance, MAX_ANSWER_CHARS, Message, MessageId, Policy,
+    Address, AgentName, Fingerprint, Importance, Limits, MAX_ANSWER_CHARS, Message, MessageId,
+    Policy,
 };
-use crate::store::{Contact, Direction, Recalled, SentItem, SentState, StoredMessage, Trust};
+use crate::store::{
+    Contact, Direction, OwnerVoice, Recalled, SentItem, SentState, StoredMessage, Trust,
+};
 
 /// The longest subject shown in a list (characters).
 const LIST_SUBJECT_CHARS: usize = 120;
@@ -196,7 +199,9 @@ fn mail_row(agent: &AgentName, stored: &StoredMessage) -> Markup {
     html! {
         li.unread[stored.direction == Direction::In && stored.read_at.is_none()] data-id=(m.id) {
             a href={ "/agents/" (agent) "/messages/" (m.id) } { (subject_line(&m.subject)) }
-            @if stored.direction == Direction::In {
+            @if stored.trust == Trust::Owner {
+                " " span.from { "from you, the owner" }
+            } @else if stored.direction == Direction::In {
                 " " span.from { "from " (m.from) }
             } @else {
                 " " span.from { "to " (list(&m.to)) }
@@ -219,6 +224,31 @@ pub struct InboxPage<'a> {
     pub before: Option<MessageId>,
     /// The cursor of the next, older page, if there is one.
     pub older: Option<MessageId>,
+    /// The token the owner's message form carries.
+    pub csrf: String,
+    /// What the owner's last message from this page said, if the browser was sent here by it.
+    pub notice: Option<&'a Notice>,
+}
+
+/// The owner's form to write to their agent: signed with the owner key, so it asks the
+/// passphrase like the consent form.
+fn tell_form(agent: &AgentName, csrf: &str) -> Markup {
+    html! {
+        details.tell #tell {
+            summary { "Write to " (agent) " as its owner" }
+            form.tell method="post" action={ "/agents/" (agent) "/tell" } {
+                input type="hidden" name="csrf" value=(csrf);
+                label { "Subject (optional) " input type="text" name="subject" maxlength="200" autocomplete="off"; }
+                label { "Message " textarea name="body" required rows="5" maxlength=(Limits::default().body_bytes) {} }
+                label {
+                    "Owner passphrase "
+                    input type="password" name="passphrase" required autocomplete="off" minlength="10" maxlength="1024";
+                }
+                button type="submit" { "Sign and send to " (agent) }
+                p.muted { "Signed with your owner key: " (agent) "'s sessions show it as your own words, not another agent's. The passphrase unlocks the key for this message only and is never stored." }
+            }
+        }
+    }
 }
 
 fn search_form(agent: &AgentName, query: &str) -> Markup {
@@ -238,7 +268,13 @@ pub fn inbox(agent: &AgentName, page: &InboxPage<'_>) -> Markup {
         &format!("{agent}: inbox"),
         html! {
             (agent_tabs(agent, Tab::Inbox))
+            @match page.notice {
+                Some(Notice::Done(detail)) => p.notice.ok #notice role="status" { (detail) },
+                Some(Notice::Failed(why)) => p.notice.danger #notice role="alert" { (why) },
+                None => {}
+            }
             (search_form(agent, ""))
+            @if first { (tell_form(agent, &page.csrf)) }
             p #counts {
                 strong data-total=(agent) { (page.total) } " received, "
                 strong data-unread=(agent) { (page.unread) } " unread"
@@ -283,6 +319,9 @@ fn trust_badge(trust: Trust) -> Markup {
     match trust {
         Trust::Verified => html! { span.ok { "signature verified with the pinned key" } },
         Trust::Own => html! { span.ok { "sent by this agent" } },
+        Trust::Owner => {
+            html! { span.ok { "written by you, the owner: signed with the owner key" } }
+        }
         Trust::Unverified => html! { span.warn { "signature not verified" } },
         Trust::KeyChanged => html! {
             span.danger { "KEY CHANGED: signed by a key other than the one pinned for this sender — do not trust it" }
@@ -302,8 +341,19 @@ fn framed(agent: &AgentName, stored: &StoredMessage, contact: Option<&Contact>) 
     html! {
         article.message data-id=(m.id) {
             dl.facts {
-                dt { "From" } dd { (m.from) " " (trust_badge(stored.trust)) }
-                @if let Some(c) = contact { dt { "Fingerprint" } dd { code { (c.fingerprint) } } }
+                @match &stored.owner {
+                    Some(OwnerVoice::Verified(fp)) => {
+                        dt { "From" } dd { "you, the owner " (trust_badge(stored.trust)) }
+                        dt { "Owner key" } dd { code { (fp) } }
+                    }
+                    Some(OwnerVoice::Unverified) => {
+                        dt { "From" } dd { (m.from) " " span.danger { "claims to be from you, the owner, but your owner key did not sign it: these are not your words" } }
+                    }
+                    None => {
+                        dt { "From" } dd { (m.from) " " (trust_badge(stored.trust)) }
+                        @if let Some(c) = contact { dt { "Fingerprint" } dd { code { (c.fingerprint) } } }
+                    }
+                }
                 dt { "To" } dd { (list(&m.to)) }
                 @if !m.cc.is_empty() { dt { "Cc" } dd { (list(&m.cc)) } }
                 @if !m.bcc.is_empty() { dt { "Bcc" } dd { (list(&m.bcc)) } }
@@ -328,7 +378,9 @@ fn untrusted(agent: &AgentName, stored: &StoredMessage) -> Markup {
     let (m, trust) = (&stored.message, stored.trust);
     html! {
         section.untrusted aria-label={ "Written by " (m.from) } {
-            @if trust != Trust::Own {
+            @if trust == Trust::Owner {
+                p.fence { "Written by you, the owner, to " (agent) " and signed with your owner key." }
+            } @else if trust != Trust::Own {
                 p.fence { "Written by " strong { (m.from) } ": another agent's words, shown as text. mailslot vouches only for who sent them; check claims and instructions before acting on them." }
             }
             h2.subject { (frame::one_line(&m.subject, 400)) }

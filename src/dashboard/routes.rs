@@ -26,6 +26,7 @@ use super::form;
 use super::live;
 use super::pages::{self, AgentRow, Notice};
 use super::relay_status;
+use super::tell;
 use crate::client::RelayUrl;
 use crate::mailbox::{AgentStatus, Mailbox, RelayStatus};
 use crate::protocol::{AgentName, MessageId, ThreadId};
@@ -86,6 +87,7 @@ pub fn router(app: AppState) -> Router {
         .route("/agents/{agent}/sent", get(sent))
         .route("/agents/{agent}/contacts", get(contacts))
         .route("/agents/{agent}/consent", post(change_consent))
+        .route("/agents/{agent}/tell", post(owner_tells))
         .route("/agents/{agent}/memories", get(memories))
         .route("/agents/{agent}/messages/{id}", get(message))
         .route(
@@ -208,6 +210,9 @@ async fn favicon() -> impl IntoResponse {
 struct Cursor {
     #[serde(default)]
     before: Option<String>,
+    /// What the owner's message from this page said (`owner_tells`).
+    #[serde(default)]
+    flash: Option<String>,
 }
 
 async fn inbox(
@@ -231,6 +236,7 @@ async fn inbox(
         .then(|| items.last().map(|m| m.message.id))
         .flatten();
     let (total, unread) = mailbox.received_counts().await.map_err(internal)?;
+    let flash = cursor.flash.and_then(|k| app.flashes.take(&k));
     Ok(pages::inbox(
         &name,
         &pages::InboxPage {
@@ -239,8 +245,46 @@ async fn inbox(
             items: &items,
             before,
             older,
+            csrf: app.auth.csrf().to_owned(),
+            notice: flash.as_ref().map(|f| &f.notice),
         },
     ))
+}
+
+/// `POST /agents/NAME/tell`: the owner's message to the agent, signed with the owner key the
+/// form's passphrase unlocks, then `303 See Other` to the inbox page, which shows what
+/// happened (Post/Redirect/Get: a reload never posts again).
+async fn owner_tells(
+    State(app): State<AppState>,
+    Path(name): Path<String>,
+    body: Body,
+) -> Result<Response, PageError> {
+    let (name, mailbox) = agent(&app, &name).await?;
+    // The body holds the passphrase: read into wiped buffers only (`tell.rs`, `form.rs`).
+    let form = tell::read_form(body).await;
+    if let Ok(form) = &form
+        && !app.auth.csrf_matches(&form.csrf)
+    {
+        return Err(PageError(
+            StatusCode::FORBIDDEN,
+            consent::ActionError::Csrf.to_string(),
+        ));
+    }
+    let outcome = match form {
+        Ok(form) => tell::tell(&mailbox, &app.owner_key, form).await,
+        Err(e) => Err(e.into()),
+    };
+    let notice = match outcome {
+        Ok(id) => Notice::Done(format!(
+            "Told {name}: message {id}, signed with your owner key. Its sessions show it as your words."
+        )),
+        Err(e) => Notice::Failed(e.to_string()),
+    };
+    let key = app.flashes.put(Flash {
+        notice,
+        kept_code: None,
+    });
+    Ok(Redirect::to(&format!("/agents/{name}?flash={key}")).into_response())
 }
 
 async fn search(

@@ -20,7 +20,7 @@ use tokio::time::{Duration, Instant};
 use crate::client::RelayNews;
 use crate::mailbox::{Arrived, Feed, Heard, Mailbox, MailboxError, MailboxEvent};
 use crate::protocol::{Address, AgentName, Bounce, ConsentEvent, MessageId, ReceiptKind, Waiting};
-use crate::store::ReceiptRecord;
+use crate::store::{ReceiptRecord, Trust};
 use frame::{SenderFacts, fence_line, frame_message, mcp_reply_hint};
 
 /// Rings kept for slow sinks before the oldest are dropped (the inbox still has the mail;
@@ -38,6 +38,10 @@ pub struct Ring {
     /// `thread_id`, `trust`.
     pub meta: BTreeMap<String, String>,
 }
+
+/// The `from` of a ring for the owner's verified message: no agent is named so (an agent
+/// name holds no space), and the `trust` beside it is `owner`.
+pub const OWNER_FROM: &str = "your owner";
 
 /// The doorbell of one mailbox.
 #[derive(Clone)]
@@ -139,9 +143,15 @@ fn mail_ring(arrived: &Arrived) -> Ring {
         },
         &mcp_reply_hint(m),
     );
+    // The owner has no address: "your owner" (with a space, so no agent name) says who.
+    let from = if stored.trust == Trust::Owner {
+        OWNER_FROM.to_owned()
+    } else {
+        m.from.to_string()
+    };
     let meta = BTreeMap::from([
         ("kind".to_owned(), "message".to_owned()),
-        ("from".to_owned(), m.from.to_string()),
+        ("from".to_owned(), from),
         ("message_id".to_owned(), m.id.to_string()),
         ("thread_id".to_owned(), m.thread.to_string()),
         ("trust".to_owned(), stored.trust.as_str().to_owned()),

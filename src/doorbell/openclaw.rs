@@ -60,13 +60,27 @@ pub fn marker(id: &MessageId) -> String {
 /// the framed message, and how to reply with the tool as OpenClaw names it.
 pub fn compose(config: &OpenClawConfig, mailbox: &Address, id: &MessageId, ring: &Ring) -> String {
     let reply = config.reply_tool();
-    let head = format!(
-        "{} New mail for {mailbox}, delivered by mailslot.",
-        marker(id)
-    );
-    let how = format!(
-        "How to reply: call the tool {reply} with message_id \"{id}\" (the reply goes to the sender through mailslot)."
-    );
+    // The owner's verified message has no sender to reply to: the owner reads the session.
+    let (head, how) = if ring.meta.get("trust").map(String::as_str) == Some("owner") {
+        (
+            format!(
+                "{} A message from your owner to {mailbox}, delivered by mailslot.",
+                marker(id)
+            ),
+            "How to answer: in this session; your owner reads it here (not with the reply tool)."
+                .to_owned(),
+        )
+    } else {
+        (
+            format!(
+                "{} New mail for {mailbox}, delivered by mailslot.",
+                marker(id)
+            ),
+            format!(
+                "How to reply: call the tool {reply} with message_id \"{id}\" (the reply goes to the sender through mailslot)."
+            ),
+        )
+    };
     let text = format!("{head}\n{}\n{how}", ring.content);
     if text.len() <= MAX_MESSAGE_BYTES {
         return text;
@@ -456,6 +470,18 @@ mod tests {
         assert!(gateway::carries_marker(&text, &marker(&id)));
         assert!(text.contains(&ring.content));
         assert!(text.ends_with(&format!("call the tool mailslot__reply with message_id \"{id}\" (the reply goes to the sender through mailslot).")), "{text}");
+
+        let owners = Ring {
+            meta: BTreeMap::from([("trust".to_owned(), "owner".to_owned())]),
+            ..ring.clone()
+        };
+        let text = compose(&config(), &bob, &id, &owners);
+        assert!(
+            text.starts_with(&format!("[mailslot:{id}] A message from your owner to bob")),
+            "{text}"
+        );
+        assert!(gateway::carries_marker(&text, &marker(&id)));
+        assert!(text.ends_with("not with the reply tool)."), "{text}");
 
         let huge = Ring {
             content: "x".repeat(MAX_MESSAGE_BYTES + 1),

@@ -4,6 +4,7 @@
 use super::MailboxError;
 use crate::client::{RelayUrl, own_relay_name};
 use crate::protocol::{Address, AgentName, Limits, Message, RelayName};
+use crate::store::StoredMessage;
 
 /// Why a reply cannot be built.
 #[derive(Debug, thiserror::Error, PartialEq, Eq)]
@@ -13,6 +14,12 @@ pub enum ComposeError {
         "message {0} is from you; write to one of its recipients with send instead of replying"
     )]
     OwnMessage(crate::protocol::MessageId),
+    /// The owner's messages (`mailslot tell`) have no address to answer: the owner is a
+    /// person at the agent's session, not an agent.
+    #[error(
+        "message {0} is from your owner, who wrote it to you with `mailslot tell`, not by mail: there is no address to reply to. Answer your owner in your session (the conversation), not with the reply tool"
+    )]
+    OwnerMessage(crate::protocol::MessageId),
 }
 
 /// Whether building a reply to `original` needs the name this agent's relay publishes: only
@@ -85,14 +92,19 @@ pub fn reply(
 }
 
 /// [`reply`] from the agent `me` of the relay at `relay`, asking that relay for its published
-/// name only when the original names another relay (see [`needs_home`]).
+/// name only when the original names another relay (see [`needs_home`]). The owner's
+/// messages, verified or not, are refused: they came from no address.
 pub async fn reply_at(
-    original: &Message,
+    original: &StoredMessage,
     me: &AgentName,
     relay: &RelayUrl,
     all: bool,
     body: String,
 ) -> Result<Message, MailboxError> {
+    if original.owner.is_some() {
+        return Err(ComposeError::OwnerMessage(original.message.id).into());
+    }
+    let original = &original.message;
     let home = match needs_home(original, relay.authority()) {
         true => own_relay_name(relay).await?,
         false => RelayName::new(relay.authority())?,

@@ -21,6 +21,7 @@ mod receipts;
 mod reservations;
 mod rotate;
 mod send;
+mod tell;
 mod wait;
 mod watch;
 

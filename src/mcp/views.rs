@@ -1,13 +1,15 @@
 //! What tools and resources return: JSON views of messages and memories. Another agent's
 //! words appear only inside `framed` (see `doorbell::frame`) or as a one-line subject in a
-//! fence of its own. No 64-bit integers: counts are u32, times are RFC 3339 strings.
+//! fence of its own; the owner's verified messages (`trust` "owner") are the owner's words,
+//! unfenced. No 64-bit integers: counts are u32, times are RFC 3339 strings.
 
 use schemars::JsonSchema;
 use serde::Serialize;
 
-use crate::doorbell::frame::{SenderFacts, fence_line, frame_message, mcp_reply_hint};
+use crate::doorbell::OWNER_FROM;
+use crate::doorbell::frame::{SenderFacts, fence_line, frame_message, mcp_reply_hint, one_line};
 use crate::protocol::MAX_ANSWER_CHARS;
-use crate::store::{Contact, Direction, Memory, Recalled, SentItem, StoredMessage};
+use crate::store::{Contact, Direction, Memory, Recalled, SentItem, StoredMessage, Trust};
 
 /// A message in a list.
 #[derive(Debug, Serialize, JsonSchema)]
@@ -16,15 +18,17 @@ pub struct MessageSummary {
     pub message_id: String,
     /// The conversation it belongs to (pass it to thread).
     pub thread_id: String,
-    /// The sender's address, as verified from the signature.
+    /// The sender's address, as verified from the signature; "your owner" for your owner's
+    /// own messages (`trust` "owner").
     pub from: String,
-    /// The subject: one line, fenced (the sender's words, untrusted).
+    /// The subject: one line, fenced (the sender's words, untrusted); your owner's, unfenced.
     pub subject: String,
     /// When it was sent (RFC 3339).
     pub sent_at: String,
     /// Whether it was read.
     pub unread: bool,
-    /// "verified", "key_changed" (do not trust), "unverified", or "own".
+    /// "verified", "key_changed" (do not trust), "unverified", "own", or "owner" (your
+    /// owner's own words, signed with the owner key).
     pub trust: String,
     /// "in" (received) or "out" (sent by this agent).
     pub direction: String,
@@ -123,11 +127,20 @@ impl MessageSummary {
     /// The summary of `stored`.
     pub fn of(stored: &StoredMessage) -> Self {
         let m = &stored.message;
+        let owners = stored.trust == Trust::Owner;
         Self {
             message_id: m.id.to_string(),
             thread_id: m.thread.to_string(),
-            from: m.from.to_string(),
-            subject: fence_line(&m.subject, 200),
+            from: if owners {
+                OWNER_FROM.to_owned()
+            } else {
+                m.from.to_string()
+            },
+            subject: if owners {
+                one_line(&m.subject, 200)
+            } else {
+                fence_line(&m.subject, 200)
+            },
             sent_at: m.sent_at.to_string(),
             unread: stored.read_at.is_none(),
             trust: stored.trust.as_str().to_owned(),

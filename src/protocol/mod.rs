@@ -21,6 +21,7 @@ mod receipt;
 mod reservation;
 mod rotation;
 mod shown;
+mod voice;
 
 pub use address::{Address, AgentName, MAX_NAME_LEN, MAX_STORED_NAME_BYTES, Peer, RelayName};
 pub use consent::{ConsentEvent, MAX_NOTE_CHARS, Policy, RequestCode, RequestView, validate_note};
@@ -56,3 +57,4 @@ pub use reservation::{
 };
 pub use rotation::{KeyRotation, MAX_ROTATIONS, rotation_payload};
 pub use shown::{HIDDEN_QUERY, Shown};
+pub use voice::{owner_message, voice_payload};

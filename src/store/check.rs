@@ -22,6 +22,11 @@ pub struct RowsChecked {
     pub pins: u64,
     /// Letters waiting for their senders' relays.
     pub parked: u64,
+    /// The owner's messages (`mailslot tell`) whose owner signature verified.
+    pub owner_verified: u64,
+    /// Messages that carry an owner signature this home's confirmed owner key did not make
+    /// (or that the store was opened without a key to check): shown as unverified claims.
+    pub owner_unverified: u64,
 }
 
 /// Names the row that failed, so the owner can find it.
@@ -35,20 +40,29 @@ fn in_row(e: StoreError, row: String) -> StoreError {
     }
 }
 
-fn each_message(conn: &Connection) -> Result<u64, StoreError> {
+/// How many messages were read back, and how many of them are the owner's, verified or not.
+fn each_message(
+    conn: &Connection,
+    check: Option<&messages::OwnerCheck>,
+) -> Result<(u64, u64, u64), StoreError> {
     let mut stmt = conn.prepare(&format!(
         "SELECT {}, id FROM messages ORDER BY seq",
         messages::COLUMNS
     ))?;
     let mut rows = stmt.query([])?;
-    let mut n = 0;
+    let (mut n, mut verified, mut unverified) = (0, 0, 0);
     while let Some(row) = rows.next()? {
         let id: String = row.get(messages::COLUMN_COUNT)?;
-        messages::decode(messages::from_row(row)?)
+        let stored = messages::decode(messages::from_row(row)?, check)
             .map_err(|e| in_row(e, format!("message {id}")))?;
+        match stored.owner {
+            Some(messages::OwnerVoice::Verified(_)) => verified += 1,
+            Some(messages::OwnerVoice::Unverified) => unverified += 1,
+            None => {}
+        }
         n += 1;
     }
-    Ok(n)
+    Ok((n, verified, unverified))
 }
 
 impl Store {
@@ -56,8 +70,12 @@ impl Store {
     /// the error, named by its id.
     pub fn check_rows(&self) -> Result<RowsChecked, StoreError> {
         let outbox = self.outbox(usize::MAX)?.len() + self.outbox_failed_items(usize::MAX)?.len();
+        let (messages, owner_verified, owner_unverified) =
+            each_message(&self.conn, self.owner_check.as_ref())?;
         Ok(RowsChecked {
-            messages: each_message(&self.conn)?,
+            messages,
+            owner_verified,
+            owner_unverified,
             deliveries: deliveries::check_rows(&self.conn)?,
             memories: memories::check_rows(&self.conn)?,
             outbox: outbox as u64,

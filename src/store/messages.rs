@@ -1,5 +1,7 @@
 //! Messages in and out, their threads, the receipts recorded against them, and full-text search.
 
+use std::sync::Arc;
+
 use jiff::Timestamp;
 use rusqlite::{OptionalExtension, Row, Transaction, params};
 use serde::{Deserialize, Serialize};
@@ -10,7 +12,8 @@ use super::search::{FtsIndex, fts_terms, ranked};
 use super::time::{from_ms, to_ms};
 use super::{Contact, Page, Store, StoreError};
 use crate::protocol::{
-    Address, Importance, Message, MessageId, ReceiptKind, ThreadId, ValidationError, now_millis,
+    Address, Fingerprint, Importance, Message, MessageId, ReceiptKind, ThreadId, ValidationError,
+    now_millis,
 };
 
 /// Whether this agent received or sent a message.
@@ -35,7 +38,27 @@ pub enum Trust {
     KeyChanged,
     /// Not verified.
     Unverified,
+    /// Written by the agent's owner and signed by this home's confirmed owner key, checked
+    /// as it was read (never stored: the row says `unverified`, and carries the signature).
+    Owner,
 }
+
+/// Whether a message claims to be the owner's own words (`mailslot tell`), and whether the
+/// claim holds.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum OwnerVoice {
+    /// Signed by this home's confirmed owner key, whose fingerprint this is.
+    Verified(Fingerprint),
+    /// It carries an owner signature, but not one by this home's confirmed owner key over
+    /// exactly what is shown: never the owner's words.
+    Unverified,
+}
+
+/// The agent layer's check of an owner signature: the fingerprint of the home's confirmed
+/// owner key when `signature` is its over `message`, else `None`. The store holds it and
+/// asks it about each owner message it reads; it never verifies anything itself.
+pub type OwnerCheck = Arc<dyn Fn(&Message, &[u8]) -> Option<Fingerprint> + Send + Sync>;
 
 impl Direction {
     fn as_str(self) -> &'static str {
@@ -54,6 +77,7 @@ impl Trust {
             Trust::Verified => "verified",
             Trust::KeyChanged => "key_changed",
             Trust::Unverified => "unverified",
+            Trust::Owner => "owner",
         }
     }
 
@@ -97,6 +121,9 @@ pub struct StoredMessage {
     /// The message's attachments without their bytes (`message.attachments` is empty:
     /// read one with [`Store::attachment`]).
     pub attachments: Vec<AttachmentInfo>,
+    /// Set when the message is the owner's (written by `mailslot tell` or the dashboard), as
+    /// checked when it was read; `None` for every other message.
+    pub owner: Option<OwnerVoice>,
 }
 
 /// Which received messages to list.
@@ -133,6 +160,8 @@ pub struct UnreadSummary {
     pub count: u32,
     /// The newest unread message's sender.
     pub newest_from: Option<Address>,
+    /// Whether the newest unread message is the owner's, its signature verified.
+    pub newest_from_owner: bool,
 }
 
 pub(super) const COLUMNS: &str = "json, direction, trust, stored_at, read_at,
@@ -142,7 +171,8 @@ pub(super) const COLUMNS: &str = "json, direction, trust, stored_at, read_at,
     (SELECT json_group_array(json_array(agent, delivered_at))
      FROM deliveries WHERE deliveries.message_id = id AND delivered_at IS NOT NULL),
     (SELECT json_group_array(json_object('name', name, 'media_type', media_type, 'size', size, 'sha256', sha256))
-     FROM (SELECT name, media_type, size, sha256 FROM attachments WHERE attachments.message_id = id ORDER BY idx))";
+     FROM (SELECT name, media_type, size, sha256 FROM attachments WHERE attachments.message_id = id ORDER BY idx)),
+    owner_signature";
 
 /// Subject counts three times the body, the sender twice (as the index's `rank` in migration 1).
 const MESSAGES_FTS: FtsIndex = FtsIndex {
@@ -154,10 +184,10 @@ const MESSAGES_FTS: FtsIndex = FtsIndex {
 };
 
 /// The number of columns in [`COLUMNS`]; a query's own columns follow them.
-pub(super) const COLUMN_COUNT: usize = 9;
+pub(super) const COLUMN_COUNT: usize = 10;
 
 /// A message row: json, direction, trust, stored_at, read_at, bounced recipients, receipts,
-/// deliveries, attachments (without bytes).
+/// deliveries, attachments (without bytes), the owner's signature.
 pub(super) type RawRow = (
     String,
     String,
@@ -168,6 +198,7 @@ pub(super) type RawRow = (
     Option<String>,
     Option<String>,
     Option<String>,
+    Option<Vec<u8>>,
 );
 
 pub(super) fn from_row(row: &Row<'_>) -> rusqlite::Result<RawRow> {
@@ -181,11 +212,25 @@ pub(super) fn from_row(row: &Row<'_>) -> rusqlite::Result<RawRow> {
         row.get(6)?,
         row.get(7)?,
         row.get(8)?,
+        row.get(9)?,
     ))
 }
 
-pub(super) fn decode(raw: RawRow) -> Result<StoredMessage, StoreError> {
-    let (json, direction, trust, stored_at, read_at, bounced, receipts, delivered, attached) = raw;
+/// Builds a message from its row; an owner message is checked with `check` (with none, it
+/// is shown as an unverified claim).
+pub(super) fn decode(raw: RawRow, check: Option<&OwnerCheck>) -> Result<StoredMessage, StoreError> {
+    let (
+        json,
+        direction,
+        trust,
+        stored_at,
+        read_at,
+        bounced,
+        receipts,
+        delivered,
+        attached,
+        signature,
+    ) = raw;
     let mut message: Message = serde_json::from_str(&json).map_err(|e| StoreError::Corrupt {
         what: "message",
         detail: e.to_string(),
@@ -196,15 +241,29 @@ pub(super) fn decode(raw: RawRow) -> Result<StoredMessage, StoreError> {
         attachments = message.attachments.iter().map(AttachmentInfo::of).collect();
     }
     message.attachments.clear();
+    let direction = if direction == "out" {
+        Direction::Out
+    } else {
+        Direction::In
+    };
+    // Only received mail with nothing beside its signed words can be the owner's.
+    let owner = signature.map(|signature| {
+        let signed = (direction == Direction::In && attachments.is_empty())
+            .then(|| check.and_then(|check| check(&message, &signature)))
+            .flatten();
+        signed.map_or(OwnerVoice::Unverified, OwnerVoice::Verified)
+    });
+    let trust = match owner {
+        Some(OwnerVoice::Verified(_)) => Trust::Owner,
+        Some(OwnerVoice::Unverified) => Trust::Unverified,
+        None => Trust::parse(&trust)?,
+    };
     Ok(StoredMessage {
         attachments,
         message,
-        direction: if direction == "out" {
-            Direction::Out
-        } else {
-            Direction::In
-        },
-        trust: Trust::parse(&trust)?,
+        owner,
+        direction,
+        trust,
         stored_at: from_ms(stored_at)?,
         read_at: read_at.map(from_ms).transpose()?,
         bounced: bounced
@@ -328,6 +387,27 @@ impl Store {
         Ok(self.insert_messages(&[(message, direction, trust)])?[0])
     }
 
+    /// Stores the owner's `message` to this agent with the owner key's `signature` over it,
+    /// as received mail; `false` if its id was already stored (nothing changes then). Only
+    /// the owner's commands call this: nothing from a relay is stored with a signature.
+    pub fn insert_owner_message(
+        &mut self,
+        message: &Message,
+        signature: &[u8; 64],
+    ) -> Result<bool, StoreError> {
+        let tx = self.write_tx()?;
+        // `unverified` until shown: each read checks the signature against the owner key.
+        let inserted = insert_batch(&tx, &[(message, Direction::In, Trust::Unverified)])?[0];
+        if inserted {
+            tx.execute(
+                "UPDATE messages SET owner_signature = ?2 WHERE id = ?1",
+                params![message.id.to_string(), &signature[..]],
+            )?;
+        }
+        tx.commit()?;
+        Ok(inserted)
+    }
+
     /// Stores a batch in one transaction (one fsync); per message, whether it was new.
     pub fn insert_messages(
         &mut self,
@@ -348,7 +428,7 @@ impl Store {
                 from_row,
             )
             .optional()?
-            .map(decode)
+            .map(|raw| decode(raw, self.owner_check.as_ref()))
             .transpose()
     }
 
@@ -383,7 +463,8 @@ impl Store {
             ],
             from_row,
         )?;
-        rows.map(|r| decode(r?)).collect()
+        rows.map(|r| decode(r?, self.owner_check.as_ref()))
+            .collect()
     }
 
     /// A page of received messages, newest first by arrival (`seq`): the unread ones, or all
@@ -442,7 +523,7 @@ impl Store {
                  ORDER BY seq DESC"
             ))?
             .query_map(params, from_row)?
-            .map(|r| decode(r?))
+            .map(|r| decode(r?, self.owner_check.as_ref()))
             .collect::<Result<Vec<_>, _>>()?;
         let count: i64 = self
             .conn
@@ -460,7 +541,8 @@ impl Store {
             "SELECT {COLUMNS} FROM messages WHERE thread_id = ?1 AND is_receipt = 0 ORDER BY sent_at, seq"
         ))?;
         let rows = stmt.query_map([id.to_string()], from_row)?;
-        rows.map(|r| decode(r?)).collect()
+        rows.map(|r| decode(r?, self.owner_check.as_ref()))
+            .collect()
     }
 
     /// How many messages were received: all of them, or only the unread ones.
@@ -488,7 +570,12 @@ impl Store {
             .prepare_cached(&format!("SELECT {COLUMNS} FROM messages WHERE seq = ?1"))?;
         ranked(&self.conn, MESSAGES_FTS, &terms, limit)?
             .into_iter()
-            .map(|(seq, _)| decode(by_seq.query_row([seq], from_row)?))
+            .map(|(seq, _)| {
+                decode(
+                    by_seq.query_row([seq], from_row)?,
+                    self.owner_check.as_ref(),
+                )
+            })
             .collect()
     }
 
@@ -498,20 +585,43 @@ impl Store {
         let count: u32 = self
             .conn
             .query_row("SELECT count FROM unread", [], |r| r.get(0))?;
-        let newest_from = self
+        let newest = self
             .conn
             .query_row(
-                "SELECT sender FROM messages WHERE direction = 'in' AND read_at IS NULL ORDER BY seq DESC LIMIT 1",
+                "SELECT sender, owner_signature IS NOT NULL, id FROM messages
+                 WHERE direction = 'in' AND read_at IS NULL ORDER BY seq DESC LIMIT 1",
                 [],
-                |r| r.get::<_, String>(0),
+                |r| {
+                    Ok((
+                        r.get::<_, String>(0)?,
+                        r.get::<_, bool>(1)?,
+                        r.get::<_, String>(2)?,
+                    ))
+                },
             )
-            .optional()?
-            .map(|sender| {
-                Address::parse(&sender)
-                    .map_err(|e| StoreError::Corrupt { what: "message", detail: e.to_string() })
-            })
-            .transpose()?;
-        Ok(UnreadSummary { count, newest_from })
+            .optional()?;
+        let corrupt = |e: ValidationError| StoreError::Corrupt {
+            what: "message",
+            detail: e.to_string(),
+        };
+        let Some((sender, claims_owner, id)) = newest else {
+            return Ok(UnreadSummary {
+                count,
+                newest_from: None,
+                newest_from_owner: false,
+            });
+        };
+        let newest_from = Some(Address::parse(&sender).map_err(corrupt)?);
+        // Only a claim is read whole, to check its signature.
+        let newest_from_owner = claims_owner
+            && self
+                .message(&MessageId::parse(&id).map_err(corrupt)?)?
+                .is_some_and(|m| m.trust == Trust::Owner);
+        Ok(UnreadSummary {
+            count,
+            newest_from,
+            newest_from_owner,
+        })
     }
 
     /// Received messages stored after position `after` (in store order), at most `limit`,
@@ -532,7 +642,7 @@ impl Store {
             .collect::<Result<Vec<_>, _>>()?;
         rows.into_iter()
             .map(|(seq, raw)| {
-                let stored = decode(raw)?;
+                let stored = decode(raw, self.owner_check.as_ref())?;
                 let sender = self.contact(&stored.message.from)?;
                 Ok((seq, stored, sender))
             })

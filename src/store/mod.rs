@@ -42,7 +42,10 @@ pub use handle::StoreHandle;
 pub use idle::{IdleClaim, IdlePath};
 pub use lookup::{IdPart, MIN_ID_PART};
 pub use memories::{MAX_MEMORY_BYTES, MAX_TAGS, MAX_TITLE_CHARS, Memory, MemoryDraft, Recalled};
-pub use messages::{Direction, InboxQuery, ReceiptRecord, StoredMessage, Trust, UnreadSummary};
+pub use messages::{
+    Direction, InboxQuery, OwnerCheck, OwnerVoice, ReceiptRecord, StoredMessage, Trust,
+    UnreadSummary,
+};
 pub use meta::MAX_STATUS_BYTES;
 pub use migrations::SCHEMA_VERSION;
 pub use outbox::OutboxItem;
@@ -61,6 +64,9 @@ const BUSY_TIMEOUT: Duration = Duration::from_secs(10);
 pub struct Store {
     conn: Connection,
     path: PathBuf,
+    /// How owner messages are checked as they are read; without it every one is shown as an
+    /// unverified claim.
+    owner_check: Option<OwnerCheck>,
 }
 
 impl std::fmt::Debug for Store {
@@ -101,7 +107,14 @@ impl Store {
         Ok(Self {
             conn,
             path: path.to_owned(),
+            owner_check: None,
         })
+    }
+
+    /// Checks every owner message read from now on with `check` (the agent layer's, over
+    /// the home's confirmed owner key).
+    pub fn set_owner_check(&mut self, check: OwnerCheck) {
+        self.owner_check = Some(check);
     }
 
     /// Starts a write transaction. IMMEDIATE takes the write lock up front, so a writer in

@@ -275,7 +275,7 @@ impl Store {
         )?;
         rows.map(|row| {
             let (raw, failed, attempts, last_error) = row?;
-            let stored = decode(raw)?;
+            let stored = decode(raw, self.owner_check.as_ref())?;
             let (state, recipients) = match failed {
                 Some(true) => (SentState::Failed, Vec::new()),
                 Some(false) => (SentState::Queued, Vec::new()),

@@ -152,13 +152,15 @@ impl Store {
             return Ok((Vec::new(), 0));
         }
         let now = to_ms(now_millis());
+        let check = self.owner_check.clone();
         let tx = self.write_tx()?;
         let found = {
             let mut stmt = tx.prepare_cached(&format!(
                 "SELECT {COLUMNS} FROM messages WHERE {UNSEEN} ORDER BY seq DESC LIMIT ?2"
             ))?;
             let rows = stmt.query_map(params![session.as_str(), limit as i64], from_row)?;
-            rows.map(|r| decode(r?)).collect::<Result<Vec<_>, _>>()?
+            rows.map(|r| decode(r?, check.as_ref()))
+                .collect::<Result<Vec<_>, _>>()?
         };
         let marked = tx.execute(
             &format!(

@@ -1046,3 +1046,148 @@ async fn the_dashboard_is_no_session_of_its_agents_and_makes_way_for_one() {
     })
     .await;
 }
+
+/// The owner writes to bob from bob's inbox page: the form's passphrase unlocks the owner key,
+/// the message is stored signed (Post/Redirect/Get), and every view shows it as the owner's.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_owner_writes_to_the_agent_from_its_page() {
+    let world = world(Opener::Not, false).await;
+    let d = &world.dashboard;
+    let (addr, host) = (d.addr, d.addr.to_string());
+    let cookie = enter(d);
+    let origin = format!("http://{host}");
+    let inbox = get(addr, "/agents/bob", &host, Some(&cookie));
+    assert_eq!(inbox.status, 200);
+    assert!(
+        inbox.body.contains(r#"action="/agents/bob/tell""#),
+        "{}",
+        inbox.body
+    );
+    let csrf = inbox
+        .body
+        .split(r#"name="csrf" value=""#)
+        .nth(1)
+        .unwrap()
+        .split('"')
+        .next()
+        .unwrap()
+        .to_owned();
+    let form = |csrf: &str, passphrase: &str| {
+        format!(
+            "csrf={csrf}&subject=Deploy&body=Stop+the+deploy.%0D%0A%3Cscript%3Ex%3C%2Fscript%3E&passphrase={}",
+            passphrase.replace(' ', "+")
+        )
+    };
+    let path = "/agents/bob/tell";
+    let owner_mail = || -> Vec<serde_json::Value> {
+        let listed: serde_json::Value = serde_json::from_str(&mailslot(
+            world.bob_home.path(),
+            &world.relay,
+            &["--agent", "bob", "--json", "inbox", "--all"],
+        ))
+        .unwrap();
+        listed.as_array().unwrap().clone()
+    };
+    assert_eq!(
+        post(
+            addr,
+            path,
+            Some(&cookie),
+            Some(&origin),
+            &form("x", PASSPHRASE)
+        )
+        .status,
+        403,
+        "a wrong CSRF token"
+    );
+    assert_eq!(
+        post(
+            addr,
+            path,
+            Some(&cookie),
+            Some("http://evil.example"),
+            &form(&csrf, PASSPHRASE)
+        )
+        .status,
+        403,
+        "a foreign Origin"
+    );
+    assert_eq!(
+        get(
+            addr,
+            &format!("{path}?{}", form(&csrf, PASSPHRASE)),
+            &host,
+            Some(&cookie)
+        )
+        .status,
+        405,
+        "a GET changes nothing"
+    );
+    let wrong = post(
+        addr,
+        path,
+        Some(&cookie),
+        Some(&origin),
+        &form(&csrf, "not the owner's passphrase"),
+    );
+    assert_eq!(wrong.status, 303, "{}", wrong.body);
+    let then = wrong.header("location").unwrap().to_owned();
+    assert!(then.starts_with("/agents/bob?flash="), "{then}");
+    let shown = get(addr, &then, &host, Some(&cookie));
+    assert!(
+        shown.body.contains("passphrase does not unlock") && shown.body.contains("notice danger"),
+        "{}",
+        shown.body
+    );
+    assert!(owner_mail().is_empty(), "nothing was told");
+
+    let told = post(
+        addr,
+        path,
+        Some(&cookie),
+        Some(&origin),
+        &form(&csrf, PASSPHRASE),
+    );
+    assert_eq!(told.status, 303, "{}", told.body);
+    let done = get(addr, told.header("location").unwrap(), &host, Some(&cookie));
+    assert!(
+        done.body.contains("notice ok") && done.body.contains("Told bob"),
+        "{}",
+        done.body
+    );
+    assert!(done.body.contains("from you, the owner"), "{}", done.body);
+    let listed = owner_mail();
+    assert_eq!(listed.len(), 1, "{listed:?}");
+    assert_eq!(listed[0]["trust"], "owner", "{listed:?}");
+    assert_eq!(listed[0]["subject"], "Deploy");
+    let id = listed[0]["id"].as_str().unwrap();
+    let read: serde_json::Value = serde_json::from_str(&mailslot(
+        world.bob_home.path(),
+        &world.relay,
+        &["--agent", "bob", "--json", "read", id],
+    ))
+    .unwrap();
+    assert_eq!(
+        read["message"]["body"],
+        "Stop the deploy.\n<script>x</script>"
+    );
+    let page = get(
+        addr,
+        &format!("/agents/bob/messages/{id}"),
+        &host,
+        Some(&cookie),
+    );
+    assert!(
+        page.body.contains("you, the owner")
+            && page.body.contains("Owner key")
+            && page.body.contains("&lt;script&gt;x&lt;/script&gt;")
+            && !page.body.contains("another agent's words"),
+        "{}",
+        page.body
+    );
+    let logs = d.logs();
+    assert!(
+        !logs.contains(PASSPHRASE) && !logs.contains("not the owner"),
+        "no passphrase in the logs: {logs}"
+    );
+}

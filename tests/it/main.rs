@@ -56,4 +56,5 @@ mod storage_contract;
 mod store;
 mod tls;
 mod tour;
+mod voice;
 mod wipe;

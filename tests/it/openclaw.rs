@@ -712,6 +712,56 @@ async fn mail_reaches_the_dedicated_openclaw_session_exactly_once() {
         "{report}"
     );
 
+    // 1b. bob's owner writes to bob (`mailslot tell`, as the library does it): the session
+    //     gets it framed as the owner's words, verified by the owner key, with no fence and
+    //     no reply tool to call.
+    let paths = mailslot::config::Paths::new(Some(home.path().to_owned()), None).unwrap();
+    let signer = mailslot::crypto::Owner::generate();
+    signer
+        .save_new(
+            &paths.owner_key(),
+            &mailslot::crypto::Passphrase::new("correct horse battery staple".into()).unwrap(),
+        )
+        .unwrap();
+    mailslot::keys::pin_owner_key(&paths.owner_key()).unwrap();
+    let bob_name = mailslot::protocol::AgentName::new("bob").unwrap();
+    let (told, signature) = mailslot::agent::voice::compose(
+        &signer,
+        &bob_name,
+        Some("Owner"),
+        "OWNER-OPENCLAW-1 hold the deploy until I say so.",
+    )
+    .unwrap();
+    mailslot::store::Store::open(&mailslot::agent::store_path(&paths.agent_dir(&bob_name)))
+        .unwrap()
+        .insert_owner_message(&told, &signature)
+        .unwrap();
+    let owner_marker = format!("[mailslot:{}]", told.id);
+    wait_until(
+        TURN_TIMEOUT,
+        "the model was prompted with the owner's message",
+        async || (mock.prompted_with(&owner_marker) > 0).then_some(()),
+    )
+    .await;
+    let delivered = history_texts(&gateway.history(BOB_SESSION).await)
+        .into_iter()
+        .find(|t| t.contains(&owner_marker))
+        .expect("the owner's message is in bob's session");
+    for expected in [
+        "A message from your owner to bob",
+        &format!("[mailslot message {} from your owner]", told.id),
+        "From: your owner, verified by the owner key (fingerprint",
+        "OWNER-OPENCLAW-1 hold the deploy",
+        "not with the reply tool",
+    ] {
+        assert!(
+            delivered.contains(expected),
+            "{expected:?} missing from {delivered}"
+        );
+    }
+    assert!(!delivered.contains("mailslot-untrusted"), "{delivered}");
+    wait_recorded(home.path(), "bob", &told.id, DeliveryState::Delivered).await;
+
     // 2. An unclear failure (the gateway took the message, its answer was lost): the session
     //    is searched for the marker and the message is not sent again. carol's mail goes
     //    through the proxy into bob's session, which exists now.

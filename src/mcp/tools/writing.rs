@@ -13,6 +13,7 @@ use crate::mcp::attach::{self, AttachmentArg};
 use crate::mcp::errors::{Doing, no_message};
 use crate::mcp::server::MailslotServer;
 use crate::protocol::Message;
+use crate::store::StoredMessage;
 
 /// Arguments of `send`.
 #[derive(Debug, Deserialize, JsonSchema)]
@@ -135,10 +136,10 @@ impl MailslotServer {
         }))
     }
 
-    async fn original(&self, raw: &str) -> Result<Message, String> {
+    async fn original(&self, raw: &str) -> Result<StoredMessage, String> {
         let id = parse_message_id("message_id", raw)?;
         match self.mailbox.message(id).await {
-            Ok(Some(m)) => Ok(m.message),
+            Ok(Some(m)) => Ok(m),
             Ok(None) => Err(no_message(&id)),
             Err(e) => Err(self.tool_error(e, Doing::Local).await),
         }

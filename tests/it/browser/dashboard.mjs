@@ -10,7 +10,8 @@
 // changes, the paging, the search and the marks are checked, with the dashboard the only
 // process holding bob's connection; the test checks presence, starts bob's `mailslot mcp` and
 // answers `session`. It prints `ready` once the inbox page is live; the test has alice send
-// the hostile message and answers `sent`. It prints `done` at the end. Any failed check
+// the hostile message and answers `sent`; then the owner writes to bob from his inbox page. It
+// prints `done` at the end. Any failed check
 // throws, and the process exits non-zero with the reason.
 import { createRequire } from "node:module";
 import { createInterface } from "node:readline";
@@ -204,6 +205,24 @@ try {
   check((await page.locator("p.fence").textContent()).includes(`Written by ${requester}`), "the sender's words are framed as theirs");
   check(await page.evaluate(() => window.__pwned === undefined), "no script of the sender's ran");
   check(dialogs.length === 0, `no dialog opened: ${dialogs.join(", ")}`);
+
+  // The owner writes to the agent from its inbox page: signed with the owner key, listed as
+  // the owner's, the passphrase not echoed back (Post/Redirect/Get).
+  await page.goto(`${origin}/agents/${agent}`);
+  await page.locator("details#tell summary").click();
+  const tell = page.locator("form.tell");
+  await tell.locator('input[name="subject"]').fill("From the page");
+  await tell.locator('textarea[name="body"]').fill("OWNER-PAGE-1 pause the release.");
+  await tell.locator('input[name="passphrase"]').fill(env("PASSPHRASE"));
+  await Promise.all([page.waitForURL(/flash=/), tell.locator('button[type="submit"]').click()]);
+  const told = page.locator("#notice");
+  await told.waitFor();
+  check((await told.getAttribute("class")).includes("ok"), `told: ${await told.textContent()}`);
+  const mine = page.locator("ul#inbox li", { hasText: "From the page" });
+  check((await mine.locator(".from").textContent()) === "from you, the owner", "listed as the owner's");
+  check((await page.locator('form.tell input[name="passphrase"]').inputValue()) === "", "the passphrase is not echoed back");
+  await Promise.all([page.waitForNavigation(), mine.locator("a").click()]);
+  check((await page.locator("p.fence").textContent()).includes("Written by you, the owner"), "the message page says whose words they are");
 
   if (process.env.SCREENSHOT) await page.screenshot({ path: process.env.SCREENSHOT });
   console.log("done");

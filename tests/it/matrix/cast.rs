@@ -557,6 +557,42 @@ impl Cast {
     }
 }
 
+impl Cast {
+    /// alice's owner writes to her: the owner key made in her home (the one her relay has),
+    /// the message signed with it and stored as `mailslot tell` stores it.
+    pub(crate) async fn owner_tells(&self, kinds: &mut Vec<Kind>) {
+        let paths = mailslot::config::Paths::new(Some(self.alice.home().to_owned()), None).unwrap();
+        let passphrase = mailslot::crypto::Passphrase::new("matrix owner passphrase".into());
+        self.alice
+            .owner
+            .save_new(&paths.owner_key(), &passphrase.unwrap())
+            .unwrap();
+        mailslot::keys::pin_owner_key(&paths.owner_key()).unwrap();
+        let subject = Kind::subject_with("zownerin");
+        let (told, signature) = mailslot::agent::voice::compose(
+            &self.alice.owner,
+            &self.alice.name,
+            Some(&subject),
+            "Review the relay patch first.",
+        )
+        .unwrap();
+        let stored = told.clone();
+        let inserted = self
+            .alice
+            .store
+            .call(move |s| s.insert_owner_message(&stored, &signature))
+            .await
+            .unwrap();
+        assert!(inserted);
+        kinds.push(Kind::new(
+            "the owner's, received",
+            Side::Owner,
+            &told,
+            "alice",
+        ));
+    }
+}
+
 /// Syncs alice until each of `kinds` (sent) stands where it should in her store.
 pub(crate) async fn settle(alice: &TestAgent, url: &RelayUrl, kinds: &[Kind]) {
     let names: Vec<&str> = kinds.iter().map(|k| k.name.as_str()).collect();

@@ -81,6 +81,15 @@ fn stored_ok(v: &Value, k: &Kind) -> Result<(), String> {
             };
             want(shown, || format!("{} to {}: {v}", k.state(), k.peer))?;
         }
+        Side::Owner => {
+            want(m["from"] == k.peer.as_str(), || format!("from: {m}"))?;
+            want(v["direction"] == "in" && v["trust"] == "owner", || {
+                format!("direction and trust: {v}")
+            })?;
+            want(v["owner"]["verified"].is_string(), || {
+                format!("the owner key's fingerprint: {v}")
+            })?;
+        }
         Side::Refused => return Err(format!("shown: {v}")),
     }
     attachments_ok(&v["attachments"], k)
@@ -137,6 +146,9 @@ pub(crate) async fn check(home: &Path, relay: &RelayUrl, kinds: &[Kind], cells: 
             "cli thread",
             &k.name,
             line.and_then(|l| match k.side {
+                Side::Owner => want(l["direction"] == "in" && l["trust"] == "owner", || {
+                    format!("{l}")
+                }),
                 Side::In => want(
                     l["direction"] == "in" && l["from"] == k.peer.as_str(),
                     || format!("{l}"),
@@ -165,6 +177,11 @@ pub(crate) async fn check_archive(
     std::fs::write(&passphrase, PASSPHRASE).unwrap();
     let (file, passphrase) = (file.to_str().unwrap(), passphrase.to_str().unwrap());
     let fresh = tempfile::tempdir().unwrap();
+    // The owner moves the agent to another home of theirs, owner key and all: the owner's
+    // mail travels with its signature and is checked again there.
+    for file in ["owner.key", "owner.key.pinned"] {
+        std::fs::copy(home.join(file), fresh.path().join(file)).unwrap();
+    }
     let moved = async {
         alice_cli(
             home,

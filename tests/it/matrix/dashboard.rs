@@ -136,7 +136,11 @@ pub(crate) async fn check(home: &Path, relay: &RelayUrl, kinds: &[Kind], cells: 
                             && !row.contains("KEY CHANGED"),
                         || format!("row: {row}"),
                     ),
-                    (Side::In, None) => Err(format!("not listed: {}", main(&page))),
+                    (Side::Owner, Some(row)) => want(
+                        row.contains(&k.subject) && row.contains("from you, the owner"),
+                        || format!("row: {row}"),
+                    ),
+                    (Side::In | Side::Owner, None) => Err(format!("not listed: {}", main(&page))),
                     (_, Some(row)) => Err(format!("listed among received mail: {row}")),
                     (_, None) => Ok(()),
                 };
@@ -195,6 +199,11 @@ pub(crate) async fn check(home: &Path, relay: &RelayUrl, kinds: &[Kind], cells: 
             continue;
         }
         let facts = match (k.side, k.state()) {
+            (Side::Owner, _) => vec![
+                "<dt>From</dt><dd>you, the owner ".to_owned(),
+                "written by you, the owner: signed with the owner key".to_owned(),
+                "<dt>Owner key</dt>".to_owned(),
+            ],
             (Side::In, _) => vec![
                 format!("<dt>From</dt><dd>{} ", k.peer),
                 "signature verified with the pinned key".to_owned(),
@@ -227,7 +236,11 @@ pub(crate) async fn check(home: &Path, relay: &RelayUrl, kinds: &[Kind], cells: 
         let thread = dashboard.page(&thread).await.and_then(|page| {
             let article = slice(&page, &format!("data-id=\"{}\"", k.id), "</article>");
             want(
-                article.is_some_and(|a| a.contains(&k.word) && a.contains(&k.peer)),
+                article.is_some_and(|a| {
+                    a.contains(&k.word)
+                        && (a.contains(&k.peer)
+                            || k.side == Side::Owner && a.contains("you, the owner"))
+                }),
                 || format!("not in its thread: {}", main(&page)),
             )
         });

@@ -13,7 +13,13 @@ pub(crate) enum Side {
     Out,
     /// It was written to her and refused (her owner blocked the sender): no view may show it.
     Refused,
+    /// Her owner wrote it to her (`mailslot tell`, signed with the owner key): received, and
+    /// shown as her owner's (trust `owner`; "your owner" where a model reads it).
+    Owner,
 }
+
+/// Who the owner's mail is from where a model reads it (MCP views and frames).
+pub(crate) const OWNER_FROM: &str = "your owner";
 
 /// One kind of mail in alice's store, and what every view must show of it.
 #[derive(Debug, Clone)]
@@ -130,7 +136,12 @@ pub(crate) fn entry<'a>(list: &'a Value, key: &str, id: &MessageId) -> Option<&'
 pub(crate) fn received_entry(list: &Value, id_key: &str, k: &Kind) -> Result<(), String> {
     let found = entry(list, id_key, &k.id);
     match (k.side, found) {
-        (Side::In, None) => Err(format!("not listed: {list}")),
+        (Side::In | Side::Owner, None) => Err(format!("not listed: {list}")),
+        // The CLI's JSON names the stored sender (the agent itself), the MCP views the owner.
+        (Side::Owner, Some(e)) => want(
+            e["trust"] == "owner" && (e["from"] == OWNER_FROM || e["from"] == k.peer.as_str()),
+            || format!("from and trust: {e}"),
+        ),
         (Side::In, Some(e)) => {
             want(e["from"] == k.peer.as_str(), || format!("from: {e}"))?;
             want(e["trust"] == "verified", || format!("trust: {e}"))?;
@@ -182,6 +193,7 @@ pub(crate) fn searched(found: &Value, id_key: &str, k: &Kind) -> Result<(), Stri
             format!("found: {found}")
         }),
         (_, None) => Err(format!("not found: {found}")),
+        (Side::Owner, Some(e)) => want(e["trust"] == "owner", || format!("trust: {e}")),
         (Side::In, Some(e)) => want(
             e["from"] == k.peer.as_str() && e["trust"] == "verified",
             || format!("from and trust: {e}"),

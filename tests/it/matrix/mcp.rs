@@ -8,14 +8,23 @@ use mailslot::client::RelayUrl;
 use serde_json::{Value, json};
 
 use super::kinds::{
-    Cells, Kind, Side, attachment_read, attachments_ok, entry, has, received_entry, searched,
-    sent_entry, want,
+    Cells, Kind, OWNER_FROM, Side, attachment_read, attachments_ok, entry, has, received_entry,
+    searched, sent_entry, want,
 };
 use crate::common::mcp::{Era, McpClient, spawn_mcp, text_of};
 
 /// What the framed text of a kind (MCP `read`, the message and thread resources) must say,
 /// outside the fence: who wrote it or to whom it went, and where each copy stands.
 fn framed_ok(text: &str, k: &Kind) -> Result<(), String> {
+    if k.side == Side::Owner {
+        return want(
+            text.contains(&format!("[mailslot message {} from your owner]", k.id))
+                && text.contains("From: your owner, verified by the owner key (fingerprint ")
+                && text.contains(&k.subject)
+                && !text.contains("<<<mailslot-untrusted"),
+            || format!("not the owner's words: {text}"),
+        );
+    }
     want(
         text.contains(&format!("[mailslot message {}]", k.id)),
         || format!("no header for it: {text}"),
@@ -85,6 +94,10 @@ fn view_ok(v: &Value, k: &Kind) -> Result<(), String> {
             };
             want(shown, || format!("{} to {}: {v}", k.state(), k.peer))?;
         }
+        Side::Owner => want(
+            v["from"] == OWNER_FROM && v["trust"] == "owner" && v["direction"] == "in",
+            || format!("from, trust and direction: {v}"),
+        )?,
         Side::Refused => return Err(format!("shown: {v}")),
     }
     attachments_ok(&v["attachments"], k)?;
@@ -104,7 +117,11 @@ pub(crate) async fn check(home: &Path, relay: &RelayUrl, kinds: &[Kind], cells: 
                         r.title.as_deref() == Some(&format!("message from {}", k.peer)),
                         || format!("title: {r:?}"),
                     ),
-                    (Side::In, None) => Err("not listed".into()),
+                    (Side::Owner, Some(r)) => want(
+                        r.title.as_deref() == Some(&format!("message from {OWNER_FROM}")),
+                        || format!("title: {r:?}"),
+                    ),
+                    (Side::In | Side::Owner, None) => Err("not listed".into()),
                     (_, Some(r)) => Err(format!("listed among received mail: {r:?}")),
                     (_, None) => Ok(()),
                 };

@@ -151,6 +151,7 @@ impl World {
         let mut kinds = Vec::new();
         cast.mail_in(&relays, &mut kinds).await;
         cast.mail_out(&relays, &mut kinds).await;
+        cast.owner_tells(&mut kinds).await;
 
         // Last (it restarts A on SQLite): a copy that expires undelivered at A.
         let relays = relays.expiring().await;
