@@ -346,6 +346,7 @@ fn envelopes(
                 serde_json::to_string(&ClientFrame::Send {
                     reference: i.to_string(),
                     envelope,
+                    group: None,
                 })?,
             ))
         })

@@ -409,14 +409,25 @@ impl Connection {
         &mut self,
         envelope: SealedEnvelope,
     ) -> Result<MessageId, ClientError> {
+        Ok(self.send_to(envelope, None).await?.0)
+    }
+
+    /// Sends an envelope (to `group`'s roster, when named) and waits until the relay stored
+    /// it; with the members a group send skipped (not joined, or blocking the sender).
+    pub async fn send_to(
+        &mut self,
+        envelope: SealedEnvelope,
+        group: Option<AgentName>,
+    ) -> Result<(MessageId, Vec<Address>), ClientError> {
         match self
             .call(|reference| ClientFrame::Send {
                 reference,
                 envelope,
+                group,
             })
             .await?
         {
-            ServerFrame::Sent { id, .. } => Ok(id),
+            ServerFrame::Sent { id, skipped, .. } => Ok((id, skipped)),
             other => Err(ClientError::Protocol(format!(
                 "expected sent, got {other:?}"
             ))),

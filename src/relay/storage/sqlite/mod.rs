@@ -24,6 +24,7 @@ mod clock;
 mod connect;
 mod consent;
 mod export;
+mod groups;
 mod housekeeping;
 mod index;
 mod metrics;
@@ -268,6 +269,7 @@ mod tests {
                 id: None,
                 recipient: name("bob"),
                 envelope: Arc::from(&b"{}"[..]),
+                group: None,
             }]
         };
         let quota = Quota {
