@@ -50,6 +50,7 @@ const FAMILIES: &[(&str, &[&str])] = &[
         "Who may write (the owner's)",
         &[
             "owner",
+            "groups",
             "connect",
             "requests",
             "approve",

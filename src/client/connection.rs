@@ -225,6 +225,11 @@ impl Connection {
         Ok(host.as_str() == self.url.authority() || self.relay_name().await? == *host)
     }
 
+    /// The authenticated agent.
+    pub fn agent(&self) -> &AgentName {
+        &self.agent
+    }
+
     /// The agent's full address, `name@` the relay's published name: the sender of mail to
     /// another relay.
     pub async fn full_address(&mut self) -> Result<Address, ClientError> {
@@ -382,6 +387,14 @@ impl Connection {
             ServerFrame::Keys {
                 keys, rotations, ..
             } => Ok((keys, rotations)),
+            ServerFrame::Group { group, .. } => Err(ClientError::Refused {
+                code: ErrorCode::InvalidEnvelope,
+                message: format!(
+                    "{} is a group: send to it alone, with no other recipients",
+                    group.name
+                ),
+                retry_after_ms: None,
+            }),
             other => Err(ClientError::Protocol(format!(
                 "expected keys, got {other:?}"
             ))),

@@ -262,6 +262,15 @@ const MIGRATIONS: &[&str] = &[
         heard_at INTEGER NOT NULL
     ) STRICT, WITHOUT ROWID;
     "#,
+    // 12: groups this agent joined (its owner signed it), or that its model asked to join
+    // and its owner has not decided on yet.
+    r#"
+    CREATE TABLE groups (
+        address TEXT PRIMARY KEY,
+        state   TEXT NOT NULL CHECK (state IN ('wished', 'joined')),
+        since   INTEGER NOT NULL
+    ) STRICT, WITHOUT ROWID;
+    "#,
 ];
 
 /// The schema version this build writes.
