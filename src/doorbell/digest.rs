@@ -80,6 +80,7 @@ mod tests {
             bounced: Vec::new(),
             receipts: Vec::new(),
             delivered: Vec::new(),
+            copies: Vec::new(),
             attachments: Vec::new(),
         };
         let text = unread_digest(&[stored(m), stored(plain)], 2, "");

@@ -498,6 +498,18 @@ async fn a_group_of_five_gets_one_sealed_copy_each_through_real_mcp_processes() 
             "{content}"
         );
     }
+    // The sender's view: the group's message, with each member's copy where it stands.
+    let entry = lead
+        .sent_entry(json!({ "limit": 10 }), &sent["message_id"])
+        .await
+        .unwrap();
+    let copies: Vec<&str> = entry["recipients"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|r| r["to"].as_str().unwrap())
+        .collect();
+    assert_eq!(copies, members, "{entry}");
     // Each member has it once; reply_all answers the group, which fans it out to the lead.
     for c in &clients {
         let inbox = c.ok("inbox", json!({})).await;
