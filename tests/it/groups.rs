@@ -574,3 +574,24 @@ async fn a_group_of_five_gets_one_sealed_copy_each_through_real_mcp_processes() 
         "the first and ben's: {anns}"
     );
 }
+
+#[tokio::test]
+async fn posting_to_a_group_from_another_relay_is_refused_with_the_reason() {
+    let a = relay().await;
+    let b = relay().await;
+    let [lead] = a.agents(["lead"]).await;
+    let [far] = b.agents(["far"]).await;
+    let mut conn = lead.connect(&a).await;
+    groups::create(&mut conn, team_name(), GroupPolicy::Anyone)
+        .await
+        .unwrap();
+    conn.close().await;
+    let group = Address::parse(&format!("team@{}", a.relay.name())).unwrap();
+    let letter = Message::new(far.address(), vec![group], "hello", "from elsewhere");
+    let report = far.send(&b, letter).await;
+    let (_, why, _) = &report.not_sent[0];
+    assert!(
+        why.contains("team is a group") && why.contains("not carried yet"),
+        "{why}"
+    );
+}
