@@ -752,6 +752,8 @@ pub enum ErrorCode {
     GroupChanged,
     /// A group's roster is at [`super::MAX_GROUP_MEMBERS`].
     GroupFull,
+    /// The agent made [`super::MAX_GROUPS_PER_CREATOR`] groups already.
+    TooManyGroups,
     /// The relay failed; retry later.
     Internal,
 }
@@ -789,6 +791,7 @@ impl ErrorCode {
             ErrorCode::BadRotation => "bad_rotation",
             ErrorCode::GroupChanged => "group_changed",
             ErrorCode::GroupFull => "group_full",
+            ErrorCode::TooManyGroups => "too_many_groups",
             ErrorCode::Internal => "internal",
         }
     }

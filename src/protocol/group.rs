@@ -16,6 +16,9 @@ pub const MAX_GROUP_MEMBERS: usize = 256;
 /// The most groups one `groups` listing returns.
 pub const MAX_GROUPS_LISTED: usize = 100;
 
+/// The most groups one agent creates on its relay: each costs the relay a record and a name.
+pub const MAX_GROUPS_PER_CREATOR: usize = 100;
+
 /// Who may post to a group.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Hash, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]

@@ -36,7 +36,9 @@ pub use frames::{
     MAX_BOUNCES, MAX_COPY_CHECKS, MAX_DESCRIPTION_CHARS, MAX_PRESENCE_AGENTS, MAX_REF_CHARS,
     Online, PROTOCOL_VERSION, Seq, ServerFrame, hello_payload, register_payload, retire_payload,
 };
-pub use group::{GroupPolicy, GroupView, MAX_GROUP_MEMBERS, MAX_GROUPS_LISTED};
+pub use group::{
+    GroupPolicy, GroupView, MAX_GROUP_MEMBERS, MAX_GROUPS_LISTED, MAX_GROUPS_PER_CREATOR,
+};
 pub use ids::{MemoryId, MessageId, ThreadId};
 pub use importance::Importance;
 pub use invite::InviteToken;

@@ -10,7 +10,7 @@ use super::wire::{error_frame, storage_failed};
 use crate::crypto::owner;
 use crate::protocol::{
     Address, AgentName, ErrorCode, GroupPolicy, GroupView, MAX_GROUP_MEMBERS, MAX_GROUPS_LISTED,
-    OwnerAct, OwnerKey, ServerFrame,
+    MAX_GROUPS_PER_CREATOR, OwnerAct, OwnerKey, ServerFrame,
 };
 
 fn error(reference: String, code: ErrorCode, message: impl Into<String>) -> ServerFrame {
@@ -72,7 +72,11 @@ pub async fn create<S: Registry + Groups>(
         policy,
         members: vec![Address::local(agent.clone())],
     };
-    match state.storage.create_group(view.clone()).await {
+    match state
+        .storage
+        .create_group(view.clone(), MAX_GROUPS_PER_CREATOR)
+        .await
+    {
         Ok(GroupCreation::Created) => ServerFrame::Group {
             reference,
             group: view,
@@ -81,6 +85,13 @@ pub async fn create<S: Registry + Groups>(
             reference,
             ErrorCode::NameTaken,
             format!("{group} is taken on this relay (by an agent or a group); choose another name"),
+        ),
+        Ok(GroupCreation::TooMany) => error(
+            reference,
+            ErrorCode::TooManyGroups,
+            format!(
+                "{agent} made {MAX_GROUPS_PER_CREATOR} groups, the most one agent makes here; use one of them"
+            ),
         ),
         Err(e) => storage_failed(reference, e),
     }

@@ -15,8 +15,8 @@ use mailslot::client::consent::{self, Change};
 use mailslot::client::groups::{self, Roster};
 use mailslot::crypto::{Owner, seal_for_group};
 use mailslot::protocol::{
-    Address, AgentName, ClientFrame, ErrorCode, GroupPolicy, Limits, MAX_GROUP_MEMBERS, Message,
-    OwnerAct, Policy,
+    Address, AgentName, ClientFrame, ErrorCode, GroupPolicy, Limits, MAX_GROUP_MEMBERS,
+    MAX_GROUPS_PER_CREATOR, Message, OwnerAct, Policy,
 };
 use mailslot::store::Membership;
 use serde_json::json;
@@ -355,6 +355,17 @@ async fn only_the_owners_change_a_roster_or_join_and_the_roster_is_bounded() {
         message.contains("256 members") && message.contains("remove one"),
         "{message}"
     );
+    // One agent makes at most 100 groups.
+    for i in 1..MAX_GROUPS_PER_CREATOR {
+        let name = AgentName::new(&format!("team{i}")).unwrap();
+        groups::create(&mut conn, name, GroupPolicy::Members)
+            .await
+            .unwrap();
+    }
+    let one_more = AgentName::new("one-more").unwrap();
+    let (code, message) = refused(groups::create(&mut conn, one_more, GroupPolicy::Members).await);
+    assert_eq!(code, ErrorCode::TooManyGroups);
+    assert!(message.contains("100 groups"), "{message}");
     conn.close().await;
     bob.sync(&relay).await;
     assert!(

@@ -1317,11 +1317,11 @@ async fn a_group_shares_the_agents_namespace<B: Backend>(b: B) {
     let [lead] = agents(&s, &["lead"]).await.try_into().unwrap();
     let owner = OwnerKey::from_bytes([9; 32]);
     assert_eq!(
-        s.create_group(team(&lead, owner)).await.unwrap(),
+        s.create_group(team(&lead, owner), 10).await.unwrap(),
         GroupCreation::Created
     );
     assert_eq!(
-        s.create_group(team(&lead, owner)).await.unwrap(),
+        s.create_group(team(&lead, owner), 10).await.unwrap(),
         GroupCreation::NameTaken,
         "a group's name twice"
     );
@@ -1333,9 +1333,20 @@ async fn a_group_shares_the_agents_namespace<B: Backend>(b: B) {
     let mut squatter = team(&lead, owner);
     squatter.name = lead.clone();
     assert_eq!(
-        s.create_group(squatter).await.unwrap(),
+        s.create_group(squatter, 10).await.unwrap(),
         GroupCreation::NameTaken,
         "a group under an agent's name"
+    );
+    // One creator makes at most `max` groups.
+    let mut second = team(&lead, owner);
+    second.name = name("second");
+    assert_eq!(
+        s.create_group(second.clone(), 1).await.unwrap(),
+        GroupCreation::TooMany
+    );
+    assert_eq!(
+        s.create_group(second, 2).await.unwrap(),
+        GroupCreation::Created
     );
     // Durable, with its creator as its first member, and no keys of its own.
     drop(s);
@@ -1355,7 +1366,7 @@ async fn a_roster_keeps_its_order_and_its_bound<B: Backend>(b: B) {
         .try_into()
         .unwrap();
     let owner = OwnerKey::from_bytes([9; 32]);
-    s.create_group(team(&lead, owner)).await.unwrap();
+    s.create_group(team(&lead, owner), 10).await.unwrap();
     let far = addr("dave@relay-b.example");
     for member in [Address::local(bob.clone()), far.clone()] {
         assert!(matches!(

@@ -276,8 +276,12 @@ impl RelayPins for SlowAcks {
 }
 
 impl Groups for SlowAcks {
-    async fn create_group(&self, group: GroupView) -> Result<GroupCreation, StorageError> {
-        self.inner.create_group(group).await
+    async fn create_group(
+        &self,
+        group: GroupView,
+        max: usize,
+    ) -> Result<GroupCreation, StorageError> {
+        self.inner.create_group(group, max).await
     }
 
     async fn group(&self, name: AgentName) -> Result<Option<GroupView>, StorageError> {

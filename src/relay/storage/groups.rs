@@ -14,6 +14,8 @@ pub enum GroupCreation {
     Created,
     /// The name is an agent's (registered or held after retiring) or another group's.
     NameTaken,
+    /// The creator made as many groups as one agent may.
+    TooMany,
 }
 
 /// The outcome of a roster change.
@@ -31,10 +33,12 @@ pub enum RosterChange {
 
 /// Groups and their rosters. Every write is durable before its future resolves.
 pub trait Groups: Send + Sync + 'static {
-    /// Creates `group` (its roster is its creator alone) unless the name is taken.
+    /// Creates `group` (its roster is its creator alone) unless the name is taken or its
+    /// creator made `max` groups already.
     fn create_group(
         &self,
         group: GroupView,
+        max: usize,
     ) -> impl Future<Output = Result<GroupCreation, StorageError>> + Send;
 
     /// The group named `name`, with its roster in the order members were added.

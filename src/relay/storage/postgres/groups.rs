@@ -13,9 +13,12 @@ use crate::relay::storage::{GroupCreation, RosterChange, StorageError};
 pub(super) async fn create(
     client: &mut Client,
     group: &GroupView,
+    max: usize,
 ) -> Result<GroupCreation, StorageError> {
     let tx = client.transaction().await?;
-    lock_names(&tx, &[&group.name]).await?;
+    // The creator's lock too: two of its creations on two nodes are counted one after the
+    // other.
+    lock_names(&tx, &[&group.name, &group.creator]).await?;
     let taken = tx
         .query_opt(
             "SELECT 1 FROM agents WHERE name = $1 UNION ALL SELECT 1 FROM groups WHERE name = $1",
@@ -25,6 +28,16 @@ pub(super) async fn create(
         .is_some();
     if taken {
         return Ok(GroupCreation::NameTaken);
+    }
+    let made: i64 = tx
+        .query_one(
+            "SELECT count(*) FROM groups WHERE creator = $1",
+            &[&group.creator.as_str()],
+        )
+        .await?
+        .try_get(0)?;
+    if made.unsigned_abs() >= max as u64 {
+        return Ok(GroupCreation::TooMany);
     }
     tx.execute(
         "INSERT INTO groups (name, creator, owner, policy, created_at) VALUES ($1, $2, $3, $4, $5)",

@@ -248,8 +248,12 @@ impl Registry for PostgresStorage {
 }
 
 impl Groups for PostgresStorage {
-    async fn create_group(&self, group: GroupView) -> Result<GroupCreation, StorageError> {
-        groups::create(&mut self.client().await?, &group).await
+    async fn create_group(
+        &self,
+        group: GroupView,
+        max: usize,
+    ) -> Result<GroupCreation, StorageError> {
+        groups::create(&mut self.client().await?, &group, max).await
     }
 
     async fn group(&self, name: AgentName) -> Result<Option<GroupView>, StorageError> {

@@ -10,7 +10,11 @@ use crate::relay::storage::groups::view_from_columns;
 use crate::relay::storage::{GroupCreation, Groups, RosterChange, StorageError};
 
 impl Groups for SqliteStorage {
-    async fn create_group(&self, group: GroupView) -> Result<GroupCreation, StorageError> {
+    async fn create_group(
+        &self,
+        group: GroupView,
+        max: usize,
+    ) -> Result<GroupCreation, StorageError> {
         self.writes
             .tables(move |tx| {
                 // A held (retired) agent name is taken too, as for registration.
@@ -21,6 +25,12 @@ impl Groups for SqliteStorage {
                     .exists([group.name.as_str()])?;
                 if taken {
                     return Ok(GroupCreation::NameTaken);
+                }
+                let made: i64 = tx
+                    .prepare_cached("SELECT count(*) FROM groups WHERE creator = ?1")?
+                    .query_row([group.creator.as_str()], |r| r.get(0))?;
+                if made.unsigned_abs() >= max as u64 {
+                    return Ok(GroupCreation::TooMany);
                 }
                 tx.execute(
                     "INSERT INTO groups (name, creator, owner, policy, created_at) VALUES (?1, ?2, ?3, ?4, ?5)",
