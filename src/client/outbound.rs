@@ -1,7 +1,7 @@
 //! Sending the outbox: seal each queued message to its recipients' pinned keys (looking up and
 //! pinning keys not seen before: a local agent's on the agent's relay, a remote one's on its
 //! own relay), send every copy, and mark it sent only when all are stored. A message to a
-//! group alone is sealed once for the group's roster (`group.rs`).
+//! group alone is sealed once for the group's roster, read from its relay (`groups.rs`).
 
 use std::borrow::Cow;
 

@@ -283,6 +283,8 @@ pub async fn check<S: Registry + Queue + Groups>(
     };
     let expires = jiff::Timestamp::now().as_millisecond() + (state.config.ttl_secs as i64) * 1000;
     let id = envelope.id;
+    // A group send whose every member was left out stores nothing, and says so.
+    let nobody = group.is_some() && copies.is_empty();
     let write = state.storage.accept(
         agent.clone(),
         id,
@@ -295,8 +297,15 @@ pub async fn check<S: Registry + Queue + Groups>(
     Ok(Box::pin(async move {
         let mut outcome = write.await;
         span.record("outcome", debug(&outcome));
-        if let Ok(Accepted::Fanned { skipped, .. }) = &mut outcome {
-            skipped.extend(left_out);
+        match &mut outcome {
+            Ok(Accepted::Fanned { skipped, .. }) => skipped.extend(left_out),
+            Ok(Accepted::Duplicate) if nobody => {
+                outcome = Ok(Accepted::Fanned {
+                    stored: Vec::new(),
+                    skipped: left_out,
+                });
+            }
+            _ => {}
         }
         (reference, id, outcome)
     }))
