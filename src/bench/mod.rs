@@ -3,6 +3,7 @@
 mod claude_code;
 mod corpus;
 mod crypto;
+mod group;
 mod mcp;
 pub mod postgres;
 mod proc;
@@ -125,6 +126,11 @@ pub struct RelayBenchArgs {
     /// the median of the rounds' (a shared machine's noise moves single runs by a third)
     #[arg(long, default_value_t = 3, requires = "federated", value_parser = clap::value_parser!(u32).range(1..=20))]
     pub rounds: u32,
+    /// Also send to a group of this many members on the first relay, after the plain sends:
+    /// send → last member delivered, and member copies/s beside the plain sends' rate (the
+    /// group gets --messages / N messages, so about as many copies)
+    #[arg(long, value_name = "N", conflicts_with = "federated", value_parser = clap::value_parser!(u32).range(2..=256))]
+    pub group: Option<u32>,
 }
 
 /// Options for `bench store`.

@@ -18,6 +18,7 @@ use futures_util::{SinkExt, StreamExt};
 use tokio_tungstenite::tungstenite::Message as WsMessage;
 
 use super::RelayBenchArgs;
+use super::group;
 use super::postgres::{Cluster, ServerCpu};
 use super::proc;
 use super::stats::Summary;
@@ -25,7 +26,7 @@ use crate::client::RelayUrl;
 use crate::crypto::sign::{Domain, signature};
 use crate::crypto::{Identity, seal};
 use crate::protocol::{
-    Address, AgentName, ClientFrame, Limits, Message, MessageId, RelayName, ServerFrame,
+    Address, AgentName, ClientFrame, Limits, Message, MessageId, OwnerKey, RelayName, ServerFrame,
     hello_payload,
 };
 use crate::relay::storage::is_postgres_url;
@@ -53,7 +54,7 @@ struct Node {
 
 /// The relays under test: child processes started here, or relays already running elsewhere.
 /// Agents are spread over them in turn.
-struct Relays {
+pub(super) struct Relays {
     nodes: Vec<Node>,
     urls: Vec<RelayUrl>,
     /// The relays' names when they are federated (independent relays, each with its own
@@ -120,7 +121,7 @@ impl Relays {
 
     /// The relay agent number `i` connects to: agents are spread over the relays in turn, so
     /// in a ring every message crosses from one node to the next.
-    fn url(&self, i: usize) -> &RelayUrl {
+    pub(super) fn url(&self, i: usize) -> &RelayUrl {
         &self.urls[i % self.urls.len()]
     }
 
@@ -261,9 +262,19 @@ impl Drop for Node {
     }
 }
 
-type Socket = crate::client::RelaySocket;
+pub(super) type Socket = crate::client::RelaySocket;
 
 async fn login(url: &RelayUrl, name: &AgentName, identity: &Identity) -> anyhow::Result<Socket> {
+    Ok(login_as(url, (name, identity), None).await?.0)
+}
+
+/// Logs `name` in (registering it, with `owner` as its owner key when given); the socket and
+/// the challenge's relay id and nonce, which owner acts on it are signed over.
+pub(super) async fn login_as(
+    url: &RelayUrl,
+    (name, identity): (&AgentName, &Identity),
+    owner: Option<OwnerKey>,
+) -> anyhow::Result<(Socket, String, Vec<u8>)> {
     let mut ws = crate::client::open_socket(url, None, None).await?;
     let Some(Ok(WsMessage::Text(text))) = ws.next().await else {
         bail!("no challenge")
@@ -276,7 +287,7 @@ async fn login(url: &RelayUrl, name: &AgentName, identity: &Identity) -> anyhow:
         signature: signature(identity, Domain::Hello, &hello_payload(&relay, &nonce)).to_vec(),
         register: Some(identity.public().to_keys()),
         control: false,
-        owner: None,
+        owner,
         invite: None,
     };
     ws.send(WsMessage::Text(serde_json::to_string(&hello)?.into()))
@@ -285,34 +296,36 @@ async fn login(url: &RelayUrl, name: &AgentName, identity: &Identity) -> anyhow:
         bail!("no welcome")
     };
     match serde_json::from_str(&text)? {
-        ServerFrame::Welcome { .. } => Ok(ws),
+        ServerFrame::Welcome { .. } => Ok((ws, relay, nonce)),
         other => bail!("login refused: {other:?}"),
     }
 }
 
 /// Shared results of a run.
 #[derive(Default)]
-struct Tally {
-    sent_at: HashMap<MessageId, Instant>,
+pub(super) struct Tally {
+    pub(super) sent_at: HashMap<MessageId, Instant>,
     latencies: Vec<Duration>,
-    received: HashMap<MessageId, u32>,
+    pub(super) received: HashMap<MessageId, u32>,
+    /// When each message's latest copy arrived (a group send's last member).
+    pub(super) last: HashMap<MessageId, Instant>,
     accepted: usize,
 }
 
 /// Runs `f` on the tally; never holds the lock across an await.
-fn with<T>(tally: &Mutex<Tally>, f: impl FnOnce(&mut Tally) -> T) -> anyhow::Result<T> {
+pub(super) fn with<T>(tally: &Mutex<Tally>, f: impl FnOnce(&mut Tally) -> T) -> anyhow::Result<T> {
     let mut t = tally
         .lock()
         .map_err(|_| anyhow::anyhow!("a benchmark task panicked"))?;
     Ok(f(&mut t))
 }
 
-struct Agent {
-    name: AgentName,
-    identity: Identity,
+pub(super) struct Agent {
+    pub(super) name: AgentName,
+    pub(super) identity: Identity,
 }
 
-fn agents(n: usize, prefix: &str) -> anyhow::Result<Vec<Agent>> {
+pub(super) fn agents(n: usize, prefix: &str) -> anyhow::Result<Vec<Agent>> {
     (0..n)
         .map(|i| {
             Ok(Agent {
@@ -346,6 +359,7 @@ fn envelopes(
                 serde_json::to_string(&ClientFrame::Send {
                     reference: i.to_string(),
                     envelope,
+                    group: None,
                 })?,
             ))
         })
@@ -354,7 +368,7 @@ fn envelopes(
 
 /// `make(0..n)`, spread over the machine's cores (sealing is the slow part of a benchmark's
 /// setup), in order.
-fn on_every_core<T: Send>(
+pub(super) fn on_every_core<T: Send>(
     n: usize,
     make: impl Fn(usize) -> anyhow::Result<T> + Sync,
 ) -> anyhow::Result<Vec<T>> {
@@ -403,7 +417,7 @@ struct EnvelopeId {
 
 /// One agent's connection: sends its envelopes (paced or flat out, at most `WINDOW` in flight)
 /// and takes delivery of what others send it, acknowledging as it goes.
-async fn drive(
+pub(super) async fn drive(
     mut ws: Socket,
     outgoing: Vec<(MessageId, String)>,
     expected_in: usize,
@@ -459,6 +473,7 @@ async fn drive(
                                 t.latencies.push(now - sent);
                             }
                             *t.received.entry(id).or_insert(0) += 1;
+                            t.last.insert(id, now);
                         })?;
                         got += 1;
                         last_seq = seq;
@@ -536,6 +551,11 @@ pub(super) fn run(args: &RelayBenchArgs) -> anyhow::Result<Vec<Summary>> {
         let mut rows = Vec::new();
         let relays = Relays::for_args(args, &run.backend)?;
         rows.extend(run.flow(&relays, args.rate, "flat out").await?);
+        if let Some(members) = args.group {
+            // Beside the plain sends just measured, on the same relays.
+            let plain = rows[0].ops_per_sec;
+            rows.extend(group::run(&relays, args, (members as usize, &run.tag), plain).await?);
+        }
         if let Some(rate) = args.paced_rate {
             rows.extend(
                 run.flow(&relays, Some(rate), &format!("paced at {rate}/s"))
@@ -562,7 +582,7 @@ fn run_tag() -> anyhow::Result<String> {
 
 /// A row that carries one figure (not a rate) in its ops/s column, for the figures the
 /// table has no column for.
-fn figure(case: String, value: f64) -> Summary {
+pub(super) fn figure(case: String, value: f64) -> Summary {
     let mut row = Summary::new(case, Vec::new(), Duration::ZERO);
     row.ops_per_sec = value;
     row

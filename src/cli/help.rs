@@ -51,6 +51,7 @@ const FAMILIES: &[(&str, &[&str])] = &[
         "Who may write (the owner's)",
         &[
             "owner",
+            "groups",
             "connect",
             "requests",
             "approve",

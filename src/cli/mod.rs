@@ -7,6 +7,7 @@ mod consent;
 mod dashboard;
 mod directory;
 mod doctor;
+mod groups;
 mod guard;
 mod help;
 mod hook;
@@ -39,9 +40,11 @@ use crate::agent::Agent;
 use crate::bench::BenchCommand;
 use crate::client::RelayUrl;
 use crate::client::consent::Change;
+use crate::client::groups::Roster;
 use crate::config::{self, Config, Paths};
 use crate::protocol::{
-    Address, AgentName, Fingerprint, Importance, InviteToken, Peer, Policy, RelayName, RequestCode,
+    Address, AgentName, Fingerprint, GroupPolicy, Importance, InviteToken, Peer, Policy, RelayName,
+    RequestCode,
 };
 use crate::store::{IdPart, SentState};
 
@@ -418,6 +421,13 @@ pub enum Command {
     /// The owner key that signs consent changes: `owner init` makes it (asks for a passphrase)
     #[command(subcommand)]
     Owner(OwnerCommand),
+    /// Groups: list this agent's (and the ones its model asked to join); create, members,
+    /// and the owner's add, remove and join (asks for the owner passphrase at a terminal)
+    Groups {
+        /// What to do; nothing lists the groups
+        #[command(subcommand)]
+        action: Option<GroupsCommand>,
+    },
     /// List the relay's directory of agents that opted in, or join or leave it
     Directory {
         /// List this agent with a one-line description
@@ -627,6 +637,64 @@ pub enum GuardCommand {
         #[arg(long, value_name = "NAME")]
         project: Option<crate::protocol::ProjectName>,
     },
+}
+
+/// `groups` subcommands.
+#[derive(Debug, Subcommand)]
+pub enum GroupsCommand {
+    /// Make a group on this agent's relay, owned by this home's owner key, with this agent as
+    /// its first member
+    Create {
+        /// Its name (agents and groups share one namespace on a relay)
+        #[arg(value_name = "GROUP")]
+        group: AgentName,
+        /// Who may post: members (default), owner (agents with this owner key) or anyone
+        #[arg(long, default_value = "members", value_parser = parse_group_policy)]
+        policy: GroupPolicy,
+    },
+    /// Put an agent on a group's roster (the group's owner; asks for the passphrase)
+    Add {
+        /// The group, on this agent's relay
+        #[arg(value_name = "GROUP")]
+        group: AgentName,
+        /// NAME on this relay, or NAME@HOST on another
+        #[arg(value_name = "MEMBER")]
+        member: Address,
+    },
+    /// Take an agent off a group's roster (the group's owner; asks for the passphrase)
+    Remove {
+        /// The group, on this agent's relay
+        #[arg(value_name = "GROUP")]
+        group: AgentName,
+        /// The member, as the roster lists it
+        #[arg(value_name = "MEMBER")]
+        member: Address,
+    },
+    /// Accept a group's mail for this agent (its owner's decision; asks for the passphrase)
+    Join {
+        /// GROUP on this relay, or GROUP@HOST on another
+        #[arg(value_name = "GROUP")]
+        group: Address,
+    },
+    /// Leave a group: its mail stops (an agent may always leave)
+    Leave {
+        /// GROUP on this relay, or GROUP@HOST on another
+        #[arg(value_name = "GROUP")]
+        group: Address,
+    },
+    /// Show a group's owner, policy and members
+    Members {
+        /// The group, on this agent's relay
+        #[arg(value_name = "GROUP")]
+        group: AgentName,
+    },
+    /// List this agent's groups (as `groups` alone)
+    List,
+}
+
+fn parse_group_policy(s: &str) -> Result<GroupPolicy, String> {
+    s.parse()
+        .map_err(|e: crate::protocol::ValidationError| e.to_string())
 }
 
 /// The owner key's commands.
@@ -933,6 +1001,19 @@ fn dispatch(cli: Cli) -> anyhow::Result<ExitCode> {
         } => keys::trust_contact(&ctx, address, fingerprint),
         Command::Keys { address } => keys::keys(&ctx, address),
         Command::TrustRelay { host, fingerprint } => keys::trust_relay(&ctx, host, fingerprint),
+        Command::Groups { action } => match action {
+            None | Some(GroupsCommand::List) => groups::list(&ctx),
+            Some(GroupsCommand::Create { group, policy }) => groups::create(&ctx, group, policy),
+            Some(GroupsCommand::Add { group, member }) => {
+                groups::roster(&ctx, (group, Roster::Add, member))
+            }
+            Some(GroupsCommand::Remove { group, member }) => {
+                groups::roster(&ctx, (group, Roster::Remove, member))
+            }
+            Some(GroupsCommand::Join { group }) => groups::join(&ctx, group),
+            Some(GroupsCommand::Leave { group }) => groups::leave(&ctx, group),
+            Some(GroupsCommand::Members { group }) => groups::members(&ctx, group),
+        },
         Command::Owner(OwnerCommand::Init) => owner::init(&ctx),
         Command::Owner(OwnerCommand::Change) => owner::change(&ctx),
         Command::Owner(OwnerCommand::Confirm) => owner::confirm(&ctx),

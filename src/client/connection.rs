@@ -225,6 +225,11 @@ impl Connection {
         Ok(host.as_str() == self.url.authority() || self.relay_name().await? == *host)
     }
 
+    /// The authenticated agent.
+    pub fn agent(&self) -> &AgentName {
+        &self.agent
+    }
+
     /// The agent's full address, `name@` the relay's published name: the sender of mail to
     /// another relay.
     pub async fn full_address(&mut self) -> Result<Address, ClientError> {
@@ -382,6 +387,14 @@ impl Connection {
             ServerFrame::Keys {
                 keys, rotations, ..
             } => Ok((keys, rotations)),
+            ServerFrame::Group { group, .. } => Err(ClientError::Refused {
+                code: ErrorCode::InvalidEnvelope,
+                message: format!(
+                    "{} is a group: send to it alone, with no other recipients",
+                    group.name
+                ),
+                retry_after_ms: None,
+            }),
             other => Err(ClientError::Protocol(format!(
                 "expected keys, got {other:?}"
             ))),
@@ -409,14 +422,25 @@ impl Connection {
         &mut self,
         envelope: SealedEnvelope,
     ) -> Result<MessageId, ClientError> {
+        Ok(self.send_to(envelope, None).await?.0)
+    }
+
+    /// Sends an envelope (to `group`'s roster, when named) and waits until the relay stored
+    /// it; with the members a group send skipped (not joined, or blocking the sender).
+    pub async fn send_to(
+        &mut self,
+        envelope: SealedEnvelope,
+        group: Option<AgentName>,
+    ) -> Result<(MessageId, Vec<Address>), ClientError> {
         match self
             .call(|reference| ClientFrame::Send {
                 reference,
                 envelope,
+                group,
             })
             .await?
         {
-            ServerFrame::Sent { id, .. } => Ok(id),
+            ServerFrame::Sent { id, skipped, .. } => Ok((id, skipped)),
             other => Err(ClientError::Protocol(format!(
                 "expected sent, got {other:?}"
             ))),

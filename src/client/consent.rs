@@ -61,6 +61,8 @@ pub enum Change {
     Remove(Address),
     /// Set whom the agent accepts mail from.
     Policy(Policy),
+    /// Join a group: accept the mail it fans out.
+    Join(Address),
 }
 
 impl Change {
@@ -72,6 +74,7 @@ impl Change {
             Change::Unblock(a) => OwnerAct::Unblock(a),
             Change::Remove(a) => OwnerAct::Remove(a),
             Change::Policy(p) => OwnerAct::SetPolicy(*p),
+            Change::Join(g) => OwnerAct::Join(g),
         }
     }
 
@@ -107,6 +110,11 @@ impl Change {
             Change::Policy(policy) => ClientFrame::SetPolicy {
                 reference,
                 policy,
+                owner_signature,
+            },
+            Change::Join(group) => ClientFrame::Join {
+                reference,
+                group,
                 owner_signature,
             },
         }

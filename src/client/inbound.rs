@@ -4,7 +4,7 @@
 
 use super::discovery::remote_keys;
 use super::{ClientError, Connection};
-use crate::crypto::{Identity, OpenError, PublicIdentity, follows, open};
+use crate::crypto::{Identity, OpenError, PublicIdentity, follows, open, open_as_member};
 use crate::protocol::now_millis;
 use crate::protocol::{
     Address, AgentName, Fingerprint, Limits, MessageId, RelayName, SealedEnvelope,
@@ -144,6 +144,45 @@ async fn current_keys(
         Origin::Local => keys_from(conn.lookup(from.name()).await?),
         Origin::Remote(host) => Ok(remote_keys(store, trusted, host, from).await?.0),
     }
+}
+
+/// Opens `envelope` for `me` with the sender's `keys`: as mail to `me`, else as mail to a
+/// group this agent joined (group mail names the group, never its members). A local group
+/// may be spelt with this relay's name, in mail sealed for members on other relays too.
+async fn open_mail(
+    conn: &mut Connection,
+    store: &StoreHandle,
+    envelope: &SealedEnvelope,
+    (me, identity): (&Address, &Identity),
+    keys: &PublicIdentity,
+) -> Result<Result<crate::protocol::Message, OpenError>, ClientError> {
+    let limits = Limits::default();
+    let refused = match open(envelope, me, identity, keys, &limits) {
+        Err(e @ OpenError::NotAddressed(_)) => e,
+        other => return Ok(other),
+    };
+    let joined = store.call(|s| s.joined_groups()).await?;
+    if joined.is_empty() {
+        return Ok(Err(refused));
+    }
+    let own = conn.relay_name().await?;
+    let spellings: Vec<Address> = joined
+        .into_iter()
+        .flat_map(|g| {
+            let full = g
+                .host()
+                .is_none()
+                .then(|| Address::remote(g.name().clone(), own.clone()));
+            std::iter::once(g).chain(full)
+        })
+        .collect();
+    Ok(open_as_member(
+        envelope,
+        (me, &spellings),
+        identity,
+        keys,
+        &limits,
+    ))
 }
 
 /// Which spelling of this agent the envelope's key wrap uses: bare (mail from its own relay),
@@ -324,8 +363,7 @@ async fn open_delivery(
             Err(e) => return settle(e, Some(&origin), unreadable),
         },
     };
-    let limits = Limits::default();
-    let (message, trust) = match open(envelope, &me, identity, &keys, &limits) {
+    let (message, trust) = match open_mail(conn, store, envelope, (&me, identity), &keys).await? {
         Ok(message) => (message, Trust::Verified),
         // The pinned key no longer verifies: the sender may have new keys. They are pinned
         // only when a rotation signed by the pinned keys leads to them; any other change is
@@ -342,7 +380,7 @@ async fn open_delivery(
                     "the signature does not match the sender's key".into(),
                 ));
             }
-            match open(envelope, &me, identity, &current, &limits) {
+            match open_mail(conn, store, envelope, (&me, identity), &current).await? {
                 Ok(message) => {
                     let chain: Vec<_> = message.rotation.clone().into_iter().collect();
                     let signed = follows(from.name(), &keys.to_keys(), &current.to_keys(), &chain);
@@ -363,7 +401,7 @@ async fn open_delivery(
                     "the signature does not match the sender's key".into(),
                 ));
             }
-            match open(envelope, &me, identity, &current, &limits) {
+            match open_mail(conn, store, envelope, (&me, identity), &current).await? {
                 Ok(message) => {
                     chain.extend(message.rotation.clone());
                     let signed = follows(from.name(), &keys.to_keys(), &raw, &chain);

@@ -10,6 +10,7 @@ mod deliveries;
 mod denials;
 pub mod directory;
 mod discovery;
+pub mod groups;
 mod inbound;
 mod outbound;
 pub mod presence;

@@ -1,12 +1,14 @@
 //! Sending the outbox: seal each queued message to its recipients' pinned keys (looking up and
 //! pinning keys not seen before: a local agent's on the agent's relay, a remote one's on its
-//! own relay), send every copy, and mark it sent only when all are stored.
+//! own relay), send every copy, and mark it sent only when all are stored. A message to a
+//! group alone is sealed once for the group's roster, read from its relay (`groups.rs`).
 
 use std::borrow::Cow;
 
+use super::groups;
 use super::{ClientError, Connection, resolve_keys};
-use crate::crypto::{Identity, PublicIdentity, seal};
-use crate::protocol::{Address, Limits, Message, MessageId, RelayName};
+use crate::crypto::{Identity, PublicIdentity, seal, seal_for_group};
+use crate::protocol::{Address, ErrorCode, GroupView, Limits, Message, MessageId, RelayName};
 use crate::store::StoreHandle;
 
 /// Messages taken from the outbox per round.
@@ -45,9 +47,11 @@ pub async fn flush(
         for item in items {
             let id = item.message.id;
             match send_one(conn, store, trusted, identity, &item.message).await {
-                Ok(()) => {
+                Ok(copies) => {
                     let relay = conn.relay_id().to_owned();
-                    store.call(move |s| s.outbox_done(&id, &relay)).await?;
+                    store
+                        .call(move |s| s.outbox_done(&id, &relay, copies.as_deref()))
+                        .await?;
                     answered(Ok(id));
                 }
                 Err(e) => {
@@ -71,13 +75,19 @@ pub async fn flush(
     }
 }
 
+/// Sends `message`; for a group send, the members that got copies.
 async fn send_one(
     conn: &mut Connection,
     store: &StoreHandle,
     trusted: &[RelayName],
     identity: &Identity,
     message: &Message,
-) -> Result<(), ClientError> {
+) -> Result<Option<Vec<Address>>, ClientError> {
+    if let Some(group) = group_of(conn, store, message).await? {
+        return send_to_group(conn, (store, trusted), identity, message, group)
+            .await
+            .map(Some);
+    }
     let mut keys: Vec<(Address, PublicIdentity)> = Vec::new();
     let mut remote = false;
     for to in message.recipients() {
@@ -100,7 +110,105 @@ async fn send_one(
     for envelope in envelopes {
         conn.send_envelope(envelope).await?;
     }
-    Ok(())
+    Ok(None)
+}
+
+/// The group `message` is for: its one recipient, when that is a group on the agent's relay
+/// (a name nothing pinned keys for, which its relay answers as a group).
+async fn group_of(
+    conn: &mut Connection,
+    store: &StoreHandle,
+    message: &Message,
+) -> Result<Option<GroupView>, ClientError> {
+    let [to] = message.to.as_slice() else {
+        return Ok(None);
+    };
+    if !message.cc.is_empty() || !message.bcc.is_empty() || !conn.is_local(to).await? {
+        return Ok(None);
+    }
+    let pinned_as = Address::local(to.name().clone());
+    if store
+        .call(move |s| s.pinned_keys(&pinned_as))
+        .await?
+        .is_some()
+    {
+        return Ok(None);
+    }
+    match groups::roster(conn, to.name()).await {
+        Ok(group) => Ok(Some(group)),
+        // An agent, or nobody: the ordinary path looks it up and says so.
+        Err(ClientError::Refused {
+            code: ErrorCode::UnknownRecipient | ErrorCode::UnknownAgent,
+            ..
+        }) => Ok(None),
+        Err(e) => Err(e),
+    }
+}
+
+/// Seals `message` once for `group`'s roster but the sender and sends it with the group's
+/// name; when the roster changed since it was read, reads it and seals again, once. The
+/// members that got copies (the relay skips those who have not joined).
+async fn send_to_group(
+    conn: &mut Connection,
+    (store, trusted): (&StoreHandle, &[RelayName]),
+    identity: &Identity,
+    message: &Message,
+    mut group: GroupView,
+) -> Result<Vec<Address>, ClientError> {
+    let mut tries = 0;
+    loop {
+        tries += 1;
+        let me = Address::local(conn.agent().clone());
+        let mut keys: Vec<(Address, PublicIdentity)> = Vec::new();
+        let mut remote = false;
+        for member in group.members.iter().filter(|m| **m != me) {
+            let (found, elsewhere) = recipient_keys(conn, store, trusted, member).await?;
+            remote |= elsewhere;
+            keys.push((member.clone(), found));
+        }
+        if keys.is_empty() {
+            return Err(ClientError::Refused {
+                code: ErrorCode::InvalidEnvelope,
+                message: format!(
+                    "{} has no members but the sender; nobody would get it",
+                    group.name
+                ),
+                retry_after_ms: None,
+            });
+        }
+        // Mail that crosses relays names the sender and the group by their full addresses,
+        // so a member elsewhere replies to both where they are.
+        let mut sealed = letter(message, None);
+        if remote {
+            let full = conn.full_address().await?;
+            let relay = full.host().expect("a full address has a host").clone();
+            let sealed = sealed.to_mut();
+            sealed.from = full;
+            sealed.to = vec![Address::remote(group.name.clone(), relay)];
+        }
+        let envelope =
+            seal_for_group(&sealed, identity, &keys, &Limits::default()).map_err(|e| {
+                ClientError::Refused {
+                    code: ErrorCode::InvalidEnvelope,
+                    message: e.to_string(),
+                    retry_after_ms: None,
+                }
+            })?;
+        match conn.send_to(envelope, Some(group.name.clone())).await {
+            Ok((_, skipped)) => {
+                return Ok(keys
+                    .into_iter()
+                    .map(|(member, _)| member)
+                    .filter(|m| !skipped.contains(m))
+                    .collect());
+            }
+            Err(ClientError::Refused {
+                code: ErrorCode::GroupChanged,
+                ..
+            }) if tries == 1 => group = groups::roster(conn, &group.name).await?,
+            Err(e) => return Err(e),
+        }
+    }
 }
 
 /// The letter as sealed: from the sender's full address (`from`) when a recipient is on

@@ -16,7 +16,7 @@ pub use owner::{Owner, OwnerKeyError};
 pub use passphrase::{MIN_PASSPHRASE_CHARS, Passphrase};
 pub use relay::{RelayIdentity, relay_fingerprint, verify_agent_keys, verify_link};
 pub use rotation::{RotationError, follows, sign_rotation, verify_rotation};
-pub use seal::{OpenError, SealError, open, seal};
+pub use seal::{OpenError, SealError, open, open_as_member, seal, seal_for_group};
 
 /// The SHA-256 of `bytes`: what a relay keeps of a secret it must recognise but not hold (an
 /// invite token).

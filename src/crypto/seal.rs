@@ -107,6 +107,21 @@ pub fn seal(
     Ok(copies)
 }
 
+/// Seals `letter` once for a group's members: the content encrypted once, the key wrapped for
+/// each of `members` (a group's roster but the sender, with their keys), though the letter
+/// names only the group. The group's relay stores a copy per member with only its wrap.
+pub fn seal_for_group(
+    letter: &Message,
+    sender: &Identity,
+    members: &[(Address, PublicIdentity)],
+    limits: &Limits,
+) -> Result<SealedEnvelope, SealError> {
+    letter.validate(limits)?;
+    let recipients: Vec<(&Address, &PublicIdentity)> =
+        members.iter().map(|(a, k)| (a, k)).collect();
+    seal_copy(letter, sender, &recipients, limits)
+}
+
 fn seal_copy(
     letter: &Message,
     sender: &Identity,
@@ -187,6 +202,18 @@ pub fn open(
     sender: &PublicIdentity,
     limits: &Limits,
 ) -> Result<Message, OpenError> {
+    open_as_member(envelope, (me, &[]), identity, sender, limits)
+}
+
+/// [`open`] that also takes a letter addressed to one of `groups` alone (the groups `me`
+/// joined, as the letter may spell them): group mail names the group, never its members.
+pub fn open_as_member(
+    envelope: &SealedEnvelope,
+    (me, groups): (&Address, &[Address]),
+    identity: &Identity,
+    sender: &PublicIdentity,
+    limits: &Limits,
+) -> Result<Message, OpenError> {
     if envelope.v != ENVELOPE_VERSION {
         return Err(OpenError::Malformed(format!(
             "version {} is not {ENVELOPE_VERSION}",
@@ -254,7 +281,10 @@ pub fn open(
     }
     let visible = message.to.iter().chain(&message.cc).any(|a| a == me);
     let blind = message.bcc.as_slice() == std::slice::from_ref(me);
-    if !(visible && message.bcc.is_empty() || blind) {
+    let group = matches!(message.to.as_slice(), [to] if groups.contains(to))
+        && message.cc.is_empty()
+        && message.bcc.is_empty();
+    if !(visible && message.bcc.is_empty() || blind || group) {
         return Err(OpenError::NotAddressed(me.clone()));
     }
     Ok(message)
@@ -312,6 +342,50 @@ mod tests {
         assert_eq!(
             open(&forwarded, &carol_addr, &carol, alice.public(), &limits),
             Err(OpenError::NotAddressed(carol_addr.clone()))
+        );
+    }
+
+    #[test]
+    fn group_mail_opens_only_for_a_member_of_the_group_it_names() {
+        let (alice, bob) = (Identity::generate(), Identity::generate());
+        let letter = Message::new(addr("alice"), vec![addr("team")], "to all", "the plan");
+        let limits = Limits::default();
+        let sealed = seal_for_group(
+            &letter,
+            &alice,
+            &[(addr("bob"), bob.public().clone())],
+            &limits,
+        )
+        .unwrap();
+        assert_eq!(
+            sealed.keys.len(),
+            1,
+            "one wrap per member, none for the group"
+        );
+        let bob_addr = addr("bob");
+        assert_eq!(
+            open(&sealed, &bob_addr, &bob, alice.public(), &limits),
+            Err(OpenError::NotAddressed(bob_addr.clone())),
+            "not without having joined"
+        );
+        let opened = open_as_member(
+            &sealed,
+            (&bob_addr, &[addr("team")]),
+            &bob,
+            alice.public(),
+            &limits,
+        )
+        .unwrap();
+        assert_eq!(opened.to, [addr("team")]);
+        assert!(
+            open_as_member(
+                &sealed,
+                (&bob_addr, &[addr("other")]),
+                &bob,
+                alice.public(),
+                &limits
+            )
+            .is_err()
         );
     }
 }

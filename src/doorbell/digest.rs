@@ -100,6 +100,7 @@ mod tests {
             bounced: Vec::new(),
             receipts: Vec::new(),
             delivered: Vec::new(),
+            copies: Vec::new(),
             attachments: Vec::new(),
             owner: None,
         };
@@ -124,6 +125,7 @@ mod tests {
             bounced: Vec::new(),
             receipts: Vec::new(),
             delivered: Vec::new(),
+            copies: Vec::new(),
             attachments: Vec::new(),
             owner: Some(OwnerVoice::Verified(fp)),
         };

@@ -365,6 +365,7 @@ mod tests {
             bounced: Vec::new(),
             receipts: Vec::new(),
             delivered: Vec::new(),
+            copies: Vec::new(),
             attachments: Vec::new(),
             owner: None,
         }

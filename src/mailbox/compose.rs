@@ -57,9 +57,21 @@ pub fn reply(
     };
     let me = Address::local(me.clone());
     let from = mine(&original.from);
-    let mut to = vec![from.clone()];
+    // Group mail names the group alone, never this agent: all of it is answered to the group
+    // (whose relay fans it out again, to the sender too), the sender alone otherwise.
+    let group = match (
+        original.to.as_slice(),
+        original.cc.is_empty() && original.bcc.is_empty(),
+    ) {
+        ([to], true) if mine(to) != me => Some(mine(to)),
+        _ => None,
+    };
+    let mut to = match (&group, all) {
+        (Some(group), true) => vec![group.clone()],
+        _ => vec![from.clone()],
+    };
     let mut cc = Vec::new();
-    if all {
+    if all && group.is_none() {
         for a in original.to.iter().map(mine) {
             if a != me && !to.contains(&a) {
                 to.push(a);
@@ -126,6 +138,33 @@ mod tests {
 
     fn relay(s: &str) -> RelayName {
         RelayName::new(s).unwrap()
+    }
+
+    #[test]
+    fn group_mail_is_answered_to_the_group_or_to_its_sender() {
+        let original = Message::new(addr("lead"), vec![addr("team")], "plan", "hi");
+        let here = relay("relay-a.example");
+        let all = reply(&original, &name("bob"), &here, true, "ok".into()).unwrap();
+        assert_eq!(all.to, vec![addr("team")], "reply_all answers the group");
+        assert!(all.cc.is_empty());
+        let one = reply(&original, &name("bob"), &here, false, "ok".into()).unwrap();
+        assert_eq!(one.to, vec![addr("lead")], "reply answers the sender");
+        // A member on another relay answers the group where it is.
+        let far = Message::new(
+            addr("lead@relay-a.example"),
+            vec![addr("team@relay-a.example")],
+            "plan",
+            "hi",
+        );
+        let all = reply(
+            &far,
+            &name("dave"),
+            &relay("relay-b.example"),
+            true,
+            "ok".into(),
+        )
+        .unwrap();
+        assert_eq!(all.to, vec![addr("team@relay-a.example")]);
     }
 
     #[test]

@@ -12,6 +12,7 @@ mod compose;
 mod consent;
 mod events;
 mod files;
+mod groups;
 mod ids;
 mod lock;
 mod memory;

@@ -6,9 +6,9 @@ use serde::{Deserialize, Serialize};
 use jiff::Timestamp;
 
 use super::{
-    Address, AgentName, ConsentEvent, InviteToken, KeyRotation, MessageId, OwnerAct, OwnerKey,
-    Pattern, Peer, Policy, ProjectName, PublicKeys, Reason, RequestCode, RequestView, Reservation,
-    ReservationId, ReservationMode, SealedEnvelope, Ttl, b64,
+    Address, AgentName, ConsentEvent, GroupPolicy, GroupView, InviteToken, KeyRotation, MessageId,
+    OwnerAct, OwnerKey, Pattern, Peer, Policy, ProjectName, PublicKeys, Reason, RequestCode,
+    RequestView, Reservation, ReservationId, ReservationMode, SealedEnvelope, Ttl, b64,
 };
 
 /// The protocol version this build speaks.
@@ -61,6 +61,10 @@ pub enum ServerFrame {
         reference: String,
         /// The message id.
         id: MessageId,
+        /// A group send's members on the roster who got no copy: they have not joined the
+        /// group (their owner has not accepted its mail) or they block the sender.
+        #[serde(default, skip_serializing_if = "Vec::is_empty")]
+        skipped: Vec<Address>,
     },
     /// An agent's public keys, answering `lookup`.
     Keys {
@@ -75,6 +79,23 @@ pub enum ServerFrame {
         /// steps from keys a peer may have pinned to these.
         #[serde(default, skip_serializing_if = "Vec::is_empty")]
         rotations: Vec<KeyRotation>,
+    },
+    /// A group, answering `lookup` of a group's name: its roster instead of keys.
+    Group {
+        /// The client's request reference.
+        #[serde(rename = "ref")]
+        reference: String,
+        /// The group.
+        group: GroupView,
+    },
+    /// The groups the asker is on the roster of or owns, answering `groups`: by name, at
+    /// most [`super::MAX_GROUPS_LISTED`].
+    GroupList {
+        /// The client's request reference.
+        #[serde(rename = "ref")]
+        reference: String,
+        /// The groups.
+        groups: Vec<GroupView>,
     },
     /// A contact request was created; the code is for the requester's owner only.
     Requested {
@@ -245,6 +266,78 @@ pub enum ClientFrame {
         reference: String,
         /// The envelope, sealed to the recipients it names.
         envelope: SealedEnvelope,
+        /// A group on this relay the envelope is for: its keys wrap the content key for
+        /// every member on the roster but the sender, and the relay stores one copy per
+        /// member who joined.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        group: Option<AgentName>,
+    },
+    /// Make a group on this relay, owned by this agent's owner key, with this agent its
+    /// first member. Answered with `group`.
+    CreateGroup {
+        /// Echoed in the answer.
+        #[serde(rename = "ref")]
+        reference: String,
+        /// Its name, in the agents' namespace.
+        group: AgentName,
+        /// Who may post.
+        #[serde(default)]
+        policy: GroupPolicy,
+    },
+    /// The group's owner puts `member` on its roster. Answered with `group`.
+    GroupAdd {
+        /// Echoed in the answer.
+        #[serde(rename = "ref")]
+        reference: String,
+        /// The group, on this relay.
+        group: AgentName,
+        /// The member: a bare name here, `name@host` on another relay.
+        member: Address,
+        /// The group's owner key's signature over the act (see `owner_payload`).
+        #[serde(with = "b64")]
+        owner_signature: Vec<u8>,
+    },
+    /// The group's owner takes `member` off its roster. Answered with `group`.
+    GroupRemove {
+        /// Echoed in the answer.
+        #[serde(rename = "ref")]
+        reference: String,
+        /// The group, on this relay.
+        group: AgentName,
+        /// The member, as on the roster.
+        member: Address,
+        /// The group's owner key's signature over the act (see `owner_payload`).
+        #[serde(with = "b64")]
+        owner_signature: Vec<u8>,
+    },
+    /// This agent's owner accepts mail from the group `group`: the agent joins it.
+    /// Answered with `done`.
+    Join {
+        /// Echoed in the answer.
+        #[serde(rename = "ref")]
+        reference: String,
+        /// The group: bare on this relay, `name@host` on another.
+        group: Address,
+        /// The owner key's signature over the act (see `owner_payload`).
+        #[serde(with = "b64")]
+        owner_signature: Vec<u8>,
+    },
+    /// This agent leaves `group`: it stops accepting the group's mail and, for a group on
+    /// this relay, leaves its roster. No owner signature: leaving only narrows what reaches
+    /// the agent. Answered with `done`.
+    Leave {
+        /// Echoed in the answer.
+        #[serde(rename = "ref")]
+        reference: String,
+        /// The group: bare on this relay, `name@host` on another.
+        group: Address,
+    },
+    /// The groups on this relay this agent is on the roster of or owns. Answered with
+    /// `group_list`.
+    Groups {
+        /// Echoed in the answer.
+        #[serde(rename = "ref")]
+        reference: String,
     },
     /// Everything up to and including `seq` is durably stored by the client.
     Ack {
@@ -516,7 +609,13 @@ impl ClientFrame {
             | ClientFrame::Reserve { reference, .. }
             | ClientFrame::Release { reference, .. }
             | ClientFrame::Renew { reference, .. }
-            | ClientFrame::Reservations { reference, .. } => Some(reference),
+            | ClientFrame::Reservations { reference, .. }
+            | ClientFrame::CreateGroup { reference, .. }
+            | ClientFrame::GroupAdd { reference, .. }
+            | ClientFrame::GroupRemove { reference, .. }
+            | ClientFrame::Join { reference, .. }
+            | ClientFrame::Leave { reference, .. }
+            | ClientFrame::Groups { reference } => Some(reference),
             ClientFrame::Hello { .. } | ClientFrame::Ack { .. } | ClientFrame::Ping {} => None,
         }
     }
@@ -561,6 +660,13 @@ impl ClientFrame {
                 owner_signature,
                 ..
             } => (OwnerAct::SetOwner(owner), owner_signature),
+            ClientFrame::Join {
+                group,
+                owner_signature,
+                ..
+            } => (OwnerAct::Join(group), owner_signature),
+            // A roster change is signed by the group's owner key, not the agent's: the group
+            // handler checks it (`relay/groups.rs`).
             _ => return None,
         })
     }
@@ -583,7 +689,9 @@ impl ServerFrame {
             | ServerFrame::ReservationConflict { reference, .. }
             | ServerFrame::Released { reference, .. }
             | ServerFrame::Renewed { reference, .. }
-            | ServerFrame::ReservationList { reference, .. } => Some(reference),
+            | ServerFrame::ReservationList { reference, .. }
+            | ServerFrame::Group { reference, .. }
+            | ServerFrame::GroupList { reference, .. } => Some(reference),
             ServerFrame::Error { reference, .. } => reference.as_deref(),
             // Listed, not `_`: a new answer must say whether it carries a reference.
             ServerFrame::Challenge { .. }
@@ -753,6 +861,13 @@ pub enum ErrorCode {
     BadRotation,
     /// Too many live reservations: the agent's in the project, or the project's.
     TooManyReservations,
+    /// A group send's key wraps do not cover the group's roster (a member was added since
+    /// the sender read it): read the roster again and seal again.
+    GroupChanged,
+    /// A group's roster is at [`super::MAX_GROUP_MEMBERS`].
+    GroupFull,
+    /// The agent made [`super::MAX_GROUPS_PER_CREATOR`] groups already.
+    TooManyGroups,
     /// The relay failed; retry later.
     Internal,
 }
@@ -789,6 +904,9 @@ impl ErrorCode {
             ErrorCode::NameRetired => "name_retired",
             ErrorCode::BadRotation => "bad_rotation",
             ErrorCode::TooManyReservations => "too_many_reservations",
+            ErrorCode::GroupChanged => "group_changed",
+            ErrorCode::GroupFull => "group_full",
+            ErrorCode::TooManyGroups => "too_many_groups",
             ErrorCode::Internal => "internal",
         }
     }

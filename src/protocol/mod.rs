@@ -9,6 +9,7 @@ mod envelope;
 mod error;
 mod fingerprint;
 mod frames;
+mod group;
 mod ids;
 mod importance;
 mod invite;
@@ -36,6 +37,9 @@ pub use frames::{
     Bounce, ClientFrame, CopyFate, CopyKey, CopyState, DirectoryEntry, ErrorCode, FRAME_OVERHEAD,
     MAX_BOUNCES, MAX_COPY_CHECKS, MAX_DESCRIPTION_CHARS, MAX_PRESENCE_AGENTS, MAX_REF_CHARS,
     Online, PROTOCOL_VERSION, Seq, ServerFrame, hello_payload, register_payload, retire_payload,
+};
+pub use group::{
+    GroupPolicy, GroupView, MAX_GROUP_MEMBERS, MAX_GROUPS_LISTED, MAX_GROUPS_PER_CREATOR,
 };
 pub use ids::{MemoryId, MessageId, ReservationId, ThreadId};
 pub use importance::Importance;

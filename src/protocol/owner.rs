@@ -71,6 +71,22 @@ pub enum OwnerAct<'a> {
     SetPolicy(Policy),
     /// Replace the owner key (signed by the current one).
     SetOwner(&'a OwnerKey),
+    /// Put `member` on the roster of `group` (signed by the group's owner key).
+    GroupAdd {
+        /// The group, on the connection's relay.
+        group: &'a AgentName,
+        /// The member.
+        member: &'a Address,
+    },
+    /// Take `member` off the roster of `group` (signed by the group's owner key).
+    GroupRemove {
+        /// The group, on the connection's relay.
+        group: &'a AgentName,
+        /// The member.
+        member: &'a Address,
+    },
+    /// Accept mail from the group at this address: the agent joins it.
+    Join(&'a Address),
 }
 
 impl OwnerAct<'_> {
@@ -84,6 +100,9 @@ impl OwnerAct<'_> {
             OwnerAct::Remove(a) => format!("remove {a}"),
             OwnerAct::SetPolicy(p) => format!("set_policy {p}"),
             OwnerAct::SetOwner(k) => format!("set_owner {}", b64::encode(k.as_bytes())),
+            OwnerAct::GroupAdd { group, member } => format!("group_add {group} {member}"),
+            OwnerAct::GroupRemove { group, member } => format!("group_remove {group} {member}"),
+            OwnerAct::Join(g) => format!("join {g}"),
         }
     }
 }
@@ -139,6 +158,15 @@ mod tests {
             OwnerAct::Remove(&alice),
             OwnerAct::Deny(&alice),
             OwnerAct::SetPolicy(Policy::Open),
+            OwnerAct::GroupAdd {
+                group: &bob,
+                member: &alice,
+            },
+            OwnerAct::GroupRemove {
+                group: &bob,
+                member: &alice,
+            },
+            OwnerAct::Join(&alice),
         ];
         let payloads: std::collections::HashSet<Vec<u8>> = acts
             .iter()

@@ -11,12 +11,13 @@ use serde::Deserialize;
 use serde_json::value::RawValue;
 use tracing::field::{Empty, debug, display};
 
+use super::fanout;
 use super::state::RelayState;
-use super::storage::{Accepted, Queue, QueuedCopy, Quota, Registry, StorageError};
+use super::storage::{Accepted, Groups, Queue, QueuedCopy, Quota, Registry, StorageError};
 use super::wire::error_frame;
 use crate::protocol::{
-    Address, AgentName, ENVELOPE_VERSION, EnvelopeHead, ErrorCode, Limits, MAX_REF_CHARS,
-    MAX_STORED_NAME_BYTES, MessageId, ServerFrame,
+    Address, AgentName, ENVELOPE_VERSION, EnvelopeHead, ErrorCode, KeyWrapHead, Limits,
+    MAX_GROUP_MEMBERS, MAX_REF_CHARS, MAX_STORED_NAME_BYTES, MessageId, ServerFrame,
 };
 
 /// A `send` frame with its envelope left as text, so that [`check`] reads only its head.
@@ -31,6 +32,9 @@ pub struct SendFrame<'a> {
     /// The envelope's JSON text.
     #[serde(borrow)]
     pub envelope: &'a RawValue,
+    /// The group on this relay the envelope is for.
+    #[serde(default)]
+    pub group: Option<AgentName>,
 }
 
 #[derive(Deserialize)]
@@ -51,14 +55,14 @@ impl<'a> SendFrame<'a> {
 pub type QueuedSend =
     Pin<Box<dyn Future<Output = (String, MessageId, Result<Accepted, StorageError>)> + Send>>;
 
-/// Validates a send of `envelope` (its JSON text) and queues its write; a refusal comes back
-/// as the frame to answer with.
+/// Validates a send of `envelope` (its JSON text; to `group`'s roster when named) and queues
+/// its write; a refusal comes back as the frame to answer with.
 #[tracing::instrument(level = "debug", name = "request", skip_all, fields(kind = "send", %agent, r#ref = %reference, id = Empty, outcome = Empty))]
-pub async fn check<S: Registry + Queue>(
+pub async fn check<S: Registry + Queue + Groups>(
     state: &RelayState<S>,
     agent: &AgentName,
     reference: String,
-    envelope: &str,
+    (envelope, group): (&str, Option<AgentName>),
 ) -> Result<QueuedSend, Box<ServerFrame>> {
     if reference.chars().count() > MAX_REF_CHARS {
         return Err(Box::new(error_frame(
@@ -116,28 +120,48 @@ pub async fn check<S: Registry + Queue>(
         );
     }
     let limits = &state.config.limits;
-    if envelope.keys.is_empty() || envelope.keys.len() > limits.recipients {
+    // A group send is bounded by the group's bound, not the recipients of a plain send.
+    let most = match group {
+        Some(_) => MAX_GROUP_MEMBERS,
+        None => limits.recipients,
+    };
+    if envelope.keys.is_empty() || envelope.keys.len() > most {
         let n = envelope.keys.len();
         return refuse(
             ErrorCode::InvalidEnvelope,
-            format!(
-                "an envelope names 1 to {} recipients, not {n}",
-                limits.recipients
-            ),
+            format!("an envelope names 1 to {most} recipients, not {n}"),
             None,
         );
     }
-    let mut copies = Vec::with_capacity(envelope.keys.len());
+    let targets: Vec<&KeyWrapHead<'_>> = match &group {
+        None => envelope.keys.iter().collect(),
+        Some(name) => match fanout::targets(state, agent, name, &envelope).await {
+            Ok(targets) => targets,
+            Err((code, message)) => return refuse(code, message, None),
+        },
+    };
+    let mut copies = Vec::with_capacity(targets.len());
     let mut unknown = Vec::new();
+    // Members a group send leaves out before the write: retired since they were added, or on
+    // another relay (docs/decisions.md, "Groups").
+    let mut left_out: Vec<AgentName> = Vec::new();
     // Recipients on other relays: each gets a copy of its own in its relay's mailbox here.
     let mut remote: Vec<&Address> = Vec::new();
-    for key in &envelope.keys {
+    for key in targets {
         let Some(name) = state.local_name(&key.to) else {
-            remote.push(&key.to);
+            if group.is_some() {
+                left_out.extend(AgentName::remote_agent(&key.to));
+            } else {
+                remote.push(&key.to);
+            }
             continue;
         };
         match state.is_registered(name).await {
             Ok(true) => {}
+            Ok(false) if group.is_some() => {
+                left_out.push(name.clone());
+                continue;
+            }
             Ok(false) => {
                 unknown.push(key.to.to_string());
                 continue;
@@ -175,6 +199,7 @@ pub async fn check<S: Registry + Queue>(
             id: None,
             recipient: name.clone(),
             envelope: copy.into(),
+            group: group.clone(),
         });
     }
     if !unknown.is_empty() {
@@ -249,6 +274,7 @@ pub async fn check<S: Registry + Queue>(
             recipient: mailbox,
             id: Some(id),
             envelope: copy.into(),
+            group: None,
         });
     }
     let quota = Quota {
@@ -257,6 +283,8 @@ pub async fn check<S: Registry + Queue>(
     };
     let expires = jiff::Timestamp::now().as_millisecond() + (state.config.ttl_secs as i64) * 1000;
     let id = envelope.id;
+    // A group send whose every member was left out stores nothing, and says so.
+    let nobody = group.is_some() && copies.is_empty();
     let write = state.storage.accept(
         agent.clone(),
         id,
@@ -267,8 +295,18 @@ pub async fn check<S: Registry + Queue>(
     );
     // The request's span lasts until the write is durable, and says how it went.
     Ok(Box::pin(async move {
-        let outcome = write.await;
+        let mut outcome = write.await;
         span.record("outcome", debug(&outcome));
+        match &mut outcome {
+            Ok(Accepted::Fanned { skipped, .. }) => skipped.extend(left_out),
+            Ok(Accepted::Duplicate) if nobody => {
+                outcome = Ok(Accepted::Fanned {
+                    stored: Vec::new(),
+                    skipped: left_out,
+                });
+            }
+            _ => {}
+        }
         (reference, id, outcome)
     }))
 }
@@ -288,9 +326,26 @@ pub fn answer<S>(
         Ok(Accepted::Stored(recipients)) => {
             state.metrics.accepted.inc_by(recipients.len() as u64);
             state.metrics.queued.inc_by(recipients.len() as i64);
-            ServerFrame::Sent { reference, id }
+            ServerFrame::Sent {
+                reference,
+                id,
+                skipped: Vec::new(),
+            }
         }
-        Ok(Accepted::Duplicate) => ServerFrame::Sent { reference, id },
+        Ok(Accepted::Fanned { stored, skipped }) => {
+            state.metrics.accepted.inc_by(stored.len() as u64);
+            state.metrics.queued.inc_by(stored.len() as i64);
+            ServerFrame::Sent {
+                reference,
+                id,
+                skipped: skipped.iter().map(AgentName::stored_address).collect(),
+            }
+        }
+        Ok(Accepted::Duplicate) => ServerFrame::Sent {
+            reference,
+            id,
+            skipped: Vec::new(),
+        },
         Ok(Accepted::QuotaFull(r)) => refuse(
             ErrorCode::QuotaFull,
             format!(

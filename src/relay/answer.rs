@@ -7,7 +7,7 @@ use axum::response::{IntoResponse, Response};
 use serde::Serialize;
 
 use super::state::RelayState;
-use super::storage::Registry;
+use super::storage::{Groups, Registry};
 use crate::crypto::PublicIdentity;
 use crate::protocol::{AgentName, ErrorCode, Fingerprint, PublicKeys};
 
@@ -32,7 +32,7 @@ pub(super) fn error(status: StatusCode, code: ErrorCode, message: impl Into<Stri
 /// A registered agent's name, keys and fingerprint, or the answer that says why not (`relay`
 /// names the relay in the "no agent" answer); shared by the lookup and the signed discovery
 /// answer.
-pub(super) async fn registered<S: Registry>(
+pub(super) async fn registered<S: Registry + Groups>(
     state: &RelayState<S>,
     name: &str,
     relay: &str,
@@ -41,6 +41,16 @@ pub(super) async fn registered<S: Registry>(
         .map_err(|e| error(StatusCode::BAD_REQUEST, ErrorCode::BadFrame, e.to_string()))?;
     let keys = match state.storage.keys(name.clone()).await {
         Ok(Some(keys)) => keys,
+        // A group has no keys; mail to it from another relay is not carried yet.
+        Ok(None) if matches!(state.storage.group(name.clone()).await, Ok(Some(_))) => {
+            return Err(error(
+                StatusCode::NOT_FOUND,
+                ErrorCode::UnknownAgent,
+                format!(
+                    "{name} is a group on {relay}; only agents of {relay} post to it (mail to a group from another relay is not carried yet): write to its members"
+                ),
+            ));
+        }
         Ok(None) => {
             return Err(error(
                 StatusCode::NOT_FOUND,

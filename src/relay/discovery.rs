@@ -10,7 +10,7 @@ use axum::response::{IntoResponse, Response};
 
 use super::answer::registered;
 use super::state::RelayState;
-use super::storage::Registry;
+use super::storage::{Groups, Registry};
 use crate::protocol::{AgentKeys, EndpointPath, PROTOCOL_VERSION, RelayInfo, WEBSOCKET_PATH};
 
 /// The relay's name and key change only with a restart (and a changed key is refused by
@@ -33,7 +33,7 @@ pub async fn info<S: Send + Sync + 'static>(State(state): State<Arc<RelayState<S
 }
 
 /// `GET /.well-known/mailslot/agents/{name}`: the agent's keys, signed by the relay's key.
-pub async fn agent_keys<S: Registry>(
+pub async fn agent_keys<S: Registry + Groups>(
     State(state): State<Arc<RelayState<S>>>,
     Path(name): Path<String>,
 ) -> Response {

@@ -17,7 +17,7 @@ use serde::{Deserialize, Serialize};
 use super::answer::{error, registered};
 use super::inbound::FrameDone;
 use super::state::RelayState;
-use super::storage::{Registration, Registry, Storage};
+use super::storage::{Groups, Registration, Registry, Storage};
 use super::{discovery, session};
 use crate::crypto::PublicIdentity;
 use crate::crypto::sign::{self, Domain};
@@ -275,7 +275,7 @@ async fn directory<S: Registry>(State(state): State<Arc<RelayState<S>>>) -> Resp
     }
 }
 
-async fn lookup<S: Registry>(
+async fn lookup<S: Registry + Groups>(
     State(state): State<Arc<RelayState<S>>>,
     Path(name): Path<String>,
 ) -> Response {

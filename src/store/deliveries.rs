@@ -37,7 +37,7 @@ pub struct OpenCopy {
 /// inside the caller's transaction. Receipts are not tracked: nobody asks where they stand.
 pub(super) fn open_in(
     tx: &Transaction<'_>,
-    message: &Message,
+    (message, members): (&Message, Option<&[Address]>),
     relay: &str,
     taken_at: Timestamp,
 ) -> Result<(), StoreError> {
@@ -48,7 +48,11 @@ pub(super) fn open_in(
         "INSERT INTO deliveries (message_id, recipient, agent, relay, taken_at)
          VALUES (?1, ?2, ?3, ?4, ?5) ON CONFLICT DO NOTHING",
     )?;
-    for to in message.recipients() {
+    let copies: Vec<&Address> = match members {
+        Some(members) => members.iter().collect(),
+        None => message.recipients().collect(),
+    };
+    for to in copies {
         insert.execute(params![
             message.id.to_string(),
             to.to_string(),

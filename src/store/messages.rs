@@ -118,6 +118,9 @@ pub struct StoredMessage {
     /// Recipients of this sent message whose copy the relay said they took, and when it
     /// said so (they took it no later).
     pub delivered: Vec<(Address, Timestamp)>,
+    /// The recipient of each copy of this sent message the relay took: for a group send, the
+    /// group's members that got one (the letter names only the group).
+    pub copies: Vec<Address>,
     /// The message's attachments without their bytes (`message.attachments` is empty:
     /// read one with [`Store::attachment`]).
     pub attachments: Vec<AttachmentInfo>,
@@ -170,6 +173,7 @@ pub(super) const COLUMNS: &str = "json, direction, trust, stored_at, read_at,
      FROM receipts WHERE receipts.message_id = id),
     (SELECT json_group_array(json_array(agent, delivered_at))
      FROM deliveries WHERE deliveries.message_id = id AND delivered_at IS NOT NULL),
+    (SELECT group_concat(recipient, ' ') FROM deliveries WHERE deliveries.message_id = id),
     (SELECT json_group_array(json_object('name', name, 'media_type', media_type, 'size', size, 'sha256', sha256))
      FROM (SELECT name, media_type, size, sha256 FROM attachments WHERE attachments.message_id = id ORDER BY idx)),
     owner_signature";
@@ -184,16 +188,17 @@ const MESSAGES_FTS: FtsIndex = FtsIndex {
 };
 
 /// The number of columns in [`COLUMNS`]; a query's own columns follow them.
-pub(super) const COLUMN_COUNT: usize = 10;
+pub(super) const COLUMN_COUNT: usize = 11;
 
 /// A message row: json, direction, trust, stored_at, read_at, bounced recipients, receipts,
-/// deliveries, attachments (without bytes), the owner's signature.
+/// deliveries, the recipients of its copies, attachments (without bytes), the owner's signature.
 pub(super) type RawRow = (
     String,
     String,
     String,
     i64,
     Option<i64>,
+    Option<String>,
     Option<String>,
     Option<String>,
     Option<String>,
@@ -213,6 +218,7 @@ pub(super) fn from_row(row: &Row<'_>) -> rusqlite::Result<RawRow> {
         row.get(7)?,
         row.get(8)?,
         row.get(9)?,
+        row.get(10)?,
     ))
 }
 
@@ -228,6 +234,7 @@ pub(super) fn decode(raw: RawRow, check: Option<&OwnerCheck>) -> Result<StoredMe
         bounced,
         receipts,
         delivered,
+        copies,
         attached,
         signature,
     ) = raw;
@@ -266,20 +273,47 @@ pub(super) fn decode(raw: RawRow, check: Option<&OwnerCheck>) -> Result<StoredMe
         trust,
         stored_at: from_ms(stored_at)?,
         read_at: read_at.map(from_ms).transpose()?,
-        bounced: bounced
-            .as_deref()
-            .unwrap_or_default()
-            .split_whitespace()
-            .map(|to| {
-                Address::parse(to).map_err(|e| StoreError::Corrupt {
-                    what: "bounce",
-                    detail: e.to_string(),
-                })
-            })
-            .collect::<Result<_, _>>()?,
+        bounced: addresses(bounced.as_deref(), "bounce")?,
+        copies: addresses(copies.as_deref(), "delivery")?,
         receipts: decode_receipts(receipts.as_deref())?,
         delivered: decode_delivered(delivered.as_deref())?,
     })
+}
+
+/// A column of addresses joined by spaces.
+fn addresses(column: Option<&str>, what: &'static str) -> Result<Vec<Address>, StoreError> {
+    column
+        .unwrap_or_default()
+        .split_whitespace()
+        .map(|to| {
+            Address::parse(to).map_err(|e| StoreError::Corrupt {
+                what,
+                detail: e.to_string(),
+            })
+        })
+        .collect()
+}
+
+impl StoredMessage {
+    /// Whom this sent message's copies went to: the members that got one, for a group send;
+    /// its recipients otherwise.
+    pub fn copy_recipients(&self) -> Vec<Address> {
+        let m = &self.message;
+        match m.to.as_slice() {
+            [group]
+                if m.cc.is_empty() && m.bcc.is_empty() && is_group_send(group, &self.copies) =>
+            {
+                self.copies.clone()
+            }
+            _ => m.recipients().cloned().collect(),
+        }
+    }
+}
+
+/// Whether a message to `to` alone whose copies went to `copies` was a group send: copies
+/// were taken for others than `to`.
+pub(super) fn is_group_send(to: &Address, copies: &[Address]) -> bool {
+    !copies.is_empty() && !copies.contains(to)
 }
 
 /// A receipt recorded against a message.

@@ -262,10 +262,15 @@ const MIGRATIONS: &[&str] = &[
         heard_at INTEGER NOT NULL
     ) STRICT, WITHOUT ROWID;
     "#,
-    // 12: kept for the groups of issue 31, which number theirs 12 on another branch; when
-    // both are merged theirs takes this place, and a store that ran this empty one is
-    // migrated by number like any other.
-    "",
+    // 12: groups this agent joined (its owner signed it), or that its model asked to join
+    // and its owner has not decided on yet.
+    r#"
+    CREATE TABLE groups (
+        address TEXT PRIMARY KEY,
+        state   TEXT NOT NULL CHECK (state IN ('wished', 'joined')),
+        since   INTEGER NOT NULL
+    ) STRICT, WITHOUT ROWID;
+    "#,
     // 13: the owner's voice. A received message written by the agent's owner (`mailslot
     // tell`, the dashboard) straight into this store carries the owner key's signature over
     // it; mail from a relay never does. Checked each time it is shown, never trusted here.

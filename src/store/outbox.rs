@@ -10,7 +10,7 @@ use super::deliveries;
 use super::messages::{Direction, Trust, insert_batch};
 use super::time::to_ms;
 use super::{Store, StoreError};
-use crate::protocol::{Bounce, Message, MessageId, now_millis};
+use crate::protocol::{Address, Bounce, Message, MessageId, now_millis};
 
 /// A message waiting to go out, or one that failed for good.
 #[derive(Debug, Clone, PartialEq)]
@@ -94,8 +94,14 @@ impl Store {
     }
 
     /// Removes a message the relay `relay` (its id) accepted from the outbox, and records
-    /// each recipient's copy as open, to be asked about at that relay (see `deliveries`).
-    pub fn outbox_done(&mut self, id: &MessageId, relay: &str) -> Result<(), StoreError> {
+    /// each recipient's copy as open, to be asked about at that relay (see `deliveries`): for
+    /// a group send, each member's that got one (`members`), not the group's.
+    pub fn outbox_done(
+        &mut self,
+        id: &MessageId,
+        relay: &str,
+        members: Option<&[Address]>,
+    ) -> Result<(), StoreError> {
         let tx = self.write_tx()?;
         let json: Option<String> = tx
             .query_row(
@@ -111,7 +117,7 @@ impl Store {
                     what: "message",
                     detail: e.to_string(),
                 })?;
-            deliveries::open_in(&tx, &message, relay, Timestamp::now())?;
+            deliveries::open_in(&tx, (&message, members), relay, Timestamp::now())?;
         }
         tx.commit()?;
         Ok(())

@@ -41,6 +41,34 @@ pub(super) fn read_receipts_on(conn: &Connection) -> Result<bool, StoreError> {
 }
 
 /// The message this agent sent with id `of`, if it sent one (receipts excluded).
+/// Who received `sent`'s copies: its recipients, or for a group send the members that got
+/// one (a receipt from a member answers the group's message).
+fn recipients_of(conn: &Connection, sent: &Message) -> Result<Vec<Address>, StoreError> {
+    let copies: Vec<String> = conn
+        .prepare_cached("SELECT recipient FROM deliveries WHERE message_id = ?1")?
+        .query_map([sent.id.to_string()], |r| r.get(0))?
+        .collect::<Result<_, _>>()?;
+    let copies = copies
+        .iter()
+        .map(|a| {
+            Address::parse(a).map_err(|e| StoreError::Corrupt {
+                what: "delivery",
+                detail: e.to_string(),
+            })
+        })
+        .collect::<Result<Vec<_>, _>>()?;
+    Ok(match sent.to.as_slice() {
+        [group]
+            if sent.cc.is_empty()
+                && sent.bcc.is_empty()
+                && super::messages::is_group_send(group, &copies) =>
+        {
+            copies
+        }
+        _ => sent.recipients().cloned().collect(),
+    })
+}
+
 fn sent_message(conn: &Connection, of: &MessageId) -> Result<Option<Message>, StoreError> {
     let json: Option<String> = conn
         .query_row(
@@ -251,7 +279,10 @@ impl Store {
     /// message with that id. A receipt's giver is matched against these before
     /// [`Store::record_receipt`]: only the caller can tell which spellings are this relay's.
     pub fn sent_recipients(&self, of: &MessageId) -> Result<Option<Vec<Address>>, StoreError> {
-        Ok(sent_message(&self.conn, of)?.map(|sent| sent.recipients().cloned().collect()))
+        let Some(sent) = sent_message(&self.conn, of)? else {
+            return Ok(None);
+        };
+        Ok(Some(recipients_of(&self.conn, &sent)?))
     }
 
     /// Records a receipt that the recipient `recipient` of this agent's sent message gave, at
@@ -269,7 +300,7 @@ impl Store {
         let Some(sent) = sent_message(&tx, &receipt.of)? else {
             return Ok(ReceiptOutcome::NotSent);
         };
-        if !sent.recipients().any(|r| r == recipient) {
+        if !recipients_of(&tx, &sent)?.contains(recipient) {
             return Ok(ReceiptOutcome::NotRecipient);
         }
         let new = tx.execute(

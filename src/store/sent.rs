@@ -110,8 +110,8 @@ pub struct RecipientState {
 /// as its receipts say, else delivered when the relay said its copy was taken, else sent.
 fn recipient_states(stored: &StoredMessage) -> Vec<RecipientState> {
     stored
-        .message
-        .recipients()
+        .copy_recipients()
+        .iter()
         .map(|to| {
             if stored.bounced.contains(to) {
                 return RecipientState {

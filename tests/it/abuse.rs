@@ -418,6 +418,7 @@ fn large_send(sender: &TestAgent, to: &TestAgent, len: usize) -> String {
     serde_json::to_string(&ClientFrame::Send {
         reference: envelope.id.to_string(),
         envelope,
+        group: None,
     })
     .unwrap()
 }

@@ -33,6 +33,7 @@ mod docs;
 mod embedded;
 mod federation;
 mod federation_link;
+mod groups;
 mod hooks;
 mod interop;
 mod matrix;

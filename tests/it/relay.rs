@@ -284,6 +284,7 @@ async fn bad_sends_get_their_codes_and_the_connection_keeps_working() {
         &ClientFrame::Send {
             reference: "r1".into(),
             envelope: env,
+            group: None,
         },
     )
     .await;
@@ -300,6 +301,7 @@ async fn bad_sends_get_their_codes_and_the_connection_keeps_working() {
         &ClientFrame::Send {
             reference: "r2".into(),
             envelope: env,
+            group: None,
         },
     )
     .await;
@@ -354,6 +356,7 @@ async fn an_envelope_in_another_json_spelling_is_delivered_in_canonical_form() {
     let frame = serde_json::to_string(&ClientFrame::Send {
         reference: "r1".into(),
         envelope: env,
+        group: None,
     })
     .unwrap();
     // JSON allows `\/` for `/`; base64 is full of slashes, and another encoder may write them so.

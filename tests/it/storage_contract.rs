@@ -11,14 +11,15 @@ use std::sync::Arc;
 use crate::common::postgres as pg;
 use mailslot::crypto::{Identity, Owner};
 use mailslot::protocol::{
-    Address, AgentName, Bounce, CopyKey, KeyRotation, MAX_HELD_PER_PROJECT, MAX_ROTATIONS,
-    MessageId, Pattern, Policy, ProjectName, PublicKeys, Reason, RelayKey, RelayName, RequestCode,
-    Reservation, ReservationMode, ReservationRequest, Seq, Shown, Ttl,
+    Address, AgentName, Bounce, CopyKey, GroupPolicy, GroupView, KeyRotation, MAX_HELD_PER_PROJECT,
+    MAX_ROTATIONS, MessageId, OwnerKey, Pattern, Policy, ProjectName, PublicKeys, Reason, RelayKey,
+    RelayName, RequestCode, Reservation, ReservationMode, ReservationRequest, Seq, Shown, Ttl,
 };
 use mailslot::relay::storage::{
     Accepted, AckOutcome, ConsentChange, ConsentLedger, ConsentOutcome, CopyStatus, DENIALS_KEPT,
-    Epoch, PostgresStorage, Queue, QueuedCopy, Quota, Registration, Registry, RelayPin, RelayPins,
-    Reservations, Reserve, SqliteStorage, Storage, Which,
+    Epoch, GroupCreation, Groups, PostgresStorage, Queue, QueuedCopy, Quota, Registration,
+    Registry, RelayPin, RelayPins, Reservations, Reserve, RosterChange, SqliteStorage, Storage,
+    Which,
 };
 
 /// A backend under test: a fresh, empty store, and the same data opened again.
@@ -111,6 +112,7 @@ fn copies(to: &[&AgentName], body: &str) -> Vec<QueuedCopy> {
             id: None,
             recipient: (*r).clone(),
             envelope: Arc::from(format!("{{\"to\":\"{r}\",\"body\":\"{body}\"}}").into_bytes()),
+            group: None,
         })
         .collect()
 }
@@ -1607,6 +1609,233 @@ async fn reservations_survive_a_reopen<B: Backend>(b: B) {
     );
 }
 
+fn team(creator: &AgentName, owner: OwnerKey) -> GroupView {
+    GroupView {
+        name: name("team"),
+        creator: creator.clone(),
+        owner,
+        policy: GroupPolicy::Members,
+        members: vec![Address::local(creator.clone())],
+    }
+}
+
+async fn a_group_shares_the_agents_namespace<B: Backend>(b: B) {
+    let s = b.open().await;
+    let [lead] = agents(&s, &["lead"]).await.try_into().unwrap();
+    let owner = OwnerKey::from_bytes([9; 32]);
+    assert_eq!(
+        s.create_group(team(&lead, owner), 10).await.unwrap(),
+        GroupCreation::Created
+    );
+    assert_eq!(
+        s.create_group(team(&lead, owner), 10).await.unwrap(),
+        GroupCreation::NameTaken,
+        "a group's name twice"
+    );
+    assert_eq!(
+        s.register(name("team"), keys(), None).await.unwrap(),
+        Registration::NameTaken,
+        "an agent under a group's name"
+    );
+    let mut squatter = team(&lead, owner);
+    squatter.name = lead.clone();
+    assert_eq!(
+        s.create_group(squatter, 10).await.unwrap(),
+        GroupCreation::NameTaken,
+        "a group under an agent's name"
+    );
+    // One creator makes at most `max` groups.
+    let mut second = team(&lead, owner);
+    second.name = name("second");
+    assert_eq!(
+        s.create_group(second.clone(), 1).await.unwrap(),
+        GroupCreation::TooMany
+    );
+    assert_eq!(
+        s.create_group(second, 2).await.unwrap(),
+        GroupCreation::Created
+    );
+    // Durable, with its creator as its first member, and no keys of its own.
+    drop(s);
+    let s = b.open().await;
+    assert_eq!(
+        s.group(name("team")).await.unwrap(),
+        Some(team(&lead, owner))
+    );
+    assert_eq!(s.keys(name("team")).await.unwrap(), None);
+    assert_eq!(s.group(name("nobody")).await.unwrap(), None);
+}
+
+async fn a_roster_keeps_its_order_and_its_bound<B: Backend>(b: B) {
+    let s = b.open().await;
+    let [lead, bob, carol] = agents(&s, &["lead", "bob", "carol"])
+        .await
+        .try_into()
+        .unwrap();
+    let owner = OwnerKey::from_bytes([9; 32]);
+    s.create_group(team(&lead, owner), 10).await.unwrap();
+    let far = addr("dave@relay-b.example");
+    for member in [Address::local(bob.clone()), far.clone()] {
+        assert!(matches!(
+            s.add_member(name("team"), member, 3).await.unwrap(),
+            RosterChange::Changed(_)
+        ));
+    }
+    let RosterChange::Unchanged(view) = s
+        .add_member(name("team"), Address::local(bob.clone()), 3)
+        .await
+        .unwrap()
+    else {
+        panic!("adding a member twice changes nothing");
+    };
+    assert_eq!(
+        view.members,
+        [
+            Address::local(lead.clone()),
+            Address::local(bob.clone()),
+            far.clone()
+        ]
+    );
+    assert_eq!(
+        s.add_member(name("team"), Address::local(carol.clone()), 3)
+            .await
+            .unwrap(),
+        RosterChange::Full,
+        "the bound holds"
+    );
+    assert_eq!(
+        s.add_member(name("other"), Address::local(carol.clone()), 3)
+            .await
+            .unwrap(),
+        RosterChange::NoGroup
+    );
+    assert!(matches!(
+        s.remove_member(name("team"), Address::local(bob.clone())).await.unwrap(),
+        RosterChange::Changed(v) if v.members == [Address::local(lead.clone()), far.clone()]
+    ));
+    assert!(matches!(
+        s.remove_member(name("team"), Address::local(bob.clone()))
+            .await
+            .unwrap(),
+        RosterChange::Unchanged(_)
+    ));
+    // Listed for a member and for the owner's other agents, not for anyone else.
+    let listed = |who: &AgentName, owner| s.groups_of(Address::local(who.clone()), owner, 10);
+    assert_eq!(listed(&lead, None).await.unwrap().len(), 1);
+    assert_eq!(listed(&carol, Some(owner)).await.unwrap().len(), 1);
+    assert!(listed(&carol, None).await.unwrap().is_empty());
+    assert!(
+        listed(&bob, Some(OwnerKey::from_bytes([1; 32])))
+            .await
+            .unwrap()
+            .is_empty()
+    );
+    assert_eq!(
+        s.groups_of(far.clone(), None, 10).await.unwrap()[0].members,
+        [Address::local(lead.clone()), far]
+    );
+}
+
+fn group_copies(to: &[&AgentName], body: &str) -> Vec<QueuedCopy> {
+    copies(to, body)
+        .into_iter()
+        .map(|c| QueuedCopy {
+            group: Some(name("team")),
+            ..c
+        })
+        .collect()
+}
+
+async fn a_group_copy_needs_its_member_to_have_joined<B: Backend>(b: B) {
+    let s = b.open().await;
+    let [lead, bob, carol, dave] = agents(&s, &["lead", "bob", "carol", "dave"])
+        .await
+        .try_into()
+        .unwrap();
+    let send = |to: Vec<QueuedCopy>| {
+        s.accept(
+            lead.clone(),
+            MessageId::new(),
+            to,
+            ROOMY,
+            far_future(),
+            Policy::Open,
+        )
+    };
+    // Nobody joined: under an open policy too, nothing is stored, and nothing is refused.
+    assert_eq!(
+        send(group_copies(&[&bob, &carol], "a")).await.unwrap(),
+        Accepted::Fanned {
+            stored: vec![],
+            skipped: vec![bob.clone(), carol.clone()]
+        }
+    );
+    for member in [&bob, &carol, &dave] {
+        let join = ConsentChange::Join {
+            owner: member.clone(),
+            group: name("team"),
+        };
+        assert_eq!(
+            s.consent(join).await.unwrap(),
+            ConsentOutcome::Applied(None)
+        );
+    }
+    // carol blocks the sender, dave is closed: only bob's copy is stored.
+    let block = ConsentChange::Block {
+        owner: carol.clone(),
+        peer: lead.clone(),
+    };
+    s.consent(block).await.unwrap();
+    let closed = ConsentChange::SetPolicy {
+        owner: dave.clone(),
+        policy: Policy::Closed,
+    };
+    s.consent(closed).await.unwrap();
+    assert_eq!(
+        send(group_copies(&[&bob, &carol, &dave], "b"))
+            .await
+            .unwrap(),
+        Accepted::Fanned {
+            stored: vec![bob.clone()],
+            skipped: vec![carol.clone(), dave.clone()]
+        }
+    );
+    // Joining is consent to the group, not to its members one by one: a plain send from
+    // lead to bob under `contacts` is still refused.
+    let strict = ConsentChange::SetPolicy {
+        owner: bob.clone(),
+        policy: Policy::Contacts,
+    };
+    s.consent(strict).await.unwrap();
+    assert_eq!(
+        send(copies(&[&bob], "c")).await.unwrap(),
+        Accepted::NotAllowed(bob.clone())
+    );
+    assert!(matches!(
+        send(group_copies(&[&bob], "d")).await.unwrap(),
+        Accepted::Fanned { stored, .. } if stored == [bob.clone()]
+    ));
+    // Leaving (the contact row removed) stops the group's copies.
+    let leave = ConsentChange::Remove {
+        owner: bob.clone(),
+        peer: name("team"),
+    };
+    assert_eq!(
+        s.consent(leave).await.unwrap(),
+        ConsentOutcome::Applied(None)
+    );
+    assert_eq!(
+        send(group_copies(&[&bob], "e")).await.unwrap(),
+        Accepted::Fanned {
+            stored: vec![],
+            skipped: vec![bob.clone()]
+        }
+    );
+    let waiting = s.pending(bob.clone(), 0, 10).await.unwrap();
+    assert_eq!(waiting.len(), 2, "copies b and d only");
+}
+
+/// Every case, as a test per backend: `sqlite::CASE` and `postgres::CASE`.
 /// Every case, as a test per backend: `sqlite::CASE` and `postgres::CASE`.
 macro_rules! contract {
     ($($case:ident),+ $(,)?) => {
@@ -1656,6 +1885,9 @@ contract!(
     reservations_are_bounded_per_holder,
     two_racing_reserves_cannot_both_win,
     reservations_survive_a_reopen,
+    a_group_shares_the_agents_namespace,
+    a_roster_keeps_its_order_and_its_bound,
+    a_group_copy_needs_its_member_to_have_joined,
 );
 
 // PostgreSQL's own cases: several nodes on one database.

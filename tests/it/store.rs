@@ -464,7 +464,7 @@ fn outbox_queues_atomically_with_the_sent_copy() {
     assert_eq!(store.outbox_len().unwrap(), 0);
     let other = Message::new(addr("alice"), vec![addr("bob")], "second", "hi");
     store.queue_outgoing(&other).unwrap();
-    store.outbox_done(&other.id, "test-relay").unwrap();
+    store.outbox_done(&other.id, "test-relay", None).unwrap();
     assert_eq!(store.outbox_len().unwrap(), 0);
 }
 
@@ -494,8 +494,8 @@ fn sent_mail_lists_each_message_with_where_it_stands() {
     store
         .outbox_failed(&failed.id, "no agent named bob", true)
         .unwrap();
-    store.outbox_done(&accepted.id, "test-relay").unwrap();
-    store.outbox_done(&bounced.id, "test-relay").unwrap();
+    store.outbox_done(&accepted.id, "test-relay", None).unwrap();
+    store.outbox_done(&bounced.id, "test-relay", None).unwrap();
     let bounce = mailslot::protocol::Bounce {
         id: bounced.id,
         to: Address::parse("bob").unwrap(),
@@ -579,7 +579,7 @@ fn a_store_from_before_the_unread_count_starts_with_its_unread_mail_counted() {
         "DROP INDEX messages_read; DROP TRIGGER unread_insert; DROP TRIGGER unread_read;
          DROP TRIGGER unread_delete; DROP TABLE unread; DROP TABLE deliveries;
          DROP TRIGGER attachments_delete; DROP TABLE attachments; DROP TABLE doorbells;
-         DROP TABLE turns; DROP TABLE parked; DROP TABLE denials;
+         DROP TABLE turns; DROP TABLE parked; DROP TABLE denials; DROP TABLE groups;
          ALTER TABLE messages DROP COLUMN owner_signature; PRAGMA user_version = 5;",
     )
     .unwrap();
@@ -893,7 +893,7 @@ fn receipts_count_once_and_only_from_recipients_of_sent_mail() {
     let (_dir, mut store) = temp_store();
     let sent = Message::new(addr("me"), vec![addr("bob"), addr("carol")], "plan", "b");
     store.queue_outgoing(&sent).unwrap();
-    store.outbox_done(&sent.id, "test-relay").unwrap();
+    store.outbox_done(&sent.id, "test-relay", None).unwrap();
     let received = mail("bob", "theirs", "x");
     store
         .insert_message(&received, Direction::In, Trust::Verified)
@@ -1042,9 +1042,9 @@ fn deliveries_are_recorded_once_per_copy_and_close_on_bounce_or_receipt() {
     for m in [&to_both, &to_dave, &elsewhere] {
         store.queue_outgoing(m).unwrap();
     }
-    store.outbox_done(&to_both.id, "relay-a").unwrap();
-    store.outbox_done(&to_dave.id, "relay-a").unwrap();
-    store.outbox_done(&elsewhere.id, "relay-b").unwrap();
+    store.outbox_done(&to_both.id, "relay-a", None).unwrap();
+    store.outbox_done(&to_dave.id, "relay-a", None).unwrap();
+    store.outbox_done(&elsewhere.id, "relay-b", None).unwrap();
     let name = |s: &str| Address::parse(s).unwrap();
     let open = |store: &Store| -> Vec<(MessageId, Address)> {
         store
@@ -1143,7 +1143,7 @@ fn deliveries_are_recorded_once_per_copy_and_close_on_bounce_or_receipt() {
     // A bounce closes its copy too.
     let later = Message::new(addr("me"), vec![addr("bob")], "later", "b");
     store.queue_outgoing(&later).unwrap();
-    store.outbox_done(&later.id, "relay-a").unwrap();
+    store.outbox_done(&later.id, "relay-a", None).unwrap();
     store
         .record_bounces(&[mailslot::protocol::Bounce {
             id: later.id,

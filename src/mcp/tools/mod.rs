@@ -5,6 +5,7 @@
 //! One file per family, each with its own router; [`router`] joins them.
 
 mod contacts;
+mod groups;
 mod memory;
 mod reading;
 mod reservations;
@@ -24,6 +25,7 @@ pub(super) fn router() -> ToolRouter<MailslotServer> {
         + MailslotServer::memory_tools()
         + MailslotServer::contacts_tools()
         + MailslotServer::reservation_tools()
+        + MailslotServer::groups_tools()
 }
 
 /// The most items a listing returns.

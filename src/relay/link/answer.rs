@@ -339,6 +339,7 @@ fn take<S: Registry + Queue>(
             id: None,
             recipient: name.clone(),
             envelope: copy.into(),
+            group: None,
         });
     }
     let (state, id, received) = (state.clone(), head.id, received.clone());
@@ -391,7 +392,13 @@ fn take<S: Registry + Queue>(
                     )
                     .await;
                 let (out, code) = match outcome {
-                    Ok(Accepted::Stored(recipients)) => {
+                    // A link carries no group copies yet, so none is `Fanned`.
+                    Ok(
+                        Accepted::Stored(recipients)
+                        | Accepted::Fanned {
+                            stored: recipients, ..
+                        },
+                    ) => {
                         let n = recipients.len() as u64;
                         state.metrics.accepted.inc_by(n);
                         state.metrics.queued.inc_by(n as i64);

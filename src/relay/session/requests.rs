@@ -5,9 +5,10 @@
 use futures_util::stream::FuturesUnordered;
 
 use super::super::accept::{self, QueuedSend, SendFrame};
+use super::super::groups::{self, RosterAct};
 use super::super::inbound::Share;
 use super::super::state::RelayState;
-use super::super::storage::{Queue, Registry, Storage};
+use super::super::storage::{Groups, Queue, Registry, Storage};
 use super::super::wire::error_frame;
 use super::super::{
     bounce, consent, copies, directory, lookup, online, reservations, retire, rotate,
@@ -34,7 +35,15 @@ pub(super) async fn answer<S: Storage>(
     // Sends are most frames: read them without parsing the envelope's bulk.
     if let Some(send) = SendFrame::read(text) {
         let envelope = send.envelope.get();
-        return queue_send(state, agent, sends, (send.reference, share), envelope).await;
+        let group = send.group;
+        return queue_send(
+            state,
+            agent,
+            sends,
+            (send.reference, share),
+            (envelope, group),
+        )
+        .await;
     }
     let frame = match serde_json::from_str::<ClientFrame>(text) {
         Ok(frame) => frame,
@@ -61,9 +70,10 @@ pub(super) async fn answer<S: Storage>(
         ClientFrame::Send {
             reference,
             envelope,
+            group,
         } => {
             let text = String::from_utf8(envelope.to_bytes()).expect("JSON is UTF-8");
-            return queue_send(state, agent, sends, (reference, share), &text).await;
+            return queue_send(state, agent, sends, (reference, share), (&text, group)).await;
         }
         ClientFrame::Lookup {
             reference,
@@ -172,18 +182,58 @@ pub(super) async fn answer<S: Storage>(
         ClientFrame::Reservations { reference, project } => {
             reservations::list(state, agent, reference, project).await
         }
+        ClientFrame::CreateGroup {
+            reference,
+            group,
+            policy,
+        } => groups::create(state, agent, reference, group, policy).await,
+        ClientFrame::GroupAdd {
+            reference,
+            group,
+            member,
+            owner_signature,
+        } => {
+            let act = RosterAct {
+                group,
+                member,
+                add: true,
+                signature: owner_signature,
+            };
+            groups::change_roster(state, (agent, nonce), reference, act).await
+        }
+        ClientFrame::GroupRemove {
+            reference,
+            group,
+            member,
+            owner_signature,
+        } => {
+            let act = RosterAct {
+                group,
+                member,
+                add: false,
+                signature: owner_signature,
+            };
+            groups::change_roster(state, (agent, nonce), reference, act).await
+        }
+        ClientFrame::Join {
+            reference, group, ..
+        } => groups::join(state, agent, reference, group).await,
+        ClientFrame::Leave { reference, group } => {
+            groups::leave(state, agent, reference, group).await
+        }
+        ClientFrame::Groups { reference } => groups::list(state, agent, reference).await,
     })
 }
 
 /// Checks a send and queues its write; `Some` is the refusal.
-async fn queue_send<S: Registry + Queue>(
+async fn queue_send<S: Registry + Queue + Groups>(
     state: &RelayState<S>,
     agent: &AgentName,
     sends: &mut Sends,
     (reference, share): (String, Option<Share>),
-    envelope: &str,
+    (envelope, group): (&str, Option<AgentName>),
 ) -> Option<ServerFrame> {
-    match accept::check(state, agent, reference, envelope).await {
+    match accept::check(state, agent, reference, (envelope, group)).await {
         // The frame's share of the receive budget is held until its write is done.
         Ok(queued) => {
             sends.push(Box::pin(async move {

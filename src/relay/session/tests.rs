@@ -12,15 +12,15 @@ use tokio_tungstenite::tungstenite::Message as WsMessage;
 use crate::crypto::Identity;
 use crate::crypto::sign::{Domain, signature};
 use crate::protocol::{
-    AgentName, Bounce, ClientFrame, CopyKey, MessageId, OwnerKey, Policy, ProjectName, PublicKeys,
-    RelayKey, RelayName, RequestCode, Reservation, ReservationId, ReservationRequest, Seq,
-    ServerFrame, Shown, Ttl, hello_payload,
+    Address, AgentName, Bounce, ClientFrame, CopyKey, GroupView, MessageId, OwnerKey, Policy,
+    ProjectName, PublicKeys, RelayKey, RelayName, RequestCode, Reservation, ReservationId,
+    ReservationRequest, Seq, ServerFrame, Shown, Ttl, hello_payload,
 };
 use crate::relay::storage::{
     Accepted, AckOutcome, CommitListener, ConsentChange, ConsentLedger, ConsentOutcome,
-    ConsentState, Epoch, InviteDigest, Pending, Queue, Queued, QueuedCopy, Quota, Registration,
-    Registry, RelayPin, RelayPinRecord, RelayPins, Reservations, Reserve, SqliteStorage, Storage,
-    StorageError, StorageMetrics, Which,
+    ConsentState, Epoch, GroupCreation, Groups, InviteDigest, Pending, Queue, Queued, QueuedCopy,
+    Quota, Registration, Registry, RelayPin, RelayPinRecord, RelayPins, Reservations, Reserve,
+    RosterChange, SqliteStorage, Storage, StorageError, StorageMetrics, Which,
 };
 use crate::relay::{Relay, RelayConfig};
 
@@ -320,6 +320,46 @@ impl Reservations for SlowAcks {
     }
 }
 
+impl Groups for SlowAcks {
+    async fn create_group(
+        &self,
+        group: GroupView,
+        max: usize,
+    ) -> Result<GroupCreation, StorageError> {
+        self.inner.create_group(group, max).await
+    }
+
+    async fn group(&self, name: AgentName) -> Result<Option<GroupView>, StorageError> {
+        self.inner.group(name).await
+    }
+
+    async fn add_member(
+        &self,
+        group: AgentName,
+        member: Address,
+        max: usize,
+    ) -> Result<RosterChange, StorageError> {
+        self.inner.add_member(group, member, max).await
+    }
+
+    async fn remove_member(
+        &self,
+        group: AgentName,
+        member: Address,
+    ) -> Result<RosterChange, StorageError> {
+        self.inner.remove_member(group, member).await
+    }
+
+    async fn groups_of(
+        &self,
+        member: Address,
+        owner: Option<OwnerKey>,
+        limit: usize,
+    ) -> Result<Vec<GroupView>, StorageError> {
+        self.inner.groups_of(member, owner, limit).await
+    }
+}
+
 impl Storage for SlowAcks {
     fn relay_id(&self) -> &str {
         self.inner.relay_id()
@@ -394,6 +434,7 @@ async fn an_ack_still_committing_is_applied_before_the_next_session_reads_the_qu
                 id: None,
                 recipient: bob.clone(),
                 envelope: Arc::from(&br#"{"opaque":true}"#[..]),
+                group: None,
             }],
             Quota {
                 count: 10,

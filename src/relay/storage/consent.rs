@@ -68,6 +68,14 @@ pub enum ConsentChange {
         /// The former contact.
         peer: AgentName,
     },
+    /// `owner` joins `group` (its owner signed it): mail from the group passes its consent as
+    /// the group's, like a contact's, one way. Leaving is [`ConsentChange::Remove`].
+    Join {
+        /// The joining agent.
+        owner: AgentName,
+        /// The group, as stored: bare here, `name@host` on another relay.
+        group: AgentName,
+    },
     /// `owner` sets its policy.
     SetPolicy {
         /// The agent.

@@ -1,5 +1,5 @@
 //! Durable relay storage, split by role: the registry (names, keys, owner keys), consent,
-//! the queue, the keys of other relays, and file reservations. SQLite for one node (the embedded default); PostgreSQL for several.
+//! the queue, groups, the keys of other relays, and file reservations. SQLite for one node (the embedded default); PostgreSQL for several.
 //!
 //! Each role is a narrow trait with backend-owned errors converted to [`StorageError`] at the
 //! backend's edge, so nothing outside a backend sees its database's types. Every backend
@@ -9,6 +9,7 @@ use std::future::Future;
 
 mod consent;
 mod error;
+mod groups;
 mod metrics;
 pub(crate) mod postgres;
 mod queue;
@@ -22,6 +23,7 @@ mod sqlite;
 pub(crate) use consent::hears_here;
 pub use consent::{ConsentChange, ConsentLedger, ConsentOutcome, ConsentState, DENIALS_KEPT};
 pub use error::StorageError;
+pub use groups::{GroupCreation, Groups, RosterChange};
 pub use metrics::StorageMetrics;
 pub use postgres::{PostgresStorage, is_postgres_url, redact_url};
 pub use queue::{
@@ -41,7 +43,7 @@ pub use snapshot::{
 pub use sqlite::{SqlitePins, SqliteStorage};
 
 /// A whole backend: every role, over one database, with the relay's id and its metrics.
-pub trait Storage: Registry + ConsentLedger + Queue + RelayPins + Reservations {
+pub trait Storage: Registry + ConsentLedger + Queue + RelayPins + Groups + Reservations {
     /// This relay's stable id, which clients sign in their hello.
     fn relay_id(&self) -> &str;
 

@@ -20,6 +20,11 @@ pub struct QueuedCopy {
     pub id: Option<MessageId>,
     /// The canonical envelope bytes, with only this recipient's key.
     pub envelope: Arc<[u8]>,
+    /// The group this copy is fanned out from, as the recipient's consent names it (bare
+    /// here, `name@host` for another relay's group). A group copy passes the recipient's
+    /// consent as the group's (the recipient joined it, and does not block the sender); one
+    /// that does not is skipped, never refusing the others.
+    pub group: Option<AgentName>,
 }
 
 /// A copy just made durable, announced to the commit listener in commit order.
@@ -65,6 +70,14 @@ pub enum Accepted {
     QuotaFull(AgentName),
     /// A recipient does not accept mail from the sender (policy or block); nothing was stored.
     NotAllowed(AgentName),
+    /// A send with group copies: those stored (the recipients with new mail), and the
+    /// recipients whose consent did not take the group's copy.
+    Fanned {
+        /// Recipients with new mail.
+        stored: Vec<AgentName>,
+        /// Recipients that got no copy: not joined, or blocking the sender.
+        skipped: Vec<AgentName>,
+    },
 }
 
 /// A write already queued: resolves once it is durable (or failed).
@@ -150,6 +163,8 @@ pub trait Queue: Send + Sync + 'static {
 
     /// Stores copies of message `id` from `sender`, all or none: refused when a recipient does
     /// not accept the sender (under `default` for those without a policy) or its queue is full.
+    /// A group copy ([`QueuedCopy::group`]) is checked against the group instead and skipped,
+    /// not refused; a send with group copies answers [`Accepted::Fanned`].
     /// A relay mailbox (`@host`) takes mail from every sender: the relay it leads to applies
     /// its own agents' consent.
     /// Copies already stored (same sender, id and recipient) are skipped. The write is queued

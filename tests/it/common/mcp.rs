@@ -15,12 +15,17 @@ use rmcp::model::CallToolResult;
 use serde_json::{Value, json};
 
 /// Every tool `mailslot mcp` offers, sorted (no approve tool).
-pub const TOOLS: [&str; 25] = [
+pub const TOOLS: [&str; 30] = [
     "acknowledge",
     "contacts",
+    "create_group",
     "directory",
     "forget",
+    "group_members",
+    "groups",
     "inbox",
+    "join_group",
+    "leave_group",
     "mark_read",
     "presence",
     "read",

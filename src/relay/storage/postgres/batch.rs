@@ -194,6 +194,7 @@ impl Writer {
         for op in batch {
             let id = op.id.to_string();
             let mut fresh: Vec<(&QueuedCopy, Key)> = Vec::with_capacity(op.copies.len());
+            let mut skipped = Vec::new();
             let mut refused = None;
             for copy in &op.copies {
                 let key = (
@@ -206,14 +207,22 @@ impl Writer {
                 }
                 // A relay mailbox takes mail from anyone: the relay it leads to applies its
                 // agents' consent.
-                let allowed = copy.recipient == op.sender
-                    || is_relay_mailbox(&copy.recipient)
-                    || rules
-                        .get(&(op.sender.as_str(), copy.recipient.as_str()))
-                        .is_some_and(|rule| rule.allows(op.default));
-                if !allowed {
-                    refused = Some(Accepted::NotAllowed(copy.recipient.clone()));
-                    break;
+                let checked = copy.recipient != op.sender && !is_relay_mailbox(&copy.recipient);
+                let to = copy.recipient.as_str();
+                let of_sender = rules.get(&(op.sender.as_str(), to));
+                match &copy.group {
+                    Some(group) if checked => {
+                        let joined = rules.get(&(group.as_str(), to)).is_some_and(Rule::joined);
+                        if !joined || of_sender.is_some_and(Rule::blocked) {
+                            skipped.push(copy.recipient.clone());
+                            continue;
+                        }
+                    }
+                    None if checked && !of_sender.is_some_and(|r| r.allows(op.default)) => {
+                        refused = Some(Accepted::NotAllowed(copy.recipient.clone()));
+                        break;
+                    }
+                    _ => {}
                 }
                 let mailbox = mailbox(&boxes, copy.recipient.as_str())?;
                 let size = size_of(copy);
@@ -229,7 +238,8 @@ impl Writer {
                 outcomes.push(refusal);
                 continue;
             }
-            if fresh.is_empty() {
+            let fanned = op.copies.iter().any(|c| c.group.is_some());
+            if fresh.is_empty() && !fanned {
                 outcomes.push(Accepted::Duplicate);
                 continue;
             }
@@ -262,7 +272,14 @@ impl Writer {
                     prev: Some(unsigned(seq - 1, "sequence number")?),
                 });
             }
-            outcomes.push(Accepted::Stored(recipients));
+            outcomes.push(if fanned {
+                Accepted::Fanned {
+                    stored: recipients,
+                    skipped,
+                }
+            } else {
+                Accepted::Stored(recipients)
+            });
         }
         let mut payloads = Vec::new();
         if !rows.seq.is_empty() {
@@ -488,7 +505,11 @@ impl<'a> PairParams<'a> {
                 op.copies
                     .iter()
                     .filter(|c| c.recipient != op.sender && !is_relay_mailbox(&c.recipient))
-                    .map(|c| (op.sender.as_str(), c.recipient.as_str()))
+                    .flat_map(|c| {
+                        // A group copy is checked against the group as well as the sender.
+                        let group = c.group.as_ref().map(|g| (g.as_str(), c.recipient.as_str()));
+                        std::iter::once((op.sender.as_str(), c.recipient.as_str())).chain(group)
+                    })
             })
             .collect();
         pairs.sort_unstable();

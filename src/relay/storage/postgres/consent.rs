@@ -20,6 +20,17 @@ pub(super) struct Rule {
 }
 
 impl Rule {
+    /// Whether the recipient joined the group this rule was read for and is not closed. As
+    /// the SQLite backend decides.
+    pub(super) fn joined(&self) -> bool {
+        self.relation.as_deref() == Some("contact") && self.policy != Some(Policy::Closed)
+    }
+
+    /// Whether the recipient blocks the sender (or its relay).
+    pub(super) fn blocked(&self) -> bool {
+        self.relation.as_deref() == Some("blocked")
+    }
+
     /// Blocks always refuse; contacts pass unless the recipient is closed; anyone else passes
     /// only an open policy (the recipient's, else `default`). As the SQLite backend decides.
     pub(super) fn allows(&self, default: Policy) -> bool {
@@ -71,7 +82,8 @@ fn parties(change: &ConsentChange) -> Vec<AgentName> {
         | ConsentChange::Deny { target, requester } => [target, requester],
         ConsentChange::Block { owner, peer }
         | ConsentChange::Unblock { owner, peer }
-        | ConsentChange::Remove { owner, peer } => [owner, peer],
+        | ConsentChange::Remove { owner, peer }
+        | ConsentChange::Join { owner, group: peer } => [owner, peer],
         ConsentChange::SetPolicy { owner, .. } => [owner, owner],
     };
     vec![a.clone(), b.clone()]
@@ -251,6 +263,15 @@ pub(super) async fn consent(
                 )
                 .await?;
             changed(n, None)
+        }
+        ConsentChange::Join { owner, group } => {
+            tx.execute(
+                "INSERT INTO relations (owner, peer, kind, since) VALUES ($1, $2, 'contact', $3)
+                 ON CONFLICT (owner, peer) DO UPDATE SET kind = 'contact', since = excluded.since",
+                &[&owner.as_str(), &group.as_str(), &now],
+            )
+            .await?;
+            ConsentOutcome::Applied(None)
         }
         ConsentChange::SetPolicy { owner, policy } => {
             tx.execute(

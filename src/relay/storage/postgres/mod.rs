@@ -11,6 +11,7 @@
 mod batch;
 mod connect;
 mod consent;
+mod groups;
 mod import;
 mod pipeline;
 mod queue;
@@ -33,12 +34,13 @@ pub use connect::{Notifier, Target, is_postgres_url, redact_url};
 
 use super::{
     Accepted, AckOutcome, CommitListener, ConsentChange, ConsentLedger, ConsentOutcome,
-    ConsentState, CopyStatus, Epoch, InviteDigest, MigrateError, Moved, Pending, Queue, Queued,
-    QueuedCopy, Quota, Registration, Registry, Snapshot, Storage, StorageError, StorageMetrics,
+    ConsentState, CopyStatus, Epoch, GroupCreation, Groups, InviteDigest, MigrateError, Moved,
+    Pending, Queue, Queued, QueuedCopy, Quota, Registration, Registry, RosterChange, Snapshot,
+    Storage, StorageError, StorageMetrics,
 };
 use crate::protocol::{
-    AgentName, Bounce, CopyKey, KeyRotation, MessageId, OwnerKey, Policy, PublicKeys, RequestCode,
-    Seq, Shown,
+    Address, AgentName, Bounce, CopyKey, GroupView, KeyRotation, MessageId, OwnerKey, Policy,
+    PublicKeys, RequestCode, Seq, Shown,
 };
 
 /// PostgreSQL-backed relay storage: one per relay node.
@@ -245,6 +247,46 @@ impl Registry for PostgresStorage {
         limit: usize,
     ) -> Result<Vec<(AgentName, PublicKeys, String)>, StorageError> {
         registry::directory(&self.client().await?, limit).await
+    }
+}
+
+impl Groups for PostgresStorage {
+    async fn create_group(
+        &self,
+        group: GroupView,
+        max: usize,
+    ) -> Result<GroupCreation, StorageError> {
+        groups::create(&mut self.client().await?, &group, max).await
+    }
+
+    async fn group(&self, name: AgentName) -> Result<Option<GroupView>, StorageError> {
+        groups::read(&self.client().await?, &name).await
+    }
+
+    async fn add_member(
+        &self,
+        group: AgentName,
+        member: Address,
+        max: usize,
+    ) -> Result<RosterChange, StorageError> {
+        groups::add_member(&mut self.client().await?, &group, &member, max).await
+    }
+
+    async fn remove_member(
+        &self,
+        group: AgentName,
+        member: Address,
+    ) -> Result<RosterChange, StorageError> {
+        groups::remove_member(&mut self.client().await?, &group, &member).await
+    }
+
+    async fn groups_of(
+        &self,
+        member: Address,
+        owner: Option<OwnerKey>,
+        limit: usize,
+    ) -> Result<Vec<GroupView>, StorageError> {
+        groups::of(&self.client().await?, &member, owner, limit).await
     }
 }
 

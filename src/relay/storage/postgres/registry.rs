@@ -67,7 +67,13 @@ pub(super) async fn register(
             }
         }
     };
+    // Groups share the agents' namespace (and its lock).
+    let group = tx
+        .query_opt("SELECT 1 FROM groups WHERE name = $1", &[&name.as_str()])
+        .await?
+        .is_some();
     let outcome = match existing {
+        None if group => Registration::NameTaken,
         None => {
             if let Some(digest) = invite {
                 let used = tx

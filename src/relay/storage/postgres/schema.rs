@@ -145,9 +145,26 @@ CREATE TABLE denials (
     PRIMARY KEY (requester, target)
 );
 "#,
-    // Schema 9 is the groups' (issue 31, part 1), written on their branch: this one is
-    // numbered after it, and the two meet when the branches are merged.
-    "",
+    r#"
+-- Groups: names in the agents' namespace whose mail is fanned out to their roster. The owner
+-- key (32 bytes) signs roster changes; members are addresses (bare here, name@host there), in
+-- the order they were added.
+CREATE TABLE groups (
+    name       TEXT COLLATE "C" PRIMARY KEY,
+    creator    TEXT COLLATE "C" NOT NULL,
+    owner      BYTEA NOT NULL,
+    policy     TEXT NOT NULL CHECK (policy IN ('members', 'owner', 'anyone')),
+    created_at BIGINT NOT NULL
+);
+CREATE TABLE group_members (
+    position BIGSERIAL PRIMARY KEY,
+    grp      TEXT COLLATE "C" NOT NULL REFERENCES groups (name),
+    member   TEXT COLLATE "C" NOT NULL,
+    added_at BIGINT NOT NULL,
+    UNIQUE (grp, member)
+);
+CREATE INDEX group_members_member ON group_members (member);
+"#,
     r#"
 -- File reservations in a project's namespace (schema 10): `patterns` is a JSON array of
 -- repository-relative paths or globs; a row whose `expires_at` has passed is gone (never

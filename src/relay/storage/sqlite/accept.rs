@@ -30,6 +30,7 @@ pub(super) struct AcceptOp {
 pub(super) fn accept(b: &mut Batch<'_, '_>, op: &AcceptOp) -> Result<Accepted, StorageError> {
     let sender = b.index.id(&op.sender);
     let mut fresh = Vec::with_capacity(op.copies.len());
+    let mut skipped = Vec::new();
     for copy in &op.copies {
         let recipient = b.index.id(&copy.recipient);
         let key = (copy.id.unwrap_or(op.id), sender, recipient);
@@ -40,18 +41,32 @@ pub(super) fn accept(b: &mut Batch<'_, '_>, op: &AcceptOp) -> Result<Accepted, S
         }
         // A relay mailbox takes mail from anyone: the relay it leads to applies its agents'
         // consent.
-        if copy.recipient != op.sender
-            && !is_relay_mailbox(&copy.recipient)
-            && !rule(b, (sender, &op.sender), (recipient, &copy.recipient))?.allows(op.default)
-        {
-            return Ok(Accepted::NotAllowed(copy.recipient.clone()));
+        let checked = copy.recipient != op.sender && !is_relay_mailbox(&copy.recipient);
+        match &copy.group {
+            Some(group) if checked => {
+                let group_id = b.index.id(group);
+                let joined = rule(b, (group_id, group), (recipient, &copy.recipient))?.joined();
+                if !joined || rule(b, (sender, &op.sender), (recipient, &copy.recipient))?.blocked()
+                {
+                    skipped.push(copy.recipient.clone());
+                    continue;
+                }
+            }
+            None if checked
+                && !rule(b, (sender, &op.sender), (recipient, &copy.recipient))?
+                    .allows(op.default) =>
+            {
+                return Ok(Accepted::NotAllowed(copy.recipient.clone()));
+            }
+            _ => {}
         }
         if !b.index.fits(recipient, op.quota, copy.envelope.len()) {
             return Ok(Accepted::QuotaFull(copy.recipient.clone()));
         }
         fresh.push((copy, key));
     }
-    if fresh.is_empty() {
+    let fanned = op.copies.iter().any(|c| c.group.is_some());
+    if fresh.is_empty() && !fanned {
         return Ok(Accepted::Duplicate);
     }
     let now = now_ms();
@@ -85,7 +100,14 @@ pub(super) fn accept(b: &mut Batch<'_, '_>, op: &AcceptOp) -> Result<Accepted, S
             prev: None,
         });
     }
-    Ok(Accepted::Stored(recipients))
+    Ok(if fanned {
+        Accepted::Fanned {
+            stored: recipients,
+            skipped,
+        }
+    } else {
+        Accepted::Stored(recipients)
+    })
 }
 
 /// The consent rule for mail from `sender` to `recipient`, remembered from an earlier send or

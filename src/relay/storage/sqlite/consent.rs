@@ -256,6 +256,14 @@ fn consent(
             )?;
             changed(n, None)
         }
+        ConsentChange::Join { owner, group } => {
+            tx.execute(
+                "INSERT INTO relations (owner, peer, kind, since) VALUES (?1, ?2, 'contact', ?3)
+                 ON CONFLICT (owner, peer) DO UPDATE SET kind = 'contact', since = excluded.since",
+                params![owner.as_str(), group.as_str(), now],
+            )?;
+            ConsentOutcome::Applied(None)
+        }
         ConsentChange::SetPolicy { owner, policy } => {
             tx.execute(
                 "UPDATE agents SET policy = ?2 WHERE name = ?1",

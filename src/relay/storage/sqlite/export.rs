@@ -334,6 +334,7 @@ mod tests {
                 id: None,
                 recipient: name(to),
                 envelope,
+                group: None,
             }];
             let accepted = storage
                 .accept(name("alice"), id, copies, quota, expires, Policy::Open)

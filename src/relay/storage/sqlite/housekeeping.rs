@@ -169,6 +169,7 @@ mod tests {
                     id: None,
                     recipient: name(to),
                     envelope: Arc::from(vec![7u8; 500]),
+                    group: None,
                 }],
                 quota: Quota {
                     count: 1000,

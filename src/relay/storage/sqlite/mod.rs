@@ -25,6 +25,7 @@ mod clock;
 mod connect;
 mod consent;
 mod export;
+mod groups;
 mod housekeeping;
 mod index;
 mod metrics;
@@ -270,6 +271,7 @@ mod tests {
                 id: None,
                 recipient: name("bob"),
                 envelope: Arc::from(&b"{}"[..]),
+                group: None,
             }]
         };
         let quota = Quota {

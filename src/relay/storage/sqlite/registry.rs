@@ -169,6 +169,13 @@ fn register(
         None => None,
     };
     Ok(match existing {
+        // Groups share the agents' namespace.
+        None if tx
+            .prepare_cached("SELECT 1 FROM groups WHERE name = ?1")?
+            .exists([name.as_str()])? =>
+        {
+            Registration::NameTaken
+        }
         None => {
             if let Some(digest) = invite {
                 let used = tx.execute(

@@ -52,6 +52,17 @@ impl Rule {
         })
     }
 
+    /// Whether the recipient joined the group this rule was read for (the group's row is a
+    /// contact) and is not closed: the group's copy passes its consent.
+    pub(super) fn joined(self) -> bool {
+        self.relation == Relation::Contact && self.policy != Some(Policy::Closed)
+    }
+
+    /// Whether the recipient blocks the sender (or its relay).
+    pub(super) fn blocked(self) -> bool {
+        self.relation == Relation::Blocked
+    }
+
     /// Blocks always refuse; contacts pass unless the recipient is closed; anyone else passes
     /// only an open policy (the recipient's, else `default`).
     pub(super) fn allows(self, default: Policy) -> bool {

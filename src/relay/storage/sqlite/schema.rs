@@ -184,9 +184,25 @@ CREATE TABLE denials (
     PRIMARY KEY (requester, target)
 ) STRICT, WITHOUT ROWID;
 "#,
-    // Schema 13 is the groups' (issue 31, part 1), written on their branch: this one is
-    // numbered after it, and the two meet when the branches are merged.
-    "",
+    r#"
+-- Groups: names in the agents' namespace whose mail is fanned out to their roster. The owner
+-- key (32 bytes) signs roster changes; members are addresses (bare here, name@host there), in
+-- the order they were added (rowid).
+CREATE TABLE groups (
+    name       TEXT PRIMARY KEY,
+    creator    TEXT NOT NULL,
+    owner      BLOB NOT NULL,
+    policy     TEXT NOT NULL CHECK (policy IN ('members', 'owner', 'anyone')),
+    created_at INTEGER NOT NULL
+) STRICT;
+CREATE TABLE group_members (
+    grp      TEXT NOT NULL REFERENCES groups (name),
+    member   TEXT NOT NULL,
+    added_at INTEGER NOT NULL,
+    UNIQUE (grp, member)
+) STRICT;
+CREATE INDEX group_members_member ON group_members (member);
+"#,
     r#"
 -- File reservations in a project's namespace (schema 14): `patterns` is a JSON array of
 -- repository-relative paths or globs; a row whose `expires_at` has passed is gone (never
