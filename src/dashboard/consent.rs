@@ -7,11 +7,14 @@
 
 use super::form::{Action, ConsentForm};
 use crate::client::consent::{self as relay_consent, Change, ConsentState, OwnerKeyProblem};
+use crate::client::groups as relay_groups;
 use crate::client::{ClientError, Connection, RelayUrl};
 use crate::crypto::{Owner, OwnerKeyError, PublicIdentity};
 use crate::keys::{OwnerPinError, read_owner_public};
 use crate::mailbox::Mailbox;
-use crate::protocol::{Address, Fingerprint, RequestCode, ValidationError};
+use crate::mailbox::MailboxError;
+use crate::protocol::{Address, Fingerprint, GroupView, RequestCode, ValidationError};
+use crate::store::GroupMark;
 
 /// Why a consent change from the page did not happen.
 #[derive(Debug, thiserror::Error)]
@@ -42,6 +45,9 @@ pub enum ActionError {
     /// The relay refused or could not be reached.
     #[error(transparent)]
     Relay(#[from] ClientError),
+    /// The agent's store could not record the change.
+    #[error(transparent)]
+    Mailbox(#[from] MailboxError),
 }
 
 /// An incoming request, with the requester's fingerprint for the owner to compare.
@@ -64,6 +70,11 @@ pub struct Consent {
     pub state: ConsentState,
     /// Incoming requests with fingerprints.
     pub incoming: Vec<Incoming>,
+    /// Groups on the agent's relay it is on the roster of, or whose owner is its owner; the
+    /// relay's refusal in words (one from before groups, say), which leaves the rest shown.
+    pub groups: Result<Vec<GroupView>, String>,
+    /// Where the agent stands with groups by its store: joined, or wished by its model.
+    pub marks: Vec<GroupMark>,
 }
 
 async fn connect(
@@ -92,6 +103,10 @@ pub async fn read(
     let mut conn = connect(mailbox, relay, owner_key).await?;
     let result = async {
         let state = relay_consent::state(&mut conn).await?;
+        let groups = relay_groups::list(&mut conn)
+            .await
+            .map_err(|e| e.to_string());
+        let marks = mailbox.group_marks().await?;
         let deadline = tokio::time::Instant::now() + LOOKUP_DEADLINE;
         let mut fingerprints = std::collections::HashMap::new();
         for q in state.incoming.iter().filter(|q| q.agent.host().is_none()) {
@@ -133,7 +148,12 @@ pub async fn read(
                 fingerprint: fingerprints.get(&q.agent).cloned(),
             })
             .collect();
-        Ok(Consent { state, incoming })
+        Ok(Consent {
+            state,
+            incoming,
+            groups,
+            marks,
+        })
     }
     .await;
     conn.close().await;
@@ -164,6 +184,7 @@ pub async fn apply(
         Action::Block(agent) => Change::Block(agent.into()),
         Action::Unblock(agent) => Change::Unblock(agent.into()),
         Action::Remove(agent) => Change::Remove(agent),
+        Action::Join(group) => Change::Join(group),
         Action::Policy => Change::Policy(policy.as_deref().unwrap_or_default().parse()?),
     };
     let local = read_owner_public(owner_key)?;
@@ -183,7 +204,16 @@ pub async fn apply(
         let owner = tokio::task::spawn_blocking(move || Owner::unlock(&path, &passphrase))
             .await
             .expect("unlocking never panics")?;
-        Ok(relay_consent::apply(&mut conn, &owner, change).await?)
+        let joined = match &change {
+            Change::Join(group) => Some(group.clone()),
+            _ => None,
+        };
+        let detail = relay_consent::apply(&mut conn, &owner, change).await?;
+        // Recorded once the relay holds the consent, as `mailslot groups join` does.
+        if let Some(group) = joined {
+            mailbox.record_join(group).await?;
+        }
+        Ok(detail)
     }
     .await;
     conn.close().await;

@@ -40,6 +40,8 @@ pub enum Action {
     Unblock(Address),
     /// End a contact.
     Remove(Address),
+    /// Join a group: accept the mail it fans out to this agent.
+    Join(Address),
     /// Set the policy chosen in the form's `policy` field.
     Policy,
 }
@@ -51,7 +53,7 @@ impl Action {
         }
         let (verb, agent) = value.split_once(' ').ok_or_else(|| {
             FormError::Bad(format!(
-                "action {value:?} is not `ACTION AGENT` (approve, deny, block, unblock or remove) or `policy`"
+                "action {value:?} is not `ACTION AGENT` (approve, deny, block, unblock, remove or join) or `policy`"
             ))
         })?;
         let agent = Address::parse(agent)?;
@@ -61,9 +63,10 @@ impl Action {
             "block" => Self::Block(agent),
             "unblock" => Self::Unblock(agent),
             "remove" => Self::Remove(agent),
+            "join" => Self::Join(agent),
             other => {
                 return Err(FormError::Bad(format!(
-                    "action {other:?} is none of approve, deny, block, unblock, remove, policy"
+                    "action {other:?} is none of approve, deny, block, unblock, remove, join, policy"
                 )));
             }
         })
@@ -76,7 +79,8 @@ impl Action {
             | Self::Deny(a)
             | Self::Block(a)
             | Self::Unblock(a)
-            | Self::Remove(a) => Some(a),
+            | Self::Remove(a)
+            | Self::Join(a) => Some(a),
             Self::Policy => None,
         }
     }

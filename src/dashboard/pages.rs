@@ -12,11 +12,12 @@ use super::form::code_field;
 use super::relay_status::RelayReport;
 use crate::doorbell::frame;
 use crate::protocol::{
-    Address, AgentName, Fingerprint, Importance, Limits, MAX_ANSWER_CHARS, Message, MessageId,
-    Policy,
+    Address, AgentName, Fingerprint, Importance, Limits, MAX_ANSWER_CHARS, MAX_GROUP_MEMBERS,
+    Message, MessageId, Policy,
 };
 use crate::store::{
-    Contact, Direction, OwnerVoice, Recalled, SentItem, SentState, StoredMessage, Trust,
+    Contact, Direction, GroupMark, Membership, OwnerVoice, Recalled, SentItem, SentState,
+    StoredMessage, Trust,
 };
 
 /// The longest subject shown in a list (characters).
@@ -594,6 +595,7 @@ pub fn contacts(
                     @for other in &c.state.blocked {
                         section.contact { strong { (other) } " " (act("unblock", other, "Unblock")) }
                     }
+                    (groups(agent, c))
                 },
             }
             h2 { "Pinned keys" }
@@ -612,6 +614,44 @@ pub fn contacts(
             }
         },
     )
+}
+
+/// The contacts page's groups: those the agent's model asked to join, with the owner's
+/// button; where it stands with the others; and the groups on its relay it is on or owns,
+/// with their rosters. Joining is signed like every change on the page; leaving is the
+/// agent's own (`leave_group`, `mailslot groups leave`).
+fn groups(agent: &AgentName, c: &Consent) -> Markup {
+    let wished: Vec<&GroupMark> = c
+        .marks
+        .iter()
+        .filter(|m| m.state == Membership::Wished)
+        .collect();
+    html! {
+        h2 { "Groups" }
+        @if !wished.is_empty() {
+            p { (agent) " asked to join these; its group mail reaches it only once you join:" }
+            @for m in &wished {
+                section.group data-wished=(m.group) { strong { (m.group) } " " span.muted { "asked " (when(m.since)) } " " (act("join", &m.group, "Join")) }
+            }
+        }
+        @let joined: Vec<&GroupMark> = c.marks.iter().filter(|m| m.state == Membership::Joined).collect();
+        @if !joined.is_empty() {
+            p { "Joined: " @for (i, m) in joined.iter().enumerate() { @if i > 0 { ", " } strong.joined { (m.group) } } }
+        }
+        @match &c.groups {
+            Err(why) => p.danger { "The relay's groups are unavailable: " (why) },
+            Ok(listed) if listed.is_empty() && c.marks.is_empty() => p.empty { "None. Make one with " code { "mailslot --agent " (agent) " groups create NAME" } "." },
+            Ok(listed) => {
+                @for g in listed {
+                    section.group data-group=(g.name) {
+                        h3 { (g.name) }
+                        p.muted { "Posting: " (g.policy.as_str()) " · created by " (g.creator) " · " (g.members.len()) " of " (MAX_GROUP_MEMBERS) " members" }
+                        ul.members { @for m in &g.members { li { (m) } } }
+                    }
+                }
+            }
+        }
+    }
 }
 
 /// `/agents/NAME/memories?q=…`: memories, found by relevance and recency.

@@ -31,6 +31,22 @@ impl Mailbox {
         Ok((listed, marks))
     }
 
+    /// Where the agent stands with groups by its store alone (joined, or wished and waiting
+    /// for the owner): no relay call, for pages that read the relay themselves.
+    pub async fn group_marks(&self) -> Result<Vec<GroupMark>, MailboxError> {
+        Ok(self.0.store.call(|s| s.group_marks()).await?)
+    }
+
+    /// Records that the owner joined `group` for this agent (after the relay took the signed
+    /// join), so the group's mail opens here from now, as the CLI's `groups join` records it.
+    pub async fn record_join(&self, group: Address) -> Result<(), MailboxError> {
+        self.0
+            .store
+            .call(move |s| s.mark_group(&group, Membership::Joined))
+            .await?;
+        Ok(())
+    }
+
     /// Records that the agent's model wants to join `group`, for its owner to decide; where
     /// the agent stands with it now (a wish never undoes a join).
     pub async fn wish_to_join(&self, group: Address) -> Result<Membership, MailboxError> {

@@ -1191,3 +1191,95 @@ async fn the_owner_writes_to_the_agent_from_its_page() {
         "no passphrase in the logs: {logs}"
     );
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_owner_sees_the_agents_groups_and_joins_one_its_model_asked_for() {
+    let world = world(Opener::Not, false).await;
+    let (bob, relay) = (world.bob_home.path(), &world.relay);
+    mailslot(bob, relay, &["--agent", "bob", "groups", "create", "crew"]);
+    // bob's model asked to join (the `join_group` tool records only this wish).
+    {
+        let dir = bob.join("agents").join("bob");
+        let store = mailslot::store::Store::open(&mailslot::agent::store_path(&dir)).unwrap();
+        store
+            .mark_group(
+                &mailslot::protocol::Address::parse("crew").unwrap(),
+                mailslot::store::Membership::Wished,
+            )
+            .unwrap();
+    }
+    let d = &world.dashboard;
+    let (addr, host) = (d.addr, d.addr.to_string());
+    let cookie = enter(d);
+    let page = get(addr, "/agents/bob/contacts", &host, Some(&cookie));
+    assert_eq!(page.status, 200);
+    assert!(
+        page.body.contains(r#"data-wished="crew""#)
+            && page.body.contains(r#"value="join crew""#)
+            && page.body.contains(r#"data-group="crew""#)
+            && page.body.contains("Posting: members"),
+        "{}",
+        page.body
+    );
+    let csrf = page
+        .body
+        .split(r#"name="csrf" value=""#)
+        .nth(1)
+        .unwrap()
+        .split('"')
+        .next()
+        .unwrap()
+        .to_owned();
+    let joined = || -> bool {
+        let listed: serde_json::Value = serde_json::from_str(&mailslot(
+            bob,
+            relay,
+            &["--agent", "bob", "--json", "groups"],
+        ))
+        .unwrap();
+        let state = listed["marks"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|m| m["group"] == "crew")
+            .map(|m| m["state"].clone());
+        state == Some(serde_json::json!("joined"))
+    };
+    assert!(!joined(), "not joined before the owner's signature");
+    let form = |passphrase: &str| {
+        format!(
+            "csrf={csrf}&action=join+crew&policy=contacts&passphrase={}",
+            passphrase.replace(' ', "+")
+        )
+    };
+    let origin = format!("http://{host}");
+    let path = "/agents/bob/consent";
+    let wrong = post(
+        addr,
+        path,
+        Some(&cookie),
+        Some(&origin),
+        &form("not the owner's passphrase"),
+    );
+    assert_eq!(wrong.status, 303, "{}", wrong.body);
+    assert!(!joined(), "a wrong passphrase joins nothing");
+    let done = post(addr, path, Some(&cookie), Some(&origin), &form(PASSPHRASE));
+    assert_eq!(done.status, 303, "{}", done.body);
+    let shown = get(addr, done.header("location").unwrap(), &host, Some(&cookie));
+    assert!(
+        shown.body.contains("notice ok") && shown.body.contains(r#"class="joined">crew"#),
+        "{}",
+        shown.body
+    );
+    assert!(joined(), "the store records the join, so crew's mail opens");
+    let contacts: serde_json::Value = serde_json::from_str(&mailslot(
+        bob,
+        relay,
+        &["--agent", "bob", "--json", "contacts"],
+    ))
+    .unwrap();
+    assert!(
+        contacts.to_string().contains("\"crew\""),
+        "the relay holds bob's consent to crew: {contacts}"
+    );
+}
