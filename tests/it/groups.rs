@@ -729,7 +729,7 @@ async fn members_on_another_relay_get_one_sealed_copy_each_over_the_link_exactly
     assert_eq!(opened[0].message.from, at(&lead, &a), "the real sender");
     assert_eq!(
         opened[0].message.to,
-        [team_a.clone()],
+        std::slice::from_ref(&team_a),
         "the group it joined"
     );
     assert_eq!(
