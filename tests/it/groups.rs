@@ -670,7 +670,33 @@ async fn receive(agent: &TestAgent, relay: &TestRelay, n: usize) -> Vec<String> 
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn members_on_another_relay_get_one_sealed_copy_each_over_the_link_exactly_once() {
-    let (a, b) = (relay().await, relay().await);
+    across_relays(relay().await, relay().await).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn members_on_another_relay_get_their_copies_between_postgres_relays() {
+    let Some(cluster) = common::postgres::PgCluster::shared() else {
+        return;
+    };
+    let mut relays = Vec::new();
+    for db in ["group_a", "group_b"] {
+        let url = cluster.create_database(db).await;
+        relays.push(
+            TestRelay::start(move |c| {
+                c.default_policy = Some(Policy::Contacts);
+                c.db = Some(url.into());
+            })
+            .await,
+        );
+    }
+    let [a, b] = relays.try_into().ok().unwrap();
+    across_relays(a, b).await;
+}
+
+/// On relays `a` and `b` (contacts policy): a group of five on `a` with two members on `b`
+/// who joined and one there who did not; one copy each, sealed to each alone, exactly once
+/// through `b`'s restart, and a bounce naming the one who did not join.
+async fn across_relays(a: TestRelay, b: TestRelay) {
     let [lead, bob, carol] = a.agents(["lead", "bob", "carol"]).await;
     let [dan, erin, frank] = b.agents(["dan", "erin", "frank"]).await;
     let team_a = team_of(&a);
