@@ -174,6 +174,10 @@ pub struct Deliver<'a> {
     _type: DeliverTag,
     /// The dialer's sequence number of this copy.
     pub seq: Seq,
+    /// The group on the dialing relay this is a member's copy of (`team@<dialer>`); the
+    /// answerer applies its member's consent as this group's.
+    #[serde(default)]
+    pub group: Option<Address>,
     /// The sealed envelope, with a key for each of the answerer's recipients only.
     #[serde(borrow)]
     pub envelope: EnvelopeHead<'a>,
@@ -219,6 +223,57 @@ pub fn deliver_frame(seq: Seq, envelope: &[u8]) -> Option<String> {
     write!(out, r#"{{"type":"deliver","seq":{seq},"envelope":"#).ok()?;
     out.push_str(envelope);
     out.push('}');
+    Some(out)
+}
+
+/// How a group copy waits in another relay's mailbox: the tail of its `deliver` frame,
+/// `{"group":"team@host","envelope":…}`. A mailbox holds opaque bytes (the spool's records
+/// are frozen), so the group rides in them; a plain copy's bytes are its envelope, which
+/// starts `{"v":`, so the two never mix up.
+const GROUP_COPY_START: &str = r#"{"group":"#;
+
+/// The bytes queued in `group`'s host's link mailbox for a member's copy `envelope`.
+pub fn group_copy(group: &Address, envelope: &[u8]) -> Vec<u8> {
+    let group = serde_json::to_string(group).expect("an address always serializes");
+    let mut out = Vec::with_capacity(envelope.len() + group.len() + 24);
+    out.extend_from_slice(GROUP_COPY_START.as_bytes());
+    out.extend_from_slice(group.as_bytes());
+    out.extend_from_slice(br#","envelope":"#);
+    out.extend_from_slice(envelope);
+    out.push(b'}');
+    out
+}
+
+/// A group copy as it waits in a link mailbox ([`group_copy`]).
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct GroupCopy<'a> {
+    group: Address,
+    #[serde(borrow)]
+    envelope: &'a RawValue,
+}
+
+/// The envelope text and group of bytes waiting in a link mailbox: a plain copy is its
+/// envelope, a group copy names its group ([`group_copy`]). `None` when they are neither.
+pub fn read_link_copy(stored: &[u8]) -> Option<(&str, Option<Address>)> {
+    let text = std::str::from_utf8(stored).ok()?;
+    if !text.starts_with(GROUP_COPY_START) {
+        return Some((text, None));
+    }
+    let copy: GroupCopy<'_> = serde_json::from_str(text).ok()?;
+    Some((copy.envelope.get(), Some(copy.group)))
+}
+
+/// The `deliver` frame a link sends for bytes waiting in a link mailbox: a group copy's
+/// frame names the group. Spliced without parsing, as [`deliver_frame`].
+pub fn link_deliver_frame(seq: Seq, stored: &[u8]) -> Option<String> {
+    let Some(rest) = stored.strip_prefix(GROUP_COPY_START.as_bytes()) else {
+        return deliver_frame(seq, stored);
+    };
+    let rest = std::str::from_utf8(rest).ok()?;
+    let mut out = String::with_capacity(rest.len() + 48);
+    write!(out, r#"{{"type":"deliver","seq":{seq},"group":"#).ok()?;
+    out.push_str(rest);
     Some(out)
 }
 
@@ -282,6 +337,25 @@ mod tests {
             }
         );
         assert!(deliver_frame(1, b"\xff").is_none(), "not text");
+    }
+
+    #[test]
+    fn a_group_copy_is_delivered_naming_its_group_and_reads_back() {
+        let env = sealed();
+        let group = Address::parse("team@relay-a.example").unwrap();
+        let stored = group_copy(&group, &env.to_bytes());
+        let text = link_deliver_frame(9, &stored).unwrap();
+        let d = Deliver::read(&text).unwrap().unwrap();
+        assert_eq!((d.seq, d.group.as_ref()), (9, Some(&group)));
+        assert_eq!(d.envelope.id, env.id);
+        let (envelope, read) = read_link_copy(&stored).unwrap();
+        assert_eq!(envelope.as_bytes(), env.to_bytes().as_slice());
+        assert_eq!(read, Some(group));
+        // A plain copy is its envelope, delivered as to an agent.
+        let plain = env.to_bytes();
+        assert_eq!(link_deliver_frame(3, &plain), deliver_frame(3, &plain));
+        assert_eq!(read_link_copy(&plain).unwrap().1, None);
+        assert!(read_link_copy(br#"{"group":1}"#).is_none(), "neither");
     }
 
     #[test]

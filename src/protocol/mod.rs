@@ -48,7 +48,8 @@ pub use keys::PublicKeys;
 pub use limits::Limits;
 pub use link::{
     Deliver, LINK_PATH, LINK_VERSION, LINK_WINDOW, LinkAnswer, LinkRequest, MAX_LINK_BOUNCES,
-    Refusal, RemoteBounce, deliver_frame, link_payload,
+    Refusal, RemoteBounce, deliver_frame, group_copy, link_deliver_frame, link_payload,
+    read_link_copy,
 };
 pub use message::{Attachment, Message, now_millis};
 pub use owner::{OwnerAct, OwnerKey, owner_payload};

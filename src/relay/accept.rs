@@ -143,17 +143,13 @@ pub async fn check<S: Registry + Queue + Groups>(
     let mut copies = Vec::with_capacity(targets.len());
     let mut unknown = Vec::new();
     // Members a group send leaves out before the write: retired since they were added, or on
-    // another relay (docs/decisions.md, "Groups").
+    // a relay this one does not deliver to (docs/decisions.md, "Groups").
     let mut left_out: Vec<AgentName> = Vec::new();
     // Recipients on other relays: each gets a copy of its own in its relay's mailbox here.
     let mut remote: Vec<&Address> = Vec::new();
     for key in targets {
         let Some(name) = state.local_name(&key.to) else {
-            if group.is_some() {
-                left_out.extend(AgentName::remote_agent(&key.to));
-            } else {
-                remote.push(&key.to);
-            }
+            remote.push(&key.to);
             continue;
         };
         match state.is_registered(name).await {
@@ -220,8 +216,19 @@ pub async fn check<S: Registry + Queue + Groups>(
             None,
         );
     }
+    // A member's copy for another relay says which group it is of, as `team@<this relay>`.
+    let group_address = group
+        .as_ref()
+        .map(|g| Address::remote(g.clone(), state.name.clone()));
     for to in remote {
         let relay = to.host().expect("only a remote address has no local name");
+        let unreachable = !state.config.links_with(relay)
+            || (super::link::names_private(relay) && !state.config.may_reach_private(relay));
+        // A member this relay cannot deliver to is left out, not a refusal of the group send.
+        if group.is_some() && unreachable {
+            left_out.extend(AgentName::remote_agent(to));
+            continue;
+        }
         if !state.config.links_with(relay) {
             return refuse(
                 ErrorCode::NotAllowed,
@@ -270,11 +277,17 @@ pub async fn check<S: Registry + Queue + Groups>(
                 None,
             );
         }
+        let envelope = match &group_address {
+            Some(group) => crate::protocol::group_copy(group, &copy),
+            None => copy,
+        };
         copies.push(QueuedCopy {
             recipient: mailbox,
             id: Some(id),
-            envelope: copy.into(),
-            group: None,
+            envelope: envelope.into(),
+            // A relay mailbox applies no consent (the member's relay does); the group marks
+            // the send as fanned out.
+            group: group.clone(),
         });
     }
     let quota = Quota {

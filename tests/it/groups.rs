@@ -587,10 +587,15 @@ async fn a_group_of_five_gets_one_sealed_copy_each_through_real_mcp_processes() 
 }
 
 #[tokio::test]
-async fn members_on_other_relays_are_named_in_the_answer_not_sent_to() {
-    let relay = relay().await;
-    let [lead] = relay.agents(["lead"]).await;
+async fn members_on_a_relay_this_one_does_not_deliver_to_are_named_in_the_answer() {
     let far = Address::parse("far@relay-b.example").unwrap();
+    let denied = far.host().unwrap().clone();
+    let relay = TestRelay::start(|c| {
+        c.default_policy = Some(Policy::Contacts);
+        c.deny_relays.push(denied);
+    })
+    .await;
+    let [lead] = relay.agents(["lead"]).await;
     let mut conn = lead.connect(&relay).await;
     groups::create(&mut conn, team_name(), GroupPolicy::Members)
         .await
@@ -610,8 +615,266 @@ async fn members_on_other_relays_are_named_in_the_answer_not_sent_to() {
     )];
     let envelope = seal_for_group(&letter, &lead.identity, &keys, &Limits::default()).unwrap();
     let (_, skipped) = conn.send_to(envelope, Some(team_name())).await.unwrap();
-    assert_eq!(skipped, [far], "not carried across relays yet, and said so");
+    assert_eq!(
+        skipped,
+        [far],
+        "its operator denied that relay, and said so"
+    );
     conn.close().await;
+}
+
+/// `agent`'s full address on `relay`.
+fn at(agent: &TestAgent, relay: &TestRelay) -> Address {
+    Address::remote(agent.name.clone(), relay.relay.name().clone())
+}
+
+/// The group `team` of `relay`, as another relay's agents address it.
+fn team_of(relay: &TestRelay) -> Address {
+    Address::remote(team_name(), relay.relay.name().clone())
+}
+
+/// `member`'s owner, at `relay`, joins `group` of another relay for it, as `groups join` does.
+async fn join_remote(relay: &TestRelay, member: &TestAgent, group: &Address) {
+    let mut conn = member.connect(relay).await;
+    consent::apply(&mut conn, &member.owner, Change::Join(group.clone()))
+        .await
+        .unwrap();
+    conn.close().await;
+    let group = group.clone();
+    member
+        .store
+        .call(move |s| s.mark_group(&group, Membership::Joined))
+        .await
+        .unwrap();
+}
+
+/// Syncs `agent` until it holds `n` messages; their bodies, oldest first.
+async fn receive(agent: &TestAgent, relay: &TestRelay, n: usize) -> Vec<String> {
+    let deadline = tokio::time::Instant::now() + EVENT_TIMEOUT * 4;
+    loop {
+        let report = agent.sync(relay).await;
+        assert!(report.unreadable.is_empty(), "{report:?}");
+        let got = bodies(agent).await;
+        if got.len() >= n {
+            return got;
+        }
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "{} got {got:?}, not {n}",
+            agent.name
+        );
+        // The link delivers in the background; the next sync asks again.
+        tokio::task::yield_now().await;
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn members_on_another_relay_get_one_sealed_copy_each_over_the_link_exactly_once() {
+    across_relays(relay().await, relay().await).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn members_on_another_relay_get_their_copies_between_postgres_relays() {
+    let Some(cluster) = common::postgres::PgCluster::shared() else {
+        return;
+    };
+    let mut relays = Vec::new();
+    for db in ["group_a", "group_b"] {
+        let url = cluster.create_database(db).await;
+        relays.push(
+            TestRelay::start(move |c| {
+                c.default_policy = Some(Policy::Contacts);
+                c.db = Some(url.into());
+            })
+            .await,
+        );
+    }
+    let [a, b] = relays.try_into().ok().unwrap();
+    across_relays(a, b).await;
+}
+
+/// On relays `a` and `b` (contacts policy): a group of five on `a` with two members on `b`
+/// who joined and one there who did not; one copy each, sealed to each alone, exactly once
+/// through `b`'s restart, and a bounce naming the one who did not join.
+async fn across_relays(a: TestRelay, b: TestRelay) {
+    let [lead, bob, carol] = a.agents(["lead", "bob", "carol"]).await;
+    let [dan, erin, frank] = b.agents(["dan", "erin", "frank"]).await;
+    let team_a = team_of(&a);
+    let mut conn = lead.connect(&a).await;
+    groups::create(&mut conn, team_name(), GroupPolicy::Members)
+        .await
+        .unwrap();
+    // Five who joined (lead, bob and carol here, dan and erin at B), and frank at B, who did not.
+    let members = [
+        bob.address(),
+        carol.address(),
+        at(&dan, &b),
+        at(&erin, &b),
+        at(&frank, &b),
+    ];
+    for member in members {
+        groups::change(&mut conn, &lead.owner, (team_name(), Roster::Add, member))
+            .await
+            .unwrap();
+    }
+    conn.close().await;
+    for member in [&lead, &bob, &carol] {
+        join(&a, member).await;
+    }
+    for member in [&dan, &erin] {
+        join_remote(&b, member, &team_a).await;
+    }
+
+    let report = lead.send(&a, to_team(&lead, "first")).await;
+    assert_eq!(report.sent.len(), 1, "{report:?}");
+    // erin's copy at B holds her wrap alone.
+    let mut ws = raw_login(&b, &erin).await;
+    let envelope = loop {
+        match raw_recv(&mut ws).await {
+            Some(mailslot::protocol::ServerFrame::Deliver { envelope, .. }) => break envelope,
+            Some(_) => {}
+            None => panic!("erin's session ended before her copy"),
+        }
+    };
+    let wraps: Vec<&Address> = envelope.keys.iter().map(|k| &k.to).collect();
+    assert_eq!(wraps, [&at(&erin, &b)], "sealed to her alone");
+    drop(ws);
+    for (member, relay) in [(&bob, &a), (&carol, &a), (&dan, &b), (&erin, &b)] {
+        assert_eq!(
+            receive(member, relay, 1).await,
+            ["first"],
+            "{}",
+            member.name
+        );
+    }
+    let opened = dan
+        .store
+        .call(|s| s.inbox(&Default::default()))
+        .await
+        .unwrap();
+    assert_eq!(opened[0].message.from, at(&lead, &a), "the real sender");
+    assert_eq!(
+        opened[0].message.to,
+        std::slice::from_ref(&team_a),
+        "the group it joined"
+    );
+    assert_eq!(
+        opened[0].trust,
+        mailslot::store::Trust::Verified,
+        "the sender's keys from the sender's relay"
+    );
+    // frank never joined: B refuses his copy and the sender hears it, naming him.
+    let deadline = tokio::time::Instant::now() + EVENT_TIMEOUT * 2;
+    let bounce = loop {
+        if let Some(bounce) = lead.sync(&a).await.bounced.first() {
+            break bounce.clone();
+        }
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "no bounce for frank"
+        );
+        tokio::task::yield_now().await;
+    };
+    assert_eq!(bounce.to, at(&frank, &b));
+    frank.sync(&b).await;
+    assert!(bodies(&frank).await.is_empty(), "not joined");
+    assert!(bodies(&lead).await.is_empty(), "the sender gets no copy");
+
+    // B goes away and comes back: the link reconnects, and each copy still arrives once.
+    let b = b.stop().await;
+    lead.send(&a, to_team(&lead, "second")).await;
+    let b = b.restart().await;
+    lead.send(&a, to_team(&lead, "third")).await;
+    for member in [&dan, &erin] {
+        assert_eq!(
+            receive(member, &b, 3).await,
+            ["first", "second", "third"],
+            "{}: exactly once each",
+            member.name
+        );
+        let report = member.sync(&b).await;
+        assert!(
+            report.received.is_empty() && report.duplicates == 0,
+            "{report:?}"
+        );
+    }
+    a.relay.shutdown().await;
+    b.relay.shutdown().await;
+}
+
+/// Delivers, over `ws` (a link from another relay), a copy of `group` from `from` to `to`.
+async fn deliver_group_copy(
+    ws: &mut RawSocket,
+    seq: u64,
+    (group, from): (&Address, &Address),
+    (to, to_at): (&TestAgent, &Address),
+) -> mailslot::protocol::LinkAnswer {
+    use futures_util::{SinkExt, StreamExt};
+    use mailslot::protocol::{group_copy, link_deliver_frame};
+    use tokio_tungstenite::tungstenite::Message as Ws;
+    let letter = Message::new(from.clone(), vec![group.clone()], "s", "b");
+    let sealed = seal_for_group(
+        &letter,
+        &mailslot::crypto::Identity::generate(),
+        &[(to_at.clone(), to.identity.public().clone())],
+        &Limits::default(),
+    )
+    .unwrap();
+    let stored = group_copy(group, &sealed.to_bytes());
+    ws.send(Ws::text(link_deliver_frame(seq, &stored).unwrap()))
+        .await
+        .unwrap();
+    let Some(Ok(Ws::Text(text))) = ws.next().await else {
+        panic!("no answer")
+    };
+    serde_json::from_str(&text).unwrap()
+}
+
+#[tokio::test]
+async fn a_relay_cannot_deliver_a_copy_of_another_relays_group() {
+    use mailslot::protocol::{LinkAnswer, Refusal};
+    let (a, b, c) = (relay().await, relay().await, relay().await);
+    let [dan, erin] = b.agents(["dan", "erin"]).await;
+    let (team_a, team_c) = (team_of(&a), team_of(&c));
+    for group in [&team_a, &team_c] {
+        join_remote(&b, &dan, group).await;
+    }
+    let (dan_at, erin_at) = (at(&dan, &b), at(&erin, &b));
+    // Any poster: the group's host fans out the copies of whoever posted.
+    let poster = Address::parse(&format!("lead@{}", a.relay.name())).unwrap();
+    let mut ws = link_as(&c, &b).await;
+    let taken = |seq, refused| LinkAnswer::Taken { seq, refused };
+    // C claims a copy of A's group: refused, though dan joined it.
+    assert_eq!(
+        deliver_group_copy(&mut ws, 1, (&team_a, &poster), (&dan, &dan_at)).await,
+        taken(
+            1,
+            vec![Refusal {
+                to: dan_at.clone(),
+                code: ErrorCode::NotSender
+            }]
+        )
+    );
+    // A copy of C's own group is taken for dan, who joined it, from a poster on another relay.
+    assert_eq!(
+        deliver_group_copy(&mut ws, 2, (&team_c, &poster), (&dan, &dan_at)).await,
+        taken(2, vec![])
+    );
+    // erin joined nothing: her copy is refused, and C bounces it to the sender.
+    assert_eq!(
+        deliver_group_copy(&mut ws, 3, (&team_c, &poster), (&erin, &erin_at)).await,
+        taken(
+            3,
+            vec![Refusal {
+                to: erin_at,
+                code: ErrorCode::NotAllowed
+            }]
+        )
+    );
+    drop(ws);
+    for r in [a, b, c] {
+        r.relay.shutdown().await;
+    }
 }
 
 #[tokio::test]

@@ -14,6 +14,7 @@ use mailslot::protocol::{
     Address, AgentName, Bounce, CopyKey, GroupPolicy, GroupView, KeyRotation, MAX_HELD_PER_PROJECT,
     MAX_ROTATIONS, MessageId, OwnerKey, Pattern, Policy, ProjectName, PublicKeys, Reason, RelayKey,
     RelayName, RequestCode, Reservation, ReservationMode, ReservationRequest, Seq, Shown, Ttl,
+    group_copy, read_link_copy,
 };
 use mailslot::relay::storage::{
     Accepted, AckOutcome, ConsentChange, ConsentLedger, ConsentOutcome, CopyStatus, DENIALS_KEPT,
@@ -1835,6 +1836,98 @@ async fn a_group_copy_needs_its_member_to_have_joined<B: Backend>(b: B) {
     assert_eq!(waiting.len(), 2, "copies b and d only");
 }
 
+/// A stored name for `name@host`, as a relay keeps another relay's agents and groups.
+fn remote(address: &str) -> AgentName {
+    AgentName::remote_agent(&addr(address)).unwrap()
+}
+
+async fn another_relays_group_copies_cross_its_mailbox_and_meet_its_members_consent<B: Backend>(
+    b: B,
+) {
+    let s = b.open().await;
+    let [lead, bob, carol, dave] = agents(&s, &["lead", "bob", "carol", "dave"])
+        .await
+        .try_into()
+        .unwrap();
+    // On the group's relay: a member's copy for another relay waits in its mailbox, past
+    // consent, byte for byte (the group rides in the bytes).
+    let relay_b = mailbox("relay-b");
+    let waiting = group_copy(&addr("team@relay-a"), br#"{"v":1,"to":"erin@relay-b"}"#);
+    let queued = QueuedCopy {
+        id: Some(MessageId::new()),
+        recipient: relay_b.clone(),
+        envelope: Arc::from(waiting.clone()),
+        group: Some(name("team")),
+    };
+    assert_eq!(
+        s.accept(
+            lead.clone(),
+            MessageId::new(),
+            vec![queued],
+            ROOMY,
+            far_future(),
+            Policy::Contacts,
+        )
+        .await
+        .unwrap(),
+        Accepted::Fanned {
+            stored: vec![relay_b.clone()],
+            skipped: vec![]
+        }
+    );
+    let read = s.pending(relay_b, 0, 10).await.unwrap();
+    assert_eq!(read.len(), 1);
+    assert_eq!(read[0].envelope, waiting);
+    assert_eq!(
+        read_link_copy(&read[0].envelope).unwrap().1,
+        Some(addr("team@relay-a"))
+    );
+
+    // On the member's relay: the copy of `team@relay-a` from `alice@relay-a` passes each
+    // member's consent as that group's.
+    let (team_a, alice_a) = (remote("team@relay-a"), remote("alice@relay-a"));
+    for member in [&bob, &carol] {
+        let join = ConsentChange::Join {
+            owner: member.clone(),
+            group: team_a.clone(),
+        };
+        assert_eq!(
+            s.consent(join).await.unwrap(),
+            ConsentOutcome::Applied(None)
+        );
+    }
+    let block = ConsentChange::Block {
+        owner: carol.clone(),
+        peer: alice_a.clone(),
+    };
+    s.consent(block).await.unwrap();
+    let copies_of_team_a = copies(&[&bob, &carol, &dave], "across")
+        .into_iter()
+        .map(|c| QueuedCopy {
+            group: Some(team_a.clone()),
+            ..c
+        })
+        .collect();
+    assert_eq!(
+        s.accept(
+            alice_a,
+            MessageId::new(),
+            copies_of_team_a,
+            ROOMY,
+            far_future(),
+            Policy::Open,
+        )
+        .await
+        .unwrap(),
+        Accepted::Fanned {
+            stored: vec![bob.clone()],
+            skipped: vec![carol, dave],
+        },
+        "bob joined; carol blocks the sender; dave never joined, under an open default too"
+    );
+    assert_eq!(s.pending(bob, 0, 10).await.unwrap().len(), 1);
+}
+
 /// Every case, as a test per backend: `sqlite::CASE` and `postgres::CASE`.
 /// Every case, as a test per backend: `sqlite::CASE` and `postgres::CASE`.
 macro_rules! contract {
@@ -1888,6 +1981,7 @@ contract!(
     a_group_shares_the_agents_namespace,
     a_roster_keeps_its_order_and_its_bound,
     a_group_copy_needs_its_member_to_have_joined,
+    another_relays_group_copies_cross_its_mailbox_and_meet_its_members_consent,
 );
 
 // PostgreSQL's own cases: several nodes on one database.

@@ -305,11 +305,25 @@ fn take<S: Registry + Queue>(
     if head.v != ENVELOPE_VERSION {
         return refused_all(seq, refuse_every(ErrorCode::InvalidEnvelope), String::new());
     }
-    // A relay speaks only for its own agents.
-    if head.from.host() != Some(relay) {
-        tracing::warn!(%relay, from = %head.from, "another relay delivered mail from a sender not its own; refused");
-        return refused_all(seq, refuse_every(ErrorCode::NotSender), String::new());
-    }
+    // A relay speaks only for its own agents, and for its own groups: a group copy may be from
+    // any poster, but only the group's host fans it out.
+    let group = match &deliver.group {
+        Some(group) if group.host() != Some(relay) => {
+            tracing::warn!(%relay, %group, "another relay delivered a copy of a group not its own; refused");
+            return refused_all(seq, refuse_every(ErrorCode::NotSender), String::new());
+        }
+        Some(group) => match AgentName::remote_agent(group) {
+            Some(name) => Some(name),
+            None => {
+                return refused_all(seq, refuse_every(ErrorCode::InvalidEnvelope), String::new());
+            }
+        },
+        None if head.from.host() != Some(relay) => {
+            tracing::warn!(%relay, from = %head.from, "another relay delivered mail from a sender not its own; refused");
+            return refused_all(seq, refuse_every(ErrorCode::NotSender), String::new());
+        }
+        None => None,
+    };
     // Kept under its full address: its consent rules, dedup and bounces are its own.
     let Some(sender) = AgentName::remote_agent(&head.from) else {
         return refused_all(seq, refuse_every(ErrorCode::InvalidEnvelope), String::new());
@@ -339,7 +353,7 @@ fn take<S: Registry + Queue>(
             id: None,
             recipient: name.clone(),
             envelope: copy.into(),
-            group: None,
+            group: group.clone(),
         });
     }
     let (state, id, received) = (state.clone(), head.id, received.clone());
@@ -392,17 +406,24 @@ fn take<S: Registry + Queue>(
                     )
                     .await;
                 let (out, code) = match outcome {
-                    // A link carries no group copies yet, so none is `Fanned`.
-                    Ok(
-                        Accepted::Stored(recipients)
-                        | Accepted::Fanned {
-                            stored: recipients, ..
-                        },
-                    ) => {
+                    Ok(Accepted::Stored(recipients)) => {
                         let n = recipients.len() as u64;
                         state.metrics.accepted.inc_by(n);
                         state.metrics.queued.inc_by(n as i64);
                         received.inc_by(n);
+                        break;
+                    }
+                    // A group copy its member's consent does not take (not joined, or blocking
+                    // the sender) bounces to the sender like any refusal.
+                    Ok(Accepted::Fanned { stored, skipped }) => {
+                        let n = stored.len() as u64;
+                        state.metrics.accepted.inc_by(n);
+                        state.metrics.queued.inc_by(n as i64);
+                        received.inc_by(n);
+                        refused.extend(skipped.iter().map(|r| Refusal {
+                            to: address_of(r),
+                            code: ErrorCode::NotAllowed,
+                        }));
                         break;
                     }
                     Ok(Accepted::Duplicate) => break,

@@ -26,8 +26,8 @@ use crate::crypto::sign::Domain;
 use crate::crypto::verify_link;
 use crate::protocol::{
     Address, AgentName, Bounce, EnvelopeHead, LINK_PATH, LINK_VERSION, LINK_WINDOW, LinkAnswer,
-    LinkRequest, MessageId, Refusal, RelayEndpoint, RelayName, Seq, Shown, deliver_frame,
-    link_payload,
+    LinkRequest, MessageId, Refusal, RelayEndpoint, RelayName, Seq, Shown, link_deliver_frame,
+    link_payload, read_link_copy,
 };
 
 /// How often the supervisor looks for relay mailboxes with mail that no link here serves
@@ -303,7 +303,7 @@ impl Window {
         if self.open.is_empty() {
             self.progress = tokio::time::Instant::now();
         }
-        let frame = deliver_frame(seq, envelope)
+        let frame = link_deliver_frame(seq, envelope)
             .ok_or_else(|| LinkError::Broken(format!("copy {seq} is not text")))?;
         ws.feed(WsMessage::text(frame))
             .await
@@ -544,8 +544,8 @@ async fn bounce_refused<S: Queue>(
 
 /// The id, sender and recipients of a stored copy.
 fn read_head(queued: &Queued) -> Result<(MessageId, AgentName, Vec<Address>), LinkError> {
-    let text = std::str::from_utf8(&queued.envelope)
-        .map_err(|_| LinkError::Broken(format!("copy {} is not text", queued.seq)))?;
+    let (text, _) = read_link_copy(&queued.envelope)
+        .ok_or_else(|| LinkError::Broken(format!("copy {} is unreadable", queued.seq)))?;
     let head: EnvelopeHead<'_> = serde_json::from_str(text)
         .map_err(|e| LinkError::Broken(format!("copy {} is unreadable: {e}", queued.seq)))?;
     Ok((
