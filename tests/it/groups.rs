@@ -787,7 +787,8 @@ async fn across_relays(a: TestRelay, b: TestRelay) {
     lead.send(&a, to_team(&lead, "third")).await;
     for member in [&dan, &erin] {
         // Exactly once each. The order of "second" and "third" is not asserted: one CI run
-        // stored them third first (not explained yet; see issue 31's closing note).
+        // stored them third first, before the link's answer queued each write only after the
+        // one before it (`relay/link/answer.rs`, `Turn`); see issue 31's closing note.
         let mut got = receive(member, &b, 3).await;
         got.sort();
         assert_eq!(

@@ -63,6 +63,10 @@ async fn serve<S: Storage>(
     let idle = state.config.idle_timeout();
     let mut shutdown = state.shutdown.clone();
     let mut answers = FuturesOrdered::new();
+    // Each delivery's write is queued only after the one before it queued its own: their
+    // checks run at once, but a late registry read (a cold cache after a restart) must not
+    // let a later copy into a recipient's queue ahead of an earlier one.
+    let mut turn: Option<Turn> = None;
     // The bytes of the deliveries whose answers are pending, in order: reading stops while
     // they are over the relay's outgoing budget, so a link holds a bounded amount of mail.
     let mut sizes = std::collections::VecDeque::new();
@@ -96,7 +100,11 @@ async fn serve<S: Storage>(
                     sizes.push_back(text.len());
                     held += text.len();
                     let answer = match deliver {
-                        Ok(deliver) => take(state, (relay, key), &received, deliver),
+                        Ok(deliver) => {
+                            let (mine, next) = tokio::sync::oneshot::channel();
+                            let order = (turn.replace(next), mine);
+                            take(state, (relay, key), &received, deliver, order)
+                        }
                         Err((seq, why)) => refused_all(seq, Vec::new(), why),
                     };
                     let held: Answer = Box::pin(async move {
@@ -259,12 +267,18 @@ fn refused(
 type Answer = std::pin::Pin<Box<dyn std::future::Future<Output = LinkAnswer> + Send>>;
 
 /// Checks one delivery and queues its write; the answer resolves once it is durable.
+/// The turn of the delivery before: resolved once its write is queued (or it needs none).
+type Turn = tokio::sync::oneshot::Receiver<()>;
+/// Says this delivery's write is queued; dropped unsent when it writes nothing.
+type TurnDone = tokio::sync::oneshot::Sender<()>;
+
 #[tracing::instrument(level = "debug", name = "link_delivery", skip_all, fields(%relay, seq = deliver.seq, id = %deliver.envelope.id, refused = tracing::field::Empty))]
 fn take<S: Registry + Queue>(
     state: &Arc<RelayState<S>>,
     (relay, key): (&RelayName, &RelayKey),
     received: &Counter,
     deliver: Deliver<'_>,
+    (before, queued): (Option<Turn>, TurnDone),
 ) -> Answer {
     let seq = deliver.seq;
     let later = |code, message: String, wait: Duration| -> Answer {
@@ -393,18 +407,25 @@ fn take<S: Registry + Queue>(
                     }
                 }
             }
+            // The delivery before this one has queued its write (or needs none).
+            if let Some(before) = before {
+                let _ = before.await;
+            }
+            let mut queued = Some(queued);
             while !kept.is_empty() {
-                let outcome = state
-                    .storage
-                    .accept(
-                        sender.clone(),
-                        id,
-                        kept.clone(),
-                        quota,
-                        expires,
-                        state.config.effective_default_policy(),
-                    )
-                    .await;
+                // Queued in call order: once called, the next delivery may queue its own.
+                let pending = state.storage.accept(
+                    sender.clone(),
+                    id,
+                    kept.clone(),
+                    quota,
+                    expires,
+                    state.config.effective_default_policy(),
+                );
+                if let Some(queued) = queued.take() {
+                    let _ = queued.send(());
+                }
+                let outcome = pending.await;
                 let (out, code) = match outcome {
                     Ok(Accepted::Stored(recipients)) => {
                         let n = recipients.len() as u64;
