@@ -426,31 +426,6 @@ async fn pending_requests_and_approval_attempts_are_bounded() {
     );
 }
 
-/// Runs `mailslot ARGS` at a terminal (a pseudo-terminal from `script`, as an agent with a
-/// shell could make one too), typing `input`; gives back the exit code and what the terminal
-/// showed.
-fn at_terminal(
-    home: &std::path::Path,
-    relay: &TestRelay,
-    args: &str,
-    input: &str,
-) -> (i32, String) {
-    let line = format!("{} {args}", env!("CARGO_BIN_EXE_mailslot"));
-    let out = output_with_input(
-        Command::new("script")
-            .args(["-qec", &line, "/dev/null"])
-            .env_clear()
-            .env("PATH", std::env::var_os("PATH").unwrap_or_default())
-            .env("MAILSLOT_HOME", home)
-            .env("MAILSLOT_RELAY", relay.url.as_str()),
-        input,
-    );
-    (
-        out.status.code().unwrap_or(-1),
-        String::from_utf8_lossy(&out.stdout).into_owned(),
-    )
-}
-
 const PASSPHRASE: &str = "correct horse battery staple";
 
 // Multi-threaded: the test blocks on child processes while the in-process relay serves them.
@@ -502,26 +477,26 @@ async fn approving_takes_the_owner_passphrase_at_a_terminal() {
     );
 
     // A terminal alone is not enough: without an owner key there is nothing to sign with.
-    let (status, shown) = at_terminal(home.path(), &relay, &approve, "y\n");
+    let (status, shown) = at_terminal(home.path(), relay.url.as_str(), &approve, "y\n");
     assert_eq!(status, 1, "{shown}");
     assert!(shown.contains("mailslot owner init"), "{shown}");
 
     // The owner makes the key; it is registered for both agents of this home.
     let input = format!("{PASSPHRASE}\n{PASSPHRASE}\n");
-    let (status, shown) = at_terminal(home.path(), &relay, "owner init", &input);
+    let (status, shown) = at_terminal(home.path(), relay.url.as_str(), "owner init", &input);
     assert_eq!(status, 0, "{shown}");
     assert!(
         shown.contains("alice: registered") && shown.contains("bob: registered"),
         "{shown}"
     );
-    let (status, shown) = at_terminal(home.path(), &relay, "owner init", &input);
+    let (status, shown) = at_terminal(home.path(), relay.url.as_str(), "owner init", &input);
     assert_eq!(status, 1, "never overwritten: {shown}");
 
     // A mistyped code is refused before anything is asked.
     let wrong = RequestCode::from_random([0; 5]).to_string();
     let (status, shown) = at_terminal(
         home.path(),
-        &relay,
+        relay.url.as_str(),
         &format!("--agent bob approve {wrong}"),
         &format!("y\n{PASSPHRASE}\n"),
     );
@@ -535,7 +510,7 @@ async fn approving_takes_the_owner_passphrase_at_a_terminal() {
     // An agent with a shell makes a terminal too, but does not know the passphrase.
     let (status, shown) = at_terminal(
         home.path(),
-        &relay,
+        relay.url.as_str(),
         &approve,
         "y\nnot the owner's passphrase\n",
     );
@@ -544,7 +519,12 @@ async fn approving_takes_the_owner_passphrase_at_a_terminal() {
     let still = ok(&mut mailslot(&["--agent", "bob", "--json", "requests"]));
     assert!(still.contains("alice"), "still open: {still}");
 
-    let (status, shown) = at_terminal(home.path(), &relay, &approve, &format!("y\n{PASSPHRASE}\n"));
+    let (status, shown) = at_terminal(
+        home.path(),
+        relay.url.as_str(),
+        &approve,
+        &format!("y\n{PASSPHRASE}\n"),
+    );
     assert_eq!(status, 0, "{shown}");
     // The order the person sees: the fingerprint and the question, then the passphrase.
     let at = |s: &str| {
@@ -568,7 +548,7 @@ async fn approving_takes_the_owner_passphrase_at_a_terminal() {
     const NEW: &str = "a different and longer passphrase";
     let (status, shown) = at_terminal(
         home.path(),
-        &relay,
+        relay.url.as_str(),
         "owner change",
         &format!("{PASSPHRASE}\n{NEW}\n{NEW}\n"),
     );
@@ -580,14 +560,14 @@ async fn approving_takes_the_owner_passphrase_at_a_terminal() {
     assert!(!home.path().join("owner.key.next").exists());
     let (status, shown) = at_terminal(
         home.path(),
-        &relay,
+        relay.url.as_str(),
         "--agent bob block alice",
         &format!("{PASSPHRASE}\n"),
     );
     assert_eq!(status, 1, "{shown}");
     let (status, shown) = at_terminal(
         home.path(),
-        &relay,
+        relay.url.as_str(),
         "--agent bob block alice",
         &format!("{NEW}\n"),
     );
@@ -617,7 +597,7 @@ async fn approving_a_requester_with_other_keys_than_pinned_shows_both_and_whois_
     };
     cli(&bobs, &relay, &["--agent", "bob", "register"]).await;
     let input = format!("{PASSPHRASE}\n{PASSPHRASE}\n");
-    let (status, shown) = at_terminal(bobs.path(), &relay, "owner init", &input);
+    let (status, shown) = at_terminal(bobs.path(), relay.url.as_str(), "owner init", &input);
     assert_eq!(status, 0, "{shown}");
     cli(&old_alices, &relay, &["--agent", "alice", "init"]).await;
     let old = fingerprint(&old_alices, &relay).await;
@@ -645,7 +625,7 @@ async fn approving_a_requester_with_other_keys_than_pinned_shows_both_and_whois_
 
     // The approval shows both fingerprints plainly before the question; no is no.
     let approve = format!("--agent bob approve {code}");
-    let (status, shown) = at_terminal(bobs.path(), &relay, &approve, "n\n");
+    let (status, shown) = at_terminal(bobs.path(), relay.url.as_str(), &approve, "n\n");
     assert_eq!(status, 1, "{shown}");
     let at = |s: &str| {
         shown
@@ -677,7 +657,12 @@ async fn approving_a_requester_with_other_keys_than_pinned_shows_both_and_whois_
     );
     // That command works although no mail brought the new keys: it looks them up first.
     let trust = format!("--agent bob contacts trust alice --fingerprint {new}");
-    let (status, shown) = at_terminal(bobs.path(), &relay, &trust, &format!("{PASSPHRASE}\n"));
+    let (status, shown) = at_terminal(
+        bobs.path(),
+        relay.url.as_str(),
+        &trust,
+        &format!("{PASSPHRASE}\n"),
+    );
     assert_eq!(status, 0, "{shown}");
     assert!(shown.contains(&format!("(they were {old})")), "{shown}");
     let whois = cli(&bobs, &relay, &["--agent", "bob", "whois", "alice"]).await;
@@ -699,7 +684,7 @@ async fn alice_asks_bob_by_the_cli() -> (TestRelay, tempfile::TempDir, tempfile:
     )
     .await;
     let input = format!("{PASSPHRASE}\n{PASSPHRASE}\n");
-    let (status, shown) = at_terminal(bobs.path(), &relay, "owner init", &input);
+    let (status, shown) = at_terminal(bobs.path(), relay.url.as_str(), "owner init", &input);
     assert_eq!(status, 0, "{shown}");
     let alice = ["--agent", "alice"];
     mailslot_cli(
@@ -717,10 +702,20 @@ async fn alice_asks_bob_by_the_cli() -> (TestRelay, tempfile::TempDir, tempfile:
 async fn a_second_deny_says_the_request_is_no_longer_open() {
     let (relay, bobs, _alices) = alice_asks_bob_by_the_cli().await;
     let deny = "--agent bob deny alice";
-    let (status, shown) = at_terminal(bobs.path(), &relay, deny, &format!("{PASSPHRASE}\n"));
+    let (status, shown) = at_terminal(
+        bobs.path(),
+        relay.url.as_str(),
+        deny,
+        &format!("{PASSPHRASE}\n"),
+    );
     assert_eq!(status, 0, "{shown}");
     assert!(shown.contains("denied alice's request"), "{shown}");
-    let (status, shown) = at_terminal(bobs.path(), &relay, deny, &format!("{PASSPHRASE}\n"));
+    let (status, shown) = at_terminal(
+        bobs.path(),
+        relay.url.as_str(),
+        deny,
+        &format!("{PASSPHRASE}\n"),
+    );
     assert_eq!(status, 1, "{shown}");
     assert!(
         shown.contains("alice has no open request to bob: it was already denied or approved")
@@ -736,7 +731,12 @@ async fn requests_shows_a_denial_the_requester_heard_at_its_next_session() {
     let (relay, bobs, alices) = alice_asks_bob_by_the_cli().await;
     let url = relay.url.as_str();
     let deny = "--agent bob deny alice";
-    let (status, shown) = at_terminal(bobs.path(), &relay, deny, &format!("{PASSPHRASE}\n"));
+    let (status, shown) = at_terminal(
+        bobs.path(),
+        relay.url.as_str(),
+        deny,
+        &format!("{PASSPHRASE}\n"),
+    );
     assert_eq!(status, 0, "{shown}");
 
     // No process of alice's ran when bob's owner denied: her next session hears it.
@@ -786,7 +786,7 @@ async fn an_owner_key_file_swapped_by_an_agent_is_refused_and_the_confirmed_one_
     }
     let (status, shown) = at_terminal(
         home.path(),
-        &relay,
+        relay.url.as_str(),
         "owner init",
         &format!("{PASSPHRASE}\n{PASSPHRASE}\n"),
     );
@@ -799,7 +799,7 @@ async fn an_owner_key_file_swapped_by_an_agent_is_refused_and_the_confirmed_one_
     let elsewhere = tempfile::tempdir().unwrap();
     let (status, shown) = at_terminal(
         elsewhere.path(),
-        &relay,
+        relay.url.as_str(),
         "owner init",
         &format!("{AGENTS}\n{AGENTS}\n"),
     );
@@ -824,7 +824,7 @@ async fn an_owner_key_file_swapped_by_an_agent_is_refused_and_the_confirmed_one_
     // key: that takes the confirmed key's passphrase.
     let (status, shown) = at_terminal(
         home.path(),
-        &relay,
+        relay.url.as_str(),
         "--agent bob block alice",
         &format!("{AGENTS}\n"),
     );
@@ -835,7 +835,7 @@ async fn an_owner_key_file_swapped_by_an_agent_is_refused_and_the_confirmed_one_
     );
     let (status, shown) = at_terminal(
         home.path(),
-        &relay,
+        relay.url.as_str(),
         "owner confirm",
         &format!("{AGENTS}\n{AGENTS}\n"),
     );
@@ -852,7 +852,7 @@ async fn an_owner_key_file_swapped_by_an_agent_is_refused_and_the_confirmed_one_
     assert!(made.status.success(), "{made:?}");
     let (status, shown) = at_terminal(
         home.path(),
-        &relay,
+        relay.url.as_str(),
         "--agent carol block alice",
         &format!("{PASSPHRASE}\n"),
     );
@@ -864,7 +864,7 @@ async fn an_owner_key_file_swapped_by_an_agent_is_refused_and_the_confirmed_one_
     std::fs::copy(elsewhere.path().join("owner.key"), &owner_key).unwrap();
     let (status, shown) = at_terminal(
         home.path(),
-        &relay,
+        relay.url.as_str(),
         "owner confirm",
         &format!("{PASSPHRASE}\n{AGENTS}\n"),
     );
@@ -877,7 +877,7 @@ async fn an_owner_key_file_swapped_by_an_agent_is_refused_and_the_confirmed_one_
     }
     let (status, shown) = at_terminal(
         home.path(),
-        &relay,
+        relay.url.as_str(),
         "--agent bob block alice",
         &format!("{AGENTS}\n"),
     );

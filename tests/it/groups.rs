@@ -376,30 +376,6 @@ async fn only_the_owners_change_a_roster_or_join_and_the_roster_is_bounded() {
 
 const PASSPHRASE: &str = "correct horse battery staple";
 
-/// Runs `mailslot ARGS` at a terminal (a pseudo-terminal from `script`), typing `input`; the
-/// exit code and what the terminal showed.
-fn at_terminal(
-    home: &std::path::Path,
-    relay: &TestRelay,
-    args: &str,
-    input: &str,
-) -> (i32, String) {
-    let line = format!("{} {args}", env!("CARGO_BIN_EXE_mailslot"));
-    let out = output_with_input(
-        Command::new("script")
-            .args(["-qec", &line, "/dev/null"])
-            .env_clear()
-            .env("PATH", std::env::var_os("PATH").unwrap_or_default())
-            .env("MAILSLOT_HOME", home)
-            .env("MAILSLOT_RELAY", relay.url.as_str()),
-        input,
-    );
-    (
-        out.status.code().unwrap_or(-1),
-        String::from_utf8_lossy(&out.stdout).into_owned(),
-    )
-}
-
 /// `mailslot ARGS` without a terminal; the exit code, stdout and stderr.
 fn cli(home: &std::path::Path, relay: &TestRelay, args: &[&str]) -> (i32, String, String) {
     let out = Command::new(env!("CARGO_BIN_EXE_mailslot"))
@@ -426,7 +402,7 @@ async fn a_group_of_five_gets_one_sealed_copy_each_through_real_mcp_processes() 
     names.extend(members);
     let home = relay.home(&names);
     let input = format!("{PASSPHRASE}\n{PASSPHRASE}\n");
-    let (status, shown) = at_terminal(home.path(), &relay, "owner init", &input);
+    let (status, shown) = at_terminal(home.path(), relay.url.as_str(), "owner init", &input);
     assert_eq!(status, 0, "{shown}");
 
     let (status, out, err) = cli(
@@ -449,7 +425,7 @@ async fn a_group_of_five_gets_one_sealed_copy_each_through_real_mcp_processes() 
     for m in members {
         let (status, shown) = at_terminal(
             home.path(),
-            &relay,
+            relay.url.as_str(),
             &format!("--agent lead groups add team {m}"),
             &format!("{PASSPHRASE}\n"),
         );
@@ -479,7 +455,7 @@ async fn a_group_of_five_gets_one_sealed_copy_each_through_real_mcp_processes() 
     for m in members.iter().chain(&["lead"]) {
         let (status, shown) = at_terminal(
             home.path(),
-            &relay,
+            relay.url.as_str(),
             &format!("--agent {m} groups join team"),
             &format!("{PASSPHRASE}\n"),
         );

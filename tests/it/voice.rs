@@ -34,25 +34,6 @@ fn owner_init(home: &Path) -> Owner {
     signer
 }
 
-/// Runs `mailslot ARGS` at a terminal (a pseudo-terminal from `script`), typing `input`; the
-/// exit code and what the terminal showed.
-fn at_terminal(home: &Path, relay: &str, args: &str, input: &str) -> (i32, String) {
-    let line = format!("{} {args}", env!("CARGO_BIN_EXE_mailslot"));
-    let out = output_with_input(
-        Command::new("script")
-            .args(["-qec", &line, "/dev/null"])
-            .env_clear()
-            .env("PATH", std::env::var_os("PATH").unwrap_or_default())
-            .env("MAILSLOT_HOME", home)
-            .env("MAILSLOT_RELAY", relay),
-        input,
-    );
-    (
-        out.status.code().unwrap_or(-1),
-        String::from_utf8_lossy(&out.stdout).into_owned(),
-    )
-}
-
 /// `mailslot --agent AGENT --json tell 'TEXT'` at a terminal with the owner's passphrase;
 /// the new message's id.
 fn tell(home: &Path, relay: &str, agent: &str, text: &str) -> String {

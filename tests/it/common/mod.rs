@@ -583,6 +583,26 @@ pub fn output_with_input(cmd: &mut std::process::Command, input: &str) -> std::p
     child.wait_with_output().unwrap()
 }
 
+/// Runs `mailslot ARGS` at a terminal (a pseudo-terminal from `script`, as an agent with a
+/// shell could make one too) against the relay at `relay`, typing `input`; gives back the
+/// exit code and what the terminal showed.
+pub fn at_terminal(home: &std::path::Path, relay: &str, args: &str, input: &str) -> (i32, String) {
+    let line = format!("{} {args}", env!("CARGO_BIN_EXE_mailslot"));
+    let out = output_with_input(
+        std::process::Command::new("script")
+            .args(["-qec", &line, "/dev/null"])
+            .env_clear()
+            .env("PATH", std::env::var_os("PATH").unwrap_or_default())
+            .env("MAILSLOT_HOME", home)
+            .env("MAILSLOT_RELAY", relay),
+        input,
+    );
+    (
+        out.status.code().unwrap_or(-1),
+        String::from_utf8_lossy(&out.stdout).into_owned(),
+    )
+}
+
 /// `text` with every fenced region taken out; fails the test on a fence that never closes.
 pub fn outside_fences(text: &str) -> String {
     let mut rest = text;
