@@ -3,6 +3,9 @@
 //! The library behind the `mailslot` binary. Layers, from the bottom: [`protocol`] (pure
 //! types), [`crypto`] (keys, signing, sealing), [`store`] (the agent's SQLite mailbox),
 //! [`agent`] (an agent's home on disk), [`config`], and [`cli`] on top.
+//!
+//! Unix only (Linux and macOS): on other systems the library is empty and the binary says so.
+#![cfg(unix)]
 
 pub mod agent;
 pub mod bench;

@@ -89,7 +89,8 @@ impl Cluster {
             .stderr(Stdio::piped());
         // SAFETY: prctl is async-signal-safe and nothing else runs between fork and exec. It
         // runs after the switch of user, which would clear it. SIGQUIT is PostgreSQL's
-        // immediate shutdown.
+        // immediate shutdown. Linux only: elsewhere a bench that dies leaves its server running.
+        #[cfg(target_os = "linux")]
         unsafe {
             server.pre_exec(|| {
                 nix::sys::prctl::set_pdeathsig(Signal::SIGQUIT).map_err(std::io::Error::from)
