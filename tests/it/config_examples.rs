@@ -1,5 +1,6 @@
-//! Every file in `mcp-config-examples/` parses, starts `mailslot`, and names only flags and
-//! environment variables that mailslot accepts.
+//! Every file in `mcp-config-examples/` parses, starts `mailslot` (or `npx -y mailslot`), and
+//! names only flags and environment variables that mailslot accepts; every example has its
+//! `npx` twin under `mcp-config-examples/npx/`, the same but for the command.
 
 use std::path::{Path, PathBuf};
 
@@ -30,23 +31,40 @@ fn check_command(file: &Path, args: &[String]) {
     }
 }
 
-fn check_server(file: &Path, name: &str, server: &Value) -> bool {
-    let command = server["command"].as_str().unwrap_or_default();
-    if !command.ends_with("mailslot") {
-        return false;
+/// How the npm package is run from a config: `npx -y mailslot ARGS`.
+const NPX: [&str; 3] = ["npx", "-y", "mailslot"];
+
+/// The words of a command line that runs mailslot (`mailslot ...` or `npx -y mailslot ...`)
+/// after the program, or `None` when it runs something else.
+fn mailslot_args(words: &[String]) -> Option<&[String]> {
+    if words.first().is_some_and(|w| w.ends_with("mailslot")) {
+        Some(&words[1..])
+    } else if words.len() >= NPX.len() && words.iter().zip(NPX).all(|(w, n)| w == n) {
+        Some(&words[NPX.len()..])
+    } else {
+        None
     }
-    let args: Vec<String> = server["args"]
-        .as_array()
-        .unwrap_or_else(|| panic!("{}: {name} has no args", file.display()))
-        .iter()
-        .map(|a| a.as_str().unwrap().to_owned())
+}
+
+fn check_server(file: &Path, name: &str, server: &Value) -> bool {
+    let argv: Vec<String> = std::iter::once(&server["command"])
+        .chain(server["args"].as_array().into_iter().flatten())
+        .map(|a| a.as_str().unwrap_or_default().to_owned())
         .collect();
+    let Some(args) = mailslot_args(&argv) else {
+        return false;
+    };
+    assert!(
+        server["args"].is_array(),
+        "{}: {name} has no args",
+        file.display()
+    );
     assert!(
         args.contains(&"mcp".to_owned()),
         "{}: {name} does not run `mailslot mcp`",
         file.display()
     );
-    check_command(file, &args);
+    check_command(file, args);
     let named = server["env"]
         .as_object()
         .into_iter()
@@ -77,13 +95,7 @@ fn every_example_runs_mailslot_with_flags_and_variables_it_accepts() {
     let mut servers = 0;
     let mut hooks = 0;
     for file in &found {
-        let text = std::fs::read_to_string(file).unwrap();
-        let json: Value = if file.extension().is_some_and(|e| e == "toml") {
-            toml::from_str(&text).unwrap_or_else(|e| panic!("{} is not TOML: {e}", file.display()))
-        } else {
-            serde_json::from_str(&text)
-                .unwrap_or_else(|e| panic!("{} is not JSON: {e}", file.display()))
-        };
+        let json = parse(file);
         for map in [
             &json["mcpServers"],
             &json["servers"],
@@ -105,9 +117,10 @@ fn every_example_runs_mailslot_with_flags_and_variables_it_accepts() {
                         .split_whitespace()
                         .map(str::to_owned)
                         .collect();
-                    assert_eq!(words[0], "mailslot", "{}", file.display());
+                    let args = mailslot_args(&words)
+                        .unwrap_or_else(|| panic!("{}: {hook} runs no mailslot", file.display()));
                     assert!(words.contains(&"hook".to_owned()));
-                    check_command(file, &words[1..]);
+                    check_command(file, args);
                     // The rewake hook only works in the background: it waits for mail.
                     let wake = words.last().is_some_and(|w| w == "wake");
                     assert_eq!(
@@ -121,9 +134,90 @@ fn every_example_runs_mailslot_with_flags_and_variables_it_accepts() {
             }
         }
     }
-    assert!(servers >= 4, "only {servers} mailslot servers found");
+    assert!(servers >= 8, "only {servers} mailslot servers found");
     assert_eq!(
-        hooks, 6,
-        "the Claude Code example has the four hooks and the rewake hook at SessionStart and Stop"
+        hooks, 12,
+        "the Claude Code example and its npx twin have the four hooks and the rewake hook at SessionStart and Stop"
+    );
+}
+
+/// `value` as it reads when mailslot is run as `npx -y mailslot`.
+fn through_npx(value: &Value) -> Value {
+    match value {
+        Value::Object(map) => {
+            let mut map: serde_json::Map<String, Value> = map
+                .iter()
+                .map(|(k, v)| (k.clone(), through_npx(v)))
+                .collect();
+            match map.get("command").and_then(Value::as_str) {
+                Some("mailslot") if map.get("args").is_some_and(Value::is_array) => {
+                    map.insert("command".into(), "npx".into());
+                    let args = map["args"].as_array().unwrap();
+                    let args = ["-y", "mailslot"]
+                        .into_iter()
+                        .map(Value::from)
+                        .chain(args.iter().cloned())
+                        .collect();
+                    map.insert("args".into(), Value::Array(args));
+                }
+                Some(line) if line.starts_with("mailslot ") => {
+                    map.insert("command".into(), format!("npx -y {line}").into());
+                }
+                _ => {}
+            }
+            Value::Object(map)
+        }
+        Value::Array(items) => Value::Array(items.iter().map(through_npx).collect()),
+        other => other.clone(),
+    }
+}
+
+fn parse(file: &Path) -> Value {
+    let text = std::fs::read_to_string(file).unwrap();
+    if file.extension().is_some_and(|e| e == "toml") {
+        toml::from_str(&text).unwrap_or_else(|e| panic!("{} is not TOML: {e}", file.display()))
+    } else {
+        serde_json::from_str(&text)
+            .unwrap_or_else(|e| panic!("{} is not JSON: {e}", file.display()))
+    }
+}
+
+#[test]
+fn every_example_has_its_npx_twin() {
+    let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("mcp-config-examples");
+    let npx = root.join("npx");
+    let mut found = Vec::new();
+    files(&root, &mut found);
+    let mut twins = 0;
+    for file in found.iter().filter(|f| !f.starts_with(&npx)) {
+        let example = parse(file);
+        let expected = through_npx(&example);
+        let twin = npx.join(file.strip_prefix(&root).unwrap());
+        if expected == example {
+            assert!(
+                !twin.exists(),
+                "{} runs no mailslot command",
+                file.display()
+            );
+            continue;
+        }
+        assert!(
+            twin.is_file(),
+            "{} has no npx twin at {}",
+            file.display(),
+            twin.display()
+        );
+        assert_eq!(
+            parse(&twin),
+            expected,
+            "{} is not {} run through npx",
+            twin.display(),
+            file.display()
+        );
+        twins += 1;
+    }
+    assert_eq!(
+        twins, 7,
+        "the examples that start mailslot, each with its twin"
     );
 }

@@ -324,8 +324,9 @@ fn shell_words(line: &str) -> Vec<String> {
     words
 }
 
-/// The `mailslot` command lines quoted in `text`: in `sh` blocks (continuation lines joined)
-/// and in inline code, each as the words after the program.
+/// The `mailslot` command lines quoted in `text` (also as `npx -y mailslot` and `uvx
+/// mailslot`): in `sh` blocks (continuation lines joined) and in inline code, each as the words
+/// after the program.
 fn quoted_commands(text: &str) -> Vec<Vec<String>> {
     let mut lines = Vec::new();
     for block in fenced(text, "sh") {
@@ -346,7 +347,16 @@ fn quoted_commands(text: &str) -> Vec<Vec<String>> {
         .filter_map(|line| {
             let words = shell_words(line.trim_start_matches("$ "));
             let (program, args) = words.split_first()?;
-            (program == "mailslot" || program.ends_with("/mailslot")).then(|| args.to_vec())
+            match (program.as_str(), args) {
+                // The packages' forms: `npx -y mailslot ARGS`, `uvx mailslot ARGS`.
+                ("npx", [y, name, args @ ..]) if y == "-y" && name == "mailslot" => {
+                    Some(args.to_vec())
+                }
+                ("uvx", [name, args @ ..]) if name == "mailslot" => Some(args.to_vec()),
+                _ => {
+                    (program == "mailslot" || program.ends_with("/mailslot")).then(|| args.to_vec())
+                }
+            }
         })
         .collect()
 }

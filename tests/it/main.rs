@@ -42,6 +42,7 @@ mod mcp_process;
 mod nodes;
 mod nodes_crash;
 mod openclaw;
+mod packages;
 mod postgres_tls;
 mod presence;
 mod receipts;
