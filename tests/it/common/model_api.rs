@@ -137,6 +137,14 @@ impl ModelApi {
             .expect("the mock is running")
     }
 
+    /// The next turn of the main conversation if one comes within `wait`.
+    pub async fn turn_within(&mut self, wait: Duration) -> Option<Turn> {
+        tokio::time::timeout(wait, self.turns.recv())
+            .await
+            .ok()
+            .map(|turn| turn.expect("the mock is running"))
+    }
+
     /// Turns that already came and wait for an answer, without waiting.
     pub fn pending_turn(&mut self) -> Option<Turn> {
         self.turns.try_recv().ok()
