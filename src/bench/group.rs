@@ -13,7 +13,7 @@ use futures_util::{SinkExt, StreamExt};
 use tokio_tungstenite::tungstenite::Message as WsMessage;
 
 use super::RelayBenchArgs;
-use super::relay::{Relays, Socket, Tally, agents, drive, figure, login_as, on_every_core};
+use super::relay::{Relays, Socket, Tally, agents, drive, login_as, on_every_core};
 use super::stats::Summary;
 use crate::crypto::{Owner, PublicIdentity, seal_for_group};
 use crate::protocol::{Address, ClientFrame, GroupPolicy, Limits, Message, OwnerAct, ServerFrame};
@@ -157,15 +157,15 @@ pub(super) async fn run(
             latencies,
             elapsed,
         ),
-        figure(
-            format!("group of {members}: member copies delivered+acked/s (in ops/s)"),
+        Summary::figure(
+            format!("group of {members}: member copies delivered+acked"),
             copies,
+            "copies/s",
         ),
-        figure(
-            format!(
-                "group of {members}: member copies/s, % of plain sends' delivered+acked/s (in ops/s)"
-            ),
+        Summary::figure(
+            format!("group of {members}: member copies/s, share of plain sends' delivered+acked/s"),
             share,
+            "%",
         ),
     ])
 }

@@ -550,7 +550,7 @@ pub(super) fn run(args: &RelayBenchArgs) -> anyhow::Result<Vec<Summary>> {
         }
         let mut rows = Vec::new();
         let relays = Relays::for_args(args, &run.backend)?;
-        rows.extend(run.flow(&relays, args.rate, "flat out").await?);
+        rows.extend(run.flow(&relays, args.rate, &first_run(args.rate)).await?);
         if let Some(members) = args.group {
             // Beside the plain sends just measured, on the same relays.
             let plain = rows[0].ops_per_sec;
@@ -572,20 +572,20 @@ pub(super) fn run(args: &RelayBenchArgs) -> anyhow::Result<Vec<Summary>> {
     })
 }
 
+/// What the first run is called: paced when `--rate` is given, else flat out.
+fn first_run(rate: Option<u32>) -> String {
+    match rate {
+        Some(rate) => format!("paced at {rate}/s"),
+        None => "flat out".to_owned(),
+    }
+}
+
 /// A few random hex digits, new for each run, in every agent's name: a database kept from an
 /// earlier run (`--db`, `--url`) holds that run's names, registered with other keys.
 fn run_tag() -> anyhow::Result<String> {
     let mut raw = [0u8; 3];
     getrandom::fill(&mut raw).map_err(|e| anyhow::anyhow!("no randomness: {e}"))?;
     Ok(raw.iter().map(|b| format!("{b:02x}")).collect())
-}
-
-/// A row that carries one figure (not a rate) in its ops/s column, for the figures the
-/// table has no column for.
-pub(super) fn figure(case: String, value: f64) -> Summary {
-    let mut row = Summary::new(case, Vec::new(), Duration::ZERO);
-    row.ops_per_sec = value;
-    row
 }
 
 /// What every phase of a run needs.
@@ -616,7 +616,7 @@ impl Run<'_> {
         let one = Relays::start(1, &Backend::Sqlite)?;
         let two = Relays::federated()?;
         let rounds = self.args.rounds as usize;
-        let mut phases = vec![(self.args.rate, "flat out".to_owned(), rounds)];
+        let mut phases = vec![(self.args.rate, first_run(self.args.rate), rounds)];
         if let Some(rate) = self.args.paced_rate {
             phases.push((Some(rate), format!("paced at {rate}/s"), 1));
         }
@@ -649,9 +649,10 @@ impl Run<'_> {
                     format!(", median of {rounds}")
                 }
             };
-            rows.push(figure(
-                format!("{label}: federated delivered+acked/s, % of one relay's{of} (in ops/s)"),
+            rows.push(Summary::figure(
+                format!("{label}: federated delivered+acked/s, share of one relay's{of}"),
                 median,
+                "%",
             ));
         }
         Ok(rows)
@@ -756,18 +757,17 @@ impl Run<'_> {
             elapsed,
         )];
         if !relays.nodes.is_empty() {
-            rows.push(figure(
-                format!(
-                    "{label}: relay CPU µs/message, all of {} (in ops/s)",
-                    relays.what
-                ),
+            rows.push(Summary::figure(
+                format!("{label}: relay CPU per message, all of {}", relays.what),
                 per_message(cpu),
+                "µs",
             ));
         }
         if let Some(seconds) = postgres_cpu {
-            rows.push(figure(
-                format!("{label}: PostgreSQL CPU µs/message (in ops/s)"),
+            rows.push(Summary::figure(
+                format!("{label}: PostgreSQL CPU per message"),
                 per_message(seconds),
+                "µs",
             ));
         }
         Ok(rows)
@@ -839,11 +839,20 @@ impl Run<'_> {
             received as f64 / drained.as_secs_f64()
         );
         Ok(vec![
-            figure(format!("fill a {total} backlog (first tenth ops/s)"), first),
-            figure(format!("fill a {total} backlog (last tenth ops/s)"), last),
-            figure(
+            Summary::figure(
+                format!("fill a {total} backlog, first tenth"),
+                first,
+                "messages/s",
+            ),
+            Summary::figure(
+                format!("fill a {total} backlog, last tenth"),
+                last,
+                "messages/s",
+            ),
+            Summary::figure(
                 format!("drain a {total} backlog"),
                 received as f64 / drained.as_secs_f64(),
+                "messages/s",
             ),
         ])
     }
@@ -864,12 +873,10 @@ impl Run<'_> {
             relays.what
         );
         drop(sockets);
-        Ok(figure(
-            format!(
-                "{count} idle connections: relay RSS MiB in ops/s column ({})",
-                relays.what
-            ),
+        Ok(Summary::figure(
+            format!("{count} idle connections: relay RSS ({})", relays.what),
             rss,
+            "MiB",
         ))
     }
 }

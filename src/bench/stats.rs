@@ -23,6 +23,17 @@ pub struct Summary {
     pub p99_us: f64,
     /// Slowest, microseconds.
     pub max_us: f64,
+    /// A figure that is not a latency distribution (a CPU cost, a share, a memory size): the
+    /// row has no latencies and is reported with its unit, never as a rate.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub figure: Option<Figure>,
+}
+
+/// One figure and its unit.
+#[derive(Debug, Clone, Serialize)]
+pub struct Figure {
+    pub value: f64,
+    pub unit: &'static str,
 }
 
 impl Summary {
@@ -49,6 +60,15 @@ impl Summary {
             p95_us: pct(0.95),
             p99_us: pct(0.99),
             max_us: pct(1.0),
+            figure: None,
+        }
+    }
+
+    /// A row that reports one figure in `unit` instead of latencies.
+    pub fn figure(case: impl Into<String>, value: f64, unit: &'static str) -> Self {
+        Self {
+            figure: Some(Figure { value, unit }),
+            ..Self::new(case, Vec::new(), Duration::ZERO)
         }
     }
 }
@@ -76,17 +96,27 @@ pub fn measure(
     Ok(Summary::new(case, samples, start.elapsed()))
 }
 
-/// A fixed-width table of summaries.
+/// A fixed-width table of the measured cases, then the figures, each with its unit.
 pub fn table(rows: &[Summary]) -> String {
     let mut out = format!(
         "{:<44} {:>7} {:>11} {:>10} {:>10} {:>10} {:>10}\n",
         "case", "n", "ops/s", "p50 µs", "p95 µs", "p99 µs", "max µs"
     );
-    for r in rows {
+    for r in rows.iter().filter(|r| r.figure.is_none()) {
         out += &format!(
             "{:<44} {:>7} {:>11.0} {:>10.1} {:>10.1} {:>10.1} {:>10.1}\n",
             r.case, r.n, r.ops_per_sec, r.p50_us, r.p95_us, r.p99_us, r.max_us
         );
+    }
+    let figures: Vec<_> = rows
+        .iter()
+        .filter_map(|r| Some((&r.case, r.figure.as_ref()?)))
+        .collect();
+    if !figures.is_empty() {
+        out += &format!("\n{:<66} {:>11}  unit\n", "figure", "value");
+        for (case, f) in figures {
+            out += &format!("{case:<66} {:>11.1}  {}\n", f.value, f.unit);
+        }
     }
     out.trim_end().to_owned()
 }
@@ -121,5 +151,26 @@ mod tests {
             (50.0, 95.0, 99.0, 100.0)
         );
         assert_eq!(s.ops_per_sec, 100.0);
+    }
+
+    #[test]
+    fn figures_are_printed_with_their_unit_below_the_rates() {
+        let rows = [
+            Summary::new(
+                "sends",
+                vec![Duration::from_micros(5)],
+                Duration::from_secs(1),
+            ),
+            Summary::figure("relay CPU per message", 26.5, "µs"),
+        ];
+        let text = table(&rows);
+        let (rates, figures) = text.split_once("\n\n").expect("a figures block");
+        assert!(
+            rates.contains("sends") && !rates.contains("relay CPU"),
+            "{text}"
+        );
+        let line = figures.lines().nth(1).unwrap();
+        assert!(line.starts_with("relay CPU per message"), "{text}");
+        assert!(line.ends_with("26.5  µs"), "{text}");
     }
 }

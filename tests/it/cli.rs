@@ -677,6 +677,37 @@ fn bench_commands_run_and_report_percentiles() {
 }
 
 #[test]
+fn bench_relay_calls_a_paced_first_run_paced_and_gives_figures_their_units() {
+    let home = Home::new();
+    let rows = home.json(&[
+        "bench",
+        "relay",
+        "--agents",
+        "4",
+        "--messages",
+        "40",
+        "--rate",
+        "400",
+    ]);
+    let cases = cases(&rows);
+    assert!(
+        cases
+            .iter()
+            .any(|c| c.starts_with("send→delivered, paced at 400/s (4 agents")),
+        "{cases:?}"
+    );
+    assert!(!cases.iter().any(|c| c.contains("flat out")), "{cases:?}");
+    let cpu = rows
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|r| r["case"] == "paced at 400/s: relay CPU per message, all of 1 node on SQLite")
+        .unwrap_or_else(|| panic!("no relay CPU figure: {cases:?}"));
+    assert_eq!(cpu["figure"]["unit"], "µs", "{cpu}");
+    assert!(cpu["figure"]["value"].as_f64().unwrap() > 0.0, "{cpu}");
+}
+
+#[test]
 fn bench_relay_federated_runs_the_ring_across_two_relays_beside_one() {
     let home = Home::new();
     // The benchmark fails unless every message arrived exactly once.
@@ -710,8 +741,19 @@ fn bench_relay_federated_runs_the_ring_across_two_relays_beside_one() {
             has(format!("send→delivered, {phase} (4 agents, {relays}"));
         }
     }
-    has("flat out: federated delivered+acked/s, % of one relay's, median of 2".to_owned());
-    has("paced at 400/s: federated delivered+acked/s, % of one relay's (in".to_owned());
+    has("flat out: federated delivered+acked/s, share of one relay's, median of 2".to_owned());
+    has("paced at 400/s: federated delivered+acked/s, share of one relay's".to_owned());
+    // A share is reported as a share, never in the rate column.
+    for row in rows.as_array().unwrap() {
+        if row["case"]
+            .as_str()
+            .unwrap()
+            .contains("share of one relay's")
+        {
+            assert_eq!(row["figure"]["unit"], "%", "{row}");
+            assert_eq!(row["ops_per_sec"], 0.0, "{row}");
+        }
+    }
     let out = home.run(&["bench", "relay", "--rounds", "2"]);
     assert_eq!(out.status.code(), Some(2), "--rounds is for --federated");
     let out = home.run(&["bench", "relay", "--federated", "--agents", "3"]);
