@@ -5,7 +5,7 @@ fn main() -> std::process::ExitCode {
 
 /// mailslot needs Unix (sockets for the session doorbells, signals for the local relay, file
 /// modes for keys); on Windows it builds, so that installers get this error and not a compile
-/// failure, and says so (decisions: "Linux and macOS, not Windows yet").
+/// failure, and says so (decisions: "Linux and macOS; Windows says so").
 #[cfg(not(unix))]
 fn main() -> std::process::ExitCode {
     eprintln!(

@@ -4,6 +4,7 @@
 
 use std::path::{Path, PathBuf};
 
+use crate::common::mailslot_args;
 use clap::Parser;
 use mailslot::cli::Cli;
 use serde_json::Value;
@@ -28,21 +29,6 @@ fn check_command(file: &Path, args: &[String]) {
             file.display(),
             args.join(" ")
         );
-    }
-}
-
-/// How the npm package is run from a config: `npx -y mailslot ARGS`.
-const NPX: [&str; 3] = ["npx", "-y", "mailslot"];
-
-/// The words of a command line that runs mailslot (`mailslot ...` or `npx -y mailslot ...`)
-/// after the program, or `None` when it runs something else.
-fn mailslot_args(words: &[String]) -> Option<&[String]> {
-    if words.first().is_some_and(|w| w.ends_with("mailslot")) {
-        Some(&words[1..])
-    } else if words.len() >= NPX.len() && words.iter().zip(NPX).all(|(w, n)| w == n) {
-        Some(&words[NPX.len()..])
-    } else {
-        None
     }
 }
 

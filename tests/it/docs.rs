@@ -346,17 +346,7 @@ fn quoted_commands(text: &str) -> Vec<Vec<String>> {
         .iter()
         .filter_map(|line| {
             let words = shell_words(line.trim_start_matches("$ "));
-            let (program, args) = words.split_first()?;
-            match (program.as_str(), args) {
-                // The packages' forms: `npx -y mailslot ARGS`, `uvx mailslot ARGS`.
-                ("npx", [y, name, args @ ..]) if y == "-y" && name == "mailslot" => {
-                    Some(args.to_vec())
-                }
-                ("uvx", [name, args @ ..]) if name == "mailslot" => Some(args.to_vec()),
-                _ => {
-                    (program == "mailslot" || program.ends_with("/mailslot")).then(|| args.to_vec())
-                }
-            }
+            crate::common::mailslot_args(&words).map(<[String]>::to_vec)
         })
         .collect()
 }

@@ -426,6 +426,18 @@ pub async fn next_error(
 
 /// Makes `name` in `home` and registers it with the relay (`mailslot register`), so that mail
 /// to it is accepted before its MCP server first connects.
+/// The arguments of a command line that runs mailslot — `mailslot ARGS` (or a path ending in
+/// `/mailslot`), or the packages' forms `npx -y mailslot ARGS` and `uvx mailslot ARGS` — or
+/// `None` when it runs something else.
+pub fn mailslot_args(words: &[String]) -> Option<&[String]> {
+    let (program, args) = words.split_first()?;
+    match (program.as_str(), args) {
+        ("npx", [y, name, args @ ..]) if y == "-y" && name == "mailslot" => Some(args),
+        ("uvx", [name, args @ ..]) if name == "mailslot" => Some(args),
+        _ => (program == "mailslot" || program.ends_with("/mailslot")).then_some(args),
+    }
+}
+
 pub fn register(home: &std::path::Path, name: &str, relay: &RelayUrl) {
     let out = std::process::Command::new(env!("CARGO_BIN_EXE_mailslot"))
         .args(["--agent", name, "--relay", relay.as_str(), "register"])

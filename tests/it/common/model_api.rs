@@ -131,10 +131,9 @@ impl ModelApi {
 
     /// The next turn of the main conversation (fails the test after `timeout`).
     pub async fn next_turn(&mut self, timeout: Duration) -> Turn {
-        tokio::time::timeout(timeout, self.turns.recv())
+        self.turn_within(timeout)
             .await
             .expect("the client asked the model nothing in time")
-            .expect("the mock is running")
     }
 
     /// The next turn of the main conversation if one comes within `wait`.
