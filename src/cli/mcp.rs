@@ -47,8 +47,9 @@ pub(super) fn run(
         if let Some(port) = ctx.local_relay()? {
             tokio::spawn(keep_local_relay(mailbox.clone(), ctx.paths.clone(), port));
         }
-        // One doorbell for the OpenClaw sink and the MCP pushes.
-        let doorbell = crate::doorbell::Doorbell::start(&mailbox);
+        // One doorbell for the OpenClaw sink and the MCP pushes; the MCP server starts it once
+        // every sink has subscribed.
+        let doorbell = crate::doorbell::Doorbell::new(&mailbox);
         let _openclaw =
             crate::doorbell::openclaw::start(ctx.config.openclaw.as_ref(), &mailbox, &doorbell);
         match http.zip(token) {

@@ -9,7 +9,6 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use tokio::sync::{Notify, mpsc, oneshot, watch};
-use tokio::task::JoinHandle;
 
 use super::bounces;
 use super::deliveries;
@@ -179,7 +178,8 @@ pub struct SessionHandle {
     stop: watch::Sender<bool>,
     waiting: Arc<Waiting>,
     calls: mpsc::Sender<Call>,
-    task: JoinHandle<()>,
+    /// Closes (its sender dropped) when the session's task has ended, however it ended.
+    ended: watch::Receiver<()>,
 }
 
 impl SessionHandle {
@@ -212,15 +212,13 @@ impl SessionHandle {
         answered.await.map_err(|_| gone())?
     }
 
-    /// Asks the session to end, without waiting for it (when others still share the handle).
-    pub fn halt(&self) {
+    /// Stops the session after the current step and waits until its task has ended, so its
+    /// connection is closed and it hears nothing more. Others may still share the handle: their
+    /// calls then fail as the session's.
+    pub async fn stop(&self) {
         let _ = self.stop.send(true);
-    }
-
-    /// Stops the session after the current step and waits for it.
-    pub async fn stop(self) {
-        let _ = self.stop.send(true);
-        let _ = self.task.await;
+        let mut ended = self.ended.clone();
+        while ended.changed().await.is_ok() {}
     }
 }
 
@@ -254,13 +252,18 @@ pub fn spawn(config: SessionConfig, listener: Arc<dyn Listener>) -> SessionHandl
         listener,
         waiting: waiting.clone(),
     };
-    let task = tokio::spawn(run(me, flush.clone(), queue, stopped));
+    let (alive, ended) = watch::channel(());
+    let flush_now = flush.clone();
+    tokio::spawn(async move {
+        let _alive = alive;
+        run(me, flush_now, queue, stopped).await;
+    });
     SessionHandle {
         flush,
         stop,
         waiting,
         calls,
-        task,
+        ended,
     }
 }
 

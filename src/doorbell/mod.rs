@@ -13,6 +13,7 @@ pub mod hooks;
 pub mod openclaw;
 
 use std::collections::BTreeMap;
+use std::sync::{Arc, Mutex};
 
 use tokio::sync::broadcast;
 use tokio::time::{Duration, Instant};
@@ -44,26 +45,50 @@ pub struct Ring {
 pub const OWNER_FROM: &str = "your owner";
 
 /// The doorbell of one mailbox.
+///
+/// It hears the mailbox's events from the moment the mailbox opened, and rings only once
+/// [`Doorbell::start`] is called, after the process's sinks subscribed: what the relay tells
+/// at login (a denial kept while the agent was away) then reaches them, instead of ringing
+/// before anyone listens.
 #[derive(Clone)]
 pub struct Doorbell {
     rings: broadcast::Sender<Ring>,
+    waiting: Arc<Mutex<Option<Unstarted>>>,
+}
+
+/// What a doorbell rings from, kept until it starts.
+struct Unstarted {
+    mailbox: Mailbox,
+    events: Feed<MailboxEvent>,
 }
 
 impl Doorbell {
-    /// Starts ringing for `mailbox`'s events.
-    pub fn start(mailbox: &Mailbox) -> Self {
+    /// The doorbell for `mailbox`'s events since it opened; silent until started.
+    pub fn new(mailbox: &Mailbox) -> Self {
         let (rings, _) = broadcast::channel(RING_BACKLOG);
-        tokio::spawn(run(
-            mailbox.clone(),
-            mailbox.subscribe("doorbell"),
-            rings.clone(),
-        ));
-        Self { rings }
+        let events = mailbox.subscribe_since_open("doorbell");
+        Self {
+            rings,
+            waiting: Arc::new(Mutex::new(Some(Unstarted {
+                mailbox: mailbox.clone(),
+                events,
+            }))),
+        }
     }
 
     /// A new subscription to the rings; `name` says which sink listens, in the log.
     pub fn subscribe(&self, name: &'static str) -> Feed<Ring> {
         Feed::new(&self.rings, name)
+    }
+
+    /// Starts ringing, with what was heard since the mailbox opened; once (later calls do
+    /// nothing). Call it when the sinks have subscribed.
+    pub fn start(&self) {
+        if let Some(Unstarted { mailbox, events }) =
+            self.waiting.lock().expect("not poisoned").take()
+        {
+            tokio::spawn(run(mailbox, events, self.rings.clone()));
+        }
     }
 }
 

@@ -6,7 +6,7 @@
 //! [`Arrived`]; subscribers (the doorbell, the dashboard, MCP pushes, waits) render from the
 //! event without reading the store again.
 
-use std::sync::Arc;
+use std::sync::{Arc, Mutex};
 
 use tokio::sync::{Notify, broadcast, watch};
 
@@ -68,10 +68,11 @@ pub struct Feed<T> {
 impl<T: Clone> Feed<T> {
     /// A subscription to `sender`; `name` says who subscribes, in the log.
     pub fn new(sender: &broadcast::Sender<T>, name: &'static str) -> Self {
-        Self {
-            receiver: sender.subscribe(),
-            name,
-        }
+        Self::from_receiver(sender.subscribe(), name)
+    }
+
+    fn from_receiver(receiver: broadcast::Receiver<T>, name: &'static str) -> Self {
+        Self { receiver, name }
     }
 
     /// The next event, or what was missed; `None` once the broadcast has ended.
@@ -98,14 +99,29 @@ pub(super) struct Signals {
     pub wake: Notify,
     pub status: watch::Sender<RelayStatus>,
     pub events: broadcast::Sender<MailboxEvent>,
+    /// A subscription made before the session started, for the doorbell: news the relay tells
+    /// at login (a denial kept for an agent that was away) comes before any sink of the
+    /// process could subscribe, and would otherwise ring nobody.
+    since_open: Mutex<Option<broadcast::Receiver<MailboxEvent>>>,
 }
 
 impl Signals {
     pub fn new() -> Self {
+        let (events, since_open) = broadcast::channel(EVENT_BACKLOG);
         Self {
             wake: Notify::new(),
             status: watch::channel(RelayStatus::Connecting).0,
-            events: broadcast::channel(EVENT_BACKLOG).0,
+            events,
+            since_open: Mutex::new(Some(since_open)),
+        }
+    }
+
+    /// Every event since the mailbox opened, for the first caller; later ones hear what comes
+    /// from now on, like [`Feed::new`].
+    pub fn since_open(&self, name: &'static str) -> Feed<MailboxEvent> {
+        match self.since_open.lock().expect("not poisoned").take() {
+            Some(receiver) => Feed::from_receiver(receiver, name),
+            None => Feed::new(&self.events, name),
         }
     }
 }

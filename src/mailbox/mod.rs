@@ -142,12 +142,11 @@ struct Holder {
 }
 
 impl Holder {
-    /// Ends the session, then lets the lock go.
+    /// Ends the session and waits for its task, then lets the lock go: a follower that takes
+    /// the lock never finds this session's connection still open, even while a call still
+    /// shares the handle.
     async fn release(self) {
-        self.session.halt();
-        if let Ok(session) = Arc::try_unwrap(self.session) {
-            session.stop().await;
-        }
+        self.session.stop().await;
     }
 }
 
@@ -250,8 +249,9 @@ impl Mailbox {
             stop: CancellationToken::new(),
         });
         let mailbox = Self(inner);
-        mailbox.try_hold().await?;
+        // Read before the session starts: mail it commits is then after `start`, announced.
         let start = mailbox.0.store.call(|s| s.latest_position()).await?;
+        mailbox.try_hold().await?;
         tokio::spawn(watch::run(mailbox.clone(), start));
         Ok(mailbox)
     }
@@ -284,6 +284,12 @@ impl Mailbox {
     /// A new subscription to the mailbox's events; `name` says who listens, in the log.
     pub fn subscribe(&self, name: &'static str) -> Feed<MailboxEvent> {
         Feed::new(&self.0.signals.events, name)
+    }
+
+    /// The mailbox's events since it opened, before its relay session could tell anything,
+    /// for its doorbell (the first caller; later callers hear only what comes next).
+    pub fn subscribe_since_open(&self, name: &'static str) -> Feed<MailboxEvent> {
+        self.0.signals.since_open(name)
     }
 
     /// Where the relay connection stands now.

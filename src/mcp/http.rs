@@ -60,7 +60,8 @@ pub async fn serve_http(
     let bound = listener
         .local_addr()
         .map_err(|e| McpError::Setup(e.to_string()))?;
-    let server = MailslotServer::new(mailbox.clone(), doorbell, stop.clone());
+    let server = MailslotServer::new(mailbox.clone(), doorbell.clone(), stop.clone());
+    doorbell.start();
     let config = StreamableHttpServerConfig::default()
         .with_allowed_hosts(["localhost", "127.0.0.1", "::1", "[::1]"])
         .with_allowed_origins(["http://localhost:*", "http://127.0.0.1:*", "http://[::1]:*"])

@@ -63,12 +63,13 @@ where
     R: tokio::io::AsyncRead + Unpin + Send + 'static,
     W: tokio::io::AsyncWrite + Unpin + Send + 'static,
 {
-    let doorbell = Doorbell::start(&mailbox);
+    let doorbell = Doorbell::new(&mailbox);
     serve_with(mailbox, doorbell, None, Route::open(), reader, writer).await
 }
 
-/// [`serve`] ringing a `doorbell` the caller started (and may give to other sinks), for the
-/// client session `session` when the client names one, with channel events as `route` says.
+/// [`serve`] ringing a `doorbell` the caller made (and may give to other sinks, which subscribe
+/// before this starts it), for the client session `session` when the client names one, with
+/// channel events as `route` says.
 pub async fn serve_with<R, W>(
     mailbox: Mailbox,
     doorbell: Doorbell,
@@ -82,9 +83,12 @@ where
     W: tokio::io::AsyncWrite + Unpin + Send + 'static,
 {
     let eof = CancellationToken::new();
-    let server = MailslotServer::new(mailbox.clone(), doorbell, eof.clone())
+    let server = MailslotServer::new(mailbox.clone(), doorbell.clone(), eof.clone())
         .with_client_session(session)
         .with_route(route.clone());
+    // The session's pushes have subscribed: rings from now on, and what was heard since the
+    // mailbox opened, reach its client.
+    doorbell.start();
     let reader = EofSignal::new(reader, eof.clone());
     let result = match server.serve(line_limit::transport(reader, writer)).await {
         Ok(running) => {

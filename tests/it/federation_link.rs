@@ -1125,7 +1125,9 @@ async fn a_flood_of_contact_requests_from_another_relay_is_bounded_capped_and_ri
     let paths = Paths::new(Some(home.path().to_owned()), None).unwrap();
     let (agent, _) = Agent::open_or_create(&paths, &AgentName::new("bob").unwrap()).unwrap();
     let bob = Mailbox::open(agent, a.url.clone()).await.unwrap();
-    let mut rings = mailslot::doorbell::Doorbell::start(&bob).subscribe("test");
+    let doorbell = mailslot::doorbell::Doorbell::new(&bob);
+    let mut rings = doorbell.subscribe("test");
+    doorbell.start();
     tokio::time::timeout(
         EVENT_TIMEOUT,
         bob.watch_status().wait_for(|s| *s == RelayStatus::Online),

@@ -517,6 +517,57 @@ async fn a_denial_made_while_the_requester_was_away_rings_its_next_session() {
     );
 }
 
+/// The doorbell hears its mailbox from the moment it opened: news the relay tells at login
+/// (here a denial kept while the agent was away), heard before any sink subscribed, rings the
+/// sinks once the doorbell starts. Made deterministic by waiting until the store has the
+/// denial before the doorbell exists.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn news_told_at_login_rings_sinks_that_subscribed_after_it_came() {
+    let relay = TestRelay::start(|c| c.default_policy = Some(Policy::Contacts)).await;
+    let [bob] = relay.agents(["bob"]).await;
+    let alice = InProcess::start("alice", &relay.url, Era::Legacy).await;
+    alice.online().await;
+    alice
+        .mcp
+        .ok("request_contact", json!({ "agent": "bob", "note": "n" }))
+        .await;
+    alice.mailbox.close().await;
+    let mut conn = bob.connect(&relay).await;
+    let alices = mailslot::protocol::Address::parse("alice").unwrap();
+    common::consent::deny(&mut conn, &bob, &alices)
+        .await
+        .unwrap();
+
+    let paths = mailslot::config::Paths::new(Some(alice.home.path().to_owned()), None).unwrap();
+    let name = mailslot::protocol::AgentName::new("alice").unwrap();
+    let store = mailslot::agent::store_path(&paths.agent_dir(&name));
+    let (agent, _) = mailslot::agent::Agent::open_or_create(&paths, &name).unwrap();
+    let mailbox = mailslot::mailbox::Mailbox::open(agent, relay.url.clone())
+        .await
+        .unwrap();
+    wait_until(
+        EVENT_TIMEOUT,
+        "the next session keeps the denial",
+        async || {
+            let kept = mailslot::store::Store::open(&store).ok()?.denials().ok()?;
+            (!kept.is_empty()).then_some(())
+        },
+    )
+    .await;
+    let doorbell = mailslot::doorbell::Doorbell::new(&mailbox);
+    let mut rings = doorbell.subscribe("test");
+    doorbell.start();
+    let ring = tokio::time::timeout(EVENT_TIMEOUT, rings.next())
+        .await
+        .expect("the denial rang")
+        .unwrap();
+    let mailslot::mailbox::Heard::Event(ring) = ring else {
+        panic!("{ring:?}")
+    };
+    assert_eq!(ring.meta["kind"], "contact_denied", "{ring:?}");
+    mailbox.close().await;
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn contact_requests_are_pending_and_never_show_the_code() {
     let relay = TestRelay::start(|c| c.default_policy = Some(Policy::Contacts)).await;
