@@ -482,10 +482,9 @@ async fn unknown_arguments_are_refused_by_name_and_nothing_is_done() {
     assert_eq!(alice.mcp.ok("send", full).await["status"], "sent");
 }
 
-/// alice's model asks bob; no `mailslot mcp` of alice's runs when bob's owner denies; her
-/// next one (a new process) rings her model with the denial.
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_denial_made_while_the_requester_was_away_rings_its_next_session() {
+/// alice (in-process, then closed) asked bob for contact, and bob's owner denied it while no
+/// session of alice's ran; the relay keeps the denial for her next login.
+async fn denied_while_away() -> (TestRelay, InProcess) {
     let relay = TestRelay::start(|c| c.default_policy = Some(Policy::Contacts)).await;
     let [bob] = relay.agents(["bob"]).await;
     let alice = InProcess::start("alice", &relay.url, Era::Legacy).await;
@@ -505,6 +504,14 @@ async fn a_denial_made_while_the_requester_was_away_rings_its_next_session() {
     common::consent::deny(&mut conn, &bob, &alices)
         .await
         .unwrap();
+    (relay, alice)
+}
+
+/// alice's model asks bob; no `mailslot mcp` of alice's runs when bob's owner denies; her
+/// next one (a new process) rings her model with the denial.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_denial_made_while_the_requester_was_away_rings_its_next_session() {
+    let (relay, alice) = denied_while_away().await;
     let mut next = spawn_mcp(alice.home.path(), "alice", &relay.url, Era::Legacy).await;
     let event = next.channel_event().await;
     assert_eq!(event["meta"]["kind"], "contact_denied", "{event}");
@@ -523,21 +530,7 @@ async fn a_denial_made_while_the_requester_was_away_rings_its_next_session() {
 /// denial before the doorbell exists.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn news_told_at_login_rings_sinks_that_subscribed_after_it_came() {
-    let relay = TestRelay::start(|c| c.default_policy = Some(Policy::Contacts)).await;
-    let [bob] = relay.agents(["bob"]).await;
-    let alice = InProcess::start("alice", &relay.url, Era::Legacy).await;
-    alice.online().await;
-    alice
-        .mcp
-        .ok("request_contact", json!({ "agent": "bob", "note": "n" }))
-        .await;
-    alice.mailbox.close().await;
-    let mut conn = bob.connect(&relay).await;
-    let alices = mailslot::protocol::Address::parse("alice").unwrap();
-    common::consent::deny(&mut conn, &bob, &alices)
-        .await
-        .unwrap();
-
+    let (relay, alice) = denied_while_away().await;
     let paths = mailslot::config::Paths::new(Some(alice.home.path().to_owned()), None).unwrap();
     let name = mailslot::protocol::AgentName::new("alice").unwrap();
     let store = mailslot::agent::store_path(&paths.agent_dir(&name));
