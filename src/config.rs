@@ -23,7 +23,9 @@ pub const ENV_CONFIG: &str = "MAILSLOT_CONFIG";
 pub const ENV_RELAY: &str = "MAILSLOT_RELAY";
 /// The port of the loopback relay started when no relay is configured (default 7878).
 pub const ENV_LOCAL_RELAY_PORT: &str = "MAILSLOT_LOCAL_RELAY_PORT";
-/// Sets the log filter (tracing's `EnvFilter` syntax), e.g. `debug` or `mailslot=trace`.
+/// Sets the log filter (tracing's `EnvFilter` syntax), e.g. `debug`, or `mailslot_relay=debug` for
+/// the relay's alone (its crate; the agent's side logs as `mailslot`, the protocol and crypto as
+/// `mailslot_core`).
 pub const ENV_LOG: &str = "MAILSLOT_LOG";
 /// The Claude Code session a stdio `mailslot mcp` serves (Claude Code sets it for its MCP
 /// servers); what its tool results show is recorded under it, as the hooks record theirs.

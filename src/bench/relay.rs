@@ -135,14 +135,12 @@ impl Relays {
         }
     }
 
-    /// CPU seconds (user + system) so far, summed over the nodes started here, and of their
-    /// SQLite storage writer threads (the one part that cannot spread over cores; 0 on
-    /// PostgreSQL, whose writer is a task).
-    fn cpu_seconds(&self) -> (f64, f64) {
+    /// CPU seconds (user + system) so far, summed over the nodes started here.
+    fn cpu_seconds(&self) -> Cpu {
         self.nodes
             .iter()
             .map(Node::cpu_seconds)
-            .fold((0.0, 0.0), |a, b| (a.0 + b.0, a.1 + b.1))
+            .fold(Cpu::default(), |a, b| a.plus(&b))
     }
 
     /// The nodes' SQLite write-ahead logs on disk now, in MiB; 0 on PostgreSQL.
@@ -215,22 +213,24 @@ impl Node {
         Ok((Self { child, dir }, url))
     }
 
-    /// CPU seconds of the whole relay and of its SQLite writer thread.
-    fn cpu_seconds(&self) -> (f64, f64) {
+    /// CPU seconds of the whole relay and of its SQLite storage threads.
+    fn cpu_seconds(&self) -> Cpu {
         let proc = format!("/proc/{}", self.child.id());
-        let writer = std::fs::read_dir(format!("{proc}/task"))
-            .into_iter()
-            .flatten()
-            .flatten()
-            .find(|t| {
-                std::fs::read_to_string(t.path().join("comm"))
-                    .is_ok_and(|c| c.trim() == "relay-writer")
-            })
-            .map_or(0.0, |t| proc::cpu_seconds(&t.path().join("stat")));
-        (
-            proc::cpu_seconds(Path::new(&format!("{proc}/stat"))),
-            writer,
-        )
+        let thread = |name: &str| {
+            std::fs::read_dir(format!("{proc}/task"))
+                .into_iter()
+                .flatten()
+                .flatten()
+                .find(|t| {
+                    std::fs::read_to_string(t.path().join("comm")).is_ok_and(|c| c.trim() == name)
+                })
+                .map_or(0.0, |t| proc::cpu_seconds(&t.path().join("stat")))
+        };
+        Cpu {
+            total: proc::cpu_seconds(Path::new(&format!("{proc}/stat"))),
+            writer: thread("relay-writer"),
+            syncer: thread("relay-sync"),
+        }
     }
 
     /// The SQLite write-ahead log on disk now, in MiB (0 when there is none).
@@ -711,7 +711,8 @@ impl Run<'_> {
             .as_ref()
             .zip(postgres_before)
             .map(|(server, before)| server.seconds() - before);
-        let (cpu, writer_cpu) = (cpu_after.0 - cpu_before.0, cpu_after.1 - cpu_before.1);
+        let spent = cpu_after.minus(&cpu_before);
+        let cpu = spent.total;
         let tally = Arc::try_unwrap(tally)
             .map_err(|_| anyhow::anyhow!("tasks still hold results"))?
             .into_inner()
@@ -727,7 +728,10 @@ impl Run<'_> {
         let per_message = |seconds: f64| seconds * 1e6 / total as f64;
         let (_, peak) = relays.rss_mib();
         let writer = match self.backend {
-            Backend::Sqlite => format!("; writer threads {writer_cpu:.2} s"),
+            Backend::Sqlite => format!(
+                "; SQLite writer thread {:.2} s, its syncer {:.2} s",
+                spent.writer, spent.syncer
+            ),
             Backend::Postgres(..) => String::new(),
         };
         let postgres = postgres_cpu.map_or(String::new(), |s| {
@@ -878,6 +882,34 @@ impl Run<'_> {
             rss,
             "MiB",
         ))
+    }
+}
+
+/// CPU seconds (user + system): a relay's in all, and of the two SQLite storage threads that
+/// cannot spread over cores, the writer (`relay-writer`) and the syncer that flushes what it
+/// wrote (`relay-sync`); those two are 0 on PostgreSQL, whose writer is a task.
+#[derive(Default)]
+struct Cpu {
+    total: f64,
+    writer: f64,
+    syncer: f64,
+}
+
+impl Cpu {
+    fn plus(&self, other: &Cpu) -> Cpu {
+        Cpu {
+            total: self.total + other.total,
+            writer: self.writer + other.writer,
+            syncer: self.syncer + other.syncer,
+        }
+    }
+
+    fn minus(&self, earlier: &Cpu) -> Cpu {
+        Cpu {
+            total: self.total - earlier.total,
+            writer: self.writer - earlier.writer,
+            syncer: self.syncer - earlier.syncer,
+        }
     }
 }
 

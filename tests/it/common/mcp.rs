@@ -192,7 +192,9 @@ impl InProcess {
     }
 }
 
-/// A `mailslot mcp` child process for `name` in `home`, talking to `relay`.
+/// A `mailslot mcp` child process for `name` in `home`, talking to `relay`. It logs warnings
+/// to the test's stderr, or what `MAILSLOT_TEST_CHILD_LOG` asks for (a filter, like
+/// `mailslot=debug`), to diagnose a test that fails only sometimes.
 pub async fn spawn_mcp(
     home: &std::path::Path,
     name: &str,
@@ -203,7 +205,10 @@ pub async fn spawn_mcp(
     cmd.args(["--agent", name, "--relay", relay.as_str(), "mcp"])
         .env_clear()
         .env("MAILSLOT_HOME", home)
-        .env("MAILSLOT_LOG", "warn");
+        .env(
+            "MAILSLOT_LOG",
+            std::env::var("MAILSLOT_TEST_CHILD_LOG").unwrap_or_else(|_| "warn".to_owned()),
+        );
     let transport = rmcp::transport::TokioChildProcess::new(cmd).expect("mailslot mcp starts");
     McpClient::connect(transport, era).await
 }
