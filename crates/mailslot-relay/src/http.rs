@@ -29,8 +29,10 @@ use crate::protocol::{
 /// Bytes each socket reads at a time (tungstenite grows the read buffer for larger frames).
 const SOCKET_BUFFER: usize = 4 * 1024;
 /// Bytes of queued frames written in one system call. The buffer only grows while frames
-/// queue up, so idle connections do not pay for it.
-const WRITE_BUFFER: usize = 64 * 1024;
+/// queue up, so idle connections do not pay for it, but it never shrinks: at 64 KiB a thousand
+/// busy connections kept about 50 MiB of it, and 8 KiB costs no throughput that the benchmark
+/// can see (performance log, 2026-12-03).
+const WRITE_BUFFER: usize = 8 * 1024;
 /// How long `/healthz` waits for the database's answer.
 const HEALTH_TIMEOUT: Duration = Duration::from_secs(2);
 

@@ -60,7 +60,8 @@ pub async fn run<S: Storage>(
     };
     tracing::Span::current().record("agent", tracing::field::display(&hello.agent));
     if hello.control {
-        return run_control(state, socket, hello, done).await;
+        // Boxed: inline, its own `serve` would double every connection's task.
+        return Box::pin(run_control(state, socket, hello, done)).await;
     }
     let agent = &hello.agent;
     let Some(mut lease) = lease::claim(&state, &mut socket, (agent, shown)).await else {

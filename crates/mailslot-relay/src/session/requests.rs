@@ -52,20 +52,9 @@ pub(super) async fn answer<S: Storage>(
             return Some(error_frame(None, ErrorCode::BadFrame, message, None));
         }
     };
-    // The frames only the agent's owner may send are checked against its owner key first.
-    let owner = match consent::signed_by_owner(state, (agent, nonce), &frame).await {
-        Ok(owner) => owner,
-        Err(refusal) => return Some(refusal),
-    };
-    Some(match frame {
-        ClientFrame::Ping {} => ServerFrame::Pong {},
-        ClientFrame::Hello { .. } => error_frame(
-            None,
-            ErrorCode::UnexpectedFrame,
-            "already authenticated",
-            None,
-        ),
-        ClientFrame::Ack { seq } => return delivery.ack(state, agent, seq).await,
+    match frame {
+        ClientFrame::Ping {} => Some(ServerFrame::Pong {}),
+        ClientFrame::Ack { seq } => delivery.ack(state, agent, seq).await,
         // `SendFrame::read` takes every valid send frame first; this is its general twin.
         ClientFrame::Send {
             reference,
@@ -73,8 +62,35 @@ pub(super) async fn answer<S: Storage>(
             group,
         } => {
             let text = String::from_utf8(envelope.to_bytes()).expect("JSON is UTF-8");
-            return queue_send(state, agent, sends, (reference, share), (&text, group)).await;
+            queue_send(state, agent, sends, (reference, share), (&text, group)).await
         }
+        // The other requests are rare, and their futures large (a consent change's is several
+        // KiB): boxed, each is paid for when made instead of by every connection's task.
+        frame => Some(Box::pin(request(state, (agent, nonce), frame)).await),
+    }
+}
+
+/// Answers a request other than a send, an ack or a ping.
+async fn request<S: Storage>(
+    state: &RelayState<S>,
+    (agent, nonce): (&AgentName, &[u8]),
+    frame: ClientFrame,
+) -> ServerFrame {
+    // The frames only the agent's owner may send are checked against its owner key first.
+    let owner = match consent::signed_by_owner(state, (agent, nonce), &frame).await {
+        Ok(owner) => owner,
+        Err(refusal) => return refusal,
+    };
+    match frame {
+        ClientFrame::Ping {} | ClientFrame::Ack { .. } | ClientFrame::Send { .. } => {
+            unreachable!("answered by `answer`")
+        }
+        ClientFrame::Hello { .. } => error_frame(
+            None,
+            ErrorCode::UnexpectedFrame,
+            "already authenticated",
+            None,
+        ),
         ClientFrame::Lookup {
             reference,
             agent: wanted,
@@ -222,7 +238,7 @@ pub(super) async fn answer<S: Storage>(
             groups::leave(state, agent, reference, group).await
         }
         ClientFrame::Groups { reference } => groups::list(state, agent, reference).await,
-    })
+    }
 }
 
 /// Checks a send and queues its write; `Some` is the refusal.
