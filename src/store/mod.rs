@@ -31,6 +31,7 @@ mod time;
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
+use rusqlite::config::DbConfig;
 use rusqlite::{Connection, OpenFlags};
 
 pub use attachments::AttachmentInfo;
@@ -105,6 +106,12 @@ impl Store {
             .map_err(open_err)?;
         conn.pragma_update(None, "foreign_keys", "ON")
             .map_err(open_err)?;
+        // The query planner's stability guarantee: without it SQLite plans a statement for the
+        // values bound to it (a `LIMIT ?`, say) and compiles it again when they change, and
+        // rusqlite clears a cached statement's bindings when it is put back, so every cached
+        // statement with a `LIMIT ?` was compiled anew at each use (performance log, 2026-12-03).
+        conn.set_db_config(DbConfig::SQLITE_DBCONFIG_ENABLE_QPSG, true)
+            .map_err(open_err)?;
         migrations::migrate(&mut conn)?;
         Ok(Self {
             conn,
@@ -157,5 +164,28 @@ impl Store {
                 detail: result,
             })
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use rusqlite::StatementStatus;
+
+    use super::*;
+
+    /// A cached statement with a `LIMIT ?` stays compiled whatever limit is bound (the
+    /// planner's stability guarantee; without it every use compiled it anew).
+    #[test]
+    fn a_cached_statement_is_not_compiled_again_for_new_bindings() {
+        let dir = tempfile::tempdir().unwrap();
+        let store = Store::open(&dir.path().join("store.db")).unwrap();
+        let sql = "SELECT seq FROM messages WHERE direction = 'in' ORDER BY seq DESC LIMIT ?1";
+        for limit in [1, 20, 5] {
+            let mut stmt = store.conn.prepare_cached(sql).unwrap();
+            let rows = stmt.query_map([limit], |r| r.get::<_, i64>(0)).unwrap();
+            assert_eq!(rows.count(), 0);
+        }
+        let stmt = store.conn.prepare_cached(sql).unwrap();
+        assert_eq!(stmt.get_status(StatementStatus::RePrepare), 0);
     }
 }

@@ -6,6 +6,7 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use rusqlite::Connection;
+use rusqlite::config::DbConfig;
 use tokio::sync::Semaphore;
 
 use crate::storage::StorageError;
@@ -66,6 +67,9 @@ pub(super) fn open(path: &Path) -> Result<Connection, StorageError> {
     // FULL, so checkpoints flush the WAL before copying it and the database after; the writer
     // alone commits with NORMAL and leaves the flush to the syncer (see `sync`).
     conn.pragma_update(None, "synchronous", "FULL")?;
+    // Plans that do not depend on bound values: otherwise a statement with a `LIMIT ?` is
+    // compiled again at each use, since rusqlite clears a cached statement's bindings.
+    conn.set_db_config(DbConfig::SQLITE_DBCONFIG_ENABLE_QPSG, true)?;
     Ok(conn)
 }
 
@@ -128,5 +132,27 @@ impl Readers {
         })
         .await
         .map_err(|_| StorageError::Closed)?
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use rusqlite::StatementStatus;
+
+    use super::*;
+
+    /// A cached statement with a `LIMIT ?` stays compiled whatever limit is bound.
+    #[test]
+    fn a_cached_statement_is_not_compiled_again_for_new_bindings() {
+        let dir = tempfile::tempdir().unwrap();
+        let conn = open(&dir.path().join("relay.db")).unwrap();
+        let sql = "SELECT name FROM sqlite_master ORDER BY name LIMIT ?1";
+        for limit in [1, 20, 5] {
+            let mut stmt = conn.prepare_cached(sql).unwrap();
+            let rows = stmt.query_map([limit], |r| r.get::<_, String>(0)).unwrap();
+            assert_eq!(rows.count(), 0);
+        }
+        let stmt = conn.prepare_cached(sql).unwrap();
+        assert_eq!(stmt.get_status(StatementStatus::RePrepare), 0);
     }
 }
