@@ -188,4 +188,21 @@ mod tests {
         let stmt = store.conn.prepare_cached(sql).unwrap();
         assert_eq!(stmt.get_status(StatementStatus::RePrepare), 0);
     }
+
+    /// The watcher's read starts at its position on the primary key: it neither reads nor
+    /// sorts every received message (it runs ten times a second).
+    #[test]
+    fn the_watchers_read_starts_at_its_position() {
+        let dir = tempfile::tempdir().unwrap();
+        let store = Store::open(&dir.path().join("store.db")).unwrap();
+        let plan = store.plan(&messages::arrived_since_sql());
+        assert_eq!(
+            plan[0], "SEARCH messages USING INTEGER PRIMARY KEY (rowid>?)",
+            "{plan:?}"
+        );
+        assert!(
+            !plan.iter().any(|step| step.contains("TEMP B-TREE")),
+            "{plan:?}"
+        );
+    }
 }
