@@ -100,16 +100,19 @@ impl Target {
     /// (measured: 25,900 sequential scans reading 80 million rows in one benchmark run).
     /// The rare whole-table queries (totals, the directory) still run, by an index or a
     /// scan the planner is forced to take.
+    ///
+    /// They never compile a plan to machine code (`jit = off`). A forced scan costs its plan
+    /// 10^10, far past `jit_above_cost`, and PostgreSQL (11 and later, where built with LLVM)
+    /// then spent 100–110 ms of CPU compiling each of those statements at every run (the
+    /// totals for the metrics, the expiry of duplicate keys: 650 ms in a ten-second run), a
+    /// core taken from the relays for that long each time. No statement here runs long enough
+    /// for compiled code to pay back.
     pub(super) fn pool(&self) -> Result<Pool, StorageError> {
         let manager_config = ManagerConfig {
             recycling_method: RecyclingMethod::Fast,
         };
         let mut config = self.config.clone();
-        let ours = "-c enable_seqscan=off -c synchronous_commit=on";
-        let options = match config.get_options() {
-            Some(given) => format!("{given} {ours}"),
-            None => ours.to_owned(),
-        };
+        let options = session_options(config.get_options());
         config.options(options);
         let manager = match &self.tls {
             Some(tls) => Manager::from_config(config, tls.clone(), manager_config),
@@ -286,9 +289,33 @@ fn tls_config() -> Result<ClientConfig, String> {
         .with_no_client_auth())
 }
 
+/// The pooled connections' settings (see [`Target::pool`]) behind the URL's own `options`, so
+/// that ours win where both set one.
+fn session_options(given: Option<&str>) -> String {
+    let ours = "-c enable_seqscan=off -c synchronous_commit=on -c jit=off";
+    match given {
+        Some(given) => format!("{given} {ours}"),
+        None => ours.to_owned(),
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn the_pools_settings_come_after_the_urls_so_they_win() {
+        let given =
+            Target::parse("postgres://u@h/db?options=-c%20jit%3Don%20-c%20work_mem%3D8MB").unwrap();
+        let options = session_options(given.config.get_options());
+        let (jit_on, jit_off) = (options.find("jit=on"), options.find("jit=off"));
+        assert!(jit_on.is_some() && jit_off > jit_on, "{options}");
+        assert!(options.contains("work_mem=8MB"), "{options}");
+        let alone = session_options(None);
+        for setting in ["enable_seqscan=off", "synchronous_commit=on", "jit=off"] {
+            assert!(alone.contains(setting), "{alone}");
+        }
+    }
 
     #[test]
     fn the_password_never_shows() {
