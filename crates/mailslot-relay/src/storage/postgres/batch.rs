@@ -281,53 +281,61 @@ impl Writer {
                 Accepted::Stored(recipients)
             });
         }
-        let mut payloads = Vec::new();
-        if !rows.seq.is_empty() {
-            let changed = Changed::of(&boxes);
-            payloads = wake_payloads(&log, &self.node_id);
-            // Pipelined likewise: one round trip for the two writes.
-            let copies: [&Param<'_>; 8] = [
-                &rows.recipient,
-                &rows.seq,
-                &rows.sender,
-                &rows.message_id,
-                &rows.envelope,
-                &rows.size,
-                &now,
-                &rows.expires_at,
-            ];
-            let counters: [&Param<'_>; 4] = [
-                &changed.names,
-                &changed.next,
-                &changed.waiting,
-                &changed.bytes,
-            ];
-            let c = open.client();
-            let (inserted, updated) = futures_util::join!(
-                c.execute(&st.insert, &copies),
-                c.execute(&st.update, &counters),
-            );
-            inserted?;
-            updated?;
-        }
-        // The wakes go right behind the commit (one wait for both), in a transaction of their
-        // own that writes nothing else, so waits for no flush: PostgreSQL serialises the
-        // commits of every transaction that notifies, on the whole server, until their flush
-        // is done (so that notifications queue in commit order); inside the batch that made
-        // the nodes' writers commit one at a time. A node that dies between the two leaves
-        // its last wakes unsent: that mail waits for the recipient's next read (another
-        // wake, or its next connection). A failure here fails no send; after a failed commit
-        // the wakes announce copies that readers do not find.
+        // The two writes, `COMMIT`, and the wakes go out in one write and take one wait (see
+        // `pipeline`), so the recipients' mailboxes stay locked only while the server runs
+        // them and flushes.
+        //
+        // The wakes run behind the commit in a transaction of their own that writes nothing
+        // else, so waits for no flush: PostgreSQL serialises the commits of every transaction
+        // that notifies, on the whole server, until their flush is done (so that notifications
+        // queue in commit order); inside the batch that made the nodes' writers commit one at
+        // a time. A node that dies between the two leaves its last wakes unsent: that mail
+        // waits for the recipient's next read (another wake, or its next connection). A
+        // failure here fails no send; after a failed commit the wakes announce copies that
+        // readers do not find.
+        let changed = Changed::of(&boxes);
+        let payloads = wake_payloads(&log, &self.node_id);
+        let copies: [&Param<'_>; 8] = [
+            &rows.recipient,
+            &rows.seq,
+            &rows.sender,
+            &rows.message_id,
+            &rows.envelope,
+            &rows.size,
+            &now,
+            &rows.expires_at,
+        ];
+        let counters: [&Param<'_>; 4] = [
+            &changed.names,
+            &changed.next,
+            &changed.waiting,
+            &changed.bytes,
+        ];
         let wakes: [&Param<'_>; 1] = [&payloads];
-        let (wakes, none) = (&wakes, payloads.is_empty());
-        let woken = open
-            .commit_then(|c| async move {
-                if none {
-                    return Ok(0);
-                }
-                c.execute(&st.wake, wakes).await
-            })
+        let (copies, counters, wakes) = (&copies, &counters, &wakes);
+        let (writes, none) = (!rows.seq.is_empty(), payloads.is_empty());
+        let (written, woken) = open
+            .finish(
+                |c| async move {
+                    if !writes {
+                        return Ok(());
+                    }
+                    let (inserted, updated) = futures_util::join!(
+                        c.execute(&st.insert, copies),
+                        c.execute(&st.update, counters),
+                    );
+                    inserted?;
+                    updated.map(drop)
+                },
+                |c| async move {
+                    if none {
+                        return Ok(0);
+                    }
+                    c.execute(&st.wake, wakes).await
+                },
+            )
             .await?;
+        written?;
         if let Err(e) = woken {
             tracing::warn!(error = %describe(&e), "could not wake the other relay nodes after a commit");
         }

@@ -1,11 +1,19 @@
-//! Transactions that spend no round trip of their own on `BEGIN` or on what follows `COMMIT`.
+//! Transactions that spend no round trip of their own on `BEGIN` or `COMMIT`, and none that
+//! holds their locks while the relay decides.
 //!
 //! tokio-postgres sends a statement when its future is first polled, and `join!` polls in
 //! order, so statements joined together go out in one write and the server runs them one
-//! after the other, in that order (after a failure the later ones of a transaction fail too,
-//! so errors are taken in order and the first is the cause). [`Open::begin`] puts `BEGIN` in
-//! front of the transaction's first statements that way, and [`Open::commit_then`] puts
-//! statements that must run after the commit, outside the transaction, behind `COMMIT`.
+//! after the other, in that order. After a failure the later statements of the transaction
+//! fail too, and a `COMMIT` behind them rolls it back (it answers `ROLLBACK`, no error): so
+//! the statements' results are taken in order, the first error is the cause, and `COMMIT`'s
+//! own error is one of the commit itself. [`Open::begin`] puts `BEGIN` in front of the
+//! transaction's first statements that way; [`Open::finish`] puts `COMMIT` behind its last
+//! ones, and statements that must run after it, outside the transaction, behind that;
+//! [`Open::whole`] sends a transaction whose statements need no answer in between in one go.
+//!
+//! The wait saved matters beyond its own time: a transaction holds its row locks until its
+//! `COMMIT` arrives, and on two busy cores the relay's task that would send it may wait for a
+//! core for tens of milliseconds, while every transaction that needs those rows waits too.
 //!
 //! A connection must never go back to the pool inside a transaction: the next user's `BEGIN`
 //! would only warn, and its statements would join this one. So an `Open` dropped before its
@@ -54,36 +62,60 @@ impl Open {
         Ok(results)
     }
 
-    /// Runs `COMMIT` and then `after` (statements outside the transaction) with one wait.
-    /// `COMMIT`'s error comes first, then `after`'s results.
-    pub(super) async fn commit_then<'a, F, T>(
+    /// Runs `last` (the transaction's last statements, joined in the order they must run),
+    /// `COMMIT`, and then `after` (statements outside the transaction) with one wait.
+    /// `COMMIT`'s error comes first, then `last`'s results (check them: after a failed
+    /// statement the `COMMIT` rolled back), then `after`'s.
+    pub(super) async fn finish<'a, F, G, T, U>(
         &'a mut self,
-        after: impl FnOnce(&'a Client) -> F,
-    ) -> Result<T, tokio_postgres::Error>
+        last: impl FnOnce(&'a Client) -> F,
+        after: impl FnOnce(&'a Client) -> G,
+    ) -> Result<(T, U), tokio_postgres::Error>
     where
         F: Future<Output = T> + 'a,
+        G: Future<Output = U> + 'a,
     {
         // Committed or rolled back by the server, the transaction is over once `COMMIT` is
         // sent, which the join below does in this same poll.
         self.over = true;
         let client = self.client();
-        let (committed, results) =
-            futures_util::join!(client.batch_execute("COMMIT"), after(client));
+        let (results, committed, after) =
+            futures_util::join!(last(client), client.batch_execute("COMMIT"), after(client));
+        committed?;
+        Ok((results, after))
+    }
+
+    /// Runs `BEGIN`, `statements` (joined in the order they must run) and `COMMIT` with one
+    /// wait. `BEGIN`'s and `COMMIT`'s errors come first, then `statements`' results (check
+    /// them: after a failed statement the `COMMIT` rolled back).
+    pub(super) async fn whole<'a, F, T>(
+        &'a mut self,
+        statements: impl FnOnce(&'a Client) -> F,
+    ) -> Result<T, tokio_postgres::Error>
+    where
+        F: Future<Output = T> + 'a,
+    {
+        // As in `finish`: over once `COMMIT` is sent, in this same poll.
+        self.over = true;
+        let client = self.client();
+        let (begun, results, committed) = futures_util::join!(
+            client.batch_execute("BEGIN"),
+            statements(client),
+            client.batch_execute("COMMIT")
+        );
+        begun?;
         committed?;
         Ok(results)
     }
 
-    /// Runs `ROLLBACK`, after a failure: the connection goes back to the pool only if the
-    /// server confirms the transaction is over.
+    /// Runs `ROLLBACK`, after a failure, unless the transaction is over already: the
+    /// connection goes back to the pool only if the server confirms it is.
     pub(super) async fn rollback(&mut self) -> Result<(), tokio_postgres::Error> {
-        self.client().batch_execute("ROLLBACK").await?;
-        self.over = true;
+        if !self.over {
+            self.client().batch_execute("ROLLBACK").await?;
+            self.over = true;
+        }
         Ok(())
-    }
-
-    /// Runs `COMMIT`.
-    pub(super) async fn commit(&mut self) -> Result<(), tokio_postgres::Error> {
-        self.commit_then(|_| std::future::ready(())).await
     }
 }
 

@@ -128,11 +128,13 @@ pub(super) async fn ack_fenced(
     let until = now_ms() + DUPLICATE_LAG_MS;
     let by_name: [&(dyn ToSql + Sync); 1] = [&name];
     let by_range: [&(dyn ToSql + Sync); 4] = [&name, &upto, &until, &epoch];
-    // Pipelined (see `pipeline`): `BEGIN` and the four run in this order with one wait.
+    // The whole transaction in one write (see `pipeline`): the mailbox stays locked only while
+    // the server runs it. Fenced or not, the delete changed only what the lease allowed, so
+    // it commits whatever the answers say.
     let mut open = Open::new(client);
     let (by_name, by_range, statements) = (&by_name, &by_range, (&lease, &lock, &delete));
     let (quick, current, locked, deleted) = open
-        .begin(|c| async move {
+        .whole(|c| async move {
             futures_util::join!(
                 c.batch_execute("SET LOCAL synchronous_commit = off"),
                 c.query_opt(statements.0, by_name),
@@ -141,28 +143,14 @@ pub(super) async fn ack_fenced(
             )
         })
         .await?;
-    let outcome = (|| -> Result<Option<u64>, StorageError> {
-        quick?;
-        let current = current?.map(|row| row.try_get::<_, i64>(0)).transpose()?;
-        locked?;
-        let count = match deleted? {
-            Some(row) => unsigned(row.try_get(0)?, "count")?,
-            None => 0,
-        };
-        Ok((current == Some(epoch)).then_some(count))
-    })();
-    match outcome {
-        // Fenced or not, the delete changed only what the lease allowed.
-        Ok(applied) => {
-            open.commit().await?;
-            Ok(applied)
-        }
-        Err(e) => {
-            // Back to the pool, unless the connection failed.
-            let _ = open.rollback().await;
-            Err(e)
-        }
-    }
+    quick?;
+    let current = current?.map(|row| row.try_get::<_, i64>(0)).transpose()?;
+    locked?;
+    let count = match deleted? {
+        Some(row) => unsigned(row.try_get(0)?, "count")?,
+        None => 0,
+    };
+    Ok((current == Some(epoch)).then_some(count))
 }
 
 /// Ends the lease `epoch` of `agent` held by `node` (its session ended, its acks committed),
