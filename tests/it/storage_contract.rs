@@ -2055,6 +2055,81 @@ fn tagged(envelope: &[u8]) -> (char, u64) {
     (tag, chars.as_str().parse().expect("a number after the tag"))
 }
 
+/// A transaction whose statements go out with their `COMMIT` (a batch's writes, an ack) and
+/// fails on the way changes nothing, answers with the server's error, and leaves no connection
+/// inside a transaction: the sends and acks after it, on the same pooled connections, work.
+#[tokio::test]
+async fn postgres_a_write_that_fails_before_its_commit_changes_nothing() {
+    let Some(db) = Postgres::fresh("failed_write").await else {
+        return;
+    };
+    let s = db.open().await;
+    // Another node reads: it sees only what committed.
+    let reader = db.open().await;
+    let [alice, bob] = agents(&s, &["alice", "bob"]).await.try_into().unwrap();
+    let (client, connection) = tokio_postgres::connect(&db.url, tokio_postgres::NoTls)
+        .await
+        .unwrap();
+    tokio::spawn(connection);
+    let refuse = |table: &str| {
+        format!(
+            "CREATE FUNCTION refuse_{table}() RETURNS trigger LANGUAGE plpgsql AS $$
+             BEGIN RAISE EXCEPTION 'refused by the test'; END $$;
+             CREATE TRIGGER refuse BEFORE INSERT ON {table}
+                 FOR EACH ROW EXECUTE FUNCTION refuse_{table}();"
+        )
+    };
+    let send = |body: &str| {
+        s.accept(
+            alice.clone(),
+            MessageId::new(),
+            copies(&[&bob], body),
+            ROOMY,
+            far_future(),
+            Policy::Open,
+        )
+    };
+    // A batch's copy is refused by the database: the send fails, nothing is numbered.
+    client.batch_execute(&refuse("queue")).await.unwrap();
+    let e = send("refused").await.unwrap_err();
+    assert!(e.to_string().contains("refused by the test"), "{e}");
+    client
+        .batch_execute("DROP TRIGGER refuse ON queue")
+        .await
+        .unwrap();
+    // More sends than the pool has connections, one after the other, so the one that
+    // failed is used again: numbering starts at 1.
+    for i in 0..20 {
+        let sent = send(&format!("m{i}")).await.unwrap();
+        assert_eq!(sent, Accepted::Stored(vec![bob.clone()]));
+    }
+    let queued = reader.pending(bob.clone(), 0, 100).await.unwrap();
+    let seqs: Vec<Seq> = queued.iter().map(|q| q.seq).collect();
+    assert_eq!(seqs, (1..=20).collect::<Vec<Seq>>());
+    assert_eq!(reader.waiting(bob.clone()).await.unwrap(), 20);
+    // An ack whose delete is refused (its keys kept for duplicates cannot be written): the
+    // copies stay, counted.
+    let epoch = s.claim(bob.clone(), Shown::Online).await.unwrap();
+    client.batch_execute(&refuse("acked_copies")).await.unwrap();
+    let e = s.ack(bob.clone(), 5, epoch).await.unwrap_err();
+    assert!(e.to_string().contains("refused by the test"), "{e}");
+    assert_eq!(reader.waiting(bob.clone()).await.unwrap(), 20);
+    assert_eq!(reader.pending(bob.clone(), 0, 100).await.unwrap().len(), 20);
+    client
+        .batch_execute("DROP TRIGGER refuse ON acked_copies")
+        .await
+        .unwrap();
+    for upto in 1..=20 {
+        s.ack(bob.clone(), upto, epoch).await.unwrap();
+    }
+    assert_eq!(reader.waiting(bob.clone()).await.unwrap(), 0);
+    assert_eq!(
+        send("after").await.unwrap(),
+        Accepted::Stored(vec![bob.clone()])
+    );
+    assert_eq!(reader.pending(bob, 0, 10).await.unwrap()[0].seq, 21);
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn postgres_two_nodes_sending_to_one_recipient_keep_its_numbers_in_order() {
     const PER_NODE: u64 = 150;
