@@ -8,7 +8,7 @@
 use std::collections::HashMap;
 use std::sync::Arc;
 
-use crate::common::postgres as pg;
+use crate::common::{self, postgres as pg};
 use mailslot::crypto::{Identity, Owner};
 use mailslot::protocol::{
     Address, AgentName, Bounce, CopyKey, GroupPolicy, GroupView, KeyRotation, MAX_HELD_PER_PROJECT,
@@ -2128,6 +2128,75 @@ async fn postgres_a_write_that_fails_before_its_commit_changes_nothing() {
         Accepted::Stored(vec![bob.clone()])
     );
     assert_eq!(reader.pending(bob, 0, 10).await.unwrap()[0].seq, 21);
+}
+
+/// A batch's duplicate check looks up its own keys in the queue's index, however much the
+/// queue grew after the node planned its statements: a node plans each once per connection
+/// (generic plans), and a plan made while the queue was empty once hashed the whole queue at
+/// every batch. PostgreSQL's counters of index entries read tell which it did.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn postgres_a_batch_reads_its_own_keys_not_the_whole_queue() {
+    const GROWN: i64 = 5_000;
+    let Some(db) = Postgres::fresh("keys_probed").await else {
+        return;
+    };
+    let s = db.open().await;
+    let [alice, bob] = agents(&s, &["alice", "bob"]).await.try_into().unwrap();
+    let (client, connection) = tokio_postgres::connect(&db.url, tokio_postgres::NoTls)
+        .await
+        .unwrap();
+    tokio::spawn(connection);
+    let send = |body: String| {
+        s.accept(
+            alice.clone(),
+            MessageId::new(),
+            copies(&[&bob], &body),
+            ROOMY,
+            far_future(),
+            Policy::Open,
+        )
+    };
+    // Planned while the queue is empty.
+    for i in 0..3 {
+        send(format!("early {i}")).await.unwrap();
+    }
+    // The queue grows behind the node's back: copies for someone else.
+    client
+        .execute(
+            "INSERT INTO queue (recipient, seq, sender, message_id, envelope, size, accepted_at, expires_at)
+             SELECT 'carol', g, 'dave', 'm' || g, '\\x00', 1, 0, $1 FROM generate_series(1, $2::bigint) g",
+            &[&far_future(), &GROWN],
+        )
+        .await
+        .unwrap();
+    for i in 0..3 {
+        send(format!("late {i}")).await.unwrap();
+    }
+    // Index entries read in the queue, once the counters show every row inserted: a backend
+    // reports its counters a while after its transaction, not at once.
+    let read: i64 = common::wait_until(
+        std::time::Duration::from_secs(30),
+        "the queue's counters show every row inserted",
+        async || {
+            let row = client
+                .query_one(
+                    "SELECT (SELECT coalesce(sum(idx_tup_read), 0)::bigint FROM pg_stat_user_indexes
+                             WHERE relname = 'queue'),
+                            (SELECT n_tup_ins FROM pg_stat_user_tables WHERE relname = 'queue')",
+                    &[],
+                )
+                .await
+                .unwrap();
+            let (read, inserted): (i64, i64) = (row.get(0), row.get(1));
+            (inserted >= GROWN + 6).then_some(read)
+        },
+    )
+    .await;
+    assert!(
+        read < GROWN,
+        "six sends read {read} entries of the queue's indexes, which hold {GROWN} other copies"
+    );
+    assert_eq!(s.waiting(bob).await.unwrap(), 6);
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -15,7 +15,7 @@ use tokio_postgres::types::ToSql;
 use tokio_postgres::{Row, Statement};
 
 use super::consent::Rule;
-use super::pipeline::Open;
+use super::pipeline::{Open, unflushed};
 use super::{describe, now_ms, retryable, seq_to_db, unsigned};
 use crate::protocol::{AgentName, MessageId, Policy, Seq};
 use crate::storage::queue::is_relay_mailbox;
@@ -286,12 +286,12 @@ impl Writer {
         // them and flushes.
         //
         // The wakes run behind the commit in a transaction of their own that writes nothing
-        // else, so waits for no flush: PostgreSQL serialises the commits of every transaction
-        // that notifies, on the whole server, until their flush is done (so that notifications
-        // queue in commit order); inside the batch that made the nodes' writers commit one at
-        // a time. A node that dies between the two leaves its last wakes unsent: that mail
-        // waits for the recipient's next read (another wake, or its next connection). A
-        // failure here fails no send. After a failed write or commit the wakes still go: they
+        // else and commits without waiting for its flush (`pipeline::unflushed`): PostgreSQL
+        // serialises the commits of every transaction that notifies, on the whole server,
+        // until their flush is done (so that notifications queue in commit order); inside the
+        // batch that made the nodes' writers commit one at a time. A node that dies between
+        // the two leaves its last wakes unsent: that mail waits for the recipient's next read
+        // (another wake, or its next connection). A failure here fails no send. After a failed write or commit the wakes still go: they
         // announce copies that readers do not find, or, once the batch ran again with the
         // same numbers, find twice (a session skips what it has sent).
         let changed = Changed::of(&boxes);
@@ -330,14 +330,14 @@ impl Writer {
                 },
                 |c| async move {
                     if none {
-                        return Ok(0);
+                        return Ok(Ok(0));
                     }
-                    c.execute(&st.wake, wakes).await
+                    unflushed(c, |c| c.execute(&st.wake, wakes)).await
                 },
             )
             .await?;
         written?;
-        if let Err(e) = woken {
+        if let Err(e) = woken.and_then(|woken| woken) {
             tracing::warn!(error = %describe(&e), "could not wake the other relay nodes after a commit");
         }
         Ok((outcomes, log))
@@ -402,15 +402,19 @@ impl Statements {
                  WHERE recipient = ANY($1) ORDER BY recipient FOR UPDATE",
             ),
             // The keys of the batch's copies that are stored already, or were acknowledged
-            // a moment ago.
+            // a moment ago. Scalar subqueries, not `EXISTS`: the planner may run an `EXISTS`
+            // as one hash of the whole table, which a generic plan made while the table was
+            // small keeps doing at every run once it is large (see `connect::session_options`).
             tx.prepare_cached(
                 "SELECT k.id, k.sender, k.recipient
                  FROM unnest($1::text[], $2::text[], $3::text[]) AS k(id, sender, recipient)
-                 WHERE EXISTS (SELECT 1 FROM queue q
-                               WHERE q.message_id = k.id AND q.sender = k.sender AND q.recipient = k.recipient)
-                    OR EXISTS (SELECT 1 FROM acked_copies a
-                               WHERE a.message_id = k.id AND a.sender = k.sender AND a.recipient = k.recipient
-                                 AND a.until_ms >= $4)",
+                 WHERE (SELECT true FROM queue q
+                        WHERE q.message_id = k.id AND q.sender = k.sender AND q.recipient = k.recipient
+                        LIMIT 1)
+                    OR (SELECT true FROM acked_copies a
+                        WHERE a.message_id = k.id AND a.sender = k.sender AND a.recipient = k.recipient
+                          AND a.until_ms >= $4
+                        LIMIT 1)",
             ),
             // The consent rule of every (sender, recipient) pair, in the pairs' order.
             tx.prepare_cached(

@@ -208,12 +208,14 @@ impl Subscription {
 pub struct Notifier(pub(super) Pool);
 
 impl Notifier {
-    /// `NOTIFY channel, payload`, at once (outside any transaction).
+    /// `NOTIFY channel, payload`, at once, in a transaction of its own that waits for no
+    /// flush (see `pipeline::unflushed`).
     pub async fn notify(&self, channel: &str, payload: &str) -> Result<(), StorageError> {
         let client = self.0.get().await?;
-        client
-            .execute("SELECT pg_notify($1, $2)", &[&channel, &payload])
-            .await?;
+        let params: [&(dyn tokio_postgres::types::ToSql + Sync); 2] = [&channel, &payload];
+        let params = &params;
+        super::pipeline::unflushed(&client, |c| c.execute("SELECT pg_notify($1, $2)", params))
+            .await??;
         Ok(())
     }
 
@@ -291,8 +293,15 @@ fn tls_config() -> Result<ClientConfig, String> {
 
 /// The pooled connections' settings (see [`Target::pool`]) behind the URL's own `options`, so
 /// that ours win where both set one.
+///
+/// `plan_cache_mode = force_generic_plan`: a prepared statement is planned once per connection,
+/// not at every run. Left to choose, PostgreSQL planned the batch's statements again at almost
+/// every run (their arrays make each generic plan look dearer), a third of its CPU. A generic
+/// plan does not know its parameters, so every statement a node prepares has a shape whose
+/// plan probes an index per key whatever the statistics said when it was made (no `EXISTS`
+/// that could run as a hash of a whole table); docs/decisions.md has the measurements.
 fn session_options(given: Option<&str>) -> String {
-    let ours = "-c enable_seqscan=off -c synchronous_commit=on -c jit=off";
+    let ours = "-c enable_seqscan=off -c synchronous_commit=on -c jit=off -c plan_cache_mode=force_generic_plan";
     match given {
         Some(given) => format!("{given} {ours}"),
         None => ours.to_owned(),
@@ -312,7 +321,12 @@ mod tests {
         assert!(jit_on.is_some() && jit_off > jit_on, "{options}");
         assert!(options.contains("work_mem=8MB"), "{options}");
         let alone = session_options(None);
-        for setting in ["enable_seqscan=off", "synchronous_commit=on", "jit=off"] {
+        for setting in [
+            "enable_seqscan=off",
+            "synchronous_commit=on",
+            "jit=off",
+            "plan_cache_mode=force_generic_plan",
+        ] {
             assert!(alone.contains(setting), "{alone}");
         }
     }

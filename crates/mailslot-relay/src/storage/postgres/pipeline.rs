@@ -119,6 +119,36 @@ impl Open {
     }
 }
 
+/// Runs `statements` (joined in the order they must run) in a transaction of their own that
+/// commits without waiting for its flush, with one wait: for statements that only notify.
+///
+/// A notification gives its transaction an id, so its commit writes a commit record, and
+/// PostgreSQL holds the one server-wide lock of notifying commits from `COMMIT` until that
+/// record is flushed (so that notifications queue in commit order). Durable, as the pool's
+/// connections commit, every wake of every node waited in line for one flush after another;
+/// unflushed, the lock is held for the commit alone. A notification lost with a crash of the
+/// database is lost with its listeners' connections anyway.
+///
+/// `BEGIN`, the statements and `COMMIT` go out in the first poll (see the module's notes), so
+/// the server ends the transaction even if the caller stops waiting: the connection may go
+/// back to the pool.
+pub(super) async fn unflushed<'a, F, T>(
+    client: &'a Client,
+    statements: impl FnOnce(&'a Client) -> F,
+) -> Result<T, tokio_postgres::Error>
+where
+    F: Future<Output = T> + 'a,
+{
+    let (begun, results, committed) = futures_util::join!(
+        client.batch_execute("BEGIN; SET LOCAL synchronous_commit = off"),
+        statements(client),
+        client.batch_execute("COMMIT")
+    );
+    begun?;
+    committed?;
+    Ok(results)
+}
+
 impl Drop for Open {
     fn drop(&mut self) {
         if !self.over

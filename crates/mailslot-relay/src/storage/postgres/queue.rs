@@ -429,10 +429,11 @@ pub(super) async fn copy_statuses(
         .unzip();
     let rows = client
         .query(
-            "SELECT EXISTS (SELECT 1 FROM queue q WHERE q.message_id = k.queued_id
-                              AND q.sender = $1 AND q.recipient = k.queue),
-                    EXISTS (SELECT 1 FROM bounces b WHERE b.sender = $1
-                              AND b.message_id = k.message_id AND b.recipient = k.recipient)
+            // Scalar subqueries, probed per key, as in the batch's duplicate check.
+            "SELECT (SELECT true FROM queue q WHERE q.message_id = k.queued_id
+                              AND q.sender = $1 AND q.recipient = k.queue LIMIT 1) IS NOT NULL,
+                    (SELECT true FROM bounces b WHERE b.sender = $1
+                              AND b.message_id = k.message_id AND b.recipient = k.recipient LIMIT 1) IS NOT NULL
              FROM unnest($2::text[], $3::text[], $4::text[], $5::text[])
                   WITH ORDINALITY AS k(message_id, recipient, queue, queued_id, n)
              ORDER BY k.n",
