@@ -90,6 +90,17 @@ impl Backend for Postgres {
     }
 }
 
+impl Postgres {
+    /// A plain connection of the test's own, beside the nodes', to look at or change the database.
+    async fn client(&self) -> tokio_postgres::Client {
+        let (client, connection) = tokio_postgres::connect(&self.url, tokio_postgres::NoTls)
+            .await
+            .unwrap();
+        tokio::spawn(connection);
+        client
+    }
+}
+
 fn name(s: &str) -> AgentName {
     AgentName::new(s).unwrap()
 }
@@ -2067,10 +2078,7 @@ async fn postgres_a_write_that_fails_before_its_commit_changes_nothing() {
     // Another node reads: it sees only what committed.
     let reader = db.open().await;
     let [alice, bob] = agents(&s, &["alice", "bob"]).await.try_into().unwrap();
-    let (client, connection) = tokio_postgres::connect(&db.url, tokio_postgres::NoTls)
-        .await
-        .unwrap();
-    tokio::spawn(connection);
+    let client = db.client().await;
     let refuse = |table: &str| {
         format!(
             "CREATE FUNCTION refuse_{table}() RETURNS trigger LANGUAGE plpgsql AS $$
@@ -2142,10 +2150,7 @@ async fn postgres_a_batch_reads_its_own_keys_not_the_whole_queue() {
     };
     let s = db.open().await;
     let [alice, bob] = agents(&s, &["alice", "bob"]).await.try_into().unwrap();
-    let (client, connection) = tokio_postgres::connect(&db.url, tokio_postgres::NoTls)
-        .await
-        .unwrap();
-    tokio::spawn(connection);
+    let client = db.client().await;
     let send = |body: String| {
         s.accept(
             alice.clone(),
