@@ -291,9 +291,10 @@ impl Writer {
         // until their flush is done (so that notifications queue in commit order); inside the
         // batch that made the nodes' writers commit one at a time. A node that dies between
         // the two leaves its last wakes unsent: that mail waits for the recipient's next read
-        // (another wake, or its next connection). A failure here fails no send. After a failed write or commit the wakes still go: they
-        // announce copies that readers do not find, or, once the batch ran again with the
-        // same numbers, find twice (a session skips what it has sent).
+        // (another wake, or its next connection). A failure here fails no send. After a
+        // failed write or commit the wakes still go: they announce copies that readers do not
+        // find, or, once the batch ran again with the same numbers, find twice (a session
+        // skips what it has sent).
         let changed = Changed::of(&boxes);
         let payloads = wake_payloads(&log, &self.node_id);
         let copies: [&Param<'_>; 8] = [
