@@ -135,6 +135,7 @@ impl PostgresStorage {
         tokio::spawn(batch::run(
             batch::Writer {
                 pool: pool.clone(),
+                connection: None,
                 listener: listener.clone(),
                 metrics: metrics.clone(),
                 node_id: node_id.clone(),

@@ -40,6 +40,12 @@ impl Open {
         }
     }
 
+    /// The connection back, once its transaction is over; `None` otherwise (it then leaves the
+    /// pool, as when dropped).
+    pub(super) fn into_idle(mut self) -> Option<Object> {
+        if self.over { self.client.take() } else { None }
+    }
+
     /// The connection.
     pub(super) fn client(&self) -> &Client {
         self.client
