@@ -1,7 +1,8 @@
 //! `mailslot bench mcp`: the MCP path end to end, through two real `mailslot mcp` processes
 //! on an embedded relay, driven by rmcp's client: tool-call latency, send -> doorbell latency
 //! at the recipient, startup and shutdown of a server, the Claude Code hooks as processes,
-//! `inbox` and `search` over stores of 10,000 and more messages (`volume.rs`),
+//! `inbox` and `search` over stores of 10,000 and more messages (`volume.rs`; with
+//! `--agent-mail`, mcp_agent_mail's search beside them, `agent_mail.rs`),
 //! and with `--claude-code` the paths that wake an idle session (socket, rewake hook, channel)
 //! through the real Claude Code, and mailslot's share of the socket path (`claude_code.rs`).
 
@@ -154,6 +155,9 @@ async fn measure(args: &McpBenchArgs) -> anyhow::Result<Vec<Summary>> {
     bob.close().await?;
     for &size in &args.store_sizes {
         rows.extend(super::volume::rows(&exe, home.path(), &url, size, args.calls).await?);
+        if let Some(python) = &args.agent_mail {
+            rows.extend(super::agent_mail::rows(python, size, args.calls).await?);
+        }
     }
     if let Some(claude) = &args.claude_code {
         rows.push(

@@ -1,5 +1,6 @@
 //! `mailslot bench`: measurements reported as medians and percentiles, never asserted.
 
+mod agent_mail;
 mod claude_code;
 mod corpus;
 mod crypto;
@@ -56,6 +57,11 @@ pub struct McpBenchArgs {
     /// store holds this many unread messages; one agent per size, comma-separated
     #[arg(long, value_delimiter = ',', default_value = "10000", value_parser = clap::value_parser!(u32).range(20..=1_000_000))]
     pub store_sizes: Vec<u32>,
+    /// Also measure mcp_agent_mail at each --store-sizes, through the same client over the
+    /// same messages and queries: its `search_messages` and its floor (`health_check`). PYTHON
+    /// is an interpreter with the `mcp_agent_mail` package installed
+    #[arg(long, value_name = "PYTHON")]
+    pub agent_mail: Option<std::path::PathBuf>,
     /// Also measure the paths that wake an idle session (inbox socket, rewake hook, channel)
     /// through this real Claude Code binary (run interactively in tmux against a loopback
     /// stand-in for its model API), and mailslot's share of the socket path
