@@ -1,9 +1,9 @@
 //! `bench mcp --agent-mail PYTHON`: `mcp_agent_mail`, the nearest peer, measured beside
 //! `volume.rs`'s rows. Its server runs over stdio like `mailslot mcp` and is driven by the same
-//! rmcp client; its store holds the same messages (`sample_message` with the same seed) and
-//! its `search_messages` gets the same two-word queries, as FTS5's `OR`, which is what
-//! mailslot's `search` does with two words. Its own floor, a `health_check` call, is measured
-//! too, so that a reader can tell the client's and the transport's share from the search's.
+//! rmcp client; its store holds the same messages (`volume::corpus`) and its `search_messages`
+//! gets the same two-word queries (`volume::queries`), as FTS5's `OR`, which is what mailslot's
+//! `search` does with two words. Its own floor, a `health_check` call, is measured too, so that
+//! a reader can tell the client's and the transport's share from the search's.
 
 use std::path::Path;
 use std::time::Instant;
@@ -11,9 +11,7 @@ use std::time::Instant;
 use anyhow::{Context, bail};
 use serde_json::{Value, json};
 
-use super::corpus::Rng;
 use super::stats::Summary;
-use super::store::{query, sample_message};
 use crate::demo::driver::{Driver, Era, text_of};
 
 /// Starts its FastMCP server on stdio (its own CLI serves only HTTP).
@@ -143,12 +141,14 @@ async fn measure(
         start.elapsed(),
     ));
 
-    let mut rng = Rng::new(7);
+    let mut queries = super::volume::queries();
     let mut found = 0;
     let mut samples = Vec::with_capacity(calls as usize);
     let start = Instant::now();
     for _ in 0..calls {
-        let fts = query(&mut rng)
+        let fts = queries
+            .next()
+            .unwrap_or_default()
             .split(' ')
             .map(|w| format!("\"{w}\""))
             .collect::<Vec<_>>()
@@ -236,9 +236,7 @@ fn fill(db: &Path, project_key: &str, size: usize) -> anyhow::Result<()> {
              ack_required, created_ts, attachments) \
              VALUES (?1, ?2, ?3, ?4, 'normal', 0, '2026-01-01 00:00:00.000000', '[]')",
         )?;
-        let mut rng = Rng::new(size as u64);
-        for _ in 0..size {
-            let m = sample_message(&mut rng);
+        for m in super::volume::corpus(size) {
             insert.execute(rusqlite::params![project, sender, m.subject, m.body])?;
         }
     }

@@ -37,7 +37,7 @@ pub(super) async fn rows(
     filling.await??;
     let agent = Driver::spawn(exe, home, &name, relay, Era::Legacy).await?;
     agent.wait_connected().await?;
-    let mut rng = Rng::new(7);
+    let mut queries = queries();
     let mut rows = Vec::new();
     for (case, tool) in [
         (
@@ -54,7 +54,7 @@ pub(super) async fn rows(
         for _ in 0..calls {
             let args = match tool {
                 "inbox" => json!({ "limit": 20 }),
-                _ => json!({ "query": query(&mut rng), "limit": 20 }),
+                _ => json!({ "query": queries.next().unwrap_or_default(), "limit": 20 }),
             };
             let t = Instant::now();
             let result = agent.ok(tool, args).await?;
@@ -69,16 +69,29 @@ pub(super) async fn rows(
     Ok(rows)
 }
 
+/// The messages of a store filled to `size`, the same in every run (`agent_mail.rs` fills its
+/// peer with them too).
+pub(super) fn corpus(size: usize) -> impl Iterator<Item = Message> {
+    let mut rng = Rng::new(size as u64);
+    std::iter::repeat_with(move || sample_message(&mut rng)).take(size)
+}
+
+/// The two-word queries `search` is measured with, the same in every run (and for the peer).
+pub(super) fn queries() -> impl Iterator<Item = String> {
+    let mut rng = Rng::new(7);
+    std::iter::repeat_with(move || query(&mut rng))
+}
+
 /// Creates the agent and writes `size` received, unread messages to its store.
 fn fill(paths: &Paths, name: &AgentName, size: usize) -> anyhow::Result<()> {
     let (mut agent, _) = Agent::open_or_create(paths, name)?;
     let bar = Progress::bar(size as u64, format!("filling a store with {size} messages"));
-    let mut rng = Rng::new(size as u64);
+    let mut corpus = corpus(size);
     let mut left = size;
     while left > 0 {
         bar.set((size - left) as u64);
         let chunk = left.min(LOAD_CHUNK);
-        let messages: Vec<Message> = (0..chunk).map(|_| sample_message(&mut rng)).collect();
+        let messages: Vec<Message> = corpus.by_ref().take(chunk).collect();
         let refs: Vec<_> = messages
             .iter()
             .map(|m| (m, Direction::In, Trust::Verified))
