@@ -179,6 +179,7 @@ const MEMORIES_FTS: FtsIndex = FtsIndex {
     table: "memories",
     time: "updated_at",
     findable: "1",
+    times_index: None,
 };
 
 impl Store {
@@ -250,18 +251,20 @@ impl Store {
         if terms.is_empty() {
             return Ok(Vec::new());
         }
-        let mut by_seq = self.conn.prepare_cached(&format!(
-            "SELECT {COLUMNS} FROM memories m WHERE m.seq = ?1"
-        ))?;
-        ranked(&self.conn, MEMORIES_FTS, &terms, limit)?
-            .into_iter()
-            .map(|(seq, score)| {
-                Ok(Recalled {
-                    memory: decode(by_seq.query_row([seq], from_row)?)?,
-                    score,
+        self.reading(|s| {
+            let mut by_seq = s.conn.prepare_cached(&format!(
+                "SELECT {COLUMNS} FROM memories m WHERE m.seq = ?1"
+            ))?;
+            ranked(&s.conn, MEMORIES_FTS, &terms, limit)?
+                .into_iter()
+                .map(|(seq, score)| {
+                    Ok(Recalled {
+                        memory: decode(by_seq.query_row([seq], from_row)?)?,
+                        score,
+                    })
                 })
-            })
-            .collect()
+                .collect()
+        })
     }
 
     /// A page of the most recent memories (as [`Store::recall`] without a query): those after

@@ -189,12 +189,13 @@ pub(super) const COLUMNS: &str = "json, direction, trust, stored_at, read_at,
     owner_signature";
 
 /// Subject counts three times the body, the sender twice (as the index's `rank` in migration 1).
-const MESSAGES_FTS: FtsIndex = FtsIndex {
+pub(super) const MESSAGES_FTS: FtsIndex = FtsIndex {
     name: "messages_fts",
     weights: "3.0, 1.0, 2.0",
     table: "messages",
     time: "sent_at",
     findable: "t.is_receipt = 0",
+    times_index: Some("messages_recency"),
 };
 
 /// The number of columns in [`COLUMNS`]; a query's own columns follow them.
@@ -521,61 +522,63 @@ impl Store {
         q: &InboxQuery,
         before: Option<&MessageId>,
     ) -> Result<Page<StoredMessage>, StoreError> {
-        let after: Option<i64> = before
-            .map(|id| {
-                self.conn
-                    .query_row(
-                        "SELECT seq FROM messages WHERE id = ?1 AND direction = 'in'",
-                        [id.to_string()],
-                        |r| r.get(0),
-                    )
-                    .optional()?
-                    .ok_or_else(|| {
-                        StoreError::from(ValidationError::new(
-                            "--before",
-                            format!("{id} is not a received message; give the last id a page of the inbox listed"),
-                        ))
-                    })
+        self.reading(|s| {
+            let after: Option<i64> = before
+                .map(|id| {
+                    s.conn
+                        .query_row(
+                            "SELECT seq FROM messages WHERE id = ?1 AND direction = 'in'",
+                            [id.to_string()],
+                            |r| r.get(0),
+                        )
+                        .optional()?
+                        .ok_or_else(|| {
+                            StoreError::from(ValidationError::new(
+                                "--before",
+                                format!("{id} is not a received message; give the last id a page of the inbox listed"),
+                            ))
+                        })
+                })
+                .transpose()?;
+            // Two statements, so the unread are found on their index (`messages_inbox`).
+            let listed = format!(
+                "direction = 'in' {}
+                   AND (?1 IS NULL OR sender = ?1)
+                   AND (?2 IS NULL OR thread_id = ?2)
+                   AND (?3 IS NULL OR importance >= ?3)
+                   AND (?4 IS NULL OR seq < ?4)",
+                if q.unread_only {
+                    "AND read_at IS NULL"
+                } else {
+                    ""
+                }
+            );
+            let params = params![
+                q.from.as_ref().map(ToString::to_string),
+                q.thread.map(|t| t.to_string()),
+                q.importance.map(Importance::rank),
+                after,
+                q.limit as i64,
+            ];
+            // Only the listed messages are read whole.
+            let items = s
+                .conn
+                .prepare_cached(&format!(
+                    "SELECT {COLUMNS} FROM messages WHERE seq IN (
+                         SELECT seq FROM messages WHERE {listed} ORDER BY seq DESC LIMIT ?5)
+                     ORDER BY seq DESC"
+                ))?
+                .query_map(params, from_row)?
+                .map(|r| decode(r?, s.owner_check.as_ref()))
+                .collect::<Result<Vec<_>, _>>()?;
+            let count: i64 = s
+                .conn
+                .prepare_cached(&format!("SELECT count(*) FROM messages WHERE {listed}"))?
+                .query_row(&params[..4], |r| r.get(0))?;
+            Ok(Page {
+                more: (count as u64).saturating_sub(items.len() as u64),
+                items,
             })
-            .transpose()?;
-        // Two statements, so the unread are found on their index (`messages_inbox`).
-        let listed = format!(
-            "direction = 'in' {}
-               AND (?1 IS NULL OR sender = ?1)
-               AND (?2 IS NULL OR thread_id = ?2)
-               AND (?3 IS NULL OR importance >= ?3)
-               AND (?4 IS NULL OR seq < ?4)",
-            if q.unread_only {
-                "AND read_at IS NULL"
-            } else {
-                ""
-            }
-        );
-        let params = params![
-            q.from.as_ref().map(ToString::to_string),
-            q.thread.map(|t| t.to_string()),
-            q.importance.map(Importance::rank),
-            after,
-            q.limit as i64,
-        ];
-        // Only the listed messages are read whole.
-        let items = self
-            .conn
-            .prepare_cached(&format!(
-                "SELECT {COLUMNS} FROM messages WHERE seq IN (
-                     SELECT seq FROM messages WHERE {listed} ORDER BY seq DESC LIMIT ?5)
-                 ORDER BY seq DESC"
-            ))?
-            .query_map(params, from_row)?
-            .map(|r| decode(r?, self.owner_check.as_ref()))
-            .collect::<Result<Vec<_>, _>>()?;
-        let count: i64 = self
-            .conn
-            .prepare_cached(&format!("SELECT count(*) FROM messages WHERE {listed}"))?
-            .query_row(&params[..4], |r| r.get(0))?;
-        Ok(Page {
-            more: (count as u64).saturating_sub(items.len() as u64),
-            items,
         })
     }
 
@@ -608,63 +611,62 @@ impl Store {
         if terms.is_empty() {
             return Ok(Vec::new());
         }
-        // Only the messages returned are read whole (their JSON, bounces and receipts).
-        let mut by_seq = self
-            .conn
-            .prepare_cached(&format!("SELECT {COLUMNS} FROM messages WHERE seq = ?1"))?;
-        ranked(&self.conn, MESSAGES_FTS, &terms, limit)?
-            .into_iter()
-            .map(|(seq, _)| {
-                decode(
-                    by_seq.query_row([seq], from_row)?,
-                    self.owner_check.as_ref(),
-                )
-            })
-            .collect()
+        self.reading(|s| {
+            // Only the messages returned are read whole (their JSON, bounces and receipts).
+            let mut by_seq = s
+                .conn
+                .prepare_cached(&format!("SELECT {COLUMNS} FROM messages WHERE seq = ?1"))?;
+            ranked(&s.conn, MESSAGES_FTS, &terms, limit)?
+                .into_iter()
+                .map(|(seq, _)| decode(by_seq.query_row([seq], from_row)?, s.owner_check.as_ref()))
+                .collect()
+        })
     }
 
     /// The unread count and the newest unread message's sender.
     pub fn unread_summary(&self) -> Result<UnreadSummary, StoreError> {
-        // Kept by triggers (migration 6): counting the unread rows grows with them.
-        let count: u32 = self
-            .conn
-            .query_row("SELECT count FROM unread", [], |r| r.get(0))?;
-        let newest = self
-            .conn
-            .query_row(
-                "SELECT sender, owner_signature IS NOT NULL, id FROM messages
-                 WHERE direction = 'in' AND read_at IS NULL ORDER BY seq DESC LIMIT 1",
-                [],
-                |r| {
+        self.reading(|s| {
+            // Kept by triggers (migration 6): counting the unread rows grows with them. Both
+            // statements are cached: this runs for the notice on every tool result.
+            let count: u32 = s
+                .conn
+                .prepare_cached("SELECT count FROM unread")?
+                .query_row([], |r| r.get(0))?;
+            let newest = s
+                .conn
+                .prepare_cached(
+                    "SELECT sender, owner_signature IS NOT NULL, id FROM messages
+                     WHERE direction = 'in' AND read_at IS NULL ORDER BY seq DESC LIMIT 1",
+                )?
+                .query_row([], |r| {
                     Ok((
                         r.get::<_, String>(0)?,
                         r.get::<_, bool>(1)?,
                         r.get::<_, String>(2)?,
                     ))
-                },
-            )
-            .optional()?;
-        let corrupt = |e: ValidationError| StoreError::Corrupt {
-            what: "message",
-            detail: e.to_string(),
-        };
-        let Some((sender, claims_owner, id)) = newest else {
-            return Ok(UnreadSummary {
+                })
+                .optional()?;
+            let corrupt = |e: ValidationError| StoreError::Corrupt {
+                what: "message",
+                detail: e.to_string(),
+            };
+            let Some((sender, claims_owner, id)) = newest else {
+                return Ok(UnreadSummary {
+                    count,
+                    newest_from: None,
+                    newest_from_owner: false,
+                });
+            };
+            let newest_from = Some(Address::parse(&sender).map_err(corrupt)?);
+            // Only a claim is read whole, to check its signature.
+            let newest_from_owner = claims_owner
+                && s.message(&MessageId::parse(&id).map_err(corrupt)?)?
+                    .is_some_and(|m| m.trust == Trust::Owner);
+            Ok(UnreadSummary {
                 count,
-                newest_from: None,
-                newest_from_owner: false,
-            });
-        };
-        let newest_from = Some(Address::parse(&sender).map_err(corrupt)?);
-        // Only a claim is read whole, to check its signature.
-        let newest_from_owner = claims_owner
-            && self
-                .message(&MessageId::parse(&id).map_err(corrupt)?)?
-                .is_some_and(|m| m.trust == Trust::Owner);
-        Ok(UnreadSummary {
-            count,
-            newest_from,
-            newest_from_owner,
+                newest_from,
+                newest_from_owner,
+            })
         })
     }
 

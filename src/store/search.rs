@@ -41,6 +41,26 @@ pub(super) struct FtsIndex {
     pub time: &'static str,
     /// A condition on `table`'s rows that may be found (`1` for all).
     pub findable: &'static str,
+    /// An index on `table(seq, time)` under the condition `findable`, which the times are read
+    /// from instead of the rows; without one, the rows are read.
+    pub times_index: Option<&'static str>,
+}
+
+/// The candidates' times (`?1`: their rowids as a JSON array), in one statement: a lookup per
+/// candidate costs more than scoring it.
+pub(super) fn times_sql(index: &FtsIndex) -> String {
+    let FtsIndex {
+        table,
+        time,
+        findable,
+        times_index,
+        ..
+    } = index;
+    // Named, or the planner takes the rowid and reads each whole row.
+    let by = times_index.map_or(String::new(), |i| format!("INDEXED BY {i}"));
+    format!(
+        "SELECT t.seq, t.{time} FROM json_each(?1) AS c JOIN {table} t {by} ON t.seq = c.value AND {findable}"
+    )
 }
 
 /// The words of a query, each quoted so that no input is ever read as FTS5 syntax. Empty when
@@ -81,13 +101,7 @@ pub(super) fn ranked(
     limit: usize,
 ) -> Result<Vec<(i64, f64)>, StoreError> {
     let depth = (limit * CANDIDATES_PER_RESULT).clamp(MIN_CANDIDATES, MAX_CANDIDATES);
-    let FtsIndex {
-        name,
-        weights,
-        table,
-        time,
-        findable,
-    } = index;
+    let FtsIndex { name, weights, .. } = index;
     let any = terms.join(" OR ");
     // Counting stops one past the bound: cheap however common the words are.
     let mut count = conn.prepare_cached(&format!(
@@ -135,12 +149,9 @@ pub(super) fn ranked(
             best_of(&rare.join(" OR "))?
         }
     };
-    // Their times in one statement: a lookup per candidate costs more than scoring it.
     let seqs = serde_json::to_string(&candidates.iter().map(|c| c.0).collect::<Vec<_>>())
         .expect("integers serialize");
-    let mut times = conn.prepare_cached(&format!(
-        "SELECT t.seq, t.{time} FROM json_each(?1) AS c JOIN {table} t ON t.seq = c.value AND {findable}"
-    ))?;
+    let mut times = conn.prepare_cached(&times_sql(&index))?;
     let times: HashMap<i64, i64> = times
         .query_map([seqs], |r| Ok((r.get(0)?, r.get(1)?)))?
         .collect::<rusqlite::Result<_>>()?;

@@ -572,11 +572,11 @@ fn a_store_from_before_the_unread_count_starts_with_its_unread_mail_counted() {
             .unwrap();
     }
     drop(store);
-    // Back to schema 5: no partial index, no count, no triggers (nor what 6 to 13 added).
+    // Back to schema 5: no partial index, no count, no triggers (nor what 6 to 14 added).
     let path = dir.path().join("store.db");
     let conn = rusqlite::Connection::open(&path).unwrap();
     conn.execute_batch(
-        "DROP INDEX messages_read; DROP TRIGGER unread_insert; DROP TRIGGER unread_read;
+        "DROP INDEX messages_recency; DROP INDEX messages_read; DROP TRIGGER unread_insert; DROP TRIGGER unread_read;
          DROP TRIGGER unread_delete; DROP TABLE unread; DROP TABLE deliveries;
          DROP TRIGGER attachments_delete; DROP TABLE attachments; DROP TABLE doorbells;
          DROP TABLE turns; DROP TABLE parked; DROP TABLE denials; DROP TABLE groups;
