@@ -4,6 +4,7 @@
 //! result carries the unread notice (`notice.rs`); a call with an unknown argument is refused
 //! before its tool runs (`strict.rs`).
 
+use std::cell::Cell;
 use std::collections::BTreeMap;
 use std::sync::{Arc, Mutex};
 
@@ -34,9 +35,9 @@ use crate::doorbell::Doorbell;
 use crate::doorbell::claude_code::Route;
 use crate::doorbell::footer::footer;
 use crate::doorbell::{bell, codex};
-use crate::mailbox::Mailbox;
+use crate::mailbox::{Mailbox, MailboxError};
 use crate::protocol::MessageId;
-use crate::store::{SessionKey, Via};
+use crate::store::{SessionKey, UnreadSummary, Via};
 
 const INSTRUCTIONS: &str = include_str!("../../prompts/instructions.md");
 
@@ -169,12 +170,62 @@ impl MailslotServer {
         }
     }
 
+    /// A tool call's answer: the tool's result, links to the attachments it lists, and the
+    /// unread notice.
+    async fn answer_tool(
+        &self,
+        request: CallToolRequestParams,
+        context: RequestContext<RoleServer>,
+    ) -> Result<CallToolResponse, ErrorData> {
+        let refusal = self
+            .tool_router
+            .get(&request.name)
+            .and_then(|tool| strict::unknown_arguments(tool, request.arguments.as_ref()));
+        let mut response = match refusal {
+            Some(e) => CallToolResult::error(vec![ContentBlock::text(e)]).into(),
+            None => {
+                // One span per call, so a message's life can be followed in the logs from
+                // the tool that sent or read it.
+                let span = tracing::debug_span!("tool", name = %request.name);
+                let call = ToolCallContext::new(self, request, context);
+                self.tool_router.call(call).instrument(span).await?
+            }
+        };
+        if let CallToolResponse::Complete(result) = &mut response {
+            links::attach(result);
+            if let Some(line) = self.footer_line().await {
+                notice::attach(result, line);
+            }
+        }
+        Ok(response)
+    }
+
+    /// The unread summary, for a tool's own result; the notice of the same call reuses it
+    /// rather than asking the store again (a list tool asked twice per call).
+    pub(super) async fn unread_summary(&self) -> Result<UnreadSummary, MailboxError> {
+        let summary = self.mailbox.unread_summary().await?;
+        // Outside a tool call there is no slot, and nothing to keep it for.
+        let _ = CALL_SUMMARY.try_with(|kept| kept.set(Some(summary.clone())));
+        Ok(summary)
+    }
+
     async fn footer_line(&self) -> Option<String> {
-        match self.mailbox.unread_summary().await {
+        let kept = CALL_SUMMARY.try_with(Cell::take).ok().flatten();
+        let summary = match kept {
+            Some(summary) => Ok(summary),
+            None => self.mailbox.unread_summary().await,
+        };
+        match summary {
             Ok(summary) => footer(&summary),
             Err(e) => Some(format!("[mailslot] cannot read the inbox: {e}")),
         }
     }
+}
+
+tokio::task_local! {
+    /// The unread summary a tool read for its result during this call (`call_tool`'s scope).
+    /// Tools that change what is unread do not read it, so the notice reads it afresh.
+    static CALL_SUMMARY: Cell<Option<UnreadSummary>>;
 }
 
 #[prompt_handler(router = self.prompt_router)]
@@ -231,27 +282,9 @@ impl ServerHandler for MailslotServer {
         context: RequestContext<RoleServer>,
     ) -> Result<CallToolResponse, ErrorData> {
         self.learn_codex_thread(&context);
-        let refusal = self
-            .tool_router
-            .get(&request.name)
-            .and_then(|tool| strict::unknown_arguments(tool, request.arguments.as_ref()));
-        let mut response = match refusal {
-            Some(e) => CallToolResult::error(vec![ContentBlock::text(e)]).into(),
-            None => {
-                // One span per call, so a message's life can be followed in the logs from
-                // the tool that sent or read it.
-                let span = tracing::debug_span!("tool", name = %request.name);
-                let call = ToolCallContext::new(self, request, context);
-                self.tool_router.call(call).instrument(span).await?
-            }
-        };
-        if let CallToolResponse::Complete(result) = &mut response {
-            links::attach(result);
-            if let Some(line) = self.footer_line().await {
-                notice::attach(result, line);
-            }
-        }
-        Ok(response)
+        CALL_SUMMARY
+            .scope(Cell::new(None), self.answer_tool(request, context))
+            .await
     }
 
     async fn list_tools(

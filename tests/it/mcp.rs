@@ -215,6 +215,12 @@ async fn legacy_subscription_and_channel_event_carry_the_framed_message() {
         notice,
         "{result:?}"
     );
+    // A list's notice is built from the summary its own `unread` count came from.
+    let listed = bob.mcp.call("inbox", json!({})).await;
+    assert!(text_of(&listed).contains(notice), "{listed:?}");
+    let structured = listed.structured_content.as_ref().unwrap();
+    assert_eq!(structured["mail_notice"], notice, "{listed:?}");
+    assert_eq!(structured["unread"], 1, "{listed:?}");
     let read = bob
         .mcp
         .ok("read", json!({ "message_id": sent["message_id"] }))

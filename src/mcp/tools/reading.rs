@@ -131,7 +131,6 @@ pub struct SearchArgs {
 impl MailslotServer {
     pub(super) async fn message_list(&self, messages: Vec<MessageSummary>) -> MessageList {
         let unread = self
-            .mailbox
             .unread_summary()
             .await
             .map(|u| u.count)
