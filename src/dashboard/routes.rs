@@ -301,6 +301,7 @@ async fn search(
             .search(query.clone(), SEARCH_LIMIT)
             .await
             .map_err(internal)?
+            .messages
     };
     Ok(pages::search(&name, &query, &found, SEARCH_LIMIT))
 }

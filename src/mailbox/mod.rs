@@ -42,6 +42,7 @@ pub use files::{
 };
 pub use lock::ConnectionLock;
 pub use memory::AgentStatus;
+pub use reading::Listed;
 pub use receipts::AckOutcome;
 pub use rotate::{Rotated, rotate_keys, trust_presented_key};
 pub use send::SendOutcome;

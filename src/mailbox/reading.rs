@@ -6,13 +6,43 @@
 use super::{Mailbox, MailboxError};
 use crate::protocol::{MessageId, ThreadId};
 use crate::store::{
-    Contact, IdlePath, InboxQuery, Page, SessionKey, StoredMessage, UnreadSummary, Via,
+    Contact, IdlePath, InboxQuery, Page, SessionKey, Store, StoreError, StoredMessage,
+    UnreadSummary, Via,
 };
+
+/// A list of mail and the unread summary, read in one store call and one read transaction: the
+/// list and its unread count agree, and a list tool pays one trip to the store thread.
+#[derive(Debug)]
+pub struct Listed {
+    /// The messages listed, in the list's order.
+    pub messages: Vec<StoredMessage>,
+    /// How much received mail is unread, and from whom the newest is.
+    pub unread: UnreadSummary,
+}
 
 impl Mailbox {
     /// Received messages matching `query`: unread first, newest first.
-    pub async fn inbox(&self, query: InboxQuery) -> Result<Vec<StoredMessage>, MailboxError> {
-        Ok(self.0.store.call(move |s| s.inbox(&query)).await?)
+    pub async fn inbox(&self, query: InboxQuery) -> Result<Listed, MailboxError> {
+        self.listed(move |s| s.inbox(&query)).await
+    }
+
+    /// `list`'s messages and the unread summary, in one store call.
+    async fn listed(
+        &self,
+        list: impl FnOnce(&Store) -> Result<Vec<StoredMessage>, StoreError> + Send + 'static,
+    ) -> Result<Listed, MailboxError> {
+        Ok(self
+            .0
+            .store
+            .call(move |s| {
+                s.reading(|s| {
+                    Ok(Listed {
+                        messages: list(s)?,
+                        unread: s.unread_summary()?,
+                    })
+                })
+            })
+            .await?)
     }
 
     /// Received messages, read or not, newest first, older than the received message `before`
@@ -50,16 +80,8 @@ impl Mailbox {
     }
 
     /// Mail, received and sent, matching the words of `query`; best first, at most `limit`.
-    pub async fn search(
-        &self,
-        query: String,
-        limit: usize,
-    ) -> Result<Vec<StoredMessage>, MailboxError> {
-        Ok(self
-            .0
-            .store
-            .call(move |s| s.search_messages(&query, limit))
-            .await?)
+    pub async fn search(&self, query: String, limit: usize) -> Result<Listed, MailboxError> {
+        self.listed(move |s| s.search_messages(&query, limit)).await
     }
 
     /// One message, as stored, without marking it read; `None` when there is no such message.

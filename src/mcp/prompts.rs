@@ -48,10 +48,9 @@ impl MailslotServer {
             })
             .await
             .map_err(internal)?;
-        let total = self.mailbox.unread_summary().await.map_err(internal)?.count;
         Ok(unread_digest(
-            &unread,
-            total,
+            &unread.messages,
+            unread.unread.count,
             "Read a message with the read tool (message_id).",
         ))
     }

@@ -86,7 +86,7 @@ pub async fn list(mailbox: &Mailbox) -> Result<Vec<Resource>, ErrorData> {
         })
         .await
         .map_err(internal)?;
-    list.extend(recent.iter().map(|m| {
+    list.extend(recent.messages.iter().map(|m| {
         let s = MessageSummary::of(m);
         Resource::new(
             format!("{MESSAGES}{}", s.message_id),
@@ -249,13 +249,13 @@ async fn inbox_digest(mailbox: &Mailbox) -> Result<InboxDigest, ErrorData> {
         })
         .await
         .map_err(internal)?;
-    let count = mailbox.unread_summary().await.map_err(internal)?.count;
     Ok(InboxDigest {
         agent: mailbox.address().to_string(),
-        unread: count,
+        unread: unread.unread.count,
         relay: mailbox.status().describe(mailbox.relay()),
-        unread_messages: unread.iter().map(MessageSummary::of).collect(),
+        unread_messages: unread.messages.iter().map(MessageSummary::of).collect(),
         recent_read: recent
+            .messages
             .iter()
             .filter(|m| m.read_at.is_some())
             .take(10)

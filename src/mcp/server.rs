@@ -35,7 +35,7 @@ use crate::doorbell::Doorbell;
 use crate::doorbell::claude_code::Route;
 use crate::doorbell::footer::footer;
 use crate::doorbell::{bell, codex};
-use crate::mailbox::{Mailbox, MailboxError};
+use crate::mailbox::Mailbox;
 use crate::protocol::MessageId;
 use crate::store::{SessionKey, UnreadSummary, Via};
 
@@ -200,13 +200,12 @@ impl MailslotServer {
         Ok(response)
     }
 
-    /// The unread summary, for a tool's own result; the notice of the same call reuses it
-    /// rather than asking the store again (a list tool asked twice per call).
-    pub(super) async fn unread_summary(&self) -> Result<UnreadSummary, MailboxError> {
-        let summary = self.mailbox.unread_summary().await?;
+    /// Keeps the unread summary a tool read with its result, for the notice of the same call,
+    /// which then does not ask the store again; returns it.
+    pub(super) fn keep_summary(&self, summary: UnreadSummary) -> UnreadSummary {
         // Outside a tool call there is no slot, and nothing to keep it for.
         let _ = CALL_SUMMARY.try_with(|kept| kept.set(Some(summary.clone())));
-        Ok(summary)
+        summary
     }
 
     async fn footer_line(&self) -> Option<String> {

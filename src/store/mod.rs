@@ -135,8 +135,9 @@ impl Store {
 
     /// Runs `read`'s statements in one read transaction: they see one snapshot, and the WAL's
     /// read lock is taken once instead of once per statement (a search runs two dozen).
-    /// Inside a transaction already open, `read` just runs in it.
-    fn reading<T>(
+    /// Inside a transaction already open, `read` just runs in it, so reads that are one read
+    /// themselves (a search, the unread summary) can be grouped into one snapshot.
+    pub fn reading<T>(
         &self,
         read: impl FnOnce(&Self) -> Result<T, StoreError>,
     ) -> Result<T, StoreError> {
